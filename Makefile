@@ -1,0 +1,34 @@
+# dfit-mlir: `make demo` and `make test` work on a fresh machine (they create .venv).
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: help venv demo test test-fast lit bench clean
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)  ## create .venv and install dfit-mlir with its test extras
+
+demo: $(STAMP)  ## compile the bundled model with --dfit-tag and summarise the manifest
+	$(VENV)/bin/dfit compile examples/models/convnet.mlir --dfit-tag --mode full -o build/demo/convnet.vmfb
+	$(VENV)/bin/dfit show build/demo/convnet.manifest.json
+
+test: $(STAMP)  ## run the whole test suite (unit, golden IR, real models)
+	$(VENV)/bin/pytest -q
+
+test-fast: $(STAMP)  ## skip the real-model compiles
+	$(VENV)/bin/pytest -q -m "not slow"
+
+bench: $(STAMP)  ## compile-overhead benchmark, writes benchmarks/RESULTS.md
+	$(PY) benchmarks/compile_overhead.py
+
+clean:  ## remove build outputs (keeps .venv)
+	rm -rf build .pytest_cache

@@ -1,0 +1,121 @@
+"""The ``dfit`` command line."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import click
+
+from dfit_mlir.errors import DfitError
+
+
+def _user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn :class:`DfitError` into its message on stderr and its exit status."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except DfitError as error:
+            click.echo(f"dfit: {error}" if "\n" not in str(error) else str(error), err=True)
+            sys.exit(error.exit_code)
+        except OSError as error:
+            click.echo(f"dfit: {error.filename or ''}: {error.strerror}", err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="dfit-mlir")
+def main() -> None:
+    """dfit-mlir: stable semantic IDs and lineage for ML compilers."""
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("--dfit-tag", "tag", is_flag=True, help="Instrument: stamp IDs, snapshot lineage, write the manifest.")
+@click.option("--mode", type=click.Choice(["ids", "lite", "full"]), default="full", show_default=True,
+              help="ids: dispatch mapping only; lite: 7 phase snapshots; full: all 12.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Output .vmfb.")
+@click.option("--manifest", "manifest_path", type=click.Path(path_type=Path), default=None,
+              help="Manifest path (default: OUTPUT with .manifest.json).")
+@click.option("--driver", type=click.Choice(["in-process", "subprocess"]), default=None,
+              help="Phase driver (default: in-process when the toolchain gate passes).")
+@click.pass_context
+@_user_errors
+def compile(ctx: click.Context, source: Path, tag: bool, mode: str, output: Path,
+            manifest_path: Path | None, driver: str | None) -> None:
+    """Compile with iree-compile; with --dfit-tag also write the manifest. Any other
+    option is passed to iree-compile."""
+    flags = list(ctx.args)
+    if not tag:
+        from dfit_mlir.passes.plain_compile import plain_compile
+
+        plain_compile(source, output, flags)
+        return
+    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+    from dfit_mlir.report import attribution_summary
+
+    result = compile_instrumented(source, output, mode=mode, flags=flags, manifest_path=manifest_path,
+                                  driver_name=driver)
+    click.echo(f"wrote {result.vmfb}")
+    click.echo(f"wrote {result.manifest_path}")
+    click.echo(attribution_summary(result.manifest))
+
+
+@main.command()
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("--dfit-tag", "tag", is_flag=True, help="Short form of --pass-pipeline='builtin.module(dfit-tag)'.")
+@click.option("--pass-pipeline", default=None, help="e.g. 'builtin.module(dfit-tag,canonicalize,cse)'.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Output file (default: stdout).")
+@click.option("--debuginfo/--no-debuginfo", default=True, show_default=True, help="Print locations.")
+@_user_errors
+def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None, debuginfo: bool) -> None:
+    """Run a pass pipeline mixing dfit passes with the bundled MLIR/IREE passes."""
+    from dfit_mlir.errors import CompileError, InvalidInputError
+    from dfit_mlir.passes.phases import compiler_context, parse_file
+    from dfit_mlir.passes.pipeline import build_pass_manager
+    from iree.compiler import ir
+
+    if tag and pass_pipeline:
+        raise InvalidInputError("give either --dfit-tag or --pass-pipeline, not both")
+    pipeline = pass_pipeline or ("builtin.module(dfit-tag)" if tag else "builtin.module()")
+    session, context = compiler_context()
+    module = parse_file(context, source)
+    manager = build_pass_manager(pipeline, context)
+    with context:
+        try:
+            manager.run(module)
+        except ir.MLIRError as error:
+            raise CompileError(f"{source}: pass pipeline failed: {error}") from None
+        text = module.get_asm(enable_debug_info=debuginfo)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        from dfit_mlir import atomic
+
+        atomic.write_text(output, text)
+    session.close()
+
+
+@main.command()
+@click.argument("manifest_path", type=click.Path(path_type=Path))
+@click.option("--dispatches/--no-dispatches", default=True, help="Also list dispatch call sites.")
+@_user_errors
+def show(manifest_path: Path, dispatches: bool) -> None:
+    """Summarise a manifest: per-phase attribution, lineage and dispatches."""
+    from dfit_mlir import manifest
+    from dfit_mlir.report import attribution_summary, dispatch_summary
+
+    document = manifest.load(manifest_path)
+    click.echo(attribution_summary(document))
+    if dispatches:
+        click.echo(dispatch_summary(document))
+
+
+if __name__ == "__main__":
+    main()

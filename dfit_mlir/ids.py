@@ -1,0 +1,207 @@
+"""Stable semantic IDs: the spec and the one implementation both IR engines share.
+
+Spec (ID scheme version 1)
+==========================
+
+Every op below a module gets two values:
+
+* a **readable ID**, ``<scope>/<op name>#<k>`` — e.g. ``main/linalg.matmul#3``:
+
+  - ``<scope>`` is the symbol path of the nearest enclosing symbol op (``main``, or
+    ``outer/inner`` for nested symbol tables); ops nested in the regions of a non-symbol
+    op are scoped under that op's ID (``main/linalg.generic#0/arith.maximumf#0``); ops at
+    module level outside any symbol use the scope ``module``.
+  - a symbol op's own ID is its symbol path (``main``).
+  - ``k`` counts the ops of that name within the scope, in **canonical order**: a
+    topological order of each block's def-use graph (an op comes after every op of the
+    block whose results it, or any op nested in it, uses) that, among the ops ready at
+    each step, takes the smallest structural hash first and falls back to printing
+    order only between ops whose structural hashes are equal. Blocks are visited in
+    order.
+
+* a **structural hash**, 16 hex digits of BLAKE2b over: the op name; its attributes and
+  properties sorted by name (``dfit.*`` and operand/result segment sizes left out; the
+  printed value with whitespace removed; elements attributes of more than
+  :data:`MAX_HASHED_ELEMENTS` elements — weights — by their type only); its result types; for each operand, the hash of the op producing it and the
+  result number, or the block argument's position and type; and the hashes of the ops
+  nested in its regions.
+
+Why these properties hold:
+
+* deterministic: nothing depends on memory addresses, Python hash seeds or dict order;
+* independent of SSA value names and whitespace: neither enters the hash or the order;
+* independent of the printing order of independent ops: the canonical order depends on
+  def-use edges and hashes only;
+* local: an op's hash only sees its own use-def cone inside its function (values from
+  other functions are reached by symbol name, never by content), and ordinals are
+  counted per scope, so editing one function changes no ID in another;
+* matchable across compiles: equal structure gives equal hashes whatever the IDs.
+
+Ties between structurally identical independent ops (e.g. two equal constants) are
+broken by printing order; swapping two such ops swaps two IDs whose hashes are equal, so
+nothing that matches by hash is affected.
+
+The engines (MLIR bindings in :mod:`dfit_mlir.passes.mlir_engine`, xDSL in
+:mod:`dfit_mlir.passes.xdsl_engine`) only answer the questions of :class:`IREngine`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Generic, Hashable, Iterable, Protocol, Sequence, TypeVar
+
+ID_SCHEME_VERSION = 1
+ID_ATTR = "dfit.id"
+HASH_ATTR = "dfit.hash"
+MODULE_SCOPE = "module"
+HASH_HEX_DIGITS = 16
+#: Elements attributes larger than this enter the hash by type only: printing weights
+#: would cost more than the whole tag pass, and a weight update is still "the same op".
+MAX_HASHED_ELEMENTS = 16
+
+#: Attributes that never enter the structural hash: dfit's own, and segment sizes that
+#: MLIR shows as attributes and xDSL keeps as properties (they follow from the operands).
+IGNORED_ATTRS = frozenset({"operandSegmentSizes", "resultSegmentSizes"})
+
+OpT = TypeVar("OpT")
+
+
+class IREngine(Protocol[OpT]):
+    """What the ID algorithm asks of an IR engine (MLIR bindings or xDSL)."""
+
+    def op_name(self, op: OpT) -> str: ...
+
+    def symbol_name(self, op: OpT) -> str | None:
+        """The op's ``sym_name`` if it defines a symbol."""
+
+    def signature(self, op: OpT) -> str:
+        """Attributes and result types in the normalized form of :func:`signature`."""
+
+    def operand_keys(self, op: OpT) -> Sequence[Hashable]: ...
+
+    def result_keys(self, op: OpT) -> Sequence[Hashable]: ...
+
+    def blocks(self, op: OpT) -> Iterable[tuple[Sequence[tuple[Hashable, str]], Sequence[OpT]]]:
+        """For each block of each region: (block arguments as (key, type), ops)."""
+
+
+def signature(attributes: Iterable[tuple[str, str]], result_types: Iterable[str]) -> str:
+    """Normalized signature text from (name, printed value) pairs; engines pass
+    ``elements<TYPE>`` as the value of an elements attribute too large to hash."""
+    parts = []
+    for name, value in sorted(attributes):
+        if name.startswith("dfit.") or name in IGNORED_ATTRS:
+            continue
+        parts.append(f"{name}={value}")
+    text = ",".join(parts) + "->" + ",".join(result_types)
+    return "".join(text.split())
+
+
+@dataclass(frozen=True, slots=True)
+class TaggedOp(Generic[OpT]):
+    op: OpT
+    id: str
+    hash: str
+
+
+@dataclass(slots=True)
+class _Node(Generic[OpT]):
+    op: OpT
+    name: str
+    symbol: str | None
+    hash: str
+    uses: set[Hashable]
+    blocks: list[list["_Node[OpT]"]]
+
+
+def _digest(*parts: str) -> str:
+    h = hashlib.blake2b(digest_size=HASH_HEX_DIGITS // 2)
+    for part in parts:
+        h.update(part.encode())
+        h.update(b"\x1f")
+    return h.hexdigest()
+
+
+class _Hasher(Generic[OpT]):
+    def __init__(self, engine: IREngine[OpT]):
+        self.engine = engine
+        self.tokens: dict[Hashable, str] = {}
+
+    def node(self, op: OpT) -> _Node[OpT]:
+        engine = self.engine
+        operand_keys = engine.operand_keys(op)
+        operand_tokens = [self.tokens.get(key, "?") for key in operand_keys]
+        uses = set(operand_keys)
+        blocks: list[list[_Node[OpT]]] = []
+        region_parts: list[str] = []
+        for block_index, (arguments, ops) in enumerate(engine.blocks(op)):
+            for arg_index, (key, type_text) in enumerate(arguments):
+                self.tokens[key] = f"arg{block_index}.{arg_index}:{type_text}"
+            children = [self.node(child) for child in ops]
+            for child in children:
+                uses |= child.uses
+            blocks.append(children)
+            region_parts.append("{" + ";".join(child.hash for child in children) + "}")
+        name = engine.op_name(op)
+        op_hash = _digest(name, engine.signature(op), ",".join(operand_tokens), "".join(region_parts))
+        for number, key in enumerate(engine.result_keys(op)):
+            self.tokens[key] = f"{op_hash}.{number}"
+        return _Node(op, name, engine.symbol_name(op), op_hash, uses, blocks)
+
+
+def canonical_order(nodes: Sequence[_Node[OpT]], produced: dict[Hashable, int]) -> list[int]:
+    """Indices of ``nodes`` (one block) in canonical order; ``produced`` maps each value
+    key defined in the block to the index of its producer."""
+    successors: list[list[int]] = [[] for _ in nodes]
+    pending = [0] * len(nodes)
+    for index, node in enumerate(nodes):
+        for producer in {produced[key] for key in node.uses if key in produced}:
+            if producer != index:
+                successors[producer].append(index)
+                pending[index] += 1
+    ready = [(node.hash, index) for index, node in enumerate(nodes) if not pending[index]]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        _, index = heapq.heappop(ready)
+        order.append(index)
+        for succ in successors[index]:
+            pending[succ] -= 1
+            if not pending[succ]:
+                heapq.heappush(ready, (nodes[succ].hash, succ))
+    if len(order) < len(nodes):  # a graph region with a use-def cycle: printing order
+        seen = set(order)
+        order.extend(index for index in range(len(nodes)) if index not in seen)
+    return order
+
+
+def assign_ids(engine: IREngine[OpT], module: OpT) -> list[TaggedOp[OpT]]:
+    """IDs and structural hashes for every op nested in ``module`` (not the module)."""
+    hasher = _Hasher(engine)
+    root = hasher.node(module)
+    tagged: list[TaggedOp[OpT]] = []
+
+    def visit(blocks: list[list[_Node[OpT]]], scope: str, symbol_scope: str | None) -> None:
+        counters: dict[str, int] = defaultdict(int)
+        for nodes in blocks:
+            produced = {}
+            for index, node in enumerate(nodes):
+                for key in engine.result_keys(node.op):
+                    produced[key] = index
+            for index in canonical_order(nodes, produced):
+                node = nodes[index]
+                if node.symbol is not None:
+                    op_id = node.symbol if symbol_scope is None else f"{symbol_scope}/{node.symbol}"
+                    tagged.append(TaggedOp(node.op, op_id, node.hash))
+                    visit(node.blocks, op_id, op_id)
+                    continue
+                op_id = f"{scope}/{node.name}#{counters[node.name]}"
+                counters[node.name] += 1
+                tagged.append(TaggedOp(node.op, op_id, node.hash))
+                visit(node.blocks, op_id, symbol_scope)
+
+    visit(root.blocks, MODULE_SCOPE, None)
+    return tagged

@@ -1,0 +1,2 @@
+from xdsl.ir import Dialect
+DFIT = Dialect("dfit", [], [])

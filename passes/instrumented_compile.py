@@ -1,0 +1,207 @@
+"""``dfit compile``: tag, run IREE phase by phase with lineage snapshots, write the vmfb
+and the manifest.
+
+The instrumented compile is observational. IDs travel in locations only: the
+``dfit.id``/``dfit.hash`` attributes are stripped right after the operator table is
+read, because discardable attributes take part in op equivalence — CSE and IREE's
+executable deduplication compare them — so keeping them would change what IREE
+generates (64 unique executables instead of 1 in RUNTIME-NOTES.md). Locations do not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from dfit_mlir import atomic, lineage, manifest, toolchain
+from dfit_mlir.adapters import iree as iree_adapter
+from dfit_mlir.ids import ID_SCHEME_VERSION
+from dfit_mlir.lineage import StageFigures
+from dfit_mlir.passes import mlir_engine, operators, phases, snapshot
+
+MODES = ("ids", "lite", "full")
+#: Phases whose snapshot each mode takes. ``ids`` keeps what the runtime join needs:
+#: dispatch regions (per-site fused IDs), exports with their bodies, final call sites.
+SNAPSHOT_PHASES = {
+    "ids": ("dispatch-creation", "executable-sources", "hal"),
+    "lite": ("input", "global-optimization", "dispatch-creation", "flow", "stream", "executable-sources", "hal"),
+    "full": toolchain.IREE_PHASES,
+}
+SOURCE_STAGE = "source"
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    vmfb: Path
+    manifest_path: Path
+    manifest: dict[str, Any]
+
+
+def compile_instrumented(
+    source: Path,
+    output: Path,
+    *,
+    mode: str = "full",
+    flags: Sequence[str] = (),
+    manifest_path: Path | None = None,
+    driver_name: str | None = None,
+) -> CompileResult:
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    manifest_path = manifest_path or manifest.default_path(output)
+    started = time.perf_counter()
+    driver = phases.open_driver(flags, driver_name)
+    try:
+        module = driver.parse(source)
+        cache = snapshot.LocationCache()
+        t0 = time.perf_counter()
+        tagged = mlir_engine.tag_module(module)
+        ops, tensors = operators.operator_table(tagged, cache)
+        mlir_engine.strip_dfit_attributes(module)
+        tag_s = time.perf_counter() - t0
+        source_figures = snapshot.take_snapshot(module, SOURCE_STAGE, cache)
+        source_figures.time_s += tag_s
+
+        stages: list[StageFigures] = [source_figures]
+        phase_s: dict[str, float] = {}
+        after: str | None = None
+        for phase in toolchain.IREE_PHASES:
+            t0 = time.perf_counter()
+            module = driver.run(module, after, phase)
+            phase_s[phase] = time.perf_counter() - t0
+            if phase in SNAPSHOT_PHASES[mode]:
+                stages.append(snapshot.take_snapshot(module, phase, cache))
+            after = phase
+        with atomic.atomic_path(output) as tmp_vmfb:
+            t0 = time.perf_counter()
+            driver.write_vmfb(module, "vm", tmp_vmfb)
+            phase_s["serialize"] = time.perf_counter() - t0
+            document = build_manifest(
+                source=source,
+                mode=mode,
+                flags=driver.flags,
+                driver=driver.name,
+                operators=ops,
+                tensors=tensors,
+                stages=stages,
+                phase_s=phase_s,
+                total_s=time.perf_counter() - started,
+                vmfb_bytes=tmp_vmfb.stat().st_size,
+                output=output,
+            )
+            manifest.save(document, manifest_path)
+    finally:
+        driver.close()
+    return CompileResult(output, manifest_path, document)
+
+
+def build_manifest(*, source: Path, mode: str, flags: Sequence[str], driver: str, operators: list[dict],
+                   tensors: list[dict], stages: list[StageFigures], phase_s: dict[str, float],
+                   total_s: float, vmfb_bytes: int, output: Path) -> dict[str, Any]:
+    source_ids = [op["id"] for op in operators]
+    by_name = {figures.stage: figures for figures in stages}
+    partitions = dispatch_table(by_name)
+    return {
+        "schema": manifest.SCHEMA_NAME,
+        "version": manifest.MANIFEST_VERSION,
+        "id_scheme": ID_SCHEME_VERSION,
+        "producer": {"tool": "dfit compile", "toolchain": toolchain.versions(), "python": sys.version.split()[0]},
+        "input": {"path": str(source), "sha256": hashlib.sha256(source.read_bytes()).hexdigest()},
+        "compile": {
+            "mode": mode,
+            "driver": driver,
+            "flags": list(flags),
+            "output": str(output),
+            "vmfb_bytes": vmfb_bytes,
+            "phase_s": {name: round(value, 6) for name, value in phase_s.items()},
+            "total_s": round(total_s, 6),
+        },
+        "operators": operators,
+        "tensors": tensors,
+        "stages": [_stage_row(figures, source_ids, phase_s.get(figures.stage)) for figures in stages],
+        "lineage": {
+            "stages": [figures.stage for figures in stages],
+            "legend": lineage.CLASS_LETTERS,
+            "classes": {
+                source_id: "".join(lineage.CLASS_LETTERS[figures.classify(source_id)] for figures in stages)
+                for source_id in source_ids
+            },
+        },
+        "partitions": partitions,
+        "capabilities": iree_adapter.capabilities(),
+    }
+
+
+def _stage_row(figures: StageFigures, source_ids: list[str], phase_s: float | None) -> dict[str, Any]:
+    return {
+        "name": figures.stage,
+        "ops": figures.ops,
+        "tagged_ops": figures.tagged_ops,
+        "non_constant_ops": figures.non_constant_ops,
+        "non_constant_tagged": figures.non_constant_tagged,
+        "coverage": round(figures.coverage, 6),
+        "materialised_by_kind": figures.materialised_by_kind(),
+        "lineage": figures.class_counts(source_ids),
+        "phase_s": None if phase_s is None else round(phase_s, 6),
+        "snapshot_s": round(figures.time_s, 6),
+    }
+
+
+def dispatch_table(by_stage: dict[str, StageFigures]) -> dict[str, Any]:
+    """Exports and dispatch call sites in program order, each with its root and fused IDs.
+
+    Sites come from the last snapshot that has them (``hal``: the order the runtime
+    records). A site's fused IDs come from its dispatch region before outlining, matched
+    by root ID in program order, because after deduplication one export body serves many
+    sites and only carries the first site's IDs.
+    """
+    sites_stage = next((s for s in reversed(list(by_stage.values())) if s.sites), None)
+    exports_stage = next((s for s in reversed(list(by_stage.values())) if s.exports), None)
+    regions = list(by_stage["dispatch-creation"].regions) if "dispatch-creation" in by_stage else []
+    exports = exports_stage.exports if exports_stage else []
+    body_of = {export.name: export.body_ids for export in exports}
+    used = [False] * len(regions)
+    site_rows = []
+    for index, site in enumerate(sites_stage.sites if sites_stage else []):
+        fused: tuple[str, ...] = ()
+        for region_index, region in enumerate(regions):
+            if not used[region_index] and site.ids and region.root_ids[:1] == site.ids[:1]:
+                used[region_index] = True
+                fused = region.ids
+                break
+        if not fused:
+            fused = body_of.get(site.export, ())
+        site_rows.append(
+            {
+                "index": index,
+                "function": site.function,
+                "executable": site.executable,
+                "export": site.export,
+                "root_id": site.ids[0] if site.ids else None,
+                "ids": list(site.ids),
+                "fused_ids": list(fused),
+            }
+        )
+    export_rows = [
+        {
+            "executable": export.executable,
+            "name": export.name,
+            "ordinal": export.ordinal,
+            "root_id": export.ids[0] if export.ids else None,
+            "ids": list(export.ids),
+            "fused_ids": list(export.body_ids),
+        }
+        for export in exports
+    ]
+    return {
+        "sites_stage": sites_stage.stage if sites_stage else None,
+        "exports_stage": exports_stage.stage if exports_stage else None,
+        "exports": export_rows,
+        "dispatch_sites": site_rows,
+        "unattributed_exports": [row["name"] for row in export_rows if not row["ids"] and not row["fused_ids"]],
+        "unattributed_sites": [row["index"] for row in site_rows if not row["ids"] and not row["fused_ids"]],
+    }

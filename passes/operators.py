@@ -1,0 +1,109 @@
+"""The manifest's operator and tensor tables, read off a freshly tagged module."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from iree.compiler import ir
+
+from dfit_mlir import costs, locations
+from dfit_mlir.ids import TaggedOp
+from dfit_mlir.passes.snapshot import LocationCache
+
+_ARITH_DIALECTS = ("arith.", "math.")
+
+
+def _value_info(value: ir.Value) -> dict[str, Any]:
+    text = str(value.type)
+    shaped = costs.parse_shaped(text)
+    info: dict[str, Any] = {"type": text}
+    if shaped is not None:
+        info.update(shape=list(shaped.shape), dtype=shaped.dtype, bytes=shaped.nbytes)
+    return info
+
+
+def _generic_loops(op: ir.Operation) -> tuple[int | None, bool, int]:
+    """(iteration space size, has a reduction loop, arith ops in the body) of a
+    structured op with ``indexing_maps``; (None, False, 0) when not derivable."""
+    attributes = op.attributes
+    if "indexing_maps" not in attributes or not op.regions:
+        return None, False, 0
+    body_ops = sum(
+        1 for block in op.regions[0].blocks for child in block.operations if child.operation.name.startswith(_ARITH_DIALECTS)
+    )
+    reduction = "reduction" in str(attributes["iterator_types"]) if "iterator_types" in attributes else False
+    bounds: dict[int, int] = {}
+    operands = list(op.operands)
+    for index, map_attr in enumerate(ir.ArrayAttr(attributes["indexing_maps"])):
+        if index >= len(operands):
+            break
+        shaped = costs.parse_shaped(str(operands[index].type))
+        if shaped is None:
+            continue
+        for dim, expr in zip(shaped.shape, ir.AffineMapAttr(map_attr).value.results):
+            if dim is not None and isinstance(expr, ir.AffineDimExpr):
+                bounds.setdefault(expr.position, dim)
+    n_loops = ir.AffineMapAttr(ir.ArrayAttr(attributes["indexing_maps"])[0]).value.n_dims
+    if len(bounds) < n_loops:
+        return None, reduction, body_ops
+    return math.prod(bounds.values()), reduction, body_ops
+
+
+def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -> tuple[list[dict], list[dict]]:
+    """Operators and tensors of the tagged source module."""
+    id_of = {item.op: item.id for item in tagged}
+    operators: list[dict] = []
+    tensors: list[dict] = []
+    for item in tagged:
+        op = item.op
+        loc = locations.strip_dfit(cache.loc(op.location))
+        info = locations.source_info(loc)
+        operands = [_value_info(value) for value in op.operands]
+        results = [_value_info(value) for value in op.results]
+        space, reduction, body_ops = _generic_loops(op)
+        cost = costs.op_cost(
+            op.name,
+            [entry["type"] for entry in operands],
+            [entry["type"] for entry in results],
+            body_ops=body_ops,
+            iteration_space=space,
+            reduction=reduction,
+        )
+        parent = op.parent
+        operators.append(
+            {
+                "id": item.id,
+                "hash": item.hash,
+                "op": op.name,
+                "parent": id_of.get(parent) if parent is not None else None,
+                "operands": operands,
+                "results": results,
+                "macs": cost.macs,
+                "flops": cost.flops,
+                "bytes": cost.bytes,
+                "source": _file_loc(info.file_loc),
+                "name_path": list(info.name_path),
+                "call_stack": [_file_loc(frame) for frame in info.call_stack],
+                "phase": None,
+            }
+        )
+        for number, (value, entry) in enumerate(zip(op.results, results)):
+            if "shape" not in entry:
+                continue
+            consumers = sorted({id_of.get(use.owner.operation if isinstance(use.owner, ir.OpView) else use.owner, "?") for use in value.uses})
+            tensors.append(
+                {
+                    "id": f"{item.id}:{number}",
+                    "producer": item.id,
+                    "consumers": consumers,
+                    "shape": entry["shape"],
+                    "dtype": entry["dtype"],
+                    "bytes": entry["bytes"],
+                }
+            )
+    return operators, tensors
+
+
+def _file_loc(loc: locations.FileLoc | None) -> dict | None:
+    return None if loc is None else {"file": loc.file, "line": loc.line, "col": loc.col}

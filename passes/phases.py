@@ -1,0 +1,241 @@
+"""The IREE phase driver: run ``iree-compile``'s pipeline one phase at a time so that a
+snapshot can be taken between phases.
+
+Two drivers with one interface:
+
+* :class:`InProcessDriver` — one compiler session in this process: the module stays in
+  memory between phases. It calls ``ireeCompilerInvocationSetCompileFromPhase`` /
+  ``SetCompileToPhase`` of the compiler's C API through ctypes on the library that
+  ``iree.compiler.api`` already loaded; ``iree.compiler.api`` does not wrap them, so this
+  is a private entry point and is gated on the pinned compiler version.
+* :class:`SubprocessDriver` — the public fallback: ``iree-compile --compile-from=<prev>
+  --compile-to=<phase>`` per phase, with MLIR bytecode (which keeps every location) in
+  between. Slower: each phase re-parses and re-serialises the module.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Protocol, Sequence
+
+from iree.compiler import ir
+from iree.compiler.api import Output, Session
+from iree.compiler.api import ctypes_dl
+
+from dfit_mlir import toolchain
+from dfit_mlir.errors import CompileError, InvalidInputError, ToolchainError
+
+#: Used when the user's flags name no target; a plain ``iree-compile`` needs one too.
+DEFAULT_TARGET_FLAGS = (
+    "--iree-hal-target-device=local",
+    "--iree-hal-local-target-device-backends=llvm-cpu",
+    "--iree-llvmcpu-target-cpu=host",
+)
+_TARGET_FLAG_PREFIXES = ("--iree-hal-target-device", "--iree-hal-target-backends", "--iree-hal-local-target-device-backends")
+_PHASE_SETTERS = ("ireeCompilerInvocationSetCompileFromPhase", "ireeCompilerInvocationSetCompileToPhase")
+FORCE_DRIVER_ENV = "DFIT_PHASE_DRIVER"
+
+
+def with_default_target(flags: Sequence[str]) -> list[str]:
+    """The user's flags, plus the local CPU target when they name none."""
+    flags = list(flags)
+    if not any(flag.startswith(_TARGET_FLAG_PREFIXES) for flag in flags):
+        flags.extend(DEFAULT_TARGET_FLAGS)
+    return flags
+
+
+class PhaseDriver(Protocol):
+    name: str
+
+    def parse(self, path: Path) -> ir.Operation: ...
+
+    def run(self, module: ir.Operation, after: str | None, to: str) -> ir.Operation: ...
+
+    def write_vmfb(self, module: ir.Operation, after: str, target: Path) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class _SessionDriver:
+    """What both drivers share: a compiler session whose context has every dialect IREE
+    knows registered, the user's flags validated by the compiler itself."""
+
+    name = "session"
+
+    def __init__(self, flags: Sequence[str]):
+        self.flags = with_default_target(flags)
+        self.session = Session()
+        try:
+            self.session.set_flags(*self.flags)
+        except ValueError as error:
+            message = " ".join(str(error).split())
+            raise InvalidInputError(f"iree-compile rejected the flags: {message}") from None
+        self.context = self.session.context
+        self.context.allow_unregistered_dialects = False
+
+    def parse(self, path: Path) -> ir.Operation:
+        return parse_file(self.context, path)
+
+    def close(self) -> None:
+        self.session.close()
+
+
+def parse_file(context: ir.Context, path: Path) -> ir.Operation:
+    """Parse and verify an MLIR text or bytecode file; errors become one
+    :class:`InvalidInputError` holding the MLIR diagnostics with file:line:col."""
+    if not path.is_file():
+        raise InvalidInputError(f"{path}: no such file")
+    with context, _Diagnostics(context) as diagnostics:
+        try:
+            module = ir.Module.parseFile(str(path))
+        except ir.MLIRError as error:
+            raise InvalidInputError(diagnostics.render(error, path)) from None
+        try:
+            module.operation.verify()
+        except ir.MLIRError as error:
+            raise InvalidInputError(diagnostics.render(error, path)) from None
+    return module.operation
+
+
+def compiler_context() -> tuple[Session, ir.Context]:
+    """A compiler session and its context, with every dialect IREE knows registered."""
+    session = Session()
+    return session, session.context
+
+
+class _Diagnostics:
+    """Collects MLIR diagnostics so they can be shown as ``file:line:col: error: ...``."""
+
+    def __init__(self, context: ir.Context):
+        self.context = context
+        self.messages: list[str] = []
+
+    def __enter__(self) -> "_Diagnostics":
+        self.handler = self.context.attach_diagnostic_handler(self._handle)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.handler.detach()
+
+    def _handle(self, diagnostic: ir.DiagnosticInfo) -> bool:
+        self.messages.append(_format_diagnostic(diagnostic))
+        return True
+
+    def render(self, error: ir.MLIRError | None, path: Path) -> str:
+        lines = list(self.messages)
+        if error is not None:
+            lines.extend(_format_diagnostic(d) for d in error.error_diagnostics)
+        if not lines:
+            lines.append(f"{path}: error: {error}" if error else f"{path}: error: invalid module")
+        return "\n".join(dict.fromkeys(lines))
+
+
+def _format_diagnostic(diagnostic: object) -> str:
+    location = str(diagnostic.location)  # type: ignore[attr-defined]
+    if location.startswith("loc(") and location.endswith(")"):
+        location = location[4:-1].replace('"', "")
+    severity = str(diagnostic.severity).rsplit(".", 1)[-1].lower()  # type: ignore[attr-defined]
+    text = f"{location}: {severity}: {diagnostic.message}"  # type: ignore[attr-defined]
+    for note in getattr(diagnostic, "notes", ()):
+        text += "\n" + _format_diagnostic(note)
+    return text
+
+
+class InProcessDriver(_SessionDriver):
+    name = "in-process"
+
+    def __init__(self, flags: Sequence[str]):
+        require_phase_setters()
+        super().__init__(flags)
+        self._dylib = ctypes_dl._dylib
+
+    def _invocation(self, module: ir.Operation, after: str | None, to: str):
+        invocation = self.session.invocation()
+        invocation.enable_console_diagnostics()
+        invocation.import_module(module)
+        if after is not None:
+            self._dylib.ireeCompilerInvocationSetCompileFromPhase(invocation._inv_p, after.encode())
+        self._dylib.ireeCompilerInvocationSetCompileToPhase(invocation._inv_p, to.encode())
+        if not invocation.execute():
+            raise CompileError(f"iree-compile failed in phase '{to}' (diagnostics above)")
+        return invocation
+
+    def run(self, module: ir.Operation, after: str | None, to: str) -> ir.Operation:
+        return self._invocation(module, after, to).export_module()
+
+    def write_vmfb(self, module: ir.Operation, after: str, target: Path) -> None:
+        invocation = self._invocation(module, after, "end")
+        output = Output.open_file(str(target))
+        invocation.output_vm_bytecode(output)
+        output.keep()
+        output.close()
+
+
+class SubprocessDriver(_SessionDriver):
+    name = "subprocess"
+
+    def __init__(self, flags: Sequence[str]):
+        super().__init__(flags)
+        from iree.compiler.tools.binaries import find_tool
+
+        self.iree_compile = find_tool("iree-compile")
+        self.workdir = Path(tempfile.mkdtemp(prefix="dfit-phases-"))
+
+    def _compile(self, module: ir.Operation, after: str | None, extra: list[str], out: Path) -> None:
+        source = self.workdir / "in.mlirbc"
+        with open(source, "wb") as handle:
+            module.write_bytecode(handle)
+        command = [self.iree_compile, str(source), "-o", str(out), *self.flags, *extra]
+        if after is not None:
+            command.append(f"--compile-from={after}")
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise CompileError(f"iree-compile failed ({' '.join(extra)}):\n{result.stderr.strip()}")
+
+    def run(self, module: ir.Operation, after: str | None, to: str) -> ir.Operation:
+        out = self.workdir / f"{to}.mlirbc"
+        self._compile(module, after, [f"--compile-to={to}", "--emit-mlir-bytecode"], out)
+        with self.context:
+            return ir.Module.parseFile(str(out)).operation
+
+    def write_vmfb(self, module: ir.Operation, after: str, target: Path) -> None:
+        self._compile(module, after, [], target)
+
+    def close(self) -> None:
+        for path in self.workdir.iterdir():
+            path.unlink()
+        self.workdir.rmdir()
+        super().close()
+
+
+def require_phase_setters() -> None:
+    """Gate for the private C API phase setters: pinned compiler and symbols present."""
+    toolchain.require_pinned("iree-base-compiler", "The in-process phased compile")
+    dylib = ctypes_dl._dylib
+    missing = [name for name in _PHASE_SETTERS if not hasattr(dylib, name)]
+    if missing:
+        raise ToolchainError(f"libIREECompiler lacks {', '.join(missing)}; use the subprocess driver")
+    for name in _PHASE_SETTERS:
+        getattr(dylib, name).argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        getattr(dylib, name).restype = None
+
+
+def open_driver(flags: Sequence[str], prefer: str | None = None) -> PhaseDriver:
+    """The in-process driver when its gate passes, else the subprocess fallback (with a
+    one-line note on why). ``prefer`` (or ``$DFIT_PHASE_DRIVER``) forces one."""
+    prefer = prefer or os.environ.get(FORCE_DRIVER_ENV)
+    if prefer == "subprocess":
+        return SubprocessDriver(flags)
+    try:
+        return InProcessDriver(flags)
+    except ToolchainError as error:
+        if prefer == "in-process":
+            raise
+        import sys
+
+        print(f"dfit: note: {error}; falling back to iree-compile per phase", file=sys.stderr)
+        return SubprocessDriver(flags)

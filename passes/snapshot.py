@@ -1,0 +1,128 @@
+"""Lineage snapshot of a module after one IREE phase (MLIR bindings).
+
+One walk over every op: the source IDs its location names, and the dispatch structure —
+dispatch regions before outlining, executable exports with the IDs of their bodies, and
+dispatch call sites in host code in program order with the export they call.
+"""
+
+from __future__ import annotations
+
+import time
+
+from iree.compiler import ir
+
+from dfit_mlir import locations
+from dfit_mlir.lineage import DispatchRegion, DispatchSite, Export, StageFigures
+from dfit_mlir.passes.mlir_engine import to_loc
+
+REGION_KINDS = frozenset({"flow.dispatch.workgroups", "flow.dispatch.region"})
+EXPORT_KINDS = frozenset({"hal.executable.export", "stream.executable.export", "flow.executable.export"})
+EXECUTABLE_KINDS = frozenset({"hal.executable", "stream.executable", "flow.executable"})
+SITE_KINDS = frozenset({"hal.command_buffer.dispatch", "hal.command_buffer.dispatch.indirect", "stream.cmd.dispatch", "flow.dispatch"})
+FUNCTION_KINDS = frozenset({"func.func", "util.func", "util.initializer", "vm.func", "vm.initializer"})
+
+
+class LocationCache:
+    """Source IDs per location, shared by every snapshot of one compile: locations are
+    uniqued in the context, and most survive several phases unchanged."""
+
+    def __init__(self) -> None:
+        self._ids: dict[ir.Attribute, tuple[str, ...]] = {}
+        self._locs: dict[ir.Attribute, locations.Loc] = {}
+
+    def loc(self, location: ir.Location) -> locations.Loc:
+        return to_loc(location, self._locs)
+
+    def ids(self, location: ir.Location) -> tuple[str, ...]:
+        key = location.attr
+        found = self._ids.get(key)
+        if found is None:
+            found = self._ids[key] = locations.dfit_ids(to_loc(location, self._locs))
+        return found
+
+
+def symbol_path(attr: ir.Attribute) -> list[str]:
+    """``@a::@b::@c`` → ``["a", "b", "c"]``."""
+    return [part.strip().lstrip("@").strip('"') for part in str(attr).split("::")]
+
+
+def _sym_name(op: ir.Operation) -> str | None:
+    if "sym_name" in op.attributes:
+        return ir.StringAttr(op.attributes["sym_name"]).value
+    return None
+
+
+def _site_target(op: ir.Operation) -> tuple[str, str] | None:
+    """(executable, export) that a dispatch call site runs."""
+    attributes = op.attributes
+    for name in ("entry_points", "entry_point"):
+        if name in attributes:
+            attr = attributes[name]
+            first = ir.ArrayAttr(attr)[0] if isinstance(attr, ir.ArrayAttr) else attr
+            path = symbol_path(first)
+            return path[0], path[-1]
+    for operand in op.operands:  # hal: [%function_id] from hal.executable.lookup.function
+        owner = operand.owner
+        if isinstance(owner, ir.OpView) and owner.operation.name == "hal.executable.lookup.function":
+            path = symbol_path(owner.operation.attributes["entry_point"])
+            return path[0], path[-1]
+    return None
+
+
+def take_snapshot(module: ir.Operation, stage: str, cache: LocationCache) -> StageFigures:
+    start = time.perf_counter()
+    figures = StageFigures(stage)
+    export_ops: list[tuple[str, ir.Operation]] = []
+    body_ids: dict[tuple[str, str], set[str]] = {}
+    region_ids: list[tuple[DispatchRegion, set[str]]] = []
+
+    # Iterative pre-order walk; each entry carries the enclosing function, executable and
+    # the id-set collecting a dispatch region's or executable function's body (or None).
+    stack: list[tuple[ir.Operation, str, str, set[str] | None]] = [(module, "", "", None)]
+    while stack:
+        op, function, executable, collector = stack.pop()
+        kind = op.name
+        ids = cache.ids(op.location) if op is not module else ()
+        if op is not module:
+            figures.add(kind, ids)
+            if collector is not None:
+                collector.update(ids)
+        if kind in FUNCTION_KINDS:
+            function = _sym_name(op) or function
+            if executable:
+                collector = body_ids.setdefault((executable, function), set())
+        elif kind in EXECUTABLE_KINDS:
+            executable = _sym_name(op) or executable
+        elif kind in EXPORT_KINDS:
+            export_ops.append((executable, op))
+        elif kind in SITE_KINDS:
+            target = _site_target(op)
+            if target is not None:
+                figures.sites.append(DispatchSite(function, target[0], target[1], ids))
+        elif kind in REGION_KINDS:
+            collector = set(ids)
+            region_ids.append((DispatchRegion(function, ids, ()), collector))
+        children = [
+            (child.operation, function, executable, collector)
+            for region in op.regions
+            for block in region.blocks
+            for child in block.operations
+        ]
+        stack.extend(reversed(children))
+
+    for region, collected in region_ids:
+        figures.regions.append(DispatchRegion(region.function, region.root_ids, _ordered(region.root_ids, collected)))
+    for executable, op in export_ops:
+        name = _sym_name(op) or ""
+        ordinal = None
+        if "ordinal" in op.attributes:
+            ordinal = ir.IntegerAttr(op.attributes["ordinal"]).value
+        ids = cache.ids(op.location)
+        figures.exports.append(Export(executable, name, ordinal, ids, _ordered(ids, body_ids.get((executable, name), set()))))
+    figures.time_s = time.perf_counter() - start
+    return figures
+
+
+def _ordered(first: tuple[str, ...], rest: set[str]) -> tuple[str, ...]:
+    """``first`` in order, then the rest sorted: deterministic output for a set."""
+    return first + tuple(sorted(rest.difference(first)))

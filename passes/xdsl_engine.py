@@ -1,0 +1,353 @@
+"""The ID algorithm and the dfit encoding on xDSL operations.
+
+For the same input, :class:`XdslEngine` must give exactly the IDs and hashes of
+:class:`dfit_mlir.passes.mlir_engine.MlirEngine`. The hash reads printed attribute text,
+so attributes are printed with :class:`_MlirTextPrinter`: xDSL's printer with the few
+spellings where xDSL and MLIR's ``AsmPrinter`` disagree brought to MLIR's form.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from decimal import Decimal
+from io import StringIO
+from typing import Hashable, Iterable, Iterator, Sequence
+
+from xdsl.dialects.builtin import (
+    AffineMapAttr,
+    ArrayAttr,
+    BFloat16Type,
+    CallSiteLoc,
+    DenseIntOrFPElementsAttr,
+    DenseResourceAttr,
+    DictionaryAttr,
+    FileLineColLoc,
+    Float16Type,
+    Float32Type,
+    Float64Type,
+    FloatAttr,
+    FusedLoc,
+    IntegerAttr,
+    LocationAttr,
+    NameLoc,
+    NoneAttr,
+    ShapedType,
+    StringAttr,
+    UnregisteredOp,
+    i64,
+)
+from xdsl.ir import Attribute, Operation
+from xdsl.ir.affine import (
+    AffineBinaryOpExpr,
+    AffineBinaryOpKind,
+    AffineConstantExpr,
+    AffineDimExpr,
+    AffineExpr,
+    AffineMap,
+)
+from xdsl.printer import Printer
+from xdsl.utils.hints import isa
+
+from dfit_mlir import ids, locations
+from dfit_mlir.locations import DFIT_NAME_PREFIX, Loc
+
+#: Attributes xDSL keeps on an op that are not part of it in MLIR: an unregistered op's
+#: name (xDSL stores it as an attribute, MLIR as the op name).
+_XDSL_ONLY_ATTRS = frozenset({"op_name__"})
+
+
+def walk_ops(root: Operation) -> Iterator[Operation]:
+    """Pre-order walk of every op nested under ``root`` (``root`` excluded)."""
+    for op in root.walk():
+        if op is not root:
+            yield op
+
+
+class XdslEngine:
+    """:class:`dfit_mlir.ids.IREngine` over xDSL operations."""
+
+    def op_name(self, op: Operation) -> str:
+        return op.op_name.data if isinstance(op, UnregisteredOp) else op.name
+
+    def symbol_name(self, op: Operation) -> str | None:
+        # MLIR shows inherent attributes (xDSL properties) and discardable ones alike.
+        name = op.properties.get("sym_name") or op.attributes.get("sym_name")
+        return name.data if isinstance(name, StringAttr) else None
+
+    def signature(self, op: Operation) -> str:
+        # MLIR's ``op.attributes`` holds properties and attributes together.
+        merged = {**op.attributes, **op.properties}
+        pairs = [(name, _attr_text(attr)) for name, attr in merged.items() if name not in _XDSL_ONLY_ATTRS]
+        return ids.signature(pairs, (_text(result.type) for result in op.results))
+
+    def operand_keys(self, op: Operation) -> Sequence[Hashable]:
+        return list(op.operands)
+
+    def result_keys(self, op: Operation) -> Sequence[Hashable]:
+        return list(op.results)
+
+    def blocks(self, op: Operation) -> Iterable[tuple[Sequence[tuple[Hashable, str]], Sequence[Operation]]]:
+        for region in op.regions:
+            for block in region.blocks:
+                yield [(arg, _text(arg.type)) for arg in block.args], list(block.ops)
+
+
+def _attr_text(attr: Attribute) -> str:
+    """Printed value for the hash; large elements attributes (weights) by type only,
+    exactly as ``mlir_engine._attr_text``."""
+    if isinstance(attr, DenseIntOrFPElementsAttr | DenseResourceAttr):
+        shaped = attr.get_type()
+        if isinstance(shaped, ShapedType):
+            shape = shaped.get_shape()
+            if any(dim < 0 for dim in shape) or math.prod(shape) > ids.MAX_HASHED_ELEMENTS:
+                return f"elements<{_text(shaped)}>"
+    return _text(attr)
+
+
+def _text(attr: Attribute) -> str:
+    stream = StringIO()
+    _MlirTextPrinter(stream=stream).print_attribute(attr)
+    return stream.getvalue()
+
+
+class _MlirTextPrinter(Printer):
+    """xDSL's printer, spelling attributes as MLIR's ``AsmPrinter`` does.
+
+    Normalizations (each one a place where xDSL 0.74 prints differently):
+
+    * floats: MLIR's ``printFloatValue`` (round to 6 digits, keep if it parses back,
+      else APFloat's shortest form ``-3.40282347E+38``; hex for inf/NaN in upper case);
+      xDSL writes the fallback as ``-3.40282347e+38`` and hex in lower case;
+    * affine maps: MLIR binds ``*`` tighter than ``+`` and writes ``d0 - d1`` and
+      ``d0 - 1``; xDSL parenthesizes every binary expression (``(d1 + d4)``);
+    * arrays: MLIR elides ``: i64`` and ``: f64`` on elements of an array
+      (``[[0], [1, 2]]``, xDSL: ``[[0 : i64], ...]``);
+    * dictionaries: MLIR keeps them sorted by name; xDSL keeps the written order.
+    """
+
+    def print_float(self, value: float, type: Attribute) -> None:  # type: ignore[override]
+        text = _mlir_float(value, type)
+        if text is None:  # a float type MLIR and xDSL print alike (f80, f128, f8*)
+            super().print_float(value, type)  # type: ignore[arg-type]
+        else:
+            self.print_string(text)
+
+    def print_attribute(self, attribute: Attribute) -> None:
+        if isinstance(attribute, AffineMapAttr):
+            self.print_string(f"affine_map<{_affine_map(attribute.data)}>")
+        elif isinstance(attribute, ArrayAttr):
+            self.print_string("[")
+            self.print_list(attribute.data, self._print_array_element)
+            self.print_string("]")
+        elif isinstance(attribute, DictionaryAttr):
+            self.print_attr_dict(dict(sorted(attribute.data.items())))
+        else:
+            super().print_attribute(attribute)
+
+    def _print_array_element(self, attribute: Attribute) -> None:
+        # MLIR prints array elements with ``AttrTypeElision::May``.
+        if isinstance(attribute, IntegerAttr) and attribute.type == i64:
+            self.print_int(attribute.value.data)
+        elif isinstance(attribute, FloatAttr) and isinstance(attribute.type, Float64Type):
+            self.print_float(attribute.value.data, attribute.type)
+        else:
+            self.print_attribute(attribute)
+
+
+# --- floats as MLIR prints them --------------------------------------------------------
+
+#: float type -> (significand bits, struct format or None for bf16, bit width)
+_FLOAT_FORMATS: dict[type, tuple[int, str | None, int]] = {
+    Float16Type: (11, "e", 16),
+    BFloat16Type: (8, None, 16),
+    Float32Type: (24, "f", 32),
+    Float64Type: (53, "d", 64),
+}
+
+
+def _round_to(value: float, fmt: str | None) -> float:
+    if fmt is not None:
+        return struct.unpack(fmt, struct.pack(fmt, value))[0]
+    # bfloat16: round-to-nearest-even on the top 16 bits of the f32 pattern.
+    bits = struct.unpack("<I", struct.pack("<f", value))[0]
+    bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def _bits(value: float, fmt: str | None, width: int) -> int:
+    if fmt is None:
+        return struct.unpack("<I", struct.pack("<f", value))[0] >> 16
+    return int.from_bytes(struct.pack("<" + fmt, value), "little") & ((1 << width) - 1)
+
+
+def _mlir_float(value: float, type: Attribute) -> str | None:
+    """MLIR's ``printFloatValue``; None for types it does not cover."""
+    spec = _FLOAT_FORMATS.get(type.__class__)
+    if spec is None:
+        return None
+    precision_bits, fmt, width = spec
+    value = _round_to(value, fmt)
+    if math.isfinite(value):
+        text = _apfloat_to_string(value, precision_bits, 6, 0, truncate_zero=False)
+        if _bits(_round_to(float(text), fmt), fmt, width) == _bits(value, fmt, width):
+            return text
+        text = _apfloat_to_string(value, precision_bits, 0, 3, truncate_zero=True)
+        if "." in text:
+            return text
+    return f"0x{_bits(value, fmt, width):X}"
+
+
+def _apfloat_to_string(
+    value: float, precision_bits: int, format_precision: int, max_padding: int, *, truncate_zero: bool
+) -> str:
+    """LLVM's ``APFloat::toString`` for a finite value (exact decimal expansion, rounded
+    half-up to ``format_precision`` significant digits)."""
+    sign = "-" if math.copysign(1.0, value) < 0 else ""
+    if value == 0:
+        if max_padding:
+            return sign + "0"
+        if truncate_zero:
+            return sign + "0.0E+0"
+        return sign + "0." + "0" * max(format_precision, 1) + "e+00"
+    if not format_precision:
+        format_precision = 2 + precision_bits * 59 // 196
+    _, digit_tuple, exp = Decimal(abs(value)).as_tuple()
+    digits = list(digit_tuple)  # most significant first
+    assert isinstance(exp, int)
+    while digits[-1] == 0:
+        digits.pop()
+        exp += 1
+    if len(digits) > format_precision:
+        dropped = len(digits) - format_precision
+        round_up = digits[format_precision] >= 5
+        digits = digits[:format_precision]
+        exp += dropped
+        if round_up:
+            position = len(digits) - 1
+            while position >= 0 and digits[position] == 9:
+                position -= 1
+            if position < 0:
+                exp += len(digits)
+                digits = [1]
+            else:
+                exp += len(digits) - 1 - position
+                digits = digits[:position] + [digits[position] + 1]
+        while digits[-1] == 0:
+            digits.pop()
+            exp += 1
+    text = "".join(map(str, digits))
+    count = len(digits)
+
+    if not max_padding:
+        scientific = True
+    elif exp >= 0:
+        scientific = exp > max_padding or count + exp > format_precision
+    else:
+        msd = exp + count - 1
+        scientific = msd < 0 and -msd > max_padding
+    if scientific:
+        exp += count - 1
+        mantissa = text[0] + "." + (text[1:] or ("0" if truncate_zero else ""))
+        if not truncate_zero:
+            mantissa += "0" * max(format_precision - (count - 1), 0)
+        exponent = str(abs(exp)).rjust(1 if truncate_zero else 2, "0")
+        return f"{sign}{mantissa}{'E' if truncate_zero else 'e'}{'-' if exp < 0 else '+'}{exponent}"
+    if exp >= 0:
+        return sign + text + "0" * exp
+    whole = exp + count
+    if whole > 0:
+        return f"{sign}{text[:whole]}.{text[whole:]}"
+    return f"{sign}0.{'0' * -whole}{text}"
+
+
+# --- affine maps as MLIR prints them --------------------------------------------------
+
+_AFFINE_SPELLING = {
+    AffineBinaryOpKind.Add: " + ",
+    AffineBinaryOpKind.Mul: " * ",
+    AffineBinaryOpKind.FloorDiv: " floordiv ",
+    AffineBinaryOpKind.CeilDiv: " ceildiv ",
+    AffineBinaryOpKind.Mod: " mod ",
+}
+
+
+def _affine_map(amap: AffineMap) -> str:
+    dims = ", ".join(f"d{i}" for i in range(amap.num_dims))
+    symbols = ", ".join(f"s{i}" for i in range(amap.num_symbols))
+    results = ", ".join(_affine_expr(expr, strong=False) for expr in amap.results)
+    return f"({dims})" + (f"[{symbols}]" if amap.num_symbols else "") + f" -> ({results})"
+
+
+def _affine_expr(expr: AffineExpr, strong: bool) -> str:
+    """MLIR's ``printAffineExprInternal``: ``strong`` is ``BindingStrength::Strong``."""
+    if not isinstance(expr, AffineBinaryOpExpr):
+        return str(expr)  # d0, s0, 42: spelled alike
+    lhs, rhs, kind = expr.lhs, expr.rhs, expr.kind
+    if kind != AffineBinaryOpKind.Add:
+        if kind == AffineBinaryOpKind.Mul and _const(rhs) == -1:
+            body = "-" + _affine_expr(lhs, True)
+        else:
+            body = _affine_expr(lhs, True) + _AFFINE_SPELLING[kind] + _affine_expr(rhs, True)
+        return f"({body})" if strong else body
+    if isinstance(rhs, AffineBinaryOpExpr) and rhs.kind == AffineBinaryOpKind.Mul:
+        factor = _const(rhs.rhs)
+        if factor == -1:
+            inner_strong = isinstance(rhs.lhs, AffineBinaryOpExpr) and rhs.lhs.kind == AffineBinaryOpKind.Add
+            body = _affine_expr(lhs, False) + " - " + _affine_expr(rhs.lhs, inner_strong)
+            return f"({body})" if strong else body
+        if factor is not None and factor < -1:
+            body = f"{_affine_expr(lhs, False)} - {_affine_expr(rhs.lhs, True)} * {-factor}"
+            return f"({body})" if strong else body
+    constant = _const(rhs)
+    if constant is not None and constant < 0:
+        body = f"{_affine_expr(lhs, False)} - {-constant}"
+    else:
+        body = _affine_expr(lhs, False) + " + " + _affine_expr(rhs, False)
+    return f"({body})" if strong else body
+
+
+def _const(expr: AffineExpr) -> int | None:
+    return expr.value if isinstance(expr, AffineConstantExpr) else None
+
+
+# --- the dfit encoding -----------------------------------------------------------------
+
+
+def to_loc(location: Attribute) -> Loc:
+    """Convert an xDSL location attribute into the engine-neutral tree of
+    :mod:`dfit_mlir.locations`."""
+    if isinstance(location, NameLoc):
+        child = location.location
+        child_loc = None if isinstance(child, NoneAttr) or _is_unknown(child) else to_loc(child)
+        return locations.NameLoc(location.desc.data, child_loc)
+    if isinstance(location, FileLineColLoc):
+        return locations.FileLoc(location.filename.data, location.line.data, location.column.data)
+    if isinstance(location, CallSiteLoc):
+        return locations.CallSiteLoc(to_loc(location.callee), to_loc(location.caller))
+    if isinstance(location, FusedLoc) and isa(location.locations, ArrayAttr[Attribute]):
+        return locations.FusedLoc(tuple(to_loc(item) for item in location.locations.data))
+    return locations.UNKNOWN
+
+
+def _is_unknown(location: Attribute) -> bool:
+    return to_loc(location) == locations.UNKNOWN
+
+
+def original_location(location: LocationAttr) -> LocationAttr:
+    """The location below any dfit NameLoc wrappers (so re-tagging never nests them)."""
+    while isinstance(location, NameLoc) and location.desc.data.startswith(DFIT_NAME_PREFIX):
+        location = location.location  # type: ignore[assignment]
+    return location
+
+
+def tag_module(module: Operation) -> list[ids.TaggedOp[Operation]]:
+    """Stamp ``dfit.id`` / ``dfit.hash`` attributes and a ``dfit:<id>`` NameLoc wrapping
+    the original location on every op below ``module``; returns what was stamped."""
+    tagged = ids.assign_ids(XdslEngine(), module)
+    for item in tagged:
+        op = item.op
+        op.attributes[ids.ID_ATTR] = StringAttr(item.id)
+        op.attributes[ids.HASH_ATTR] = StringAttr(item.hash)
+        op.location = NameLoc(StringAttr(DFIT_NAME_PREFIX + item.id), original_location(op.location))
+    return tagged
