@@ -1,0 +1,1 @@
+"""Backend adapters and their capability descriptors (IREE: compiler-visible path)."""

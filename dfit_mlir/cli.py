@@ -73,8 +73,10 @@ def compile(ctx: click.Context, source: Path, tag: bool, mode: str, output: Path
 @click.option("--pass-pipeline", default=None, help="e.g. 'builtin.module(dfit-tag,canonicalize,cse)'.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Output file (default: stdout).")
 @click.option("--debuginfo/--no-debuginfo", default=True, show_default=True, help="Print locations.")
+@click.option("--allow-unregistered-dialect", is_flag=True, help="Accept ops of dialects IREE does not know.")
 @_user_errors
-def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None, debuginfo: bool) -> None:
+def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None, debuginfo: bool,
+        allow_unregistered_dialect: bool) -> None:
     """Run a pass pipeline mixing dfit passes with the bundled MLIR/IREE passes."""
     from dfit_mlir.errors import CompileError, InvalidInputError
     from dfit_mlir.passes.phases import compiler_context, parse_file
@@ -84,7 +86,7 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
     if tag and pass_pipeline:
         raise InvalidInputError("give either --dfit-tag or --pass-pipeline, not both")
     pipeline = pass_pipeline or ("builtin.module(dfit-tag)" if tag else "builtin.module()")
-    session, context = compiler_context()
+    session, context = compiler_context(allow_unregistered_dialect)
     module = parse_file(context, source)
     manager = build_pass_manager(pipeline, context)
     with context:

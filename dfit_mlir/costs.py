@@ -53,7 +53,7 @@ def dtype_bits(dtype: str) -> int | None:
         dtype = quant.group("storage")
     match = _BITS_RE.match(dtype)
     if match:
-        return max(8, int(match.group("bits"))) if int(match.group("bits")) < 8 else int(match.group("bits"))
+        return max(8, int(match.group("bits")))  # sub-byte types are stored in bytes
     return None
 
 
@@ -134,7 +134,7 @@ def op_cost(name: str, operands: Sequence[str], results: Sequence[str], body_ops
         return Cost(macs, 2 * macs, nbytes)
     flops = None
     if iteration_space is not None and body_ops:
-        flops = iteration_space * max(1, body_ops - 1)  # the yield is not arithmetic
+        flops = iteration_space * body_ops
     elif _is_reduction(name) and ins and ins[0] is not None:
         flops = ins[0].elements
     elif _is_pool(name) and outs and outs[0] is not None and len(ins) > 1 and ins[1] is not None:

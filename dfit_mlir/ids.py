@@ -23,8 +23,8 @@ Every op below a module gets two values:
   properties sorted by name (``dfit.*`` and operand/result segment sizes left out; the
   printed value with whitespace removed; elements attributes of more than
   :data:`MAX_HASHED_ELEMENTS` elements — weights — by their type only); its result types; for each operand, the hash of the op producing it and the
-  result number, or the block argument's position and type; and the hashes of the ops
-  nested in its regions.
+  result number, or the block argument's position and type; and, per block of its
+  regions, the sorted hashes of the ops nested in it.
 
 Why these properties hold:
 
@@ -144,7 +144,9 @@ class _Hasher(Generic[OpT]):
             for child in children:
                 uses |= child.uses
             blocks.append(children)
-            region_parts.append("{" + ";".join(child.hash for child in children) + "}")
+            # Sorted: each child hash already encodes its use-def cone, and printing order
+            # of independent ops must not matter.
+            region_parts.append("{" + ";".join(sorted(child.hash for child in children)) + "}")
         name = engine.op_name(op)
         op_hash = _digest(name, engine.signature(op), ",".join(operand_tokens), "".join(region_parts))
         for number, key in enumerate(engine.result_keys(op)):

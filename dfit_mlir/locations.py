@@ -128,33 +128,34 @@ class SourceInfo:
 
 
 def source_info(loc: Loc) -> SourceInfo:
-    """Source file, name path and call stack of the first non-fused branch of ``loc``."""
+    """Source file, name path and call stack of the first non-fused branch of ``loc``.
+
+    Names come from the callee side (the op's own scope names, e.g. ``conv1``); the call
+    stack lists every file location from the callee outwards through the callers.
+    """
     names: list[str] = []
     stack: list[FileLoc] = []
-    node: Loc | None = loc
-    while node is not None:
-        match node:
-            case NameLoc(name=name, child=child):
-                if not name.startswith(DFIT_NAME_PREFIX):
-                    names.append(name)
-                node = child
-            case CallSiteLoc(callee=callee, caller=caller):
-                stack.extend(_call_chain(callee))
-                stack.extend(_call_chain(caller))
-                node = None
-            case FusedLoc(locations=locations):
-                node = locations[0] if locations else None
-            case FileLoc():
-                stack.append(node)
-                node = None
-            case _:
-                node = None
+    pending: list[Loc] = [loc]  # callee first, then each caller outwards
+    while pending:
+        node: Loc | None = pending.pop(0)
+        first_frame = not stack
+        while node is not None:
+            match node:
+                case NameLoc(name=name, child=child):
+                    if first_frame and not name.startswith(DFIT_NAME_PREFIX):
+                        names.append(name)
+                    node = child
+                case CallSiteLoc(callee=callee, caller=caller):
+                    pending.insert(0, caller)
+                    node = callee
+                case FusedLoc(locations=locations):
+                    node = locations[0] if locations else None
+                case FileLoc():
+                    stack.append(node)
+                    node = None
+                case _:
+                    node = None
     return SourceInfo(stack[0] if stack else None, tuple(names), tuple(stack))
-
-
-def _call_chain(loc: Loc) -> list[FileLoc]:
-    """File locations along a call-site chain, callee first."""
-    return [node for node in walk(loc) if isinstance(node, FileLoc)][:64]
 
 
 def render(loc: Loc) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dfit_mlir.lineage import is_constant
+
 
 def attribution_summary(manifest: dict[str, Any]) -> str:
     """One row per stage: ops, tagged share of non-constant ops, lineage classes, and
@@ -28,9 +30,17 @@ def attribution_summary(manifest: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _is_top_level_compute(op_id: str) -> bool:
+    """``f/linalg.generic#0`` yes; nested body ops and constants no."""
+    scope, _, rest = op_id.rpartition("/")
+    op_name = rest.split("#", 1)[0]
+    return "#" in rest and "#" not in scope and not is_constant(op_name)
+
+
 def dispatch_summary(manifest: dict[str, Any]) -> str:
+    """Each call site: export, root ID, and the other top-level compute ops fused in."""
     lines = ["dispatch call sites in program order:"]
     for site in manifest["partitions"]["dispatch_sites"]:
-        others = len(site["fused_ids"]) - 1 if site["fused_ids"] else 0
-        lines.append(f"  #{site['index']:<3} {site['export']:<52} root {site['root_id']} (+{others} fused)")
+        fused = [i for i in site["fused_ids"] if i != site["root_id"] and _is_top_level_compute(i)]
+        lines.append(f"  #{site['index']:<3} {site['export']:<52} root {site['root_id']}; fused: {', '.join(fused) or '-'}")
     return "\n".join(lines)

@@ -45,3 +45,18 @@ def require_pinned(package: str, purpose: str) -> None:
             f"{purpose} needs {package}=={wanted} (found {found or 'none'}); "
             f"install it with: pip install {package}=={wanted}"
         )
+
+
+def runtime_tool(name: str) -> str:
+    """Path of a command-line tool shipped by iree-base-runtime (``iree-dump-module``,
+    ``iree-run-module``, ``iree-profile``): the environment's scripts folder first, so
+    the pinned copy wins over anything else on PATH."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    beside = Path(sys.executable).parent / name
+    found = str(beside) if beside.exists() else shutil.which(name)
+    if found is None:
+        raise ToolchainError(f"{name} not found; install iree-base-runtime=={PINNED['iree-base-runtime']}")
+    return found

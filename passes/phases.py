@@ -101,9 +101,10 @@ def parse_file(context: ir.Context, path: Path) -> ir.Operation:
     return module.operation
 
 
-def compiler_context() -> tuple[Session, ir.Context]:
+def compiler_context(allow_unregistered: bool = False) -> tuple[Session, ir.Context]:
     """A compiler session and its context, with every dialect IREE knows registered."""
     session = Session()
+    session.context.allow_unregistered_dialects = allow_unregistered
     return session, session.context
 
 

@@ -81,7 +81,8 @@ def build_pass_manager(pipeline: str, context: ir.Context) -> passmanager.PassMa
                 try:
                     manager.add(",".join(pending))
                 except ValueError as error:
-                    raise InvalidInputError(f"bad pass pipeline {','.join(pending)!r}: {error}") from None
+                    reason = str(error).splitlines()[0]
+                    raise InvalidInputError(f"bad pass pipeline {','.join(pending)!r}: {reason}") from None
                 pending.clear()
 
         for element in elements:

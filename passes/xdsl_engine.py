@@ -14,6 +14,7 @@ from decimal import Decimal
 from io import StringIO
 from typing import Hashable, Iterable, Iterator, Sequence
 
+from xdsl.context import Context
 from xdsl.dialects.builtin import (
     AffineMapAttr,
     ArrayAttr,
@@ -29,24 +30,28 @@ from xdsl.dialects.builtin import (
     FloatAttr,
     FusedLoc,
     IntegerAttr,
-    LocationAttr,
+    ModuleOp,
     NameLoc,
     NoneAttr,
     ShapedType,
     StringAttr,
+    UnknownLoc,
     UnregisteredOp,
     i64,
 )
+from xdsl.dialects.linalg.abstract_ops import NamedOperation, PoolingOperation
+from xdsl.dialects.linalg.ops import YieldOp
 from xdsl.ir import Attribute, Operation
 from xdsl.ir.affine import (
     AffineBinaryOpExpr,
     AffineBinaryOpKind,
     AffineConstantExpr,
-    AffineDimExpr,
     AffineExpr,
     AffineMap,
 )
+from xdsl.parser import Parser
 from xdsl.printer import Printer
+from xdsl.universe import Universe
 from xdsl.utils.hints import isa
 
 from dfit_mlir import ids, locations
@@ -55,6 +60,20 @@ from dfit_mlir.locations import DFIT_NAME_PREFIX, Loc
 #: Attributes xDSL keeps on an op that are not part of it in MLIR: an unregistered op's
 #: name (xDSL stores it as an attribute, MLIR as the op name).
 _XDSL_ONLY_ATTRS = frozenset({"op_name__"})
+
+
+def context() -> Context:
+    """A context with every dialect ``xdsl-opt`` knows (dfit's included, loaded lazily)
+    that also accepts unregistered ops, as the MLIR engine's context does."""
+    ctx = Context(allow_unregistered=True)
+    for name, factory in Universe.get_multiverse().all_dialects.items():
+        ctx.register_dialect(name, factory)
+    return ctx
+
+
+def parse(text: str, name: str = "<text>") -> ModuleOp:
+    """Parse MLIR text into an xDSL module with :func:`context`."""
+    return Parser(context(), text, name).parse_module()
 
 
 def walk_ops(root: Operation) -> Iterator[Operation]:
@@ -72,25 +91,55 @@ class XdslEngine:
 
     def symbol_name(self, op: Operation) -> str | None:
         # MLIR shows inherent attributes (xDSL properties) and discardable ones alike.
-        name = op.properties.get("sym_name") or op.attributes.get("sym_name")
+        name = op.properties.get("sym_name", op.attributes.get("sym_name"))
         return name.data if isinstance(name, StringAttr) else None
 
     def signature(self, op: Operation) -> str:
         # MLIR's ``op.attributes`` holds properties and attributes together.
         merged = {**op.attributes, **op.properties}
-        pairs = [(name, _attr_text(attr)) for name, attr in merged.items() if name not in _XDSL_ONLY_ATTRS]
+        pairs = [(name, _attr_text(value)) for name, value in merged.items()
+                 if name not in _XDSL_ONLY_ATTRS]
         return ids.signature(pairs, (_text(result.type) for result in op.results))
 
     def operand_keys(self, op: Operation) -> Sequence[Hashable]:
-        return list(op.operands)
+        return _combiner_operands(op) or list(op.operands)
 
     def result_keys(self, op: Operation) -> Sequence[Hashable]:
         return list(op.results)
 
-    def blocks(self, op: Operation) -> Iterable[tuple[Sequence[tuple[Hashable, str]], Sequence[Operation]]]:
+    def blocks(
+        self, op: Operation
+    ) -> Iterable[tuple[Sequence[tuple[Hashable, str]], Sequence[Operation]]]:
         for region in op.regions:
             for block in region.blocks:
                 yield [(arg, _text(arg.type)) for arg in block.args], list(block.ops)
+
+
+def _combiner_operands(op: Operation) -> list[Hashable] | None:
+    """Operands of a named linalg op's combiner in the order MLIR builds them.
+
+    A named op (``linalg.matmul``, ``linalg.conv_*``, ``linalg.pooling_*``) parsed from
+    its custom form gets a hidden region from the dialect's builder, and xDSL's builders
+    differ from MLIR's (opdsl), which always writes ``O = combine(O, value)``:
+    xDSL builds ``add(mul, O)`` for matmul/conv and ``max(in, window)`` for pooling.
+    The combiner (the op the region yields) is hashed as MLIR builds it. A region
+    written out in generic form already has MLIR's order and is left alone.
+    """
+    parent = op.parent_op()
+    block = op.parent_block()
+    if not isinstance(parent, NamedOperation) or block is None or not block.args:
+        return None
+    if not isinstance(op.next_op, YieldOp) or tuple(op.next_op.operands) != tuple(op.results):
+        return None
+    accumulator = block.args[-1]
+    operands = list(op.operands)
+    if len(operands) != 2 or operands[0] is accumulator:
+        return None
+    if operands[1] is accumulator:  # add(mul, O) -> add(O, mul)
+        return [accumulator, operands[0]]
+    if isinstance(parent, PoolingOperation):  # max(in, window) -> max(O, in)
+        return [accumulator, block.args[0]]
+    return None
 
 
 def _attr_text(attr: Attribute) -> str:
@@ -199,7 +248,8 @@ def _mlir_float(value: float, type: Attribute) -> str | None:
 
 
 def _apfloat_to_string(
-    value: float, precision_bits: int, format_precision: int, max_padding: int, *, truncate_zero: bool
+    value: float, precision_bits: int, format_precision: int, max_padding: int, *,
+    truncate_zero: bool,
 ) -> str:
     """LLVM's ``APFloat::toString`` for a finite value (exact decimal expansion, rounded
     half-up to ``format_precision`` significant digits)."""
@@ -251,8 +301,8 @@ def _apfloat_to_string(
         mantissa = text[0] + "." + (text[1:] or ("0" if truncate_zero else ""))
         if not truncate_zero:
             mantissa += "0" * max(format_precision - (count - 1), 0)
-        exponent = str(abs(exp)).rjust(1 if truncate_zero else 2, "0")
-        return f"{sign}{mantissa}{'E' if truncate_zero else 'e'}{'-' if exp < 0 else '+'}{exponent}"
+        exponent = ("-" if exp < 0 else "+") + str(abs(exp)).rjust(1 if truncate_zero else 2, "0")
+        return f"{sign}{mantissa}{'E' if truncate_zero else 'e'}{exponent}"
     if exp >= 0:
         return sign + text + "0" * exp
     whole = exp + count
@@ -293,8 +343,9 @@ def _affine_expr(expr: AffineExpr, strong: bool) -> str:
     if isinstance(rhs, AffineBinaryOpExpr) and rhs.kind == AffineBinaryOpKind.Mul:
         factor = _const(rhs.rhs)
         if factor == -1:
-            inner_strong = isinstance(rhs.lhs, AffineBinaryOpExpr) and rhs.lhs.kind == AffineBinaryOpKind.Add
-            body = _affine_expr(lhs, False) + " - " + _affine_expr(rhs.lhs, inner_strong)
+            inner = rhs.lhs  # d0 - (d1 + d2): a sum keeps its parentheses
+            inner_is_sum = _is_sum(inner)
+            body = _affine_expr(lhs, False) + " - " + _affine_expr(inner, inner_is_sum)
             return f"({body})" if strong else body
         if factor is not None and factor < -1:
             body = f"{_affine_expr(lhs, False)} - {_affine_expr(rhs.lhs, True)} * {-factor}"
@@ -305,6 +356,10 @@ def _affine_expr(expr: AffineExpr, strong: bool) -> str:
     else:
         body = _affine_expr(lhs, False) + " + " + _affine_expr(rhs, False)
     return f"({body})" if strong else body
+
+
+def _is_sum(expr: AffineExpr) -> bool:
+    return isinstance(expr, AffineBinaryOpExpr) and expr.kind == AffineBinaryOpKind.Add
 
 
 def _const(expr: AffineExpr) -> int | None:
@@ -319,7 +374,8 @@ def to_loc(location: Attribute) -> Loc:
     :mod:`dfit_mlir.locations`."""
     if isinstance(location, NameLoc):
         child = location.location
-        child_loc = None if isinstance(child, NoneAttr) or _is_unknown(child) else to_loc(child)
+        # xDSL parses ``loc("name")`` with a NoneAttr child, MLIR with an unknown one.
+        child_loc = None if isinstance(child, NoneAttr | UnknownLoc) else to_loc(child)
         return locations.NameLoc(location.desc.data, child_loc)
     if isinstance(location, FileLineColLoc):
         return locations.FileLoc(location.filename.data, location.line.data, location.column.data)
@@ -330,14 +386,11 @@ def to_loc(location: Attribute) -> Loc:
     return locations.UNKNOWN
 
 
-def _is_unknown(location: Attribute) -> bool:
-    return to_loc(location) == locations.UNKNOWN
-
-
-def original_location(location: LocationAttr) -> LocationAttr:
-    """The location below any dfit NameLoc wrappers (so re-tagging never nests them)."""
+def original_location(location: Attribute) -> Attribute:
+    """The location below any dfit NameLoc wrappers (so re-tagging never nests them);
+    NoneAttr where there is none."""
     while isinstance(location, NameLoc) and location.desc.data.startswith(DFIT_NAME_PREFIX):
-        location = location.location  # type: ignore[assignment]
+        location = location.location
     return location
 
 
@@ -349,5 +402,8 @@ def tag_module(module: Operation) -> list[ids.TaggedOp[Operation]]:
         op = item.op
         op.attributes[ids.ID_ATTR] = StringAttr(item.id)
         op.attributes[ids.HASH_ATTR] = StringAttr(item.hash)
-        op.location = NameLoc(StringAttr(DFIT_NAME_PREFIX + item.id), original_location(op.location))
+        child = original_location(op.location)
+        if isinstance(child, UnknownLoc):  # printed ``loc("dfit:<id>")``, as MLIR does
+            child = NoneAttr()
+        op.location = NameLoc(StringAttr(DFIT_NAME_PREFIX + item.id), child)
     return tagged

@@ -1,0 +1,192 @@
+"""Real models as IREE inputs, built without any download (tests and benchmarks).
+
+* ONNX: the ``onnx`` wheel ships real architectures (``light_<name>.onnx``: the real
+  graph, weights replaced by ``ConstantOfShape`` fills). They are at opset 9, so they
+  are upgraded to opset 17 (BatchNormalization does not legalize otherwise), given
+  static input dims, and imported with IREE's ONNX importer *Python API*, which puts each
+  node's name in its ops' locations (``loc("gpu_0/res2_0_branch2a_1")``); the
+  ``iree-import-onnx`` CLI prints without debug info and so drops them. The weight-fill
+  nodes have no name in these files; they get their output tensor's name, so that every
+  op of the import names the ONNX value it stands for.
+* TFLite: real quantized models from ``../shared/fixtures/edgetpu`` converted with
+  ``tosa-converter-for-tflite --bytecode --emit-debug-info``; every op then carries its
+  TFLite tensor name, ``loc("<tensor name>"("<file>.tflite":0:0))``.
+
+Outputs are cached in a caller-given directory (tests: a session tmp dir; benchmarks:
+``build/models``) and written atomically, so parallel or aborted runs never leave a
+half-written input behind.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+#: The project's shared fixtures (``../shared`` next to the repository).
+SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
+EDGETPU_FIXTURES = SHARED_FIXTURES / "edgetpu"
+
+#: Models chosen for the tests and the benchmark (see tests/test_real_models.py).
+ONNX_MODELS = ("squeezenet", "resnet50")
+TFLITE_MODELS = (
+    "coral_test_data/mobilenet_v1_0.25_128_quant.tflite",
+    "coral_transfer_mobilenet_v2_v16/mobilenet_v2_1.0_224_quant.tflite",
+)
+
+ONNX_OPSET = 17
+IREE_CPU_FLAGS = (
+    "--iree-hal-target-device=local",
+    "--iree-hal-local-target-device-backends=llvm-cpu",
+    "--iree-llvmcpu-target-cpu=host",
+)
+
+
+class FixtureUnavailable(RuntimeError):
+    """A model's source is not on this machine; the message says why (pass it to
+    ``pytest.skip``)."""
+
+
+def shared_fixture(relative: str | os.PathLike[str]) -> Path:
+    """``../shared/fixtures/edgetpu/<relative>``, or :class:`FixtureUnavailable`."""
+    if not SHARED_FIXTURES.is_dir():
+        raise FixtureUnavailable(
+            f"shared fixtures not found at {SHARED_FIXTURES} (the repository's ../shared); "
+            "real TFLite models come from there"
+        )
+    path = EDGETPU_FIXTURES / relative
+    if not path.is_file():
+        raise FixtureUnavailable(f"fixture {path} is missing")
+    return path
+
+
+def onnx_light_path(name: str) -> Path:
+    import onnx
+
+    path = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / f"light_{name}.onnx"
+    if not path.is_file():
+        raise FixtureUnavailable(f"the installed onnx package has no {path.name}")
+    return path
+
+
+def _atomic_target(target: Path) -> Path:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    return Path(name)
+
+
+def _publish(tmp: Path, target: Path) -> None:
+    with open(tmp, "rb+") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, target)
+
+
+def _static_inputs(model) -> None:
+    """Pin every symbolic or unknown graph-input dim to 1 (dynamic dims fail in IREE)."""
+    initializers = {init.name for init in model.graph.initializer}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        for dim in value.type.tensor_type.shape.dim:
+            if not dim.HasField("dim_value") or dim.dim_value <= 0:
+                dim.Clear()
+                dim.dim_value = 1
+
+
+def _name_unnamed_nodes(model) -> None:
+    for node in model.graph.node:
+        if not node.name and node.output:
+            node.name = node.output[0]
+
+
+def import_onnx(onnx_path: Path, target: Path, opset: int = ONNX_OPSET) -> Path:
+    """Import ``onnx_path`` into torch-dialect MLIR text at ``target``, keeping node
+    names as locations."""
+    import onnx
+    from iree.compiler import ir
+    from iree.compiler.extras import onnx_importer
+
+    model = onnx.load(str(onnx_path))
+    if model.opset_import and model.opset_import[0].version < opset:
+        model = onnx.version_converter.convert_version(model, opset)
+    _static_inputs(model)
+    _name_unnamed_nodes(model)
+    onnx.checker.check_model(model)
+    model = onnx.shape_inference.infer_shapes(model, data_prop=True)
+
+    context = ir.Context()
+    info = onnx_importer.ModelInfo(model)
+    module = info.create_module(context=context).operation
+    importer = onnx_importer.NodeImporter.define_function(info.main_graph, module)
+    importer.import_all()
+    module.verify()
+    tmp = _atomic_target(target)
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            module.print(file=handle, enable_debug_info=True, assume_verified=True)
+        _publish(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def onnx_model(name: str, workdir: str | os.PathLike[str]) -> Path:
+    """``light_<name>.onnx`` from the onnx wheel as IREE input MLIR (cached in workdir)."""
+    target = Path(workdir) / f"onnx_{name}.mlir"
+    if not target.is_file():
+        import_onnx(onnx_light_path(name), target)
+    return target
+
+
+def tosa_converter() -> str:
+    found = shutil.which("tosa-converter-for-tflite") or str(Path(sys.executable).parent / "tosa-converter-for-tflite")
+    if not Path(found).is_file():
+        raise FixtureUnavailable("tosa-converter-for-tflite is not installed (pip install tosa-converter-for-tflite)")
+    return found
+
+
+def convert_tflite(tflite_path: Path, target: Path) -> Path:
+    tmp = _atomic_target(target)
+    try:
+        done = subprocess.run(
+            [tosa_converter(), str(tflite_path), "--bytecode", "--emit-debug-info", "-o", str(tmp)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0 or tmp.stat().st_size == 0:
+            raise RuntimeError(
+                f"tosa-converter-for-tflite failed on {tflite_path} (exit {done.returncode}):\n{done.stderr.strip()}"
+            )
+        _publish(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
+
+
+def tflite_stem(path: str | os.PathLike[str]) -> str:
+    return Path(path).stem
+
+
+def tflite_model(path: str | os.PathLike[str], workdir: str | os.PathLike[str]) -> Path:
+    """A real ``.tflite`` (absolute, or relative to ``../shared/fixtures/edgetpu``) as
+    TOSA bytecode with debug info (cached in workdir)."""
+    source = Path(path) if Path(path).is_absolute() else shared_fixture(path)
+    if not source.is_file():
+        raise FixtureUnavailable(f"fixture {source} is missing")
+    target = Path(workdir) / f"tflite_{source.stem}.mlirbc"
+    if not target.is_file():
+        convert_tflite(source, target)
+    return target
+
+
+def iree_compile(source: Path, output: Path, flags: tuple[str, ...] = IREE_CPU_FLAGS) -> subprocess.CompletedProcess:
+    """Plain ``iree-compile`` (no dfit), for timing and as a baseline."""
+    from iree.compiler.tools.binaries import find_tool
+
+    return subprocess.run([find_tool("iree-compile"), str(source), *flags, "-o", str(output)],
+                          capture_output=True, text=True)
