@@ -24,15 +24,17 @@ CLASSES = ("preserved", "fused", "split", "erased")
 CLASS_LETTERS = {"preserved": "p", "fused": "f", "split": "s", "erased": "e"}
 
 #: Name segments of op kinds that hold data rather than computation (left out of the
-#: coverage ratio): ``arith.constant``, ``tosa.const``, ``vm.const.i32``,
-#: ``llvm.mlir.constant``, ``tosa.const_shape``.
+#: coverage ratio): constants (``arith.constant``, ``tosa.const``, ``vm.const.i32``,
+#: ``llvm.mlir.constant``, ``tosa.const_shape``) and global declarations
+#: (``util.global``, ``llvm.mlir.global``; loads and stores of them do count).
 CONSTANT_SEGMENTS = frozenset({"constant", "const", "const_shape"})
 #: Containers that only hold other ops; neither counted nor classified.
 CONTAINER_KINDS = frozenset({"builtin.module"})
 
 
 def is_constant(kind: str) -> bool:
-    return not CONSTANT_SEGMENTS.isdisjoint(kind.split(".")[1:])
+    segments = kind.split(".")[1:]
+    return bool(segments) and (segments[-1] == "global" or not CONSTANT_SEGMENTS.isdisjoint(segments))
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,9 @@ class StageFigures:
     tagged_ops: int = 0
     non_constant_ops: int = 0
     non_constant_tagged: int = 0
+    non_constant_inherited: int = 0
+    """Untagged non-constant ops nested in a tagged non-symbol op (a terminator in a
+    tagged ``linalg.generic``, a load inside a dispatch region): attributable to it."""
     untagged_by_kind: Counter = field(default_factory=Counter)
     carriers: dict[str, int] = field(default_factory=dict)
     fused_ids: set[str] = field(default_factory=set)
@@ -76,7 +81,7 @@ class StageFigures:
     sites: list[DispatchSite] = field(default_factory=list)
     time_s: float = 0.0
 
-    def add(self, kind: str, ids: tuple[str, ...]) -> None:
+    def add(self, kind: str, ids: tuple[str, ...], enclosed_by_tagged: bool = False) -> None:
         if kind in CONTAINER_KINDS:
             return
         self.ops += 1
@@ -85,6 +90,8 @@ class StageFigures:
             self.non_constant_ops += 1
         if not ids:
             self.untagged_by_kind[kind] += 1
+            if enclosed_by_tagged and not constant:
+                self.non_constant_inherited += 1
             return
         self.tagged_ops += 1
         if not constant:
@@ -98,6 +105,13 @@ class StageFigures:
     def coverage(self) -> float:
         """Share of non-constant ops that carry a source ID."""
         return self.non_constant_tagged / self.non_constant_ops if self.non_constant_ops else 1.0
+
+    @property
+    def attributed(self) -> float:
+        """Share of non-constant ops that carry a source ID or sit inside an op that does."""
+        if not self.non_constant_ops:
+            return 1.0
+        return (self.non_constant_tagged + self.non_constant_inherited) / self.non_constant_ops
 
     def classify(self, source_id: str) -> str:
         count = self.carriers.get(source_id, 0)

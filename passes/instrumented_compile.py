@@ -144,6 +144,7 @@ def _stage_row(figures: StageFigures, source_ids: list[str], phase_s: float | No
         "non_constant_ops": figures.non_constant_ops,
         "non_constant_tagged": figures.non_constant_tagged,
         "coverage": round(figures.coverage, 6),
+        "attributed": round(figures.attributed, 6),
         "materialised_by_kind": figures.materialised_by_kind(),
         "lineage": figures.class_counts(source_ids),
         "phase_s": None if phase_s is None else round(phase_s, 6),

@@ -76,15 +76,16 @@ def take_snapshot(module: ir.Operation, stage: str, cache: LocationCache) -> Sta
     body_ids: dict[tuple[str, str], set[str]] = {}
     region_ids: list[tuple[DispatchRegion, set[str]]] = []
 
-    # Iterative pre-order walk; each entry carries the enclosing function, executable and
-    # the id-set collecting a dispatch region's or executable function's body (or None).
-    stack: list[tuple[ir.Operation, str, str, set[str] | None]] = [(module, "", "", None)]
+    # Iterative pre-order walk; each entry carries the enclosing function, executable, the
+    # id-set collecting a dispatch region's or executable function's body (or None), and
+    # whether a tagged non-symbol op encloses it.
+    stack: list[tuple[ir.Operation, str, str, set[str] | None, bool]] = [(module, "", "", None, False)]
     while stack:
-        op, function, executable, collector = stack.pop()
+        op, function, executable, collector, enclosed = stack.pop()
         kind = op.name
         ids = cache.ids(op.location) if op is not module else ()
         if op is not module:
-            figures.add(kind, ids)
+            figures.add(kind, ids, enclosed)
             if collector is not None:
                 collector.update(ids)
         if kind in FUNCTION_KINDS:
@@ -102,8 +103,10 @@ def take_snapshot(module: ir.Operation, stage: str, cache: LocationCache) -> Sta
         elif kind in REGION_KINDS:
             collector = set(ids)
             region_ids.append((DispatchRegion(function, ids, ()), collector))
+        if op.regions:
+            enclosed = enclosed or (bool(ids) and "sym_name" not in op.attributes)
         children = [
-            (child.operation, function, executable, collector)
+            (child.operation, function, executable, collector, enclosed)
             for region in op.regions
             for block in region.blocks
             for child in block.operations
