@@ -111,6 +111,9 @@ class Cost:
     bytes: int | None
 
 
+#: ONNX ops (as the importer names them) with the rule of their equivalent.
+_ONNX_EQUIVALENT = {"onnx.Conv": "torch.aten.conv2d", "onnx.MatMul": "linalg.matmul", "onnx.Gemm": "linalg.matmul"}
+
 _ELEMENTWISE_SUFFIXES = frozenset(
     "add sub mul div addf subf mulf divf addi subi muli maximumf minimumf maxsi minsi "
     "maximum minimum negate negf exp log tanh sigmoid logistic rsqrt sqrt abs absf pow "
@@ -120,14 +123,21 @@ _ELEMENTWISE_SUFFIXES = frozenset(
 
 
 def op_cost(name: str, operands: Sequence[str], results: Sequence[str], body_ops: int = 0,
-            iteration_space: int | None = None, reduction: bool = False) -> Cost:
+            iteration_space: int | None = None, reduction: bool = False,
+            contraction: int | None = None) -> Cost:
     """Cost of one op. ``body_ops`` and ``iteration_space`` describe a ``linalg.generic``
-    (arith ops in its body, product of its loop bounds) when the engine can tell."""
+    (arith ops in its body, product of its loop bounds) when the engine can tell;
+    ``contraction`` is the contracted length of a ``dot_general`` (from its attribute).
+    ONNX ops imported as ``torch.operator "onnx.Conv"`` are passed by their ONNX name."""
     ins = [parse_shaped(text) for text in operands]
     outs = [parse_shaped(text) for text in results]
     tensor_bytes = [t.nbytes for t in ins + outs if t is not None]
     nbytes = sum(b for b in tensor_bytes if b is not None) if tensor_bytes and None not in tensor_bytes else None
+    if name.startswith("onnx."):
+        name = _ONNX_EQUIVALENT.get(name, name.lower())
     macs = _macs(name, ins, outs)
+    if macs is None and contraction is not None and outs and outs[0] is not None and outs[0].static:
+        macs = (outs[0].elements or 0) * contraction
     if macs is None and iteration_space is not None and reduction and body_ops >= 2:
         macs = iteration_space  # mul + add body over a reduction loop nest
     if macs is not None:
@@ -137,7 +147,7 @@ def op_cost(name: str, operands: Sequence[str], results: Sequence[str], body_ops
         flops = iteration_space * body_ops
     elif _is_reduction(name) and ins and ins[0] is not None:
         flops = ins[0].elements
-    elif _is_pool(name) and outs and outs[0] is not None and len(ins) > 1 and ins[1] is not None:
+    elif _is_pool(name) and not _is_reduction(name) and outs and outs[0] is not None and len(ins) > 1 and ins[1] is not None:
         window = ins[1].elements
         flops = outs[0].elements * window if outs[0].elements and window else None
     elif name.rsplit(".", 1)[-1] in _ELEMENTWISE_SUFFIXES and outs and outs[0] is not None:
@@ -146,7 +156,8 @@ def op_cost(name: str, operands: Sequence[str], results: Sequence[str], body_ops
 
 
 def _is_reduction(name: str) -> bool:
-    return name.endswith(("reduce", "reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "softmax")) or ".reduce" in name
+    return (name.endswith(("reduce", "reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "softmax"))
+            or ".reduce" in name or name.endswith("globalaveragepool"))
 
 
 def _is_pool(name: str) -> bool:

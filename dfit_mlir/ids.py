@@ -12,6 +12,9 @@ Every op below a module gets two values:
     op are scoped under that op's ID (``main/linalg.generic#0/arith.maximumf#0``); ops at
     module level outside any symbol use the scope ``module``.
   - a symbol op's own ID is its symbol path (``main``).
+  - ``<op name>`` is the op's registered name, except for generic importer ops that
+    stand for another op: ``torch.operator "onnx.Conv"`` is named ``onnx.Conv``
+    (:data:`GENERIC_OPS`).
   - ``k`` counts the ops of that name within the scope, in **canonical order**: a
     topological order of each block's def-use graph (an op comes after every op of the
     block whose results it, or any op nested in it, uses) that, among the ops ready at
@@ -61,6 +64,16 @@ HASH_HEX_DIGITS = 16
 #: Elements attributes larger than this enter the hash by type only: printing weights
 #: would cost more than the whole tag pass, and a weight update is still "the same op".
 MAX_HASHED_ELEMENTS = 16
+
+#: Generic ops whose ``name`` attribute says which op they stand for (the ONNX importer
+#: emits every ONNX node as ``torch.operator "onnx.<Op>"``).
+GENERIC_OPS = frozenset({"torch.operator"})
+
+
+def display_name(op_name: str, name_attr: str | None) -> str:
+    """The name used in IDs: ``name_attr`` for :data:`GENERIC_OPS`, else ``op_name``."""
+    return name_attr if op_name in GENERIC_OPS and name_attr else op_name
+
 
 #: Attributes that never enter the structural hash: dfit's own, and segment sizes that
 #: MLIR shows as attributes and xDSL keeps as properties (they follow from the operands).

@@ -27,13 +27,13 @@ CLASS_LETTERS = {"preserved": "p", "fused": "f", "split": "s", "erased": "e"}
 #: coverage ratio): constants (``arith.constant``, ``tosa.const``, ``vm.const.i32``,
 #: ``llvm.mlir.constant``, ``tosa.const_shape``) and global declarations
 #: (``util.global``, ``llvm.mlir.global``; loads and stores of them do count).
-CONSTANT_SEGMENTS = frozenset({"constant", "const", "const_shape"})
+CONSTANT_SEGMENTS = frozenset({"constant", "const", "const_shape", "constantofshape"})
 #: Containers that only hold other ops; neither counted nor classified.
 CONTAINER_KINDS = frozenset({"builtin.module"})
 
 
 def is_constant(kind: str) -> bool:
-    segments = kind.split(".")[1:]
+    segments = kind.lower().split(".")[1:]
     return bool(segments) and (segments[-1] == "global" or not CONSTANT_SEGMENTS.isdisjoint(segments))
 
 

@@ -32,7 +32,10 @@ class MlirEngine:
     """:class:`dfit_mlir.ids.IREngine` over ``iree.compiler.ir`` operations."""
 
     def op_name(self, op: ir.Operation) -> str:
-        return op.name
+        name = op.name
+        if name in ids.GENERIC_OPS and "name" in op.attributes:
+            return ids.display_name(name, ir.StringAttr(op.attributes["name"]).value)
+        return name
 
     def symbol_name(self, op: ir.Operation) -> str | None:
         if "sym_name" in op.attributes:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from iree.compiler import ir
 
 from dfit_mlir import costs, locations
 from dfit_mlir.ids import TaggedOp
+from dfit_mlir.passes.mlir_engine import MlirEngine
 from dfit_mlir.passes.snapshot import LocationCache
 
 _ARITH_DIALECTS = ("arith.", "math.")
@@ -50,9 +52,27 @@ def _generic_loops(op: ir.Operation) -> tuple[int | None, bool, int]:
     return math.prod(bounds.values()), reduction, body_ops
 
 
+_CONTRACTING_RE = re.compile(r"lhs_contracting_dimensions = \[([0-9, ]*)\]")
+
+
+def _dot_contraction(op: ir.Operation, operands: list[dict]) -> int | None:
+    """Contracted length of a ``stablehlo.dot_general`` from ``dot_dimension_numbers``."""
+    if op.name != "stablehlo.dot_general" or "dot_dimension_numbers" not in op.attributes or not operands:
+        return None
+    match = _CONTRACTING_RE.search(str(op.attributes["dot_dimension_numbers"]))
+    shape = operands[0].get("shape")
+    if match is None or not shape:
+        return None
+    dims = [int(d) for d in match.group(1).replace(" ", "").split(",") if d]
+    if any(shape[d] is None for d in dims):
+        return None
+    return math.prod(shape[d] for d in dims)
+
+
 def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -> tuple[list[dict], list[dict]]:
     """Operators and tensors of the tagged source module."""
     id_of = {item.op: item.id for item in tagged}
+    engine = MlirEngine()
     operators: list[dict] = []
     tensors: list[dict] = []
     for item in tagged:
@@ -62,20 +82,22 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
         operands = [_value_info(value) for value in op.operands]
         results = [_value_info(value) for value in op.results]
         space, reduction, body_ops = _generic_loops(op)
+        kind = engine.op_name(op)
         cost = costs.op_cost(
-            op.name,
+            kind,
             [entry["type"] for entry in operands],
             [entry["type"] for entry in results],
             body_ops=body_ops,
             iteration_space=space,
             reduction=reduction,
+            contraction=_dot_contraction(op, operands),
         )
         parent = op.parent
         operators.append(
             {
                 "id": item.id,
                 "hash": item.hash,
-                "op": op.name,
+                "op": kind,
                 "parent": id_of.get(parent) if parent is not None else None,
                 "operands": operands,
                 "results": results,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import struct
-from decimal import Decimal
 from io import StringIO
 from typing import Hashable, Iterable, Iterator, Sequence
 
@@ -217,7 +216,10 @@ _FLOAT_FORMATS: dict[type, tuple[int, str | None, int]] = {
 
 def _round_to(value: float, fmt: str | None) -> float:
     if fmt is not None:
-        return struct.unpack(fmt, struct.pack(fmt, value))[0]
+        try:
+            return struct.unpack(fmt, struct.pack(fmt, value))[0]
+        except OverflowError:  # beyond the largest finite value: APFloat rounds to inf
+            return math.copysign(math.inf, value)
     # bfloat16: round-to-nearest-even on the top 16 bits of the f32 pattern.
     bits = struct.unpack("<I", struct.pack("<f", value))[0]
     bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
@@ -251,8 +253,9 @@ def _apfloat_to_string(
     value: float, precision_bits: int, format_precision: int, max_padding: int, *,
     truncate_zero: bool,
 ) -> str:
-    """LLVM's ``APFloat::toString`` for a finite value (exact decimal expansion, rounded
-    half-up to ``format_precision`` significant digits)."""
+    """LLVM's ``APFloat::toString`` for a finite value, step by step: the exact value
+    N * 10^exp, a first cut of decimal digits by integer division (``AdjustToPrecision``
+    on the APInt), then round half up to ``format_precision`` digits."""
     sign = "-" if math.copysign(1.0, value) < 0 else ""
     if value == 0:
         if max_padding:
@@ -262,9 +265,15 @@ def _apfloat_to_string(
         return sign + "0." + "0" * max(format_precision, 1) + "e+00"
     if not format_precision:
         format_precision = 2 + precision_bits * 59 // 196
-    _, digit_tuple, exp = Decimal(abs(value)).as_tuple()
-    digits = list(digit_tuple)  # most significant first
-    assert isinstance(exp, int)
+    numerator, denominator = abs(value).as_integer_ratio()  # denominator: a power of two
+    binary_exp = 1 - denominator.bit_length()
+    significand, exp = (numerator * 5**-binary_exp, binary_exp) if binary_exp else (numerator, 0)
+    bits_required = (format_precision * 196 + 58) // 59
+    if significand.bit_length() > bits_required:
+        removable = (significand.bit_length() - bits_required) * 59 // 196
+        significand //= 10**removable
+        exp += removable
+    digits = [int(d) for d in str(significand)]  # most significant first
     while digits[-1] == 0:
         digits.pop()
         exp += 1
