@@ -40,6 +40,9 @@ Why these properties hold:
   counted per scope, so editing one function changes no ID in another;
 * matchable across compiles: equal structure gives equal hashes whatever the IDs.
 
+dfit's own ops (``dfit.probe``, ``dfit.probe_tensor``) are transparent: they get no ID,
+and inserting them changes no other op's ID or hash.
+
 Ties between structurally identical independent ops (e.g. two equal constants) are
 broken by printing order; swapping two such ops swaps two IDs whose hashes are equal, so
 nothing that matches by hash is affected.
@@ -75,9 +78,13 @@ def display_name(op_name: str, name_attr: str | None) -> str:
     return name_attr if op_name in GENERIC_OPS and name_attr else op_name
 
 
-#: Attributes that never enter the structural hash: dfit's own, and segment sizes that
-#: MLIR shows as attributes and xDSL keeps as properties (they follow from the operands).
-IGNORED_ATTRS = frozenset({"operandSegmentSizes", "resultSegmentSizes"})
+#: Attributes that never enter the structural hash: dfit's own, segment sizes that MLIR
+#: shows as attributes and xDSL keeps as properties (they follow from the operands), and
+#: the indexing-map cache MLIR's verifier stores on conv/pooling ops (xDSL never does).
+IGNORED_ATTRS = frozenset({"operandSegmentSizes", "resultSegmentSizes", "linalg.memoized_indexing_maps"})
+#: dfit's own ops (probes) are instrumentation: they get no ID and are invisible to the
+#: hash — a ``dfit.probe_tensor`` result hashes as the tensor it passes through.
+TRANSPARENT_PREFIX = "dfit."
 
 OpT = TypeVar("OpT")
 
@@ -142,10 +149,18 @@ class _Hasher(Generic[OpT]):
     def __init__(self, engine: IREngine[OpT]):
         self.engine = engine
         self.tokens: dict[Hashable, str] = {}
+        # Results of transparent (dfit's own) ops stand for the operand they pass through.
+        self.aliases: dict[Hashable, Hashable] = {}
 
-    def node(self, op: OpT) -> _Node[OpT]:
+    def node(self, op: OpT) -> _Node[OpT] | None:
+        """The op's node, or None for a transparent op (:data:`TRANSPARENT_PREFIX`)."""
         engine = self.engine
-        operand_keys = engine.operand_keys(op)
+        name = engine.op_name(op)
+        operand_keys = [self.aliases.get(key, key) for key in engine.operand_keys(op)]
+        if name.startswith(TRANSPARENT_PREFIX):
+            for key, operand in zip(engine.result_keys(op), operand_keys):
+                self.aliases[key] = operand
+            return None
         operand_tokens = [self.tokens.get(key, "?") for key in operand_keys]
         uses = set(operand_keys)
         blocks: list[list[_Node[OpT]]] = []
@@ -153,14 +168,13 @@ class _Hasher(Generic[OpT]):
         for block_index, (arguments, ops) in enumerate(engine.blocks(op)):
             for arg_index, (key, type_text) in enumerate(arguments):
                 self.tokens[key] = f"arg{block_index}.{arg_index}:{type_text}"
-            children = [self.node(child) for child in ops]
+            children = [node for node in map(self.node, ops) if node is not None]
             for child in children:
                 uses |= child.uses
             blocks.append(children)
             # Sorted: each child hash already encodes its use-def cone, and printing order
             # of independent ops must not matter.
             region_parts.append("{" + ";".join(sorted(child.hash for child in children)) + "}")
-        name = engine.op_name(op)
         op_hash = _digest(name, engine.signature(op), ",".join(operand_tokens), "".join(region_parts))
         for number, key in enumerate(engine.result_keys(op)):
             self.tokens[key] = f"{op_hash}.{number}"
@@ -197,6 +211,7 @@ def assign_ids(engine: IREngine[OpT], module: OpT) -> list[TaggedOp[OpT]]:
     """IDs and structural hashes for every op nested in ``module`` (not the module)."""
     hasher = _Hasher(engine)
     root = hasher.node(module)
+    assert root is not None, "the root must not be a dfit op"
     tagged: list[TaggedOp[OpT]] = []
 
     def visit(blocks: list[list[_Node[OpT]]], scope: str, symbol_scope: str | None) -> None:

@@ -18,7 +18,6 @@ from typing import ClassVar, Final
 
 from xdsl.dialects.builtin import StringAttr, TensorType
 from xdsl.ir import Attribute, Dialect, Operation, SSAValue
-from xdsl.utils.exceptions import VerifyException
 from xdsl.irdl import (
     IRDLOperation,
     VarConstraint,
@@ -29,6 +28,7 @@ from xdsl.irdl import (
     opt_attr_def,
     result_def,
 )
+from xdsl.utils.exceptions import VerifyException
 
 from dfit_mlir import ids, locations
 
@@ -81,7 +81,9 @@ class ProbeTensorOp(IRDLOperation):
     assembly_format = "$input attr-dict `:` type($input)"
 
     def __init__(self, input: SSAValue, id: str):
-        super().__init__(operands=[input], result_types=[input.type], attributes={"id": StringAttr(id)})
+        super().__init__(
+            operands=[input], result_types=[input.type], attributes={"id": StringAttr(id)}
+        )
 
 
 DFIT = Dialect("dfit", [ProbeOp, ProbeTensorOp], [])

@@ -3,7 +3,13 @@
 For the same input, :class:`XdslEngine` must give exactly the IDs and hashes of
 :class:`dfit_mlir.passes.mlir_engine.MlirEngine`. The hash reads printed attribute text,
 so attributes are printed with :class:`_MlirTextPrinter`: xDSL's printer with the few
-spellings where xDSL and MLIR's ``AsmPrinter`` disagree brought to MLIR's form.
+spellings where xDSL and MLIR's ``AsmPrinter`` disagree brought to MLIR's form; named
+linalg ops' hidden regions are hashed as MLIR builds them (:func:`_combiner_operands`).
+
+Known gaps (the hashes then differ from MLIR's): affine expressions that MLIR and xDSL
+*build* differently (xDSL distributes ``(d0 + d1) * 2``, MLIR keeps it; MLIR moves
+constants last in ``d0 + 1 + d1``); affine sets; properties (``<{...}>``) of ops
+unregistered in MLIR, which MLIR does not show.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from typing import Hashable, Iterable, Iterator, Sequence
 from xdsl.context import Context
 from xdsl.dialects.builtin import (
     AffineMapAttr,
+    AnyFloat,
     ArrayAttr,
     BFloat16Type,
     CallSiteLoc,
@@ -86,7 +93,11 @@ class XdslEngine:
     """:class:`dfit_mlir.ids.IREngine` over xDSL operations."""
 
     def op_name(self, op: Operation) -> str:
-        return op.op_name.data if isinstance(op, UnregisteredOp) else op.name
+        name = op.op_name.data if isinstance(op, UnregisteredOp) else op.name
+        if name in ids.GENERIC_OPS:
+            name_attr = op.properties.get("name", op.attributes.get("name"))
+            return ids.display_name(name, name_attr.data if isinstance(name_attr, StringAttr) else None)
+        return name
 
     def symbol_name(self, op: Operation) -> str | None:
         # MLIR shows inherent attributes (xDSL properties) and discardable ones alike.
@@ -174,10 +185,10 @@ class _MlirTextPrinter(Printer):
     * dictionaries: MLIR keeps them sorted by name; xDSL keeps the written order.
     """
 
-    def print_float(self, value: float, type: Attribute) -> None:  # type: ignore[override]
+    def print_float(self, value: float, type: AnyFloat) -> None:
         text = _mlir_float(value, type)
-        if text is None:  # a float type MLIR and xDSL print alike (f80, f128, f8*)
-            super().print_float(value, type)  # type: ignore[arg-type]
+        if text is None:  # f80, f128, f8*: left to xDSL
+            super().print_float(value, type)
         else:
             self.print_string(text)
 
@@ -217,18 +228,18 @@ _FLOAT_FORMATS: dict[type, tuple[int, str | None, int]] = {
 def _round_to(value: float, fmt: str | None) -> float:
     if fmt is not None:
         try:
-            return struct.unpack(fmt, struct.pack(fmt, value))[0]
+            return float(struct.unpack(fmt, struct.pack(fmt, value))[0])
         except OverflowError:  # beyond the largest finite value: APFloat rounds to inf
             return math.copysign(math.inf, value)
     # bfloat16: round-to-nearest-even on the top 16 bits of the f32 pattern.
     bits = struct.unpack("<I", struct.pack("<f", value))[0]
     bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
-    return struct.unpack("<f", struct.pack("<I", bits))[0]
+    return float(struct.unpack("<f", struct.pack("<I", bits))[0])
 
 
 def _bits(value: float, fmt: str | None, width: int) -> int:
     if fmt is None:
-        return struct.unpack("<I", struct.pack("<f", value))[0] >> 16
+        return int(struct.unpack("<I", struct.pack("<f", value))[0]) >> 16
     return int.from_bytes(struct.pack("<" + fmt, value), "little") & ((1 << width) - 1)
 
 

@@ -1,0 +1,200 @@
+"""Compile-time overhead of ``dfit compile --dfit-tag`` against a plain compile.
+
+For every real model of ``tests/realmodels.py`` (inputs built into ``build/models``), run
+``--rounds`` rounds; each round times, as subprocess wall time, in an order that rotates
+from round to round:
+
+* ``plain``: ``dfit compile IN -o X.vmfb`` (no ``--dfit-tag``: a plain ``iree-compile``);
+* ``ids``:   ``dfit compile IN --dfit-tag --mode ids -o X.vmfb``;
+* ``full``:  ``dfit compile IN --dfit-tag --mode full -o X.vmfb``.
+
+The machine's speed drifts, so the variants alternate within a round and the report uses
+medians. The result replaces this benchmark's section of ``benchmarks/RESULTS.md``.
+
+    python benchmarks/compile_overhead.py [--rounds 3] [--models squeezenet,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tests import realmodels  # noqa: E402
+
+RESULTS = REPO / "benchmarks" / "RESULTS.md"
+BEGIN = "<!-- compile_overhead:begin -->"
+END = "<!-- compile_overhead:end -->"
+VARIANTS = {
+    "plain": [],
+    "ids": ["--dfit-tag", "--mode", "ids"],
+    "full": ["--dfit-tag", "--mode", "full"],
+}
+TARGETS = {"ids": 1.10, "full": 1.30}
+
+
+def dfit_executable() -> str:
+    beside = Path(sys.executable).parent / "dfit"
+    found = str(beside) if beside.is_file() else shutil.which("dfit")
+    if not found:
+        sys.exit("compile_overhead: the dfit command is not installed (pip install -e .)")
+    return found
+
+
+def build_inputs(workdir: Path, selected: set[str] | None) -> dict[str, Path]:
+    inputs: dict[str, Path] = {}
+    for name in realmodels.ONNX_MODELS:
+        label = f"onnx:{name}"
+        if selected is None or name in selected or label in selected:
+            inputs[label] = realmodels.onnx_model(name, workdir)
+    for path in realmodels.TFLITE_MODELS:
+        label = f"tflite:{Path(path).stem}"
+        if selected is not None and Path(path).stem not in selected and label not in selected:
+            continue
+        try:
+            inputs[label] = realmodels.tflite_model(path, workdir)
+        except realmodels.FixtureUnavailable as reason:
+            print(f"skipping {label}: {reason}", file=sys.stderr)
+    return inputs
+
+
+def time_compile(dfit: str, source: Path, variant: str, out_dir: Path) -> float:
+    output = out_dir / f"{source.stem}.{variant}.vmfb"
+    command = [dfit, "compile", str(source), *VARIANTS[variant], "-o", str(output)]
+    started = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(
+            f"compile_overhead: {shlex.join(command)} failed (exit {done.returncode}):\n{done.stderr.strip()[-4000:]}"
+        )
+    return wall
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def nproc() -> str:
+    try:
+        return subprocess.run(["nproc"], capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return str(os.cpu_count())
+
+
+def render(rows: list[dict], rounds: int, command: str, started: dt.datetime, elapsed: float) -> str:
+    from dfit_mlir import toolchain
+
+    versions = ", ".join(f"{package} {version}" for package, version in toolchain.versions().items())
+    lines = [
+        BEGIN,
+        "## Compile overhead: `dfit compile --dfit-tag` vs plain",
+        "",
+        f"Measured {started.strftime('%Y-%m-%d %H:%M UTC')} on {nproc()} CPUs (`nproc`), {cpu_model()}; "
+        f"Python {platform.python_version()}, {versions}.",
+        f"{rounds} rounds per model, the three variants alternating within each round (order rotated per round); "
+        f"subprocess wall time in seconds, medians; whole run {elapsed / 60:.1f} min.",
+        "",
+        "Command:",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        "Each variant is `dfit compile IN [flags] -o X.vmfb` with the default llvm-cpu host target: "
+        "`plain` has no `--dfit-tag` (it runs `iree-compile`), `ids` adds `--dfit-tag --mode ids`, "
+        "`full` adds `--dfit-tag --mode full`.",
+        "",
+        "| model | plain (s) | ids (s) | full (s) | ids / plain | full / plain | ids ≤ 1.10x | full ≤ 1.30x | samples plain / ids / full (s) |",
+        "|---|---:|---:|---:|---:|---:|:-:|:-:|---|",
+    ]
+    for row in rows:
+        med = row["median"]
+        ids_ratio = med["ids"] / med["plain"]
+        full_ratio = med["full"] / med["plain"]
+        samples = " / ".join(", ".join(f"{value:.2f}" for value in row["samples"][variant]) for variant in VARIANTS)
+        lines.append(
+            f"| {row['label']} | {med['plain']:.2f} | {med['ids']:.2f} | {med['full']:.2f} | "
+            f"{ids_ratio:.3f}x | {full_ratio:.3f}x | {'yes' if ids_ratio <= TARGETS['ids'] else '**no**'} | "
+            f"{'yes' if full_ratio <= TARGETS['full'] else '**no**'} | {samples} |"
+        )
+    lines += ["", END]
+    return "\n".join(lines) + "\n"
+
+
+def update_results(section: str, path: Path = RESULTS) -> None:
+    from dfit_mlir import atomic
+
+    if path.is_file():
+        text = path.read_text(encoding="utf-8")
+    else:
+        text = "# Benchmark results\n\nWritten by the scripts in `benchmarks/`; each owns one section.\n\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        tail = rest.split(END, 1)[1].lstrip("\n")
+        text = head + section + ("\n" + tail if tail else "")
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    atomic.write_text(path, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per model (default 3)")
+    parser.add_argument("--models", default=None,
+                        help="comma-separated subset, e.g. squeezenet,mobilenet_v1_0.25_128_quant (default: all)")
+    parser.add_argument("--workdir", type=Path, default=REPO / "build" / "models", help="where inputs are built")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="markdown file to update")
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+
+    command = shlex.join(["python", "benchmarks/compile_overhead.py", *(argv if argv is not None else sys.argv[1:])])
+    started = dt.datetime.now(dt.timezone.utc)
+    t0 = time.perf_counter()
+    dfit = dfit_executable()
+    selected = set(args.models.split(",")) if args.models else None
+    inputs = build_inputs(args.workdir, selected)
+    if not inputs:
+        sys.exit("compile_overhead: no model selected or available")
+    out_dir = REPO / "build" / "bench"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    order = list(VARIANTS)
+    rows = []
+    for label, source in inputs.items():
+        samples: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+        for round_index in range(args.rounds):
+            shift = round_index % len(order)
+            for variant in order[shift:] + order[:shift]:
+                wall = time_compile(dfit, source, variant, out_dir)
+                samples[variant].append(wall)
+                print(f"{label:<40} round {round_index + 1}/{args.rounds} {variant:<6} {wall:7.2f} s", flush=True)
+        median = {variant: statistics.median(values) for variant, values in samples.items()}
+        rows.append({"label": label, "samples": samples, "median": median})
+        print(f"{label:<40} median plain {median['plain']:.2f} s, ids/plain {median['ids'] / median['plain']:.3f}x, "
+              f"full/plain {median['full'] / median['plain']:.3f}x", flush=True)
+    section = render(rows, args.rounds, command, started, time.perf_counter() - t0)
+    update_results(section, args.results)
+    print(f"wrote {args.results}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

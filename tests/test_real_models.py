@@ -1,0 +1,154 @@
+"""Instrumented compiles of real models (ONNX from the onnx wheel, TFLite from
+../shared/fixtures/edgetpu): every dispatch attributed, IDs on (nearly) every op up to
+executable-sources, and source names carried into the manifest's operator table.
+
+Each model is compiled once per module with ``compile_instrumented(mode="full")``; see
+``tests/realmodels.py`` for the models, why they were chosen and how they are built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dfit_mlir import lineage, toolchain
+from dfit_mlir.passes.instrumented_compile import SOURCE_STAGE, compile_instrumented
+from dfit_mlir.report import attribution_summary
+from tests import realmodels
+
+pytestmark = pytest.mark.slow
+
+#: The issue's bar: share of non-constant ops carrying a source ID at every stage up to
+#: and including executable-sources.
+COVERAGE_BAR = 0.999
+COVERAGE_STAGES = (SOURCE_STAGE, *toolchain.IREE_PHASES[: toolchain.IREE_PHASES.index("executable-sources") + 1])
+
+MODELS = [pytest.param(("onnx", name), id=f"onnx-{name}") for name in realmodels.ONNX_MODELS] + [
+    pytest.param(("tflite", path), id=f"tflite-{Path(path).stem}") for path in realmodels.TFLITE_MODELS
+]
+
+
+@dataclass(frozen=True)
+class Compiled:
+    kind: str
+    name: str
+    model: Path  # the .onnx or .tflite
+    source: Path  # the MLIR given to dfit
+    vmfb: Path
+    manifest: dict[str, Any]
+
+
+@pytest.fixture(scope="session")
+def real_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("real-models")
+
+
+@pytest.fixture(scope="module", params=MODELS)
+def compiled(request: pytest.FixtureRequest, real_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Compiled:
+    kind, name = request.param
+    if kind == "tflite":
+        model = realmodels.skip_unavailable(name)
+        source = realmodels.tflite_model(model, real_model_dir)
+    else:
+        model = realmodels.onnx_light_path(name)
+        source = realmodels.onnx_model(name, real_model_dir)
+    out = tmp_path_factory.mktemp(f"{kind}-{source.stem}") / f"{source.stem}.vmfb"
+    result = compile_instrumented(source, out, mode="full")
+    return Compiled(kind, name, model, source, result.vmfb, result.manifest)
+
+
+def test_vmfb_written(compiled: Compiled) -> None:
+    assert compiled.vmfb.is_file()
+    size = compiled.vmfb.stat().st_size
+    assert size > 0
+    assert compiled.manifest["compile"]["vmfb_bytes"] == size
+
+
+def test_every_dispatch_attributed(compiled: Compiled) -> None:
+    partitions = compiled.manifest["partitions"]
+    sites, exports = partitions["dispatch_sites"], partitions["exports"]
+    assert sites and exports, "a real model compiles to at least one dispatch"
+    bare_sites = [site["index"] for site in sites if not (site["ids"] or site["fused_ids"])]
+    bare_exports = [export["name"] for export in exports if not (export["ids"] or export["fused_ids"])]
+    assert not bare_sites, f"dispatch call sites without a source ID: {bare_sites}"
+    assert not bare_exports, f"exports without a source ID: {bare_exports}"
+    assert partitions["unattributed_sites"] == []
+    assert partitions["unattributed_exports"] == []
+    known = {op["id"] for op in compiled.manifest["operators"]}
+    for site in sites:
+        assert set(site["ids"]) | set(site["fused_ids"]) <= known, f"site #{site['index']} names unknown IDs"
+
+
+def _coverage_table(manifest: dict[str, Any]) -> list[str]:
+    rows = []
+    for stage in manifest["stages"]:
+        untagged = {kind: n for kind, n in stage["materialised_by_kind"].items() if not lineage.is_constant(kind)}
+        attributed = stage.get("attributed")
+        rows.append(
+            f"{stage['name']:<26} coverage {100 * stage['coverage']:7.3f}% "
+            f"({stage['non_constant_tagged']}/{stage['non_constant_ops']} non-constant ops)"
+            + (f", attributed incl. nested {100 * attributed:7.3f}%" if attributed is not None else "")
+            + f"; untagged non-constant by kind: {untagged}"
+        )
+    return rows
+
+
+def test_coverage_through_executable_sources(compiled: Compiled) -> None:
+    """The issue demands >= 99.9% of non-constant ops carry an ID at every phase up to
+    executable-sources. The failure message lists each stage's figures and untagged
+    kinds; do not lower the bar here without deciding on the metric."""
+    manifest = compiled.manifest
+    by_name = {stage["name"]: stage for stage in manifest["stages"]}
+    assert set(COVERAGE_STAGES) <= set(by_name), "a full-mode manifest snapshots every phase"
+    print(f"\n{compiled.kind} {compiled.name}:\n" + attribution_summary(manifest))
+    low = [name for name in COVERAGE_STAGES if by_name[name]["coverage"] < COVERAGE_BAR]
+    assert not low, (
+        f"{compiled.kind} {compiled.name}: coverage below {100 * COVERAGE_BAR}% at {low}\n"
+        + "\n".join(_coverage_table(manifest))
+    )
+
+
+def test_operators_carry_source_names(compiled: Compiled) -> None:
+    operators = compiled.manifest["operators"]
+    by_id = {op["id"]: op for op in operators}
+    if compiled.kind == "tflite":
+        # Every name is a TFLite tensor name: it occurs verbatim in the flatbuffer.
+        blob = compiled.model.read_bytes()
+        compute = [op for op in operators if op["op"].startswith("tosa.") and not lineage.is_constant(op["op"])]
+        assert compute
+        unnamed = [op["id"] for op in compute if not op["name_path"]]
+        assert not unnamed, f"TOSA ops without a TFLite tensor name: {unnamed}"
+        for op in operators:
+            if op["op"] == "func.func":
+                continue
+            for name in op["name_path"]:
+                assert name.encode() in blob, f"{op['id']}: {name!r} is not a tensor name of {compiled.model.name}"
+            if op["name_path"]:
+                assert op["source"] and op["source"]["file"].endswith(compiled.model.name)
+    else:
+        # Node names as the importer's locations: every name is an ONNX node/initializer/
+        # input name, and every compute node of the graph shows up.
+        names = realmodels.onnx_source_names(compiled.name)
+        # ``torch.operator "onnx.Conv"`` shows as ``onnx.Conv`` in the table.
+        imported = [op for op in operators if op["op"].startswith("onnx.") or op["op"] == "torch.operator"]
+        assert imported
+        unnamed = [op["id"] for op in imported if not op["name_path"]]
+        assert not unnamed, f"ONNX ops without a node name: {unnamed}"
+        seen = set()
+        for op in imported:
+            for name in op["name_path"]:
+                assert name in names, f"{op['id']}: {name!r} is not a name in the ONNX graph"
+                seen.add(name)
+        graph = realmodels.prepare_onnx(compiled.model).graph
+        compute_nodes = {node.name for node in graph.node if node.op_type not in ("Constant", "ConstantOfShape")}
+        assert compute_nodes <= seen, f"ONNX nodes missing from the operator table: {sorted(compute_nodes - seen)[:10]}"
+    # The runtime join ends at a name: every dispatch site's root op has one.
+    for site in compiled.manifest["partitions"]["dispatch_sites"]:
+        root = by_id.get(site["root_id"]) if site["root_id"] else None
+        named = root is not None and root["name_path"]
+        if not named:
+            named = any(by_id[i]["name_path"] for i in site["fused_ids"] if i in by_id)
+        assert named, f"dispatch site #{site['index']} ({site['export']}) leads to no source name"
