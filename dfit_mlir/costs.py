@@ -8,6 +8,7 @@ bytes are the static sizes of every tensor operand and result.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -45,6 +46,13 @@ class ShapedType:
         return (count * bits + 7) // 8
 
 
+@functools.lru_cache(maxsize=8192)
+def type_bytes(type_text: str) -> int | None:
+    """Static size of a shaped type's data, or None (not shaped, dynamic, unknown dtype)."""
+    shaped = parse_shaped(type_text)
+    return None if shaped is None else shaped.nbytes
+
+
 def dtype_bits(dtype: str) -> int | None:
     if dtype in _DTYPE_BITS:
         return _DTYPE_BITS[dtype]
@@ -57,8 +65,10 @@ def dtype_bits(dtype: str) -> int | None:
     return None
 
 
+@functools.lru_cache(maxsize=8192)
 def parse_shaped(type_text: str) -> ShapedType | None:
-    """``tensor<1x3xf32>``, ``memref<4xi8>``, ``!torch.vtensor<[1,3],f32>``; else None."""
+    """``tensor<1x3xf32>``, ``memref<4xi8>``, ``!torch.vtensor<[1,3],f32>``; else None.
+    Cached: a model has few distinct types and many values of each."""
     type_text = type_text.strip()
     match = _TENSOR_RE.match(type_text)
     if match:
@@ -131,8 +141,8 @@ def op_cost(name: str, operands: Sequence[str], results: Sequence[str], body_ops
     ONNX ops imported as ``torch.operator "onnx.Conv"`` are passed by their ONNX name."""
     ins = [parse_shaped(text) for text in operands]
     outs = [parse_shaped(text) for text in results]
-    tensor_bytes = [t.nbytes for t in ins + outs if t is not None]
-    nbytes = sum(b for b in tensor_bytes if b is not None) if tensor_bytes and None not in tensor_bytes else None
+    tensor_bytes = [type_bytes(text) for text in (*operands, *results) if parse_shaped(text) is not None]
+    nbytes = sum(tensor_bytes) if tensor_bytes and None not in tensor_bytes else None  # type: ignore[arg-type]
     if name.startswith("onnx."):
         name = _ONNX_EQUIVALENT.get(name, name.lower())
     macs = _macs(name, ins, outs)

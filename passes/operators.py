@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from typing import Any
@@ -17,12 +18,18 @@ _ARITH_DIALECTS = ("arith.", "math.")
 
 
 def _value_info(value: ir.Value) -> dict[str, Any]:
-    text = str(value.type)
-    shaped = costs.parse_shaped(text)
-    info: dict[str, Any] = {"type": text}
-    if shaped is not None:
-        info.update(shape=list(shaped.shape), dtype=shaped.dtype, bytes=shaped.nbytes)
+    info = dict(_type_info(str(value.type)))
+    if "shape" in info:
+        info["shape"] = list(info["shape"])
     return info
+
+
+@functools.lru_cache(maxsize=8192)
+def _type_info(text: str) -> tuple[tuple[str, Any], ...]:
+    shaped = costs.parse_shaped(text)
+    if shaped is None:
+        return (("type", text),)
+    return (("type", text), ("shape", shaped.shape), ("dtype", shaped.dtype), ("bytes", shaped.nbytes))
 
 
 def _generic_loops(op: ir.Operation) -> tuple[int | None, bool, int]:
