@@ -58,9 +58,9 @@ def build_inputs(workdir: Path, selected: set[str] | None) -> dict[str, Path]:
         label = f"onnx:{name}"
         if selected is None or name in selected or label in selected:
             inputs[label] = realmodels.onnx_model(name, workdir)
-    for path in realmodels.TFLITE_MODELS:
-        label = f"tflite:{Path(path).stem}"
-        if selected is not None and Path(path).stem not in selected and label not in selected:
+    for name, path in realmodels.TFLITE_MODELS.items():
+        label = f"tflite:{name}"
+        if selected is not None and name not in selected and label not in selected:
             continue
         try:
             inputs[label] = realmodels.tflite_model(path, workdir)
@@ -159,14 +159,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="rounds per model (default 3)")
     parser.add_argument("--models", default=None,
-                        help="comma-separated subset, e.g. squeezenet,mobilenet_v1_0.25_128_quant (default: all)")
+                        help="comma-separated subset, e.g. squeezenet,franco_fc (default: all)")
     parser.add_argument("--workdir", type=Path, default=REPO / "build" / "models", help="where inputs are built")
     parser.add_argument("--results", type=Path, default=RESULTS, help="markdown file to update")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
 
-    command = shlex.join(["python", "benchmarks/compile_overhead.py", *(argv if argv is not None else sys.argv[1:])])
+    script = os.path.relpath(Path(__file__).resolve(), Path.cwd())
+    command = f"cd {shlex.quote(str(Path.cwd()))} && " + shlex.join(
+        [sys.executable, script, *(argv if argv is not None else sys.argv[1:])]
+    )
     started = dt.datetime.now(dt.timezone.utc)
     t0 = time.perf_counter()
     dfit = dfit_executable()

@@ -40,6 +40,10 @@ Why these properties hold:
   counted per scope, so editing one function changes no ID in another;
 * matchable across compiles: equal structure gives equal hashes whatever the IDs.
 
+The arguments of a symbol op's entry block (a function's inputs) are tagged too, in
+their locations only: ``main/arg0``. IREE builds the ABI ops that import an input from
+the argument's location, so those ops trace back to the input they handle.
+
 dfit's own ops (``dfit.probe``, ``dfit.probe_tensor``) are transparent: they get no ID,
 and inserting them changes no other op's ID or hash.
 
@@ -71,6 +75,17 @@ MAX_HASHED_ELEMENTS = 16
 #: Generic ops whose ``name`` attribute says which op they stand for (the ONNX importer
 #: emits every ONNX node as ``torch.operator "onnx.<Op>"``).
 GENERIC_OPS = frozenset({"torch.operator"})
+
+
+def op_name_of(op_id: str) -> str | None:
+    """``main/linalg.matmul#3`` → ``linalg.matmul``; None for symbol and argument IDs."""
+    last = op_id.rsplit("/", 1)[-1]
+    return last.split("#", 1)[0] if "#" in last else None
+
+
+def argument_id(symbol_id: str, index: int) -> str:
+    """ID of the ``index``-th entry-block argument of the symbol op ``symbol_id``."""
+    return f"{symbol_id}/arg{index}"
 
 
 def display_name(op_name: str, name_attr: str | None) -> str:

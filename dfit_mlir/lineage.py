@@ -20,7 +20,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
+from dfit_mlir.ids import op_name_of
+
 CLASSES = ("preserved", "fused", "split", "erased")
+#: ``class_counts`` also splits the erased IDs of constants out: phases fold constants
+#: into globals and initializers all the time, and mixing them in hides real erasures.
+ERASED_CONSTANTS = "erased_constants"
 CLASS_LETTERS = {"preserved": "p", "fused": "f", "split": "s", "erased": "e"}
 
 #: Name segments of op kinds that hold data rather than computation (left out of the
@@ -122,9 +127,14 @@ class StageFigures:
         return "fused" if source_id in self.fused_ids else "preserved"
 
     def class_counts(self, source_ids: Iterable[str]) -> dict[str, int]:
-        counts = dict.fromkeys(CLASSES, 0)
+        """Source IDs per class; ``erased`` counts non-constant ops only, the constants
+        are in ``erased_constants``."""
+        counts = dict.fromkeys((*CLASSES, ERASED_CONSTANTS), 0)
         for source_id in source_ids:
-            counts[self.classify(source_id)] += 1
+            kind = self.classify(source_id)
+            if kind == "erased" and is_constant(op_name_of(source_id) or ""):
+                kind = ERASED_CONSTANTS
+            counts[kind] += 1
         return counts
 
     def materialised_by_kind(self) -> dict[str, int]:

@@ -10,7 +10,7 @@ from dfit_mlir.lineage import is_constant
 def attribution_summary(manifest: dict[str, Any]) -> str:
     """One row per stage: ops, tagged share of non-constant ops, lineage classes, and
     the most common compiler-materialised kinds."""
-    header = f"{'stage':<26}{'ops':>7}{'non-const':>10}{'tagged':>9}{'+nested':>9}{'pres':>6}{'fused':>6}{'split':>6}{'erased':>7}  untagged (top kinds)"
+    header = f"{'stage':<26}{'ops':>7}{'non-const':>10}{'tagged':>9}{'+nested':>9}{'pres':>6}{'fused':>6}{'split':>6}{'erased':>7}{'+const':>7}  untagged (top kinds)"
     lines = [f"per-stage attribution ({len(manifest['operators'])} source ops, mode {manifest.get('compile', {}).get('mode', '?')}):", header]
     for stage in manifest["stages"]:
         lineage = stage["lineage"]
@@ -18,7 +18,8 @@ def attribution_summary(manifest: dict[str, Any]) -> str:
         lines.append(
             f"{stage['name']:<26}{stage['ops']:>7}{stage['non_constant_ops']:>10}{100 * stage['coverage']:>8.2f}%"
             f"{100 * stage.get('attributed', stage['coverage']):>8.2f}%"
-            f"{lineage['preserved']:>6}{lineage['fused']:>6}{lineage['split']:>6}{lineage['erased']:>7}  {top}"
+            f"{lineage['preserved']:>6}{lineage['fused']:>6}{lineage['split']:>6}{lineage['erased']:>7}"
+            f"{lineage.get('erased_constants', 0):>7}  {top}"
         )
     partitions = manifest["partitions"]
     sites = partitions["dispatch_sites"]

@@ -109,7 +109,8 @@ def original_location(location: ir.Location) -> ir.Location:
 def tag_module(module: ir.Operation) -> list[ids.TaggedOp[ir.Operation]]:
     """Stamp ``dfit.id`` / ``dfit.hash`` attributes and a ``dfit:<id>`` NameLoc wrapping
     the original location on every op below ``module``; returns what was stamped."""
-    tagged = ids.assign_ids(MlirEngine(), module)
+    engine = MlirEngine()
+    tagged = ids.assign_ids(engine, module)
     context = module.context
     for item in tagged:
         op = item.op
@@ -118,6 +119,13 @@ def tag_module(module: ir.Operation) -> list[ids.TaggedOp[ir.Operation]]:
         op.location = ir.Location.name(
             DFIT_NAME_PREFIX + item.id, original_location(op.location), context
         )
+        if engine.symbol_name(op) is not None and op.regions and op.regions[0].blocks:
+            # Function arguments: IREE builds the ABI import ops from their locations.
+            for index, argument in enumerate(op.regions[0].blocks[0].arguments):
+                argument.set_location(
+                    ir.Location.name(DFIT_NAME_PREFIX + ids.argument_id(item.id, index),
+                                     original_location(argument.location), context)
+                )
     return tagged
 
 

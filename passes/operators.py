@@ -9,7 +9,7 @@ from typing import Any
 
 from iree.compiler import ir
 
-from dfit_mlir import costs, locations
+from dfit_mlir import costs, ids, locations
 from dfit_mlir.ids import TaggedOp
 from dfit_mlir.passes.mlir_engine import MlirEngine
 from dfit_mlir.passes.snapshot import LocationCache
@@ -117,13 +117,18 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
                 "phase": None,
             }
         )
-        for number, (value, entry) in enumerate(zip(op.results, results)):
+        values = [(f"{item.id}:{number}", value) for number, value in enumerate(op.results)]
+        if engine.symbol_name(op) is not None and op.regions and op.regions[0].blocks:
+            arguments = op.regions[0].blocks[0].arguments
+            values += [(ids.argument_id(item.id, index), arg) for index, arg in enumerate(arguments)]
+        for tensor_id, value in values:
+            entry = _value_info(value)
             if "shape" not in entry:
                 continue
-            consumers = sorted({id_of.get(use.owner.operation if isinstance(use.owner, ir.OpView) else use.owner, "?") for use in value.uses})
+            consumers = sorted({id_of.get(_owner(use), "?") for use in value.uses})
             tensors.append(
                 {
-                    "id": f"{item.id}:{number}",
+                    "id": tensor_id,
                     "producer": item.id,
                     "consumers": consumers,
                     "shape": entry["shape"],
@@ -132,6 +137,11 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
                 }
             )
     return operators, tensors
+
+
+def _owner(use: ir.OpOperand) -> ir.Operation:
+    owner = use.owner
+    return owner.operation if isinstance(owner, ir.OpView) else owner
 
 
 def _file_loc(loc: locations.FileLoc | None) -> dict | None:

@@ -40,10 +40,11 @@ EDGETPU_FIXTURES = SHARED_FIXTURES / "fixtures" / "edgetpu"
 #: 72057594037927936 bytes"); yolov8n compiles but takes 64 s; keras_lstm_mnist_ptq
 #: crashes iree-compile (SIGSEGV).
 ONNX_MODELS = ("squeezenet", "resnet50")
-TFLITE_MODELS = (
-    "coral_test_data/mobilenet_v1_0.25_128_quant.tflite",  # CNN: conv, depthwise, softmax
-    "franco_fc_v15/model.tflite",  # MLP: two fully-connected layers, dynamic batch
-)
+#: label -> path under ../shared/fixtures/edgetpu
+TFLITE_MODELS = {
+    "mobilenet_v1_0.25_128": "coral_test_data/mobilenet_v1_0.25_128_quant.tflite",  # CNN: conv, depthwise, softmax
+    "franco_fc": "franco_fc_v15/model.tflite",  # MLP: two fully-connected layers, dynamic batch
+}
 
 ONNX_OPSET = 17
 IREE_CPU_FLAGS = (
@@ -208,7 +209,7 @@ def tflite_model(path: str | os.PathLike[str], workdir: str | os.PathLike[str]) 
     source = Path(path) if Path(path).is_absolute() else shared_fixture(path)
     if not source.is_file():
         raise FixtureUnavailable(f"fixture {source} is missing")
-    target = Path(workdir) / f"tflite_{source.stem}.mlirbc"
+    target = Path(workdir) / f"tflite_{source.parent.name}_{source.stem}.mlirbc"
     if not target.is_file():
         convert_tflite(source, target)
     return target
