@@ -20,6 +20,7 @@ import argparse
 import datetime as dt
 import os
 import platform
+import resource
 import shlex
 import shutil
 import statistics
@@ -69,17 +70,40 @@ def build_inputs(workdir: Path, selected: set[str] | None) -> dict[str, Path]:
     return inputs
 
 
-def time_compile(dfit: str, source: Path, variant: str, out_dir: Path) -> float:
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def time_compile(dfit: str, source: Path, variant: str, out_dir: Path) -> tuple[float, float]:
+    """(wall seconds, CPU seconds user+sys) of one compile as a subprocess."""
     output = out_dir / f"{source.stem}.{variant}.vmfb"
     command = [dfit, "compile", str(source), *VARIANTS[variant], "-o", str(output)]
+    cpu_before = _children_cpu()
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True)
     wall = time.perf_counter() - started
+    cpu = _children_cpu() - cpu_before
     if done.returncode != 0:
         raise SystemExit(
             f"compile_overhead: {shlex.join(command)} failed (exit {done.returncode}):\n{done.stderr.strip()[-4000:]}"
         )
-    return wall
+    return wall, cpu
+
+
+def summarize(label: str, samples: dict[str, list[float]], cpu: dict[str, list[float]]) -> dict:
+    """Medians, and the median over rounds of each round's ratio to that round's plain
+    compile: pairing within a round cancels most of the machine's drift between rounds."""
+    def paired(values: dict[str, list[float]], variant: str) -> float:
+        return statistics.median(v / p for v, p in zip(values[variant], values["plain"]))
+
+    return {
+        "label": label,
+        "samples": samples,
+        "median": {variant: statistics.median(values) for variant, values in samples.items()},
+        "wall": {variant: paired(samples, variant) for variant in ("ids", "full")},
+        "cpu": {variant: paired(cpu, variant) for variant in ("ids", "full")},
+    }
 
 
 def cpu_model() -> str:
@@ -110,7 +134,9 @@ def render(rows: list[dict], rounds: int, command: str, started: dt.datetime, el
         f"Measured {started.strftime('%Y-%m-%d %H:%M UTC')} on {nproc()} CPUs (`nproc`), {cpu_model()}; "
         f"Python {platform.python_version()}, {versions}.",
         f"{rounds} rounds per model, the three variants alternating within each round (order rotated per round); "
-        f"subprocess wall time in seconds, medians; whole run {elapsed / 60:.1f} min.",
+        f"whole run {elapsed / 60:.1f} min. Times are subprocess wall seconds (medians). Ratios are the median "
+        "over rounds of each round's ratio to that round's plain compile, for wall time and for CPU time "
+        "(user+sys of the compile and its threads); the targets are judged on the wall ratio.",
         "",
         "Command:",
         "",
@@ -122,33 +148,33 @@ def render(rows: list[dict], rounds: int, command: str, started: dt.datetime, el
         "`plain` has no `--dfit-tag` (it runs `iree-compile`), `ids` adds `--dfit-tag --mode ids`, "
         "`full` adds `--dfit-tag --mode full`.",
         "",
-        "| model | plain (s) | ids (s) | full (s) | ids / plain | full / plain | ids ≤ 1.10x | full ≤ 1.30x | samples plain / ids / full (s) |",
+        "| model | plain (s) | ids (s) | full (s) | ids / plain wall (cpu) | full / plain wall (cpu) | ids ≤ 1.10x | full ≤ 1.30x | samples plain / ids / full (s) |",
         "|---|---:|---:|---:|---:|---:|:-:|:-:|---|",
     ]
     for row in rows:
-        med = row["median"]
-        ids_ratio = med["ids"] / med["plain"]
-        full_ratio = med["full"] / med["plain"]
+        med, wall, cpu = row["median"], row["wall"], row["cpu"]
         samples = " / ".join(", ".join(f"{value:.2f}" for value in row["samples"][variant]) for variant in VARIANTS)
         lines.append(
             f"| {row['label']} | {med['plain']:.2f} | {med['ids']:.2f} | {med['full']:.2f} | "
-            f"{ids_ratio:.3f}x | {full_ratio:.3f}x | {'yes' if ids_ratio <= TARGETS['ids'] else '**no**'} | "
-            f"{'yes' if full_ratio <= TARGETS['full'] else '**no**'} | {samples} |"
+            f"{wall['ids']:.3f}x ({cpu['ids']:.3f}x) | {wall['full']:.3f}x ({cpu['full']:.3f}x) | "
+            f"{'yes' if wall['ids'] <= TARGETS['ids'] else '**no**'} | "
+            f"{'yes' if wall['full'] <= TARGETS['full'] else '**no**'} | {samples} |"
         )
     lines += ["", END]
     return "\n".join(lines) + "\n"
 
 
-def update_results(section: str, path: Path = RESULTS) -> None:
+def update_results(section: str, path: Path = RESULTS, *, begin: str = BEGIN, end: str = END) -> None:
+    """Replace the section between ``begin`` and ``end`` markers (or append it)."""
     from dfit_mlir import atomic
 
     if path.is_file():
         text = path.read_text(encoding="utf-8")
     else:
         text = "# Benchmark results\n\nWritten by the scripts in `benchmarks/`; each owns one section.\n\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        tail = rest.split(end, 1)[1].lstrip("\n")
         text = head + section + ("\n" + tail if tail else "")
     else:
         text = text.rstrip("\n") + "\n\n" + section
@@ -183,16 +209,19 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for label, source in inputs.items():
         samples: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+        cpu: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
         for round_index in range(args.rounds):
             shift = round_index % len(order)
             for variant in order[shift:] + order[:shift]:
-                wall = time_compile(dfit, source, variant, out_dir)
+                wall, cpu_s = time_compile(dfit, source, variant, out_dir)
                 samples[variant].append(wall)
-                print(f"{label:<40} round {round_index + 1}/{args.rounds} {variant:<6} {wall:7.2f} s", flush=True)
-        median = {variant: statistics.median(values) for variant, values in samples.items()}
-        rows.append({"label": label, "samples": samples, "median": median})
-        print(f"{label:<40} median plain {median['plain']:.2f} s, ids/plain {median['ids'] / median['plain']:.3f}x, "
-              f"full/plain {median['full'] / median['plain']:.3f}x", flush=True)
+                cpu[variant].append(cpu_s)
+                print(f"{label:<40} round {round_index + 1}/{args.rounds} {variant:<6} {wall:7.2f} s wall "
+                      f"{cpu_s:7.2f} s cpu", flush=True)
+        row = summarize(label, samples, cpu)
+        rows.append(row)
+        print(f"{label:<40} paired wall ratio ids {row['wall']['ids']:.3f}x full {row['wall']['full']:.3f}x; "
+              f"cpu ids {row['cpu']['ids']:.3f}x full {row['cpu']['full']:.3f}x", flush=True)
     section = render(rows, args.rounds, command, started, time.perf_counter() - t0)
     update_results(section, args.results)
     print(f"wrote {args.results}")

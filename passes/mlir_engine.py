@@ -12,35 +12,72 @@ from dfit_mlir import ids, locations
 from dfit_mlir.locations import DFIT_NAME_PREFIX, Loc
 
 
+class OpTree:
+    """The ops of each block under a root, from one native walk.
+
+    Iterating ``block.operations`` makes an ``OpView`` per op, and the first op of each
+    dialect imports that dialect's Python module (linalg's takes 0.16 s); the native walk
+    hands out plain ``ir.Operation`` objects and is as fast. A post-order walk visits the
+    ops of a block in order, after the ops nested in them.
+    """
+
+    def __init__(self, root: ir.Operation):
+        self.root = root
+        self._ops: dict[ir.Block, list[ir.Operation]] = {}
+
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            if op != root:
+                self._ops.setdefault(op.block, []).append(op)
+            return ir.WalkResult.ADVANCE
+
+        root.walk(visit, ir.WalkOrder.POST_ORDER)
+
+    def ops_in(self, block: ir.Block) -> list[ir.Operation]:
+        return self._ops.get(block, [])
+
+    def children(self, op: ir.Operation) -> list[ir.Operation]:
+        """Ops directly nested in ``op``'s regions, in order."""
+        return [child for region in op.regions for block in region.blocks for child in self.ops_in(block)]
+
+    def walk(self) -> Iterator[ir.Operation]:
+        """Pre-order walk of every op under the root (the root excluded)."""
+        stack = list(reversed(self.children(self.root)))
+        while stack:
+            op = stack.pop()
+            yield op
+            stack.extend(reversed(self.children(op)))
+
+
 def walk_ops(root: ir.Operation) -> Iterator[ir.Operation]:
     """Pre-order walk of every op nested under ``root`` (``root`` excluded)."""
-    stack = [root]
-    while stack:
-        op = stack.pop()
-        children = [
-            child.operation
-            for region in op.regions
-            for block in region.blocks
-            for child in block.operations
-        ]
-        stack.extend(reversed(children))
-        if op is not root:
-            yield op
+    return OpTree(root).walk()
+
+
+def display_name(op: ir.Operation) -> str:
+    """The op's name as IDs use it (:func:`dfit_mlir.ids.display_name`)."""
+    name = op.name
+    if name in ids.GENERIC_OPS and "name" in op.attributes:
+        return ids.display_name(name, ir.StringAttr(op.attributes["name"]).value)
+    return name
+
+
+def symbol_name(op: ir.Operation) -> str | None:
+    if "sym_name" in op.attributes:
+        return ir.StringAttr(op.attributes["sym_name"]).value
+    return None
 
 
 class MlirEngine:
     """:class:`dfit_mlir.ids.IREngine` over ``iree.compiler.ir`` operations."""
 
+    def __init__(self, tree: OpTree):
+        self.tree = tree
+
     def op_name(self, op: ir.Operation) -> str:
-        name = op.name
-        if name in ids.GENERIC_OPS and "name" in op.attributes:
-            return ids.display_name(name, ir.StringAttr(op.attributes["name"]).value)
-        return name
+        return display_name(op)
 
     def symbol_name(self, op: ir.Operation) -> str | None:
-        if "sym_name" in op.attributes:
-            return ir.StringAttr(op.attributes["sym_name"]).value
-        return None
+        return symbol_name(op)
 
     def signature(self, op: ir.Operation) -> str:
         attributes = op.attributes
@@ -59,7 +96,7 @@ class MlirEngine:
         for region in op.regions:
             for block in region.blocks:
                 arguments = [(arg, str(arg.type)) for arg in block.arguments]
-                yield arguments, [child.operation for child in block.operations]
+                yield arguments, self.tree.ops_in(block)
 
 
 def _attr_text(attr: ir.Attribute) -> str:
@@ -109,7 +146,7 @@ def original_location(location: ir.Location) -> ir.Location:
 def tag_module(module: ir.Operation) -> list[ids.TaggedOp[ir.Operation]]:
     """Stamp ``dfit.id`` / ``dfit.hash`` attributes and a ``dfit:<id>`` NameLoc wrapping
     the original location on every op below ``module``; returns what was stamped."""
-    engine = MlirEngine()
+    engine = MlirEngine(OpTree(module))
     tagged = ids.assign_ids(engine, module)
     context = module.context
     for item in tagged:
@@ -119,7 +156,7 @@ def tag_module(module: ir.Operation) -> list[ids.TaggedOp[ir.Operation]]:
         op.location = ir.Location.name(
             DFIT_NAME_PREFIX + item.id, original_location(op.location), context
         )
-        if engine.symbol_name(op) is not None and op.regions and op.regions[0].blocks:
+        if symbol_name(op) is not None and op.regions and op.regions[0].blocks:
             # Function arguments: IREE builds the ABI import ops from their locations.
             for index, argument in enumerate(op.regions[0].blocks[0].arguments):
                 argument.set_location(
@@ -133,7 +170,7 @@ def strip_dfit_attributes(module: ir.Operation) -> int:
     """Remove every discardable ``dfit.*`` attribute (IDs stay in the locations) so that
     IREE deduplicates executables exactly as in a plain compile; returns how many."""
     removed = 0
-    for op in walk_ops(module):
+    for op in OpTree(module).walk():
         attributes = op.attributes
         for name in [name for name in attributes if name.startswith("dfit.")]:
             del attributes[name]

@@ -11,7 +11,7 @@ from iree.compiler import ir
 
 from dfit_mlir import costs, ids, locations
 from dfit_mlir.ids import TaggedOp
-from dfit_mlir.passes.mlir_engine import MlirEngine
+from dfit_mlir.passes import mlir_engine
 from dfit_mlir.passes.snapshot import LocationCache
 
 _ARITH_DIALECTS = ("arith.", "math.")
@@ -79,7 +79,6 @@ def _dot_contraction(op: ir.Operation, operands: list[dict]) -> int | None:
 def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -> tuple[list[dict], list[dict]]:
     """Operators and tensors of the tagged source module."""
     id_of = {item.op: item.id for item in tagged}
-    engine = MlirEngine()
     operators: list[dict] = []
     tensors: list[dict] = []
     for item in tagged:
@@ -89,7 +88,7 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
         operands = [_value_info(value) for value in op.operands]
         results = [_value_info(value) for value in op.results]
         space, reduction, body_ops = _generic_loops(op)
-        kind = engine.op_name(op)
+        kind = mlir_engine.display_name(op)
         cost = costs.op_cost(
             kind,
             [entry["type"] for entry in operands],
@@ -118,7 +117,7 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
             }
         )
         values = [(f"{item.id}:{number}", value) for number, value in enumerate(op.results)]
-        if engine.symbol_name(op) is not None and op.regions and op.regions[0].blocks:
+        if mlir_engine.symbol_name(op) is not None and op.regions and op.regions[0].blocks:
             arguments = op.regions[0].blocks[0].arguments
             values += [(ids.argument_id(item.id, index), arg) for index, arg in enumerate(arguments)]
         for tensor_id, value in values:

@@ -13,7 +13,7 @@ from iree.compiler import ir
 
 from dfit_mlir import locations
 from dfit_mlir.lineage import DispatchRegion, DispatchSite, Export, StageFigures
-from dfit_mlir.passes.mlir_engine import to_loc
+from dfit_mlir.passes.mlir_engine import OpTree, symbol_name, to_loc
 
 REGION_KINDS = frozenset({"flow.dispatch.workgroups", "flow.dispatch.region"})
 EXPORT_KINDS = frozenset({"hal.executable.export", "stream.executable.export", "flow.executable.export"})
@@ -46,12 +46,6 @@ def symbol_path(attr: ir.Attribute) -> list[str]:
     return [part.strip().lstrip("@").strip('"') for part in str(attr).split("::")]
 
 
-def _sym_name(op: ir.Operation) -> str | None:
-    if "sym_name" in op.attributes:
-        return ir.StringAttr(op.attributes["sym_name"]).value
-    return None
-
-
 def _site_target(op: ir.Operation) -> tuple[str, str] | None:
     """(executable, export) that a dispatch call site runs."""
     attributes = op.attributes
@@ -63,14 +57,16 @@ def _site_target(op: ir.Operation) -> tuple[str, str] | None:
             return path[0], path[-1]
     for operand in op.operands:  # hal: [%function_id] from hal.executable.lookup.function
         owner = operand.owner
-        if isinstance(owner, ir.OpView) and owner.operation.name == "hal.executable.lookup.function":
-            path = symbol_path(owner.operation.attributes["entry_point"])
+        owner = owner.operation if isinstance(owner, ir.OpView) else owner
+        if isinstance(owner, ir.Operation) and owner.name == "hal.executable.lookup.function":
+            path = symbol_path(owner.attributes["entry_point"])
             return path[0], path[-1]
     return None
 
 
 def take_snapshot(module: ir.Operation, stage: str, cache: LocationCache) -> StageFigures:
     start = time.perf_counter()
+    tree = OpTree(module)
     figures = StageFigures(stage)
     export_ops: list[tuple[str, ir.Operation]] = []
     body_ids: dict[tuple[str, str], set[str]] = {}
@@ -89,11 +85,11 @@ def take_snapshot(module: ir.Operation, stage: str, cache: LocationCache) -> Sta
             if collector is not None:
                 collector.update(ids)
         if kind in FUNCTION_KINDS:
-            function = _sym_name(op) or function
+            function = symbol_name(op) or function
             if executable:
                 collector = body_ids.setdefault((executable, function), set())
         elif kind in EXECUTABLE_KINDS:
-            executable = _sym_name(op) or executable
+            executable = symbol_name(op) or executable
         elif kind in EXPORT_KINDS:
             export_ops.append((executable, op))
         elif kind in SITE_KINDS:
@@ -105,18 +101,13 @@ def take_snapshot(module: ir.Operation, stage: str, cache: LocationCache) -> Sta
             region_ids.append((DispatchRegion(function, ids, ()), collector))
         if op.regions:
             enclosed = enclosed or (bool(ids) and "sym_name" not in op.attributes)
-        children = [
-            (child.operation, function, executable, collector, enclosed)
-            for region in op.regions
-            for block in region.blocks
-            for child in block.operations
-        ]
+        children = [(child, function, executable, collector, enclosed) for child in tree.children(op)]
         stack.extend(reversed(children))
 
     for region, collected in region_ids:
         figures.regions.append(DispatchRegion(region.function, region.root_ids, _ordered(region.root_ids, collected)))
     for executable, op in export_ops:
-        name = _sym_name(op) or ""
+        name = symbol_name(op) or ""
         ordinal = None
         if "ordinal" in op.attributes:
             ordinal = ir.IntegerAttr(op.attributes["ordinal"]).value
