@@ -79,6 +79,12 @@ def _dot_contraction(op: ir.Operation, operands: list[dict]) -> int | None:
 def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -> tuple[list[dict], list[dict]]:
     """Operators and tensors of the tagged source module."""
     id_of = {item.op: item.id for item in tagged}
+    # Consumers from the operand side: ``value.uses`` hands out each user as an OpView,
+    # and for a dialect without Python bindings (torch) every one retries the import.
+    consumers_of: dict[ir.Value, set[str]] = {}
+    for item in tagged:
+        for operand in item.op.operands:
+            consumers_of.setdefault(operand, set()).add(item.id)
     operators: list[dict] = []
     tensors: list[dict] = []
     for item in tagged:
@@ -124,7 +130,7 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
             entry = _value_info(value)
             if "shape" not in entry:
                 continue
-            consumers = sorted({id_of.get(_owner(use), "?") for use in value.uses})
+            consumers = sorted(consumers_of.get(value, ()))
             tensors.append(
                 {
                     "id": tensor_id,
@@ -136,11 +142,6 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
                 }
             )
     return operators, tensors
-
-
-def _owner(use: ir.OpOperand) -> ir.Operation:
-    owner = use.owner
-    return owner.operation if isinstance(owner, ir.OpView) else owner
 
 
 def _file_loc(loc: locations.FileLoc | None) -> dict | None:

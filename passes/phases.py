@@ -84,11 +84,23 @@ class _SessionDriver:
         self.session.close()
 
 
+#: Model formats people hand to a compiler, and how to bring each into MLIR first.
+MODEL_IMPORTERS = {
+    ".onnx": "import it with iree-import-onnx (opset >= 17, static input shapes)",
+    ".tflite": "convert it with tosa-converter-for-tflite --bytecode --emit-debug-info",
+    ".pt": "export it to MLIR with iree-turbine (torch==2.13.0)",
+    ".pb": "export it to StableHLO (e.g. jax.export or tf's MLIR export) first",
+}
+
+
 def parse_file(context: ir.Context, path: Path) -> ir.Operation:
     """Parse and verify an MLIR text or bytecode file; errors become one
     :class:`InvalidInputError` holding the MLIR diagnostics with file:line:col."""
     if not path.is_file():
         raise InvalidInputError(f"{path}: no such file")
+    importer = MODEL_IMPORTERS.get(path.suffix.lower())
+    if importer is not None:
+        raise InvalidInputError(f"{path}: a {path.suffix} model is not MLIR; {importer}")
     with context, _Diagnostics(context) as diagnostics:
         try:
             module = ir.Module.parseFile(str(path))

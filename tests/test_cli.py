@@ -62,9 +62,11 @@ def test_verifier_errors_are_reported(tmp_path: Path) -> None:
         (["opt", "--dfit-tag", "missing.mlir"], "missing.mlir: no such file"),
         (["compile", str(CONVNET), "--dfit-tag", "--iree-no-such-flag", "-o", "x.vmfb"], "iree-compile rejected the flags"),
         (["show", "missing.manifest.json"], "missing.manifest.json: no such file"),
+        (["compile", "model.onnx", "--dfit-tag", "-o", "x.vmfb"], "model.onnx: a .onnx model is not MLIR; import it with iree-import-onnx"),
     ],
 )
 def test_one_clear_line(args: list[str], expected: str, tmp_path: Path) -> None:
+    (tmp_path / "model.onnx").write_bytes(b"\x08\x07\x12\x04onnx")  # a protobuf header, not MLIR
     result = subprocess.run([*DFIT, *args], capture_output=True, text=True, cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert expected in result.stderr
