@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv demo test test-fast lit bench clean
+.PHONY: help venv demo test test-fast lint bench clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -27,8 +27,12 @@ test: $(STAMP)  ## run the whole test suite (unit, golden IR, real models)
 test-fast: $(STAMP)  ## skip the real-model compiles
 	$(VENV)/bin/pytest -q -m "not slow"
 
-bench: $(STAMP)  ## compile-overhead benchmark, writes benchmarks/RESULTS.md
-	$(PY) benchmarks/compile_overhead.py
+lint: $(STAMP)  ## ruff (pyflakes, bugbear, import order)
+	$(VENV)/bin/ruff check dfit_mlir passes dialects adapters runtime_hooks tests benchmarks
+
+bench: $(STAMP)  ## compile-overhead and tagging-scale benchmarks, write benchmarks/RESULTS.md
+	$(PY) benchmarks/compile_overhead.py --rounds 5
+	$(PY) benchmarks/tag_scale.py
 
 clean:  ## remove build outputs (keeps .venv)
 	rm -rf build .pytest_cache

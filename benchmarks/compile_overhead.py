@@ -95,7 +95,7 @@ def summarize(label: str, samples: dict[str, list[float]], cpu: dict[str, list[f
     """Medians, and the median over rounds of each round's ratio to that round's plain
     compile: pairing within a round cancels most of the machine's drift between rounds."""
     def paired(values: dict[str, list[float]], variant: str) -> float:
-        return statistics.median(v / p for v, p in zip(values[variant], values["plain"]))
+        return statistics.median(v / p for v, p in zip(values[variant], values["plain"], strict=True))
 
     return {
         "label": label,

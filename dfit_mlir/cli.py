@@ -78,10 +78,11 @@ def compile(ctx: click.Context, source: Path, tag: bool, mode: str, output: Path
 def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None, debuginfo: bool,
         allow_unregistered_dialect: bool) -> None:
     """Run a pass pipeline mixing dfit passes with the bundled MLIR/IREE passes."""
+    from iree.compiler import ir
+
     from dfit_mlir.errors import CompileError, InvalidInputError
     from dfit_mlir.passes.phases import compiler_context, parse_file
     from dfit_mlir.passes.pipeline import build_pass_manager
-    from iree.compiler import ir
 
     if tag and pass_pipeline:
         raise InvalidInputError("give either --dfit-tag or --pass-pipeline, not both")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 _TENSOR_RE = re.compile(r"^(?:tensor|memref)<(?P<body>.*)>$")
@@ -28,22 +28,21 @@ class ShapedType:
 
     shape: tuple[int | None, ...]
     dtype: str
+    # Derived once: the cost rules ask for them many times per op.
+    static: bool = field(init=False, compare=False)
+    elements: int | None = field(init=False, compare=False)
 
-    @property
-    def static(self) -> bool:
-        return all(dim is not None for dim in self.shape)
-
-    @property
-    def elements(self) -> int | None:
-        return math.prod(self.shape) if self.static else None  # type: ignore[arg-type]
+    def __post_init__(self) -> None:
+        static = all(dim is not None for dim in self.shape)
+        object.__setattr__(self, "static", static)
+        object.__setattr__(self, "elements", math.prod(self.shape) if static else None)  # type: ignore[arg-type]
 
     @property
     def nbytes(self) -> int | None:
         bits = dtype_bits(self.dtype)
-        count = self.elements
-        if bits is None or count is None:
+        if bits is None or self.elements is None:
             return None
-        return (count * bits + 7) // 8
+        return (self.elements * bits + 7) // 8
 
 
 @functools.lru_cache(maxsize=8192)

@@ -173,7 +173,7 @@ class _Hasher(Generic[OpT]):
         name = engine.op_name(op)
         operand_keys = [self.aliases.get(key, key) for key in engine.operand_keys(op)]
         if name.startswith(TRANSPARENT_PREFIX):
-            for key, operand in zip(engine.result_keys(op), operand_keys):
+            for key, operand in zip(engine.result_keys(op), operand_keys, strict=False):
                 self.aliases[key] = operand
             return None
         operand_tokens = [self.tokens.get(key, "?") for key in operand_keys]

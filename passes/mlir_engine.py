@@ -12,7 +12,7 @@ from iree.compiler import ir
 
 from dfit_mlir import ids, locations
 from dfit_mlir.locations import DFIT_NAME_PREFIX, Loc
-
+from dfit_mlir.perf import paused_gc
 
 DIALECT_PACKAGE = "iree.compiler.dialects"
 
@@ -164,6 +164,7 @@ def original_location(location: ir.Location) -> ir.Location:
     return location
 
 
+@paused_gc()
 def tag_module(module: ir.Operation) -> list[ids.TaggedOp[ir.Operation]]:
     """Stamp ``dfit.id`` / ``dfit.hash`` attributes and a ``dfit:<id>`` NameLoc wrapping
     the original location on every op below ``module``; returns what was stamped."""

@@ -13,6 +13,7 @@ from dfit_mlir import costs, ids, locations
 from dfit_mlir.ids import TaggedOp
 from dfit_mlir.passes import mlir_engine
 from dfit_mlir.passes.snapshot import LocationCache
+from dfit_mlir.perf import paused_gc
 
 _ARITH_DIALECTS = ("arith.", "math.")
 
@@ -50,7 +51,7 @@ def _generic_loops(op: ir.Operation) -> tuple[int | None, bool, int]:
         shaped = costs.parse_shaped(str(operands[index].type))
         if shaped is None:
             continue
-        for dim, expr in zip(shaped.shape, ir.AffineMapAttr(map_attr).value.results):
+        for dim, expr in zip(shaped.shape, ir.AffineMapAttr(map_attr).value.results, strict=False):
             if dim is not None and isinstance(expr, ir.AffineDimExpr):
                 bounds.setdefault(expr.position, dim)
     n_loops = ir.AffineMapAttr(ir.ArrayAttr(attributes["indexing_maps"])[0]).value.n_dims
@@ -76,6 +77,7 @@ def _dot_contraction(op: ir.Operation, operands: list[dict]) -> int | None:
     return math.prod(shape[d] for d in dims)
 
 
+@paused_gc()
 def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -> tuple[list[dict], list[dict]]:
     """Operators and tensors of the tagged source module."""
     id_of = {item.op: item.id for item in tagged}
@@ -92,7 +94,8 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
         loc = locations.strip_dfit(cache.loc(op.location))
         info = locations.source_info(loc)
         operands = [_value_info(value) for value in op.operands]
-        results = [_value_info(value) for value in op.results]
+        result_values = list(op.results)
+        results = [_value_info(value) for value in result_values]
         space, reduction, body_ops = _generic_loops(op)
         kind = mlir_engine.display_name(op)
         cost = costs.op_cost(
@@ -122,12 +125,12 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
                 "phase": None,
             }
         )
-        values = [(f"{item.id}:{number}", value) for number, value in enumerate(op.results)]
+        values = [(f"{item.id}:{number}", value, entry)
+                  for number, (value, entry) in enumerate(zip(result_values, results, strict=True))]
         if mlir_engine.symbol_name(op) is not None and op.regions and op.regions[0].blocks:
             arguments = op.regions[0].blocks[0].arguments
-            values += [(ids.argument_id(item.id, index), arg) for index, arg in enumerate(arguments)]
-        for tensor_id, value in values:
-            entry = _value_info(value)
+            values += [(ids.argument_id(item.id, index), arg, _value_info(arg)) for index, arg in enumerate(arguments)]
+        for tensor_id, value, entry in values:
             if "shape" not in entry:
                 continue
             consumers = sorted(consumers_of.get(value, ()))

@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Protocol, Sequence
 
 from iree.compiler import ir
-from iree.compiler.api import Output, Session
-from iree.compiler.api import ctypes_dl
+from iree.compiler.api import Output, Session, ctypes_dl
 
 from dfit_mlir import toolchain
 from dfit_mlir.errors import CompileError, InvalidInputError, ToolchainError

@@ -14,6 +14,7 @@ from iree.compiler import ir
 from dfit_mlir import locations
 from dfit_mlir.lineage import DispatchRegion, DispatchSite, Export, StageFigures
 from dfit_mlir.passes.mlir_engine import OpTree, symbol_name, to_loc
+from dfit_mlir.perf import paused_gc
 
 REGION_KINDS = frozenset({"flow.dispatch.workgroups", "flow.dispatch.region"})
 EXPORT_KINDS = frozenset({"hal.executable.export", "stream.executable.export", "flow.executable.export"})
@@ -64,6 +65,7 @@ def _site_target(op: ir.Operation) -> tuple[str, str] | None:
     return None
 
 
+@paused_gc()
 def take_snapshot(module: ir.Operation, stage: str, cache: LocationCache) -> StageFigures:
     start = time.perf_counter()
     tree = OpTree(module)

@@ -6,16 +6,6 @@ from __future__ import annotations
 from io import StringIO
 
 import pytest
-from dfit_mlir.dialects.dfit import (
-    BEGIN,
-    END,
-    ProbeOp,
-    ProbeTensorOp,
-    dfit_ids_of_location,
-    op_hash,
-    op_id,
-)
-from dfit_mlir.passes import xdsl_engine
 from iree.compiler import ir
 from xdsl.dialects.builtin import (
     FileLineColLoc,
@@ -32,6 +22,16 @@ from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
 from dfit_mlir import ids
+from dfit_mlir.dialects.dfit import (
+    BEGIN,
+    END,
+    ProbeOp,
+    ProbeTensorOp,
+    dfit_ids_of_location,
+    op_hash,
+    op_id,
+)
+from dfit_mlir.passes import xdsl_engine
 
 PROBES = """
 func.func @probes(%t: tensor<4x16xf32>) -> tensor<4x16xf32> {

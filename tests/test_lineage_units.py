@@ -7,7 +7,17 @@ import pytest
 
 from dfit_mlir import costs
 from dfit_mlir.lineage import StageFigures, is_constant
-from dfit_mlir.locations import CallSiteLoc, FileLoc, FusedLoc, NameLoc, dfit_context_ids, dfit_ids, render, source_info, strip_dfit
+from dfit_mlir.locations import (
+    CallSiteLoc,
+    FileLoc,
+    FusedLoc,
+    NameLoc,
+    dfit_context_ids,
+    dfit_ids,
+    render,
+    source_info,
+    strip_dfit,
+)
 
 MM = NameLoc("dfit:main/linalg.matmul#0", CallSiteLoc(NameLoc("fc1", FileLoc("model.py", 30, 16)), FileLoc("train.py", 7, 3)))
 RELU = NameLoc("dfit:main/linalg.generic#0", FileLoc("model.py", 31, 16))

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from dfit_mlir.passes import mlir_engine, xdsl_engine
 from iree.compiler import ir
 from xdsl.dialects import builtin
 from xdsl.universe import Universe
 
 from dfit_mlir import ids, locations
+from dfit_mlir.passes import mlir_engine, xdsl_engine
 from tests.conftest import CONVNET, tag_text
 
 XDSL_OPT = Path(sys.executable).with_name("xdsl-opt")
