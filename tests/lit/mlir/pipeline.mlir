@@ -3,6 +3,7 @@
 // RUN: dfit opt %s --pass-pipeline='builtin.module(dfit-tag,dfit-strip,canonicalize,cse)' | filecheck %s
 // RUN: dfit opt %s --pass-pipeline='builtin.module(dfit-tag,cse)' --no-debuginfo | filecheck %s --check-prefix=KEPT
 // RUN: dfit opt %s --pass-pipeline='builtin.module(dfit-tag,dfit-strip)' --no-debuginfo | filecheck %s --check-prefix=STRIP
+// RUN: dfit opt %s --pass-pipeline='builtin.module(dfit-tag,iree-util-drop-compiler-hints,func.func(canonicalize))' --no-debuginfo | filecheck %s --check-prefix=IREE
 // RUN: not dfit opt %s --pass-pipeline='builtin.module(no-such-pass)' 2>&1 | filecheck %s --check-prefix=BAD
 
 // The two identical adds were tagged separately; once the attributes are stripped CSE
@@ -17,6 +18,9 @@
 // `dfit compile` strips the attributes before IREE's pipeline runs.
 // KEPT: arith.addf {{.*}}dfit.id = "f/arith.addf#{{[01]}}"
 // KEPT: arith.addf {{.*}}dfit.id = "f/arith.addf#{{[01]}}"
+
+// IREE passes and nested pipelines mix in too.
+// IREE: arith.mulf {{.*}}dfit.id = "f/arith.mulf#0"
 
 // STRIP-NOT: dfit.id
 // BAD: dfit: bad pass pipeline 'no-such-pass'

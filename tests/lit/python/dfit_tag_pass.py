@@ -17,6 +17,15 @@ def run(case):
     return case
 
 
+def run_pipeline(module, *passes):
+    """dfit-tag as a Python-defined pass, then the named registered passes."""
+    pm = passmanager.PassManager("builtin.module")
+    pm.add(dfit_tag_pass, name="DfitTag", argument="dfit-tag")
+    for name in passes:
+        pm.add(name)
+    pm.run(module.operation)
+
+
 MODULE = """
 func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {
   %0 = arith.addf %a, %a : tensor<4xf32> loc("f.py":3:5)
@@ -31,10 +40,7 @@ func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> {
 def python_pass_in_pipeline():
     with ir.Context():
         module = ir.Module.parse(MODULE)
-        pm = passmanager.PassManager("builtin.module")
-        pm.add(dfit_tag_pass, name="DfitTag", argument="dfit-tag")
-        pm.add("canonicalize")
-        pm.run(module.operation)
+        run_pipeline(module, "canonicalize")
         # CHECK: arith.addf {{.*}}dfit.id = "f/arith.addf#0"
         # CHECK: math.exp {{.*}}dfit.id = "f/math.exp#0"
         print(module.operation.get_asm(enable_debug_info=False))
@@ -45,9 +51,7 @@ def python_pass_in_pipeline():
 def locations_wrap_the_original():
     with ir.Context():
         module = ir.Module.parse(MODULE)
-        pm = passmanager.PassManager("builtin.module")
-        pm.add(dfit_tag_pass, name="DfitTag", argument="dfit-tag")
-        pm.run(module.operation)
+        run_pipeline(module)
         body = module.body.operations[0].regions[0].blocks[0]
         for op in body.operations:
             # CHECK: loc("dfit:f/arith.addf#0"("f.py":3:5))
@@ -60,10 +64,8 @@ def locations_wrap_the_original():
 def running_twice_is_idempotent():
     with ir.Context():
         module = ir.Module.parse(MODULE)
-        pm = passmanager.PassManager("builtin.module")
-        pm.add(dfit_tag_pass, name="DfitTag", argument="dfit-tag")
-        pm.run(module.operation)
+        run_pipeline(module)
         once = module.operation.get_asm(enable_debug_info=True)
-        pm.run(module.operation)
+        run_pipeline(module)
         # CHECK: idempotent: True
         print("idempotent:", once == module.operation.get_asm(enable_debug_info=True))
