@@ -72,7 +72,7 @@ def take_snapshot(module: ir.Operation, stage: str, cache: LocationCache) -> Sta
     figures = StageFigures(stage)
     export_ops: list[tuple[str, ir.Operation]] = []
     body_ids: dict[tuple[str, str], set[str]] = {}
-    region_ids: list[tuple[DispatchRegion, set[str]]] = []
+    regions: list[tuple[str, tuple[str, ...], set[str]]] = []  # function, root IDs, body IDs
 
     # Iterative pre-order walk; each entry carries the enclosing function, executable, the
     # id-set collecting a dispatch region's or executable function's body (or None), and
@@ -100,14 +100,14 @@ def take_snapshot(module: ir.Operation, stage: str, cache: LocationCache) -> Sta
                 figures.sites.append(DispatchSite(function, target[0], target[1], ids))
         elif kind in REGION_KINDS:
             collector = set(ids)
-            region_ids.append((DispatchRegion(function, ids, ()), collector))
+            regions.append((function, ids, collector))
         if op.regions:
             enclosed = enclosed or (bool(ids) and "sym_name" not in op.attributes)
         children = [(child, function, executable, collector, enclosed) for child in tree.children(op)]
         stack.extend(reversed(children))
 
-    for region, collected in region_ids:
-        figures.regions.append(DispatchRegion(region.function, region.root_ids, _ordered(region.root_ids, collected)))
+    for function, root_ids, collected in regions:
+        figures.regions.append(DispatchRegion(function, root_ids, _ordered(root_ids, collected)))
     for executable, op in export_ops:
         name = symbol_name(op) or ""
         ordinal = None
