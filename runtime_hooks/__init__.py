@@ -1,2 +1,5 @@
-"""IREE runtime hooks (boundary events keyed by dfit IDs). The compile side writes the
-manifest these hooks join against; the hooks themselves are the runtime issue's scope."""
+"""IREE runtime hooks: boundary events keyed by dfit IDs.
+
+``hal_profile`` captures per-dispatch HAL profiling events with the shipped tools and
+joins them to the manifest's dispatch call sites. The policy-driven ``dfit run`` and the
+in-process API build on it (the runtime issue)."""

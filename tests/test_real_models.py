@@ -17,6 +17,7 @@ import pytest
 from dfit_mlir import lineage, toolchain
 from dfit_mlir.passes.instrumented_compile import SOURCE_STAGE, compile_instrumented
 from dfit_mlir.report import attribution_summary
+from dfit_mlir.runtime_hooks import hal_profile
 from tests import realmodels
 
 pytestmark = pytest.mark.slow
@@ -156,3 +157,25 @@ def test_operators_carry_source_names(compiled: Compiled) -> None:
         if not named:
             named = any(by_id[i]["name_path"] for i in site["fused_ids"] if i in by_id)
         assert named, f"dispatch site #{site['index']} ({site['export']}) leads to no source name"
+
+
+#: ``iree-run-module`` element type for a manifest dtype.
+RUN_MODULE_DTYPES = {"f32": "f32", "f16": "f16", "i8": "i8", "si8": "i8", "ui8": "ui8", "i32": "i32", "si32": "i32", "i64": "i64", "si64": "i64"}
+
+
+def _inputs(manifest: dict[str, Any]) -> list[str]:
+    """One constant input per argument of the public function (dynamic dims as 1)."""
+    function = next(op["id"] for op in manifest["operators"] if op["op"] in ("func.func", "util.func"))
+    arguments = [t for t in manifest["tensors"] if t["id"].startswith(f"{function}/arg")]
+    return ["x".join(str(dim or 1) for dim in t["shape"]) + f"x{RUN_MODULE_DTYPES[t['dtype']]}=1" for t in arguments]
+
+
+@pytest.mark.parametrize("driver", hal_profile.DRIVERS)
+def test_runtime_dispatches_join_to_ids(compiled: Compiled, driver: str) -> None:
+    """Every dispatch the runtime records lands on its manifest call site, in order."""
+    sites = compiled.manifest["partitions"]["dispatch_sites"]
+    events = hal_profile.capture(compiled.vmfb, _inputs(compiled.manifest), driver=driver)
+    joined = hal_profile.join(events, compiled.manifest)
+    assert len(joined) == len(sites)
+    assert [j.site_index for j in joined] == [site["index"] for site in sites]
+    assert all(j.root_id for j in joined)

@@ -1,0 +1,138 @@
+"""Per-dispatch events from IREE's HAL profiling, joined to dfit IDs.
+
+Capture goes through the shipped ``iree-run-module`` (the Python runtime bindings cannot
+capture a profile, RUNTIME-NOTES.md) with ``--device_profiling_mode=host-execution``,
+and decoding through ``iree-profile dispatch --dispatch_events --format=jsonl``.
+
+The join is positional: the runtime records dispatches in the order of the call sites
+in host code, which the manifest lists in program order
+(``partitions.dispatch_sites``). Export names alone cannot do it: after IREE
+deduplicates executables one export serves many sites. Each event must land on a site
+that runs its export; anything else is an error that shows the event and the sites that
+could have produced it, never a silent drop.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from dfit_mlir.errors import DfitError
+from dfit_mlir.toolchain import runtime_tool
+
+#: ``command_index`` value when the driver does not number commands (local-sync).
+NO_COMMAND_INDEX = 0xFFFFFFFF
+DRIVERS = ("local-sync", "local-task")
+
+
+class ProfileError(DfitError):
+    """Capturing or decoding a HAL profile failed."""
+
+    exit_code = 1
+
+
+class UnresolvedDispatchError(DfitError):
+    """A runtime dispatch record that no manifest call site explains."""
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchEvent:
+    """One dispatch as HAL host-execution profiling saw it."""
+
+    key: str
+    """The export name (``main_dispatch_3_matmul_1x32x3136_f32``)."""
+    submission_id: int
+    command_buffer_id: int
+    command_index: int | None
+    start_ns: int
+    end_ns: int
+    workgroup_count: tuple[int, ...]
+    tile_count: int | None
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass(frozen=True, slots=True)
+class JoinedDispatch:
+    event: DispatchEvent
+    site_index: int
+    root_id: str | None
+    fused_ids: tuple[str, ...]
+
+
+def capture(vmfb: Path, inputs: Sequence[str], *, driver: str = "local-sync",
+            function: str | None = None) -> list[DispatchEvent]:
+    """Run ``vmfb`` once under host-execution profiling; inputs in ``iree-run-module``
+    form (``1x3xf32=0.5``, ``@x.npy``)."""
+    if driver not in DRIVERS:
+        raise ProfileError(f"driver {driver!r} is not one of {', '.join(DRIVERS)}")
+    with tempfile.TemporaryDirectory(prefix="dfit-profile-") as tmp:
+        profile = Path(tmp) / "profile.bin"
+        command = [
+            runtime_tool("iree-run-module"),
+            f"--module={vmfb}",
+            f"--device={driver}",
+            "--device_profiling_mode=host-execution",
+            f"--device_profiling_output={profile}",
+            *(f"--input={value}" for value in inputs),
+        ]
+        if function:
+            command.append(f"--function={function}")
+        run = subprocess.run(command, capture_output=True, text=True)
+        if run.returncode != 0:
+            raise ProfileError(f"iree-run-module failed on {vmfb}: {run.stderr.strip()}")
+        return decode(profile)
+
+
+def decode(profile: Path) -> list[DispatchEvent]:
+    """The dispatch events of a raw HAL profile, in the order the runtime executed them."""
+    run = subprocess.run(
+        [runtime_tool("iree-profile"), "dispatch", "--dispatch_events", "--format=jsonl", str(profile)],
+        capture_output=True, text=True,
+    )
+    if run.returncode != 0:
+        raise ProfileError(f"iree-profile could not decode {profile}: {run.stderr.strip()}")
+    events = [_event(json.loads(line)) for line in run.stdout.splitlines() if '"host_dispatch_event"' in line]
+    # local-task numbers commands (dispatches and barriers alternate: 0, 2, 4, ...);
+    # local-sync does not, and records them in execution order.
+    return sorted(events, key=lambda e: (e.submission_id, e.command_buffer_id, e.command_index or 0, e.start_ns))
+
+
+def _event(record: dict[str, Any]) -> DispatchEvent:
+    index = record.get("command_index")
+    return DispatchEvent(
+        key=record["key"],
+        submission_id=record["submission_id"],
+        command_buffer_id=record["command_buffer_id"],
+        command_index=None if index in (None, NO_COMMAND_INDEX) else index,
+        start_ns=record["start_host_time_ns"],
+        end_ns=record["end_host_time_ns"],
+        workgroup_count=tuple(record.get("workgroup_count") or ()),
+        tile_count=record.get("tile_count"),
+    )
+
+
+def join(events: Sequence[DispatchEvent], manifest: dict[str, Any]) -> list[JoinedDispatch]:
+    """Give every event the IDs of its call site: the k-th dispatch of an invocation is
+    the k-th site in program order; its export must match."""
+    sites = manifest["partitions"]["dispatch_sites"]
+    if events and not sites:
+        raise UnresolvedDispatchError(f"{len(events)} dispatch events but the manifest lists no call sites")
+    joined = []
+    for position, event in enumerate(events):
+        site = sites[position % len(sites)]
+        if site["export"] != event.key:
+            candidates = [f"#{s['index']} {s['root_id']}" for s in sites if s["export"] == event.key]
+            raise UnresolvedDispatchError(
+                f"dispatch event {position} (export {event.key}, submission {event.submission_id}, "
+                f"command {event.command_index}) does not match call site #{site['index']} "
+                f"(export {site['export']}); sites running {event.key}: {', '.join(candidates) or 'none'}"
+            )
+        joined.append(JoinedDispatch(event, site["index"], site["root_id"], tuple(site["fused_ids"])))
+    return joined
