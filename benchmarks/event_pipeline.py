@@ -1,0 +1,121 @@
+"""Throughput and memory of the normalized event pipeline: synthetic dispatch records
+(written by this script, shaped like a squeezenet run: the manifest's call sites in a
+loop) normalized and streamed to ``events.parquet``, at 1M and 4M events, next to the
+same pipeline with a sink that discards (normalization alone).
+
+Memory must not grow with the event count: the pipeline holds one batch at a time.
+The result replaces this benchmark's section of ``benchmarks/RESULTS.md``.
+
+    python benchmarks/event_pipeline.py [--manifest M]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shlex
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.compile_overhead import update_results  # noqa: E402
+from dfit_mlir.event_pipeline import EventPipeline, ParquetSink, Policy  # noqa: E402
+
+BEGIN = "<!-- event_pipeline:begin -->"
+END = "<!-- event_pipeline:end -->"
+BLOCK = 100_000
+TARGET_EVENTS_PER_S = 1_000_000
+
+
+class DiscardSink:
+    def export(self, batch: Any) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+def run(manifest: dict[str, Any], total: int, sink: Any, *, traced: bool = False) -> tuple[float, float | None]:
+    """(events per second, peak traced MiB or None) for ``total`` events. Tracing
+    allocations slows Python 2-3x, so rates come from untraced runs."""
+    sites = len(manifest["partitions"]["dispatch_sites"])
+    if traced:
+        tracemalloc.start()
+    pipeline = EventPipeline(manifest, Policy(), sink, session="bench")
+    started = time.perf_counter()
+    for first in range(0, total, BLOCK):
+        index = np.arange(first, min(total, first + BLOCK))
+        pipeline.add_dispatches((index % sites).astype(np.int32), index * 1000, np.full(len(index), 500, np.int64),
+                                np.full(len(index), 4, np.int64), np.full(len(index), 4, np.int64),
+                                (index // sites).astype(np.int32))
+    pipeline.close()
+    elapsed = time.perf_counter() - started
+    if not traced:
+        return total / elapsed, None
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return total / elapsed, peak / 2**20
+
+
+def default_manifest(workdir: Path) -> dict[str, Any]:
+    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+    from tests import realmodels
+
+    source = realmodels.onnx_model("squeezenet", REPO / "build" / "models")
+    return compile_instrumented(source, workdir / "squeezenet.vmfb", mode="ids").manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--manifest", type=Path, default=None, help="default: compile squeezenet (ids mode)")
+    args = parser.parse_args(argv)
+    command = shlex.join(["python", "benchmarks/event_pipeline.py", *(sys.argv[1:] if argv is None else argv)])
+    started = dt.datetime.now(dt.timezone.utc)
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        manifest = json.loads(args.manifest.read_text()) if args.manifest else default_manifest(workdir)
+        rows = []
+        for total in (1_000_000, 4_000_000):
+            discard_rate, _ = run(manifest, total, DiscardSink())
+            parquet = workdir / "events.parquet"
+            rate, _ = run(manifest, total, ParquetSink(parquet))
+            _, peak = run(manifest, total, ParquetSink(parquet), traced=True)
+            rows.append((total, discard_rate, rate, peak, parquet.stat().st_size / 2**20))
+            print(f"{total:>9,} events: normalize {discard_rate:,.0f}/s, normalize+parquet {rate:,.0f}/s, "
+                  f"peak {peak:.1f} MiB", flush=True)
+    lines = [
+        BEGIN,
+        "## Event pipeline: synthetic dispatch records → events.parquet",
+        "",
+        f"Measured {started.strftime('%Y-%m-%d %H:%M UTC')}; squeezenet's "
+        f"{len(manifest['partitions']['dispatch_sites'])} call sites in a loop; blocks of {BLOCK:,} records; "
+        "rates from untraced runs; peak = Python allocations traced (tracemalloc) in a separate run of the same size. Command:",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        "| events | normalize only (events/s) | normalize + Parquet (events/s) | peak (MiB) | file (MiB) | ≥ 1M/s |",
+        "|---:|---:|---:|---:|---:|:-:|",
+    ]
+    for total, discard_rate, rate, peak, size in rows:
+        lines.append(f"| {total:,} | {discard_rate:,.0f} | {rate:,.0f} | {peak:.1f} | {size:.1f} | "
+                     f"{'yes' if rate >= TARGET_EVENTS_PER_S else '**no**'} |")
+    lines += ["", END]
+    section = "\n".join(lines) + "\n"
+    update_results(section, begin=BEGIN, end=END)
+    print(section)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

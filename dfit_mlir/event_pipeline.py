@@ -1,0 +1,249 @@
+"""The normalized event pipeline: raw dispatch records → policy → normalized rows →
+a streaming Parquet sink (plus the site table that interns each site's IDs).
+
+Everything is columnar: dispatch records arrive as arrays (site index, start, duration,
+workgroups, tiles), the policy filters them with masks, and per-site values (root ID,
+fused IDs, export name, MACs/FLOPs) are gathered with ``take`` from tables built once
+from the manifest. Memory is bounded by the batch size, whatever the run's length.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Protocol, Sequence
+
+import numpy as np
+
+from dfit_mlir import event_schema as es
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What to keep. ``ids``: glob patterns over root and fused IDs (empty: all);
+    ``sample_every``: keep one dispatch event in k, deterministically by event index;
+    ``max_events``: a budget, events past it are dropped and counted."""
+
+    mode: str = "full"
+    ids: tuple[str, ...] = ()
+    sample_every: int = 1
+    max_events: int | None = None
+    batch_size: int = 65_536
+
+    def __post_init__(self) -> None:
+        if self.sample_every < 1:
+            raise ValueError("sample_every must be >= 1")
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+
+    def selects(self, ids: Sequence[str]) -> bool:
+        return not self.ids or any(fnmatch.fnmatchcase(i, pattern) for i in ids for pattern in self.ids)
+
+
+@dataclass
+class Counts:
+    seen: int = 0
+    kept: int = 0
+    filtered: int = 0
+    sampled_out: int = 0
+    dropped: int = 0
+
+
+class EventSink(Protocol):
+    """Where normalized batches go (narrow, like an OpenTelemetry exporter)."""
+
+    def export(self, batch: Any) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+class ParquetSink:
+    """Streams record batches into one Parquet file; nothing is kept in memory."""
+
+    def __init__(self, path: Path):
+        import pyarrow.parquet as pq
+
+        self.path = path
+        self._writer = pq.ParquetWriter(str(path), es.arrow_schema(), compression="zstd")
+
+    def export(self, batch: Any) -> None:
+        self._writer.write_batch(batch)
+
+    def shutdown(self) -> None:
+        self._writer.close()
+
+
+class MemorySink:
+    """Keeps every batch: for tests."""
+
+    def __init__(self) -> None:
+        self.batches: list[Any] = []
+
+    def export(self, batch: Any) -> None:
+        self.batches.append(batch)
+
+    def shutdown(self) -> None:
+        pass
+
+    def table(self) -> Any:
+        import pyarrow as pa
+
+        return pa.Table.from_batches(self.batches, schema=es.arrow_schema())
+
+
+@dataclass
+class _SiteTable:
+    """Per-site values, gathered by site index: built once from the manifest."""
+
+    root_ids: Any
+    partitions: Any
+    macs: Any
+    flops: Any
+    selected: np.ndarray
+
+
+def _site_table(manifest: dict[str, Any], policy: Policy) -> _SiteTable:
+    import pyarrow as pa
+
+    operators = {op["id"]: op for op in manifest["operators"]}
+    sites = manifest["partitions"]["dispatch_sites"]
+
+    def total(site: dict[str, Any], key: str) -> int | None:
+        values = [operators[i][key] for i in site["fused_ids"] if i in operators and operators[i][key] is not None]
+        return sum(values) if values else None
+
+    return _SiteTable(
+        root_ids=pa.array([s["root_id"] for s in sites], pa.string()).dictionary_encode(),
+        partitions=pa.array([s["export"] for s in sites], pa.string()).dictionary_encode(),
+        macs=pa.array([total(s, "macs") for s in sites], pa.int64()),
+        flops=pa.array([total(s, "flops") for s in sites], pa.int64()),
+        selected=np.array([policy.selects(s["fused_ids"] or s["ids"]) for s in sites], dtype=bool),
+    )
+
+
+@dataclass
+class EventPipeline:
+    """Dispatch records in, normalized ``events.parquet`` rows out."""
+
+    manifest: dict[str, Any]
+    policy: Policy
+    sink: EventSink
+    session: str
+    backend: str = "iree"
+    stage: str = "runtime"
+    counts: Counts = field(default_factory=Counts)
+
+    def __post_init__(self) -> None:
+        self._sites = _site_table(self.manifest, self.policy)
+        self._pending: list[dict[str, np.ndarray]] = []
+        self._pending_rows = 0
+
+    def add_dispatches(self, site: np.ndarray, start_ns: np.ndarray, duration_ns: np.ndarray,
+                       workgroups: np.ndarray, tiles: np.ndarray, invocation: np.ndarray) -> None:
+        """A block of dispatch records (equal-length arrays, events in runtime order)."""
+        count = len(site)
+        first = self.counts.seen
+        self.counts.seen += count
+        keep = self._sites.selected[site]
+        self.counts.filtered += int(count - keep.sum())
+        if self.policy.sample_every > 1:
+            sampled = (np.arange(first, first + count) % self.policy.sample_every) == 0
+            self.counts.sampled_out += int((keep & ~sampled).sum())
+            keep &= sampled
+        indices = np.flatnonzero(keep)
+        if self.policy.max_events is not None:
+            room = max(0, self.policy.max_events - self.counts.kept - self._pending_rows)
+            self.counts.dropped += max(0, len(indices) - room)
+            indices = indices[:room]
+        if not len(indices):
+            return
+        columns = {"site": site[indices], "start_ns": start_ns[indices], "duration_ns": duration_ns[indices],
+                   "workgroups": workgroups[indices], "tiles": tiles[indices], "invocation": invocation[indices]}
+        self._pending.append(columns)
+        self._pending_rows += len(indices)
+        while self._pending_rows >= self.policy.batch_size:
+            self._flush(self.policy.batch_size)
+
+    def add_joined(self, joined: Iterable[Any], invocation: int) -> None:
+        """Records from :func:`dfit_mlir.runtime_hooks.hal_profile.join`."""
+        rows = [(j.site_index, j.event.start_ns, j.event.duration_ns,
+                 int(np.prod(j.event.workgroup_count)) if j.event.workgroup_count else -1,
+                 j.event.tile_count if j.event.tile_count is not None else -1) for j in joined]
+        if not rows:
+            return
+        site, start, duration, workgroups, tiles = (np.array(column, dtype=np.int64) for column in zip(*rows, strict=True))
+        self.add_dispatches(site.astype(np.int32), start, duration, workgroups, tiles,
+                            np.full(len(rows), invocation, dtype=np.int32))
+
+    def close(self) -> Counts:
+        while self._pending_rows:
+            self._flush(self._pending_rows)
+        self.sink.shutdown()
+        return self.counts
+
+    def _flush(self, rows: int) -> None:
+        merged = {name: np.concatenate([block[name] for block in self._pending]) for name in self._pending[0]}
+        now = {name: values[:rows] for name, values in merged.items()}
+        rest = {name: values[rows:] for name, values in merged.items()}
+        self._pending = [rest] if len(rest["site"]) else []
+        self._pending_rows = len(rest["site"])
+        self.sink.export(self._batch(now))
+        self.counts.kept += rows
+
+    def _batch(self, columns: dict[str, np.ndarray]) -> Any:
+        import pyarrow as pa
+
+        count = len(columns["site"])
+        sites = pa.array(columns["site"], pa.int32())
+        table = self._sites
+
+        def constant(value: str) -> Any:
+            return pa.DictionaryArray.from_arrays(pa.array(np.zeros(count, dtype=np.int32)), pa.array([value]))
+
+        def missing(kind: Any) -> Any:
+            return pa.nulls(count, kind)
+
+        def optional(values: np.ndarray) -> Any:
+            return pa.array(values, pa.int64(), mask=values < 0)
+
+        data = {
+            es.SESSION: constant(self.session),
+            es.BACKEND: constant(self.backend),
+            es.STAGE: constant(self.stage),
+            es.KIND: constant("dispatch"),
+            es.INVOCATION: pa.array(columns["invocation"], pa.int32()),
+            es.SITE: sites,
+            es.ROOT_ID: table.root_ids.take(sites),
+            es.PARTITION: table.partitions.take(sites),
+            es.START_NS: pa.array(columns["start_ns"], pa.int64()),
+            es.DURATION_NS: pa.array(columns["duration_ns"], pa.int64()),
+            es.BYTES: missing(pa.int64()),
+            es.MACS: table.macs.take(sites),
+            es.FLOPS: table.flops.take(sites),
+            es.WORKGROUPS: optional(columns["workgroups"]),
+            es.TILES: optional(columns["tiles"]),
+            es.TENSOR_MIN: missing(pa.float64()),
+            es.TENSOR_MAX: missing(pa.float64()),
+            es.TENSOR_MEAN: missing(pa.float64()),
+            es.TENSOR_STD: missing(pa.float64()),
+            es.TENSOR_NANS: missing(pa.int64()),
+            es.TENSOR_INFS: missing(pa.int64()),
+            es.ATTRIBUTES: missing(pa.string()),
+        }
+        return pa.RecordBatch.from_arrays([data[name] for name in es.FIELDS], schema=es.arrow_schema())
+
+
+def site_table(manifest: dict[str, Any]) -> Any:
+    """The interned IDs of ``events.parquet``: one row per dispatch call site with its
+    export, root ID and every source ID fused into it."""
+    import pyarrow as pa
+
+    sites = manifest["partitions"]["dispatch_sites"]
+    return pa.table({
+        "site": pa.array([s["index"] for s in sites], pa.int32()),
+        "function": [s["function"] for s in sites],
+        "partition": [s["export"] for s in sites],
+        "root_id": [s["root_id"] for s in sites],
+        "ids": pa.array([s["fused_ids"] or s["ids"] for s in sites], pa.list_(pa.string())),
+    })
