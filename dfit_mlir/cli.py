@@ -106,6 +106,33 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
 
 
 @main.command()
+@click.argument("vmfb", type=click.Path(path_type=Path))
+@click.option("--manifest", "manifest_path", type=click.Path(path_type=Path), default=None,
+              help="Manifest of VMFB (default: VMFB with .manifest.json).")
+@click.option("--mode", type=click.Choice(["full"]), default="full", show_default=True,
+              help="full: one event per dispatch from HAL profiling, joined to IDs.")
+@click.option("--input", "inputs", multiple=True, help="iree-run-module form: 1x3xf32=0.5 or @x.npy (default: random).")
+@click.option("--repeat", type=int, default=1, show_default=True, help="Invocations to record.")
+@click.option("--driver", type=click.Choice(["local-task", "local-sync"]), default="local-task", show_default=True)
+@click.option("--function", default=None, help="Function to run (default: the module's only one).")
+@click.option("--ids", "id_globs", multiple=True, help="Keep only dispatches covering IDs matching this glob.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Bundle directory.")
+@_user_errors
+def run(vmfb: Path, manifest_path: Path | None, mode: str, inputs: tuple[str, ...], repeat: int, driver: str,
+        function: str | None, id_globs: tuple[str, ...], output: Path) -> None:
+    """Run a compiled module, join runtime events to IDs, write a run bundle."""
+    from dfit_mlir import manifest
+    from dfit_mlir.event_pipeline import Policy
+    from dfit_mlir.runtime_hooks.run import run_full
+
+    result = run_full(vmfb, manifest_path or manifest.default_path(vmfb), output, inputs=inputs, repeat=repeat,
+                      driver=driver, function=function, policy=Policy(mode=mode, ids=id_globs))
+    counts = result.summary["counts"]
+    click.echo(f"wrote {result.bundle}: {counts['kept']} dispatch events of {counts['seen']} "
+               f"({result.summary['trace_slices']} trace slices; open trace.pftrace in the Perfetto UI)")
+
+
+@main.command()
 @click.argument("manifest_path", type=click.Path(path_type=Path))
 @click.option("--dispatches/--no-dispatches", default=True, help="Also list dispatch call sites.")
 @_user_errors

@@ -93,6 +93,7 @@ def compile_instrumented(
                 phase_s=phase_s,
                 total_s=time.perf_counter() - started,
                 vmfb_bytes=tmp_vmfb.stat().st_size,
+                vmfb_sha256=hashlib.sha256(tmp_vmfb.read_bytes()).hexdigest(),
                 output=output,
             )
             manifest.save(document, manifest_path)
@@ -103,7 +104,7 @@ def compile_instrumented(
 
 def build_manifest(*, source: Path, mode: str, flags: Sequence[str], driver: str, operators: list[dict],
                    tensors: list[dict], stages: list[StageFigures], phase_s: dict[str, float],
-                   total_s: float, vmfb_bytes: int, output: Path) -> dict[str, Any]:
+                   total_s: float, vmfb_bytes: int, vmfb_sha256: str, output: Path) -> dict[str, Any]:
     source_ids = [op["id"] for op in operators]
     by_name = {figures.stage: figures for figures in stages}
     partitions = dispatch_table(by_name)
@@ -119,6 +120,7 @@ def build_manifest(*, source: Path, mode: str, flags: Sequence[str], driver: str
             "flags": list(flags),
             "output": str(output),
             "vmfb_bytes": vmfb_bytes,
+            "vmfb_sha256": vmfb_sha256,
             "phase_s": {name: round(value, 6) for name, value in phase_s.items()},
             "total_s": round(total_s, 6),
         },

@@ -67,26 +67,36 @@ class JoinedDispatch:
 
 
 def capture(vmfb: Path, inputs: Sequence[str], *, driver: str = "local-sync",
-            function: str | None = None) -> list[DispatchEvent]:
-    """Run ``vmfb`` once under host-execution profiling; inputs in ``iree-run-module``
-    form (``1x3xf32=0.5``, ``@x.npy``)."""
+            function: str | None = None, invocations: int = 1) -> list[DispatchEvent]:
+    """Run ``vmfb`` under host-execution profiling; inputs in ``iree-run-module`` form
+    (``1x3xf32=0.5``, ``@x.npy``). One invocation runs ``iree-run-module``; several run
+    ``iree-benchmark-module``, which records exactly its timed iterations (it needs
+    ``function``)."""
     if driver not in DRIVERS:
         raise ProfileError(f"driver {driver!r} is not one of {', '.join(DRIVERS)}")
     with tempfile.TemporaryDirectory(prefix="dfit-profile-") as tmp:
         profile = Path(tmp) / "profile.bin"
+        if invocations == 1:
+            tool, extra = "iree-run-module", []
+        else:
+            if not function:
+                raise ProfileError("profiling several invocations needs the function to run")
+            tool, extra = "iree-benchmark-module", [f"--benchmark_min_time={invocations}x"]
         command = [
-            runtime_tool("iree-run-module"),
+            runtime_tool(tool),
             f"--module={vmfb}",
             f"--device={driver}",
             "--device_profiling_mode=host-execution",
             f"--device_profiling_output={profile}",
             *(f"--input={value}" for value in inputs),
+            *extra,
         ]
         if function:
             command.append(f"--function={function}")
         run = subprocess.run(command, capture_output=True, text=True)
         if run.returncode != 0:
-            raise ProfileError(f"iree-run-module failed on {vmfb}: {run.stderr.strip()}")
+            reason = run.stderr.strip().splitlines()
+            raise ProfileError(f"{tool} failed on {vmfb}: {reason[-1] if reason else f'exit {run.returncode}'}")
         return decode(profile)
 
 

@@ -1,0 +1,108 @@
+"""`dfit run --mode full`: a run bundle whose every dispatch event carries its IDs, that
+reads back with pyarrow and whose trace parses against Perfetto's own protobuf schema;
+bad input gets one line, exit 2 and no bundle."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+
+from dfit_mlir.passes.instrumented_compile import compile_instrumented
+from tests.conftest import CONVNET, REPO
+
+DFIT = [sys.executable, "-m", "dfit_mlir.cli"]
+REPEAT = 3
+
+
+def dfit(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*DFIT, *args], capture_output=True, text=True)
+
+
+@pytest.fixture(scope="module")
+def convnet(tmp_path_factory: pytest.TempPathFactory):
+    return compile_instrumented(CONVNET, tmp_path_factory.mktemp("convnet") / "convnet.vmfb", mode="ids")
+
+
+@pytest.fixture(scope="module", params=["local-sync", "local-task"])
+def bundle(request: pytest.FixtureRequest, convnet, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp(request.param) / "bundle"
+    result = dfit("run", str(convnet.vmfb), "--repeat", str(REPEAT), "--driver", request.param, "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert f"{REPEAT * 6} dispatch events" in result.stdout
+    return out
+
+
+def test_bundle_contents(bundle: Path, convnet) -> None:
+    assert sorted(p.name for p in bundle.iterdir()) == [
+        "dispatches.csv", "events.parquet", "manifest.json", "sites.parquet", "summary.json", "trace.json", "trace.pftrace"]
+    sites = convnet.manifest["partitions"]["dispatch_sites"]
+    events = pq.read_table(bundle / "events.parquet").to_pylist()
+    assert len(events) == REPEAT * len(sites)
+    for invocation in range(REPEAT):
+        rows = [e for e in events if e["invocation"] == invocation]
+        assert [e["root_id"] for e in rows] == [s["root_id"] for s in sites]
+        assert [e["partition"] for e in rows] == [s["export"] for s in sites]
+    summary = json.loads((bundle / "summary.json").read_text())
+    assert summary["counts"]["seen"] == summary["counts"]["kept"] == REPEAT * len(sites)
+    assert summary["dropped_events"] == 0 and summary["inputs"] == [{"shape": [1, 32, 32, 3], "dtype": "f32"}]
+    csv_rows = (bundle / "dispatches.csv").read_text().splitlines()
+    assert len(csv_rows) == 1 + len(sites) and all(f",{REPEAT}," in row for row in csv_rows[1:])
+    interned = pq.read_table(bundle / "sites.parquet").to_pylist()
+    assert "main/linalg.generic#0" in interned[0]["ids"]
+
+
+def test_perfetto_trace_parses(bundle: Path, convnet) -> None:
+    trace = Trace.FromString((bundle / "trace.pftrace").read_bytes())
+    tracks = {p.track_descriptor.uuid: p.track_descriptor for p in trace.packet if p.HasField("track_descriptor")}
+    assert sorted(t.name for t in tracks.values()) == ["invocation 0", "invocation 1", "invocation 2", "stage: runtime"]
+    begins = [p for p in trace.packet if p.HasField("track_event") and p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN]
+    ends = [p for p in trace.packet if p.HasField("track_event") and p.track_event.type == TrackEvent.TYPE_SLICE_END]
+    assert len(begins) == len(ends) == REPEAT * 6
+    first = begins[0].track_event
+    assert first.name == "linalg.conv_2d_nhwc_hwcf main/linalg.conv_2d_nhwc_hwcf#0"
+    args = {a.name: a.string_value or a.int_value for a in first.debug_annotations}
+    assert args["source"] == "convnet.py:21:16" and args["stage"] == "runtime"
+    assert "main/linalg.generic#0" in args["fused_ids"]
+    assert all(end.timestamp >= begin.timestamp for begin, end in zip(begins, ends, strict=True))
+
+
+def test_chrome_trace_json(bundle: Path) -> None:
+    document = json.loads((bundle / "trace.json").read_text())
+    slices = [e for e in document["traceEvents"] if e["ph"] == "X"]
+    assert len(slices) == REPEAT * 6
+    assert {e["tid"] for e in slices} == {0, 1, 2}
+    assert slices[0]["args"]["root_id"] == "main/linalg.conv_2d_nhwc_hwcf#0"
+
+
+def test_foreign_manifest_is_refused(convnet, tmp_path: Path) -> None:
+    other = compile_instrumented(REPO / "tests" / "inputs" / "repeated_blocks.mlir", tmp_path / "other.vmfb", mode="ids")
+    result = dfit("run", str(convnet.vmfb), "--manifest", str(other.manifest_path), "-o", str(tmp_path / "b"))
+    assert result.returncode == 2
+    assert "was not written for" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("inputs, message", [
+    (["1x32x32x4xf32=1"], "input 0 is 1x32x32x4xf32, the function takes 1x32x32x3xf32"),
+    (["1x32x32x3xi8=1"], "input 0 is 1x32x32x3xi8, the function takes 1x32x32x3xf32"),
+    (["1x32x32x3xf32=1", "2xf32=1"], "the function takes 1 input(s), 2 given"),
+])
+def test_bad_inputs_leave_the_old_bundle(convnet, tmp_path: Path, inputs: list[str], message: str) -> None:
+    bundle = tmp_path / "b"
+    bundle.mkdir()
+    (bundle / "previous.txt").write_text("kept")
+    result = dfit("run", str(convnet.vmfb), *(f"--input={value}" for value in inputs), "-o", str(bundle))
+    assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
+    assert [p.name for p in bundle.iterdir()] == ["previous.txt"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".b.")]
+
+
+def test_missing_vmfb(tmp_path: Path) -> None:
+    result = dfit("run", str(tmp_path / "none.vmfb"), "-o", str(tmp_path / "b"))
+    assert result.returncode == 2 and "none.vmfb: no such file" in result.stderr
