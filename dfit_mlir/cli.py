@@ -109,27 +109,38 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
 @click.argument("vmfb", type=click.Path(path_type=Path))
 @click.option("--manifest", "manifest_path", type=click.Path(path_type=Path), default=None,
               help="Manifest of VMFB (default: VMFB with .manifest.json).")
-@click.option("--mode", type=click.Choice(["full"]), default="full", show_default=True,
-              help="full: one event per dispatch from HAL profiling, joined to IDs.")
+@click.option("--mode", type=click.Choice(["ids", "full"]), default="full", show_default=True,
+              help="ids: per-invocation timing, no hooks; full: one event per dispatch (HAL profiling) joined to IDs.")
 @click.option("--input", "inputs", multiple=True, help="iree-run-module form: 1x3xf32=0.5 or @x.npy (default: random).")
+@click.option("--inputs-from", type=click.Path(path_type=Path), default=None, help="A directory of .npy inputs, in name order.")
 @click.option("--repeat", type=int, default=1, show_default=True, help="Invocations to record.")
+@click.option("--warmup", type=int, default=0, show_default=True, help="Invocations to run first, unrecorded.")
 @click.option("--driver", type=click.Choice(["local-task", "local-sync"]), default="local-task", show_default=True)
 @click.option("--function", default=None, help="Function to run (default: the module's only one).")
 @click.option("--ids", "id_globs", multiple=True, help="Keep only dispatches covering IDs matching this glob.")
+@click.option("--sample", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True,
+              help="Share of dispatch events to keep (deterministic: every round(1/RATE)-th).")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Bundle directory.")
 @_user_errors
-def run(vmfb: Path, manifest_path: Path | None, mode: str, inputs: tuple[str, ...], repeat: int, driver: str,
-        function: str | None, id_globs: tuple[str, ...], output: Path) -> None:
+def run(vmfb: Path, manifest_path: Path | None, mode: str, inputs: tuple[str, ...], inputs_from: Path | None,
+        repeat: int, warmup: int, driver: str, function: str | None, id_globs: tuple[str, ...], sample: float,
+        output: Path) -> None:
     """Run a compiled module, join runtime events to IDs, write a run bundle."""
     from dfit_mlir import manifest
+    from dfit_mlir.errors import InvalidInputError
     from dfit_mlir.event_pipeline import Policy
-    from dfit_mlir.runtime_hooks.run import run_full
+    from dfit_mlir.runtime_hooks.run import inputs_from as read_inputs_dir
+    from dfit_mlir.runtime_hooks.run import run_bundle
 
-    result = run_full(vmfb, manifest_path or manifest.default_path(vmfb), output, inputs=inputs, repeat=repeat,
-                      driver=driver, function=function, policy=Policy(mode=mode, ids=id_globs))
+    if inputs and inputs_from:
+        raise InvalidInputError("give either --input or --inputs-from, not both")
+    policy = Policy(mode=mode, ids=id_globs, sample_every=max(1, round(1 / sample)))
+    result = run_bundle(vmfb, manifest_path or manifest.default_path(vmfb), output, mode=mode,
+                        inputs=read_inputs_dir(inputs_from) if inputs_from else inputs, repeat=repeat,
+                        warmup=warmup, driver=driver, function=function, policy=policy)
     counts = result.summary["counts"]
-    click.echo(f"wrote {result.bundle}: {counts['kept']} dispatch events of {counts['seen']} "
-               f"({result.summary['trace_slices']} trace slices; open trace.pftrace in the Perfetto UI)")
+    click.echo(f"wrote {result.bundle}: {counts['kept']} {'dispatch' if mode == 'full' else 'program'} events "
+               f"of {counts['seen']} ({result.summary['trace_slices']} trace slices; open trace.pftrace in the Perfetto UI)")
 
 
 @main.command()

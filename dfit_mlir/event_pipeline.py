@@ -176,6 +176,26 @@ class EventPipeline:
         self.add_dispatches(site.astype(np.int32), start, duration, workgroups, tiles,
                             np.full(len(rows), invocation, dtype=np.int32))
 
+    def add_programs(self, function: str, spans: Sequence[tuple[int, int]], first_invocation: int = 0) -> None:
+        """One ``program`` event per invocation of ``function``: (start ns, duration ns).
+        Few and never sampled: written as their own batch."""
+        import pyarrow as pa
+
+        count = len(spans)
+        if not count:
+            return
+        self.counts.seen += count
+        self.counts.kept += count
+        starts, durations = (np.array(column, dtype=np.int64) for column in zip(*spans, strict=True))
+        columns = {
+            es.KIND: "program", es.INVOCATION: pa.array(np.arange(first_invocation, first_invocation + count), pa.int32()),
+            es.SITE: pa.array(np.full(count, -1), pa.int32()), es.ROOT_ID: pa.nulls(count, pa.dictionary(pa.int32(), pa.string())),
+            es.PARTITION: function, es.START_NS: pa.array(starts), es.DURATION_NS: pa.array(durations),
+            es.MACS: pa.nulls(count, pa.int64()), es.FLOPS: pa.nulls(count, pa.int64()),
+            es.WORKGROUPS: pa.nulls(count, pa.int64()), es.TILES: pa.nulls(count, pa.int64()),
+        }
+        self.sink.export(self._record_batch(count, columns))
+
     def close(self) -> Counts:
         while self._pending_rows:
             self._flush(self._pending_rows)
@@ -194,44 +214,43 @@ class EventPipeline:
     def _batch(self, columns: dict[str, np.ndarray]) -> Any:
         import pyarrow as pa
 
-        count = len(columns["site"])
         sites = pa.array(columns["site"], pa.int32())
         table = self._sites
-
-        def constant(value: str) -> Any:
-            return pa.DictionaryArray.from_arrays(pa.array(np.zeros(count, dtype=np.int32)), pa.array([value]))
-
-        def missing(kind: Any) -> Any:
-            return pa.nulls(count, kind)
 
         def optional(values: np.ndarray) -> Any:
             return pa.array(values, pa.int64(), mask=values < 0)
 
-        data = {
-            es.SESSION: constant(self.session),
-            es.BACKEND: constant(self.backend),
-            es.STAGE: constant(self.stage),
-            es.KIND: constant("dispatch"),
+        return self._record_batch(len(columns["site"]), {
+            es.KIND: "dispatch",
             es.INVOCATION: pa.array(columns["invocation"], pa.int32()),
             es.SITE: sites,
             es.ROOT_ID: table.root_ids.take(sites),
             es.PARTITION: table.partitions.take(sites),
             es.START_NS: pa.array(columns["start_ns"], pa.int64()),
             es.DURATION_NS: pa.array(columns["duration_ns"], pa.int64()),
-            es.BYTES: missing(pa.int64()),
             es.MACS: table.macs.take(sites),
             es.FLOPS: table.flops.take(sites),
             es.WORKGROUPS: optional(columns["workgroups"]),
             es.TILES: optional(columns["tiles"]),
-            es.TENSOR_MIN: missing(pa.float64()),
-            es.TENSOR_MAX: missing(pa.float64()),
-            es.TENSOR_MEAN: missing(pa.float64()),
-            es.TENSOR_STD: missing(pa.float64()),
-            es.TENSOR_NANS: missing(pa.int64()),
-            es.TENSOR_INFS: missing(pa.int64()),
-            es.ATTRIBUTES: missing(pa.string()),
-        }
-        return pa.RecordBatch.from_arrays([data[name] for name in es.FIELDS], schema=es.arrow_schema())
+        })
+
+    def _record_batch(self, count: int, columns: dict[str, Any]) -> Any:
+        """A batch of the event schema: ``columns`` plus this session's constants; strings
+        become one-value dictionary columns, fields not given are null."""
+        import pyarrow as pa
+
+        schema = es.arrow_schema()
+        given = {es.SESSION: self.session, es.BACKEND: self.backend, es.STAGE: self.stage, **columns}
+        arrays = []
+        for column in schema:
+            value = given.get(column.name)
+            if value is None:
+                arrays.append(pa.nulls(count, column.type))
+            elif isinstance(value, str):
+                arrays.append(pa.DictionaryArray.from_arrays(pa.array(np.zeros(count, dtype=np.int32)), pa.array([value])))
+            else:
+                arrays.append(value)
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 def site_table(manifest: dict[str, Any]) -> Any:

@@ -1,5 +1,6 @@
-"""``dfit run --mode full``: run a compiled module under HAL profiling, join every
-dispatch to its IDs and write a run bundle.
+"""``dfit run``: run a compiled module — in this process for per-invocation timing
+(``ids``), or under HAL profiling with every dispatch joined to its IDs (``full``) — and
+write a run bundle.
 
 The bundle is a directory written atomically (a temporary sibling renamed into place;
 an existing bundle is replaced only once the new one is complete):
@@ -30,6 +31,7 @@ from dfit_mlir import manifest as manifest_io
 from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.event_pipeline import EventPipeline, ParquetSink, Policy, site_table
 from dfit_mlir.runtime_hooks import hal_profile
+from dfit_mlir.runtime_hooks.inprocess import Runner, load_input
 
 #: numpy dtype and ``iree-run-module`` element type of each manifest dtype.
 DTYPES = {
@@ -105,18 +107,26 @@ def random_inputs(arguments: list[dict[str, Any]], workdir: Path, seed: int = 0)
     return inputs
 
 
-def run_full(vmfb: Path, manifest_path: Path, bundle: Path, *, inputs: Sequence[str] = (),
-             repeat: int = 1, driver: str = "local-task", function: str | None = None,
-             policy: Policy | None = None) -> RunResult:
+MODES = ("ids", "full")
+
+
+def run_bundle(vmfb: Path, manifest_path: Path, bundle: Path, *, mode: str = "full", inputs: Sequence[str] = (),
+               repeat: int = 1, warmup: int = 0, driver: str = "local-task", function: str | None = None,
+               policy: Policy | None = None) -> RunResult:
+    """Run ``vmfb`` ``warmup + repeat`` times, record the last ``repeat`` and write the
+    bundle. ``ids``: per-invocation timing in this process, no hook in the module;
+    ``full``: one event per dispatch from HAL profiling, joined to IDs."""
+    if mode not in MODES:
+        raise InvalidInputError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     if not vmfb.is_file():
         raise InvalidInputError(f"{vmfb}: no such file")
     manifest = manifest_io.load(manifest_path)
     recorded = manifest.get("compile", {}).get("vmfb_sha256")
     if recorded is None or recorded != sha256_of(vmfb):
         raise InvalidInputError(f"{manifest_path} was not written for {vmfb} (the vmfb's sha256 differs)")
-    if repeat < 1:
-        raise InvalidInputError("--repeat must be at least 1")
-    policy = policy or Policy()
+    if repeat < 1 or warmup < 0:
+        raise InvalidInputError("--repeat must be at least 1 and --warmup at least 0")
+    policy = policy or Policy(mode=mode)
     function = entry_function(manifest, function)
     arguments = signature(manifest, function)
     session = uuid.uuid4().hex[:12]
@@ -125,24 +135,24 @@ def run_full(vmfb: Path, manifest_path: Path, bundle: Path, *, inputs: Sequence[
             check_inputs(inputs, arguments)
         else:
             inputs = random_inputs(arguments, Path(scratch))
-        events = hal_profile.capture(vmfb, inputs, driver=driver, function=function, invocations=repeat)
-    joined = hal_profile.join(events, manifest)
-    sites_per_invocation = len(manifest["partitions"]["dispatch_sites"])
-    if len(joined) != repeat * sites_per_invocation:
-        raise hal_profile.UnresolvedDispatchError(
-            f"{len(joined)} dispatch events for {repeat} invocation(s) of {sites_per_invocation} call sites")
+        if mode == "full":
+            recorded_events = _profiled_dispatches(vmfb, manifest, inputs, driver, function, repeat, warmup)
+        else:
+            with Runner(vmfb, driver) as runner:
+                spans = runner.time(function, [load_input(text) for text in inputs], repeat, warmup)
 
     with atomic.atomic_directory(bundle) as tmp:
         pipeline = EventPipeline(manifest, policy, ParquetSink(tmp / "events.parquet"), session=session)
-        for invocation in range(repeat):
-            block = joined[invocation * sites_per_invocation:(invocation + 1) * sites_per_invocation]
-            pipeline.add_joined(block, invocation)
+        if mode == "full":
+            for invocation, block in enumerate(recorded_events):
+                pipeline.add_joined(block, invocation)
+        else:
+            pipeline.add_programs(function, spans)
         counts = pipeline.close()
         manifest_io.save(manifest, tmp / "manifest.json")
         import pyarrow.parquet as pq
 
-        sites = site_table(manifest)
-        pq.write_table(sites, tmp / "sites.parquet")
+        pq.write_table(site_table(manifest), tmp / "sites.parquet")
         table = pq.read_table(tmp / "events.parquet")
         _dispatch_csv(table, tmp / "dispatches.csv")
         slices = traces.write_perfetto(table, manifest, tmp / "trace.pftrace")
@@ -151,10 +161,11 @@ def run_full(vmfb: Path, manifest_path: Path, bundle: Path, *, inputs: Sequence[
             "schema": "dfit.run-summary",
             "version": "1.0",
             "session": session,
-            "mode": "full",
+            "mode": mode,
             "driver": driver,
             "function": function,
             "repeat": repeat,
+            "warmup": warmup,
             "inputs": [{"shape": a["shape"], "dtype": a["dtype"]} for a in arguments],
             "policy": asdict(policy),
             "counts": asdict(counts),
@@ -165,6 +176,29 @@ def run_full(vmfb: Path, manifest_path: Path, bundle: Path, *, inputs: Sequence[
         }
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return RunResult(bundle, summary)
+
+
+def _profiled_dispatches(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], driver: str,
+                         function: str, repeat: int, warmup: int) -> list[list[hal_profile.JoinedDispatch]]:
+    """Joined dispatches of each recorded invocation (warm-up invocations dropped)."""
+    invocations = warmup + repeat
+    events = hal_profile.capture(vmfb, inputs, driver=driver, function=function, invocations=invocations)
+    joined = hal_profile.join(events, manifest)
+    per_invocation = len(manifest["partitions"]["dispatch_sites"])
+    if len(joined) != invocations * per_invocation:
+        raise hal_profile.UnresolvedDispatchError(
+            f"{len(joined)} dispatch events for {invocations} invocation(s) of {per_invocation} call sites")
+    return [joined[i * per_invocation:(i + 1) * per_invocation] for i in range(warmup, invocations)]
+
+
+def inputs_from(directory: Path) -> list[str]:
+    """Every ``*.npy`` in ``directory``, in name order, as ``@file`` inputs."""
+    if not directory.is_dir():
+        raise InvalidInputError(f"{directory}: no such directory")
+    files = sorted(directory.glob("*.npy"))
+    if not files:
+        raise InvalidInputError(f"{directory}: no .npy inputs in it")
+    return [f"@{path}" for path in files]
 
 
 def _dispatch_csv(table: Any, path: Path) -> None:

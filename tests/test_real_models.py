@@ -19,7 +19,7 @@ from dfit_mlir import lineage, manifest, toolchain
 from dfit_mlir.passes.instrumented_compile import SOURCE_STAGE, compile_instrumented
 from dfit_mlir.report import attribution_summary
 from dfit_mlir.runtime_hooks import hal_profile
-from dfit_mlir.runtime_hooks.run import run_full
+from dfit_mlir.runtime_hooks.run import run_bundle
 from tests import realmodels
 
 pytestmark = pytest.mark.slow
@@ -184,9 +184,10 @@ def test_runtime_dispatches_join_to_ids(compiled: Compiled, driver: str) -> None
 
 
 def test_run_bundle_on_real_model(compiled: Compiled, tmp_path: Path) -> None:
-    """`dfit run --mode full` (random inputs from the signature, 2 invocations): every
+    """`dfit run --mode full` (random inputs from the signature, 1 warm-up and 2 recorded
+    invocations): every
     dispatch event in events.parquet carries its call site's root ID."""
-    result = run_full(compiled.vmfb, manifest.default_path(compiled.vmfb), tmp_path / "bundle", repeat=2)
+    result = run_bundle(compiled.vmfb, manifest.default_path(compiled.vmfb), tmp_path / "bundle", repeat=2, warmup=1)
     sites = compiled.manifest["partitions"]["dispatch_sites"]
     events = pq.read_table(tmp_path / "bundle" / "events.parquet").to_pylist()
     assert len(events) == 2 * len(sites) == result.summary["counts"]["kept"]

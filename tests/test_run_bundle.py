@@ -106,3 +106,48 @@ def test_bad_inputs_leave_the_old_bundle(convnet, tmp_path: Path, inputs: list[s
 def test_missing_vmfb(tmp_path: Path) -> None:
     result = dfit("run", str(tmp_path / "none.vmfb"), "-o", str(tmp_path / "b"))
     assert result.returncode == 2 and "none.vmfb: no such file" in result.stderr
+
+
+def test_ids_mode_times_invocations_in_process(convnet, tmp_path: Path) -> None:
+    out = tmp_path / "ids"
+    result = dfit("run", str(convnet.vmfb), "--mode", "ids", "--repeat", "4", "--warmup", "2",
+                  "--input=1x32x32x3xf32=0.25", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    events = pq.read_table(out / "events.parquet").to_pylist()
+    assert [e["kind"] for e in events] == ["program"] * 4
+    assert [e["invocation"] for e in events] == [0, 1, 2, 3]
+    assert all(e["partition"] == "main" and e["root_id"] is None and e["site"] == -1 and e["duration_ns"] > 0
+               for e in events)
+    assert all(b["start_ns"] >= a["start_ns"] + a["duration_ns"] for a, b in zip(events, events[1:], strict=False))
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["mode"], summary["repeat"], summary["warmup"]) == ("ids", 4, 2)
+    trace = Trace.FromString((out / "trace.pftrace").read_bytes())
+    names = {p.track_event.name for p in trace.packet if p.HasField("track_event") and p.track_event.name}
+    assert names == {"main"}
+
+
+def test_full_mode_warmup_sampling_and_inputs_dir(convnet, tmp_path: Path) -> None:
+    import numpy as np
+
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    np.save(inputs / "0.npy", np.ones((1, 32, 32, 3), np.float32))
+    out = tmp_path / "full"
+    result = dfit("run", str(convnet.vmfb), "--repeat", "4", "--warmup", "1", "--sample", "0.5",
+                  "--inputs-from", str(inputs), "--driver", "local-sync", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["counts"]["seen"] == 4 * 6  # the warm-up invocation is not recorded
+    assert summary["counts"]["kept"] == 12 and summary["counts"]["sampled_out"] == 12
+    events = pq.read_table(out / "events.parquet").to_pylist()
+    assert [e["site"] for e in events] == [0, 2, 4] * 4
+    assert [e["invocation"] for e in events] == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3
+
+
+def test_id_filter(convnet, tmp_path: Path) -> None:
+    out = tmp_path / "filtered"
+    result = dfit("run", str(convnet.vmfb), "--ids", "main/linalg.matmul#*", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    events = pq.read_table(out / "events.parquet").to_pylist()
+    assert [e["root_id"] for e in events] == ["main/linalg.matmul#0", "main/linalg.matmul#1"]
+    assert json.loads((out / "summary.json").read_text())["counts"]["filtered"] == 4
