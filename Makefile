@@ -30,9 +30,11 @@ test-fast: $(STAMP)  ## skip the real-model compiles
 lint: $(STAMP)  ## ruff (pyflakes, bugbear, import order)
 	$(VENV)/bin/ruff check dfit_mlir passes dialects adapters runtime_hooks tests benchmarks
 
-bench: $(STAMP)  ## compile-overhead and tagging-scale benchmarks, write benchmarks/RESULTS.md
+bench: $(STAMP)  ## every benchmark; each rewrites its section of benchmarks/RESULTS.md
 	$(PY) benchmarks/compile_overhead.py --rounds 5
 	$(PY) benchmarks/tag_scale.py
+	$(PY) benchmarks/event_pipeline.py
+	$(PY) benchmarks/runtime_overhead.py
 
 clean:  ## remove build outputs (keeps .venv)
 	rm -rf build .pytest_cache

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import struct
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,9 @@ class ModuleContents:
     executables: tuple[str, ...]
     """sha256 of each external rodata segment (the executable binaries), in order."""
     executable_sizes: tuple[int, ...]
+    executable_sections: tuple[dict[str, str], ...]
+    """Per external segment that is an ELF: sha256 of each section by name (empty for
+    constants), so a difference can be pinned to code, data or metadata."""
     function_bytecode: tuple[tuple[str, int], ...]
     """(function, bytecode length) of each VM function."""
 
@@ -55,18 +59,49 @@ def read_module(path: Path) -> ModuleContents:
         tuple(strings),
         tuple(hashlib.sha256(blob).hexdigest() for blob in blobs),
         tuple(len(blob) for blob in blobs),
+        tuple(elf_sections(blob) for blob in blobs),
         tuple(functions),
     )
 
 
 def _external_blobs(data: bytes, externals: list[tuple[int, int]], path: Path) -> list[bytes]:
     """External segments live after the FlatBuffer at offsets relative to a base the dump
-    does not print; the base is found from the first segment, an ELF for llvm-cpu."""
+    does not print. Segments hold executables (ELF for llvm-cpu) and large constants in
+    any order, so the base is the one that puts an ELF header at the start of the most
+    segments while keeping every segment inside the file."""
     if not externals:
         return []
-    first_offset = externals[0][0]
-    elf_at = data.find(_ELF_MAGIC)
-    if elf_at < first_offset:
+    best: tuple[int, int] | None = None  # (ELF-headed segments, base)
+    position = data.find(_ELF_MAGIC)
+    while position != -1:
+        for offset, _ in externals:
+            base = position - offset
+            if base < 0 or any(base + o + size > len(data) for o, size in externals):
+                continue
+            headed = sum(data.startswith(_ELF_MAGIC, base + o) for o, _ in externals)
+            if best is None or headed > best[0]:
+                best = (headed, base)
+        position = data.find(_ELF_MAGIC, position + 1)
+    if best is None:
         raise InvalidInputError(f"{path}: no embedded ELF executable found (only llvm-cpu is supported)")
-    base = elf_at - first_offset
+    base = best[1]
     return [data[base + offset : base + offset + size] for offset, size in externals]
+
+
+def elf_sections(blob: bytes) -> dict[str, str]:
+    """sha256 of each named section of a little-endian ELF64 image; {} if not an ELF."""
+    if not blob.startswith(_ELF_MAGIC) or blob[4] != 2 or blob[5] != 1:
+        return {}
+    shoff, = struct.unpack_from("<Q", blob, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", blob, 0x3A)
+    headers = [struct.unpack_from("<IIQQQQ", blob, shoff + i * shentsize) for i in range(shnum)]
+    names_offset = headers[shstrndx][4]
+    sections = {}
+    for name_offset, kind, _flags, _addr, offset, size in headers:
+        if kind == 8:  # SHT_NOBITS: no bytes in the file
+            continue
+        start = names_offset + name_offset
+        name = blob[start : blob.index(b"\0", start)].decode()
+        if name:
+            sections[name] = hashlib.sha256(blob[offset : offset + size]).hexdigest()
+    return sections
