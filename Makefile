@@ -17,9 +17,10 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)  ## create .venv and install dfit-mlir with its test extras
 
-demo: $(STAMP)  ## compile the bundled model with --dfit-tag and summarise the manifest
+demo: $(STAMP)  ## compile the bundled model with --dfit-tag, summarise the manifest, run it into a bundle
 	$(VENV)/bin/dfit compile examples/models/convnet.mlir --dfit-tag --mode full -o build/demo/convnet.vmfb
 	$(VENV)/bin/dfit show build/demo/convnet.manifest.json
+	$(VENV)/bin/dfit run build/demo/convnet.vmfb --mode full --repeat 3 -o build/demo/run
 
 test: $(STAMP)  ## run the whole test suite (unit, golden IR, real models)
 	$(VENV)/bin/pytest -q
