@@ -22,7 +22,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_help_lists_every_command_with_a_purpose() -> None:
     result = run("--help")
     assert result.returncode == 0
-    for command in ("compile", "opt", "show"):
+    for command in ("compile", "opt", "run", "show"):
         line = next(line for line in result.stdout.splitlines() if line.strip().startswith(command + " "))
         assert len(line.split(None, 1)[1]) > 10
 
