@@ -181,6 +181,13 @@ def update_results(section: str, path: Path = RESULTS, *, begin: str = BEGIN, en
     atomic.write_text(path, text)
 
 
+def publish(lines: list[str], *, begin: str, end: str) -> None:
+    """Close a section started with ``begin``, write it to RESULTS.md and print it."""
+    section = "\n".join([*lines, "", end]) + "\n"
+    update_results(section, begin=begin, end=end)
+    print(section)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="rounds per model (default 3)")

@@ -27,7 +27,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.compile_overhead import update_results  # noqa: E402
+from benchmarks.compile_overhead import publish  # noqa: E402
 from dfit_mlir.event_pipeline import EventPipeline, ParquetSink, Policy  # noqa: E402
 
 BEGIN = "<!-- event_pipeline:begin -->"
@@ -110,10 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     for total, discard_rate, rate, peak, size in rows:
         lines.append(f"| {total:,} | {discard_rate:,.0f} | {rate:,.0f} | {peak:.1f} | {size:.1f} | "
                      f"{'yes' if rate >= TARGET_EVENTS_PER_S else '**no**'} |")
-    lines += ["", END]
-    section = "\n".join(lines) + "\n"
-    update_results(section, begin=BEGIN, end=END)
-    print(section)
+    publish(lines, begin=BEGIN, end=END)
     return 0
 
 

@@ -33,10 +33,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.compile_overhead import build_inputs, update_results  # noqa: E402
+from benchmarks.compile_overhead import build_inputs, publish  # noqa: E402
 from dfit_mlir.passes.instrumented_compile import compile_instrumented  # noqa: E402
 from dfit_mlir.passes.plain_compile import plain_compile  # noqa: E402
-from dfit_mlir.runtime_hooks.run import entry_function, random_inputs, signature  # noqa: E402
+from dfit_mlir.runtime_hooks.inputs import entry_function, random_inputs, signature  # noqa: E402
 from dfit_mlir.toolchain import runtime_tool  # noqa: E402
 
 BEGIN = "<!-- runtime_overhead:begin -->"
@@ -122,10 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{ratios['ids']:.3f}x | {ratios['full']:.3f}x | {'yes' if ratios['ids'] <= TARGETS['ids'] else '**no**'} | "
             f"{'yes' if ratios['full'] <= TARGETS['full'] else '**no**'} |"
         )
-    lines += ["", END]
-    section = "\n".join(lines) + "\n"
-    update_results(section, begin=BEGIN, end=END)
-    print(section)
+    publish(lines, begin=BEGIN, end=END)
     return 0
 
 

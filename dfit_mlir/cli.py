@@ -129,7 +129,7 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, inputs: tuple[str, ..
     from dfit_mlir import manifest
     from dfit_mlir.errors import InvalidInputError
     from dfit_mlir.event_pipeline import Policy
-    from dfit_mlir.runtime_hooks.run import inputs_from as read_inputs_dir
+    from dfit_mlir.runtime_hooks.inputs import inputs_from as read_inputs_dir
     from dfit_mlir.runtime_hooks.run import run_bundle
 
     if inputs and inputs_from:

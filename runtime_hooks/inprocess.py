@@ -8,37 +8,11 @@ at interpreter exit).
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-
-from dfit_mlir.errors import InvalidInputError
-
-_INPUT_RE = re.compile(r"^(?P<shape>(?:\d+x)*)(?P<dtype>[a-z]+\d+)=(?P<value>.*)$")
-_NUMPY_DTYPES = {"f16": "float16", "f32": "float32", "f64": "float64", "i8": "int8", "ui8": "uint8",
-                 "i16": "int16", "i32": "int32", "i64": "int64", "i1": "bool"}
-
-
-def load_input(text: str) -> np.ndarray:
-    """An input in ``iree-run-module`` form: ``@x.npy`` or ``2x3xf32=0.5`` (a splat)."""
-    if text.startswith("@"):
-        path = Path(text[1:])
-        try:
-            return np.load(path)
-        except (OSError, ValueError) as error:
-            raise InvalidInputError(f"{path}: not a readable .npy file ({error})") from None
-    match = _INPUT_RE.match(text)
-    if match is None or match["dtype"] not in _NUMPY_DTYPES:
-        raise InvalidInputError(f"input {text!r} is neither @file.npy nor SHAPExDTYPE=VALUE")
-    shape = [int(dim) for dim in match["shape"].split("x") if dim]
-    try:
-        value = float(match["value"])
-    except ValueError:
-        raise InvalidInputError(f"input {text!r}: only splat values are supported here") from None
-    return np.full(shape, value, dtype=_NUMPY_DTYPES[match["dtype"]])
 
 
 class Runner:

@@ -17,29 +17,25 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import tempfile
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
-
 from dfit_mlir import atomic, toolchain, traces
 from dfit_mlir import manifest as manifest_io
 from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.event_pipeline import EventPipeline, ParquetSink, Policy, site_table
 from dfit_mlir.runtime_hooks import hal_profile
-from dfit_mlir.runtime_hooks.inprocess import Runner, load_input
-
-#: numpy dtype and ``iree-run-module`` element type of each manifest dtype.
-DTYPES = {
-    "f32": ("float32", "f32"), "f16": ("float16", "f16"), "f64": ("float64", "f64"),
-    "i8": ("int8", "i8"), "si8": ("int8", "i8"), "ui8": ("uint8", "ui8"),
-    "i32": ("int32", "i32"), "si32": ("int32", "i32"), "i64": ("int64", "i64"), "si64": ("int64", "i64"),
-}
-_INPUT_RE = re.compile(r"^(?P<shape>(?:\d+x)*)(?P<dtype>[a-z]+\d+)=")
+from dfit_mlir.runtime_hooks.inprocess import Runner
+from dfit_mlir.runtime_hooks.inputs import (
+    check_inputs,
+    entry_function,
+    load_input,
+    random_inputs,
+    signature,
+)
 
 
 @dataclass(frozen=True)
@@ -50,61 +46,6 @@ class RunResult:
 
 def sha256_of(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def entry_function(manifest: dict[str, Any], requested: str | None) -> str:
-    functions = [op["id"] for op in manifest["operators"]
-                 if op["parent"] is None and op["op"] in ("func.func", "util.func")]
-    if requested:
-        if requested not in functions:
-            raise InvalidInputError(f"function {requested!r} is not in the manifest (it has {', '.join(functions)})")
-        return requested
-    if len(functions) != 1:
-        raise InvalidInputError(f"the module has several functions ({', '.join(functions)}); choose one with --function")
-    return functions[0]
-
-
-def signature(manifest: dict[str, Any], function: str) -> list[dict[str, Any]]:
-    """The argument tensors of ``function`` (shape, dtype), in order."""
-    arguments = [t for t in manifest["tensors"] if t["id"].startswith(f"{function}/arg")]
-    return sorted(arguments, key=lambda t: int(t["id"].rsplit("arg", 1)[1]))
-
-
-def check_inputs(inputs: Sequence[str], arguments: list[dict[str, Any]]) -> None:
-    """Inputs written as ``SHAPExDTYPE=...`` must match the signature (one line if not)."""
-    if len(inputs) != len(arguments):
-        raise InvalidInputError(f"the function takes {len(arguments)} input(s), {len(inputs)} given")
-    for index, (text, argument) in enumerate(zip(inputs, arguments, strict=True)):
-        match = _INPUT_RE.match(text)
-        if match is None:
-            continue  # @file.npy and other forms are checked by the runtime
-        shape = [int(dim) for dim in match["shape"].split("x") if dim]
-        wanted = [dim if dim is not None else shape[i] if i < len(shape) else None
-                  for i, dim in enumerate(argument["shape"])]
-        dtype = DTYPES.get(argument["dtype"], (None, argument["dtype"]))[1]
-        if shape != wanted or match["dtype"] != dtype:
-            expected = "x".join("?" if d is None else str(d) for d in argument["shape"]) + f"x{dtype}"
-            raise InvalidInputError(f"input {index} is {match['shape']}{match['dtype']}, the function takes {expected}")
-
-
-def random_inputs(arguments: list[dict[str, Any]], workdir: Path, seed: int = 0) -> list[str]:
-    """``@file.npy`` inputs with random values for the signature (dynamic dims as 1)."""
-    generator = np.random.default_rng(seed)
-    inputs = []
-    for index, argument in enumerate(arguments):
-        if argument["dtype"] not in DTYPES:
-            raise InvalidInputError(f"cannot make a random input of dtype {argument['dtype']}; give --input")
-        dtype = np.dtype(DTYPES[argument["dtype"]][0])
-        shape = [dim or 1 for dim in argument["shape"]]
-        if dtype.kind == "f":
-            values = generator.standard_normal(shape).astype(dtype)
-        else:
-            info = np.iinfo(dtype)
-            values = generator.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
-        path = workdir / f"input{index}.npy"
-        np.save(path, values)
-        inputs.append(f"@{path}")
-    return inputs
 
 
 MODES = ("ids", "full")
@@ -189,16 +130,6 @@ def _profiled_dispatches(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[
         raise hal_profile.UnresolvedDispatchError(
             f"{len(joined)} dispatch events for {invocations} invocation(s) of {per_invocation} call sites")
     return [joined[i * per_invocation:(i + 1) * per_invocation] for i in range(warmup, invocations)]
-
-
-def inputs_from(directory: Path) -> list[str]:
-    """Every ``*.npy`` in ``directory``, in name order, as ``@file`` inputs."""
-    if not directory.is_dir():
-        raise InvalidInputError(f"{directory}: no such directory")
-    files = sorted(directory.glob("*.npy"))
-    if not files:
-        raise InvalidInputError(f"{directory}: no .npy inputs in it")
-    return [f"@{path}" for path in files]
 
 
 def _dispatch_csv(table: Any, path: Path) -> None:

@@ -11,6 +11,7 @@ import sys
 
 from iree.compiler import ir
 
+from dfit_mlir import locations
 from dfit_mlir.passes import mlir_engine
 from tests.conftest import CONVNET, tag_text
 
@@ -132,8 +133,13 @@ def test_retagging_does_not_nest_locations(convnet_text: str) -> None:
     with context:
         module = ir.Module.parse(convnet_text)
         first = {i.id: i.hash for i in mlir_engine.tag_module(module.operation)}
-        second = {i.id: i.hash for i in mlir_engine.tag_module(module.operation)}
-        text = module.operation.get_asm(enable_debug_info=True)
+        tagged = mlir_engine.tag_module(module.operation)
+        second = {i.id: i.hash for i in tagged}
+        dfit_names = [
+            [node.name for node in locations.walk(mlir_engine.to_loc(item.op.location))
+             if isinstance(node, locations.NameLoc) and node.name.startswith(locations.DFIT_NAME_PREFIX)]
+            for item in tagged
+        ]
     assert first == second
-    assert '"dfit:main/linalg.matmul#0"("' in text or "dfit:main/linalg.matmul#0" in text
-    assert '"dfit:main/linalg.matmul#0"(#loc' not in text or text.count("dfit:main/linalg.matmul#0") == 1
+    # every op's location holds exactly one dfit NameLoc: its own ID, not nested twice
+    assert dfit_names == [[locations.DFIT_NAME_PREFIX + item.id] for item in tagged]

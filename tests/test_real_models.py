@@ -19,7 +19,7 @@ from dfit_mlir import lineage, manifest, toolchain
 from dfit_mlir.passes.instrumented_compile import SOURCE_STAGE, compile_instrumented
 from dfit_mlir.passes.plain_compile import plain_compile
 from dfit_mlir.report import attribution_summary
-from dfit_mlir.runtime_hooks import hal_profile
+from dfit_mlir.runtime_hooks import hal_profile, inputs
 from dfit_mlir.runtime_hooks.run import run_bundle
 from dfit_mlir.vmfb import read_module
 from tests import realmodels
@@ -163,15 +163,9 @@ def test_operators_carry_source_names(compiled: Compiled) -> None:
         assert named, f"dispatch site #{site['index']} ({site['export']}) leads to no source name"
 
 
-#: ``iree-run-module`` element type for a manifest dtype.
-RUN_MODULE_DTYPES = {"f32": "f32", "f16": "f16", "i8": "i8", "si8": "i8", "ui8": "ui8", "i32": "i32", "si32": "i32", "i64": "i64", "si64": "i64"}
-
-
 def _inputs(manifest: dict[str, Any]) -> list[str]:
-    """One constant input per argument of the public function (dynamic dims as 1)."""
-    function = next(op["id"] for op in manifest["operators"] if op["op"] in ("func.func", "util.func"))
-    arguments = [t for t in manifest["tensors"] if t["id"].startswith(f"{function}/arg")]
-    return ["x".join(str(dim or 1) for dim in t["shape"]) + f"x{RUN_MODULE_DTYPES[t['dtype']]}=1" for t in arguments]
+    """One splat input per argument of the module's function (dynamic dims as 1)."""
+    return inputs.splat_inputs(inputs.signature(manifest, inputs.entry_function(manifest, None)))
 
 
 @pytest.mark.parametrize("driver", hal_profile.DRIVERS)

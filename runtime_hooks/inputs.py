@@ -1,0 +1,111 @@
+"""Model inputs in the forms ``iree-run-module`` takes (``2x3xf32=0.5``, ``@x.npy``), the
+function signature they must fit (from the manifest), and random inputs drawn for it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from dfit_mlir.errors import InvalidInputError
+
+#: ``iree-run-module`` element type and numpy dtype of each manifest dtype.
+DTYPES = {
+    "f32": ("f32", "float32"), "f16": ("f16", "float16"), "f64": ("f64", "float64"),
+    "i8": ("i8", "int8"), "si8": ("i8", "int8"), "ui8": ("ui8", "uint8"),
+    "i32": ("i32", "int32"), "si32": ("i32", "int32"), "i64": ("i64", "int64"), "si64": ("i64", "int64"),
+}
+#: numpy dtype of each ``iree-run-module`` element type.
+ELEMENT_NUMPY = {element: numpy for element, numpy in DTYPES.values()}
+INPUT_RE = re.compile(r"^(?P<shape>(?:\d+x)*)(?P<dtype>[a-z]+\d+)=(?P<value>.*)$")
+
+
+def entry_function(manifest: dict[str, Any], requested: str | None) -> str:
+    functions = [op["id"] for op in manifest["operators"]
+                 if op["parent"] is None and op["op"] in ("func.func", "util.func")]
+    if requested:
+        if requested not in functions:
+            raise InvalidInputError(f"function {requested!r} is not in the manifest (it has {', '.join(functions)})")
+        return requested
+    if len(functions) != 1:
+        raise InvalidInputError(f"the module has several functions ({', '.join(functions)}); choose one with --function")
+    return functions[0]
+
+
+def signature(manifest: dict[str, Any], function: str) -> list[dict[str, Any]]:
+    """The argument tensors of ``function`` (shape, dtype), in order."""
+    arguments = [t for t in manifest["tensors"] if t["id"].startswith(f"{function}/arg")]
+    return sorted(arguments, key=lambda t: int(t["id"].rsplit("arg", 1)[1]))
+
+
+def check_inputs(inputs: Sequence[str], arguments: list[dict[str, Any]]) -> None:
+    """Inputs written as ``SHAPExDTYPE=...`` must match the signature (one line if not)."""
+    if len(inputs) != len(arguments):
+        raise InvalidInputError(f"the function takes {len(arguments)} input(s), {len(inputs)} given")
+    for index, (text, argument) in enumerate(zip(inputs, arguments, strict=True)):
+        match = INPUT_RE.match(text)
+        if match is None:
+            continue  # @file.npy and other forms are checked by the runtime
+        shape = [int(dim) for dim in match["shape"].split("x") if dim]
+        wanted = [dim if dim is not None else shape[i] if i < len(shape) else None
+                  for i, dim in enumerate(argument["shape"])]
+        dtype = DTYPES.get(argument["dtype"], (argument["dtype"], None))[0]
+        if shape != wanted or match["dtype"] != dtype:
+            expected = "x".join("?" if d is None else str(d) for d in argument["shape"]) + f"x{dtype}"
+            raise InvalidInputError(f"input {index} is {match['shape']}{match['dtype']}, the function takes {expected}")
+
+
+def random_inputs(arguments: list[dict[str, Any]], workdir: Path, seed: int = 0) -> list[str]:
+    """``@file.npy`` inputs with random values for the signature (dynamic dims as 1)."""
+    generator = np.random.default_rng(seed)
+    inputs = []
+    for index, argument in enumerate(arguments):
+        if argument["dtype"] not in DTYPES:
+            raise InvalidInputError(f"cannot make a random input of dtype {argument['dtype']}; give --input")
+        dtype = np.dtype(DTYPES[argument["dtype"]][1])
+        shape = [dim or 1 for dim in argument["shape"]]
+        if dtype.kind == "f":
+            values = generator.standard_normal(shape).astype(dtype)
+        else:
+            info = np.iinfo(dtype)
+            values = generator.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+        path = workdir / f"input{index}.npy"
+        np.save(path, values)
+        inputs.append(f"@{path}")
+    return inputs
+
+
+def splat_inputs(arguments: list[dict[str, Any]], value: float = 1) -> list[str]:
+    """``SHAPExDTYPE=value`` inputs for the signature (dynamic dims as 1)."""
+    return ["x".join(str(dim or 1) for dim in a["shape"]) + f"x{DTYPES[a['dtype']][0]}={value}" for a in arguments]
+
+
+def inputs_from(directory: Path) -> list[str]:
+    """Every ``*.npy`` in ``directory``, in name order, as ``@file`` inputs."""
+    if not directory.is_dir():
+        raise InvalidInputError(f"{directory}: no such directory")
+    files = sorted(directory.glob("*.npy"))
+    if not files:
+        raise InvalidInputError(f"{directory}: no .npy inputs in it")
+    return [f"@{path}" for path in files]
+
+
+def load_input(text: str) -> np.ndarray:
+    """An input in ``iree-run-module`` form: ``@x.npy`` or ``2x3xf32=0.5`` (a splat)."""
+    if text.startswith("@"):
+        path = Path(text[1:])
+        try:
+            return np.load(path)
+        except (OSError, ValueError) as error:
+            raise InvalidInputError(f"{path}: not a readable .npy file ({error})") from None
+    match = INPUT_RE.match(text)
+    if match is None or match["dtype"] not in ELEMENT_NUMPY:
+        raise InvalidInputError(f"input {text!r} is neither @file.npy nor SHAPExDTYPE=VALUE")
+    shape = [int(dim) for dim in match["shape"].split("x") if dim]
+    try:
+        value = float(match["value"])
+    except ValueError:
+        raise InvalidInputError(f"input {text!r}: only splat values are supported here") from None
+    return np.full(shape, value, dtype=ELEMENT_NUMPY[match["dtype"]])
