@@ -1,0 +1,235 @@
+"""What a reconstruction reader recovers from a closed backend's artifacts.
+
+Readers (one class per artifact format) return a :class:`Recovery`; a backend merges the
+recoveries of every file of one dump into one, and ``dfit reconstruct`` turns that into
+the same bundle an IREE run writes (manifest + normalized events). Nothing here knows a
+backend: the records are the backend-neutral vocabulary the readers share.
+
+Conventions every reader follows:
+
+* Operator IDs are stable for the same artifact and readable:
+  ``<scope>/<op type>#<k>`` with ``k`` counting ops of that type within the scope in
+  the artifact's own order (``subgraph0/CONV_2D#3``, ``train/cirh.MatMul#12``,
+  ``partition_3_0/linear#0``). Where the backend names an op (a SambaNova operator name,
+  a TFLite output tensor name) that name goes into ``name`` and ``module_path``; it is
+  not the ID, because vendor names are not unique.
+* Sizes are bytes, times seconds, counts plain integers; the original text of a figure
+  that was converted (``"4.21MiB"``) is kept in ``attributes`` when it helps a reader
+  of the bundle trust the number.
+* Nothing is guessed silently: a figure the artifact does not carry stays ``None``, and
+  a coverage note says which aspects were recovered, recovered in part, or are not
+  exposed by the backend.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from dfit_mlir.errors import InvalidInputError
+
+
+class ArtifactError(InvalidInputError):
+    """An artifact a reader recognised but cannot read; the message names the file and
+    the line (or record) at fault."""
+
+    @classmethod
+    def at(cls, path: str | Path, line: int | None, message: str) -> ArtifactError:
+        where = f"{path}:{line}" if line is not None else str(path)
+        return cls(f"{where}: {message}")
+
+
+@dataclass(frozen=True)
+class SourceLoc:
+    """A place in the user's model code (``torch/nn/functional.py:2243``)."""
+
+    file: str
+    line: int = 0
+    col: int = 0
+
+
+@dataclass(frozen=True)
+class ValueInfo:
+    """One operand or result of an operator."""
+
+    name: str | None
+    shape: tuple[int | None, ...] | None
+    dtype: str | None
+    bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class RecoveredOperator:
+    id: str
+    #: The op type as the backend spells it, with a backend prefix
+    #: (``tflite.CONV_2D``, ``cirh.MatMul``, ``sambanova.linear``).
+    op: str
+    #: Position in the artifact (TFLite operator index, line of a log, ...).
+    index: int | None = None
+    #: The backend's own name for this op, when it has one.
+    name: str | None = None
+    inputs: tuple[ValueInfo, ...] = ()
+    outputs: tuple[ValueInfo, ...] = ()
+    macs: int | None = None
+    flops: int | None = None
+    bytes: int | None = None
+    source: SourceLoc | None = None
+    #: Model-code module path, outermost first (``("bert", "encoder", "layer", "3")``).
+    module_path: tuple[str, ...] = ()
+    #: ``forward`` | ``backward`` | ``optimizer`` | ``None`` when the artifact does not say.
+    phase: str | None = None
+    #: ID of the :class:`RecoveredPartition` that executes this op, if known.
+    partition: str | None = None
+    #: Backend mapping status of this op (``"Mapped to Edge TPU"``, ``"cpu"``, ...).
+    status: str | None = None
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RecoveredTensor:
+    id: str
+    producer: str | None
+    consumers: tuple[str, ...]
+    shape: tuple[int | None, ...] | None
+    dtype: str | None
+    bytes: int | None
+    #: Weights / parameters (constant buffers) as opposed to activations.
+    constant: bool = False
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class RecoveredPartition:
+    """A unit the backend schedules: an Edge TPU custom op or the CPU remainder, a
+    SambaFlow partition or section, a Cerebras kernel."""
+
+    id: str
+    #: ``edgetpu-custom-op``, ``cpu``, ``partition``, ``section``, ``kernel``, ``subgraph``.
+    kind: str
+    operator_ids: tuple[str, ...] = ()
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A figure the backend reported: a compile phase time, a training step's loss and
+    rate, a throughput summary, a memory figure, a compiler estimate.
+
+    ``kind`` is one of the normalized event kinds (``compile``, ``program``, ``memory``,
+    ``metric``, ...); ``name`` says what was measured (``compile.phase``, ``loss``,
+    ``samples_per_sec``, ``on_chip_parameter_bytes``)."""
+
+    kind: str
+    name: str
+    value: float | None
+    unit: str | None = None
+    #: Seconds since the epoch (or since the start of the log when only offsets exist).
+    start_s: float | None = None
+    duration_s: float | None = None
+    step: int | None = None
+    partition: str | None = None
+    ids: tuple[str, ...] = ()
+    #: ``path:line`` the figure was read from.
+    origin: str | None = None
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Coverage(str, Enum):
+    RECOVERED = "recovered"
+    PARTIAL = "partial"
+    NOT_EXPOSED = "not-exposed"
+
+
+@dataclass(frozen=True)
+class CoverageNote:
+    """What a reconstruction could say about one aspect (``operators``, ``shapes``,
+    ``lineage``, ``per_op_timing``, ``memory``, ``partitions``, ...)."""
+
+    aspect: str
+    status: Coverage
+    detail: str
+
+
+@dataclass(frozen=True)
+class SourceArtifact:
+    """One file a reconstruction read."""
+
+    path: str
+    #: Name of the reader class's format (``edgetpu-oplog``, ``cerebras-console-log``).
+    format: str
+    sha256: str
+    #: How it was parsed when there is a choice (``mlir-bindings`` / ``line-reader``).
+    parser: str | None = None
+
+
+@dataclass(frozen=True)
+class Recovery:
+    backend: str
+    sources: tuple[SourceArtifact, ...] = ()
+    operators: tuple[RecoveredOperator, ...] = ()
+    tensors: tuple[RecoveredTensor, ...] = ()
+    partitions: tuple[RecoveredPartition, ...] = ()
+    measurements: tuple[Measurement, ...] = ()
+    coverage: tuple[CoverageNote, ...] = ()
+    #: Model- or run-level facts with no better home (compiler version, compile hash,
+    #: job ids, model names of a co-compile, ...).
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+class ArtifactReader(Protocol):
+    """One class per artifact format: ``XReader(path).read()``.
+
+    ``recognises`` looks at the file name and its first bytes only (``head``, at most
+    :data:`HEAD_BYTES`), so auto-detection over a whole dump directory stays cheap."""
+
+    format: ClassVar[str]
+
+    @classmethod
+    def recognises(cls, path: Path, head: bytes) -> bool: ...
+
+    def read(self) -> Recovery: ...
+
+
+#: How much of a file :meth:`ArtifactReader.recognises` gets to see.
+HEAD_BYTES = 8192
+
+
+def read_head(path: Path) -> bytes:
+    with path.open("rb") as stream:
+        return stream.read(HEAD_BYTES)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def source_artifact(path: Path, format: str, parser: str | None = None) -> SourceArtifact:
+    return SourceArtifact(path=str(path), format=format, sha256=sha256_of(path), parser=parser)
+
+
+def combine(backend: str, parts: Iterable[Recovery], **attributes: Any) -> Recovery:
+    """Concatenate the recoveries of several files of one dump (a backend that can
+    match records across files does that first and passes the matched records)."""
+    parts = list(parts)
+    merged: dict[str, Any] = {}
+    for part in parts:
+        merged.update(part.attributes)
+    merged.update(attributes)
+    return Recovery(
+        backend=backend,
+        sources=tuple(s for p in parts for s in p.sources),
+        operators=tuple(o for p in parts for o in p.operators),
+        tensors=tuple(t for p in parts for t in p.tensors),
+        partitions=tuple(x for p in parts for x in p.partitions),
+        measurements=tuple(m for p in parts for m in p.measurements),
+        coverage=tuple(c for p in parts for c in p.coverage),
+        attributes=merged,
+    )
