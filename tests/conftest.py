@@ -29,3 +29,18 @@ def tag_text(text: str) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def convnet_text() -> str:
     return CONVNET.read_text()
+
+
+#: Real vendor artifacts (``../shared/fixtures/<backend>/...``, listed in its SOURCES.md).
+VENDOR_FIXTURES = REPO.parent / "shared" / "fixtures"
+
+
+def vendor_fixture(relative: str) -> Path:
+    """``../shared/fixtures/<relative>``; skips the test, saying why, when ``../shared``
+    (present in CI, absent in a user's own checkout) or the file is not there."""
+    if not VENDOR_FIXTURES.is_dir():
+        pytest.skip(f"{VENDOR_FIXTURES} is absent (the repository's ../shared holds the real vendor artifacts)")
+    path = VENDOR_FIXTURES / relative
+    if not path.exists():
+        pytest.skip(f"vendor fixture {path} is missing")
+    return path
