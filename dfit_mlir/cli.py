@@ -39,7 +39,10 @@ def main() -> None:
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option("--dfit-tag", "tag", is_flag=True, help="Instrument: stamp IDs, snapshot lineage, write the manifest.")
 @click.option("--mode", type=click.Choice(["ids", "lite", "full"]), default="full", show_default=True,
-              help="ids: dispatch mapping only; lite: 7 phase snapshots; full: all 12.")
+              help="ids: dispatch mapping only; lite: 7 phase snapshots + function probes; full: all 12 + probes.")
+@click.option("--tensors", "tensor_filter", default=None, metavar="FILTER",
+              help="Trace the values of source ops matching these comma-separated globs (IDs or op names); "
+                   "changes fusion around them.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Output .vmfb.")
 @click.option("--manifest", "manifest_path", type=click.Path(path_type=Path), default=None,
               help="Manifest path (default: OUTPUT with .manifest.json).")
@@ -47,24 +50,38 @@ def main() -> None:
               help="Phase driver (default: in-process when the toolchain gate passes).")
 @click.pass_context
 @_user_errors
-def compile(ctx: click.Context, source: Path, tag: bool, mode: str, output: Path,
+def compile(ctx: click.Context, source: Path, tag: bool, mode: str, tensor_filter: str | None, output: Path,
             manifest_path: Path | None, driver: str | None) -> None:
     """Compile with iree-compile; with --dfit-tag also write the manifest. Any other
     option is passed to iree-compile."""
+    from dfit_mlir.errors import InvalidInputError
+
     flags = list(ctx.args)
+    if tensor_filter is not None and not tag:
+        raise InvalidInputError("--tensors needs --dfit-tag (traces are keyed by dfit IDs)")
     if not tag:
         from dfit_mlir.passes.plain_compile import plain_compile
 
         plain_compile(source, output, flags)
         return
     from dfit_mlir.passes.instrumented_compile import compile_instrumented
+    from dfit_mlir.passes.tensor_traces import parse_filter
     from dfit_mlir.report import attribution_summary
 
+    try:
+        tensors = parse_filter(tensor_filter) if tensor_filter is not None else ()
+    except ValueError as error:
+        raise InvalidInputError(str(error)) from None
     result = compile_instrumented(source, output, mode=mode, flags=flags, manifest_path=manifest_path,
-                                  driver_name=driver)
+                                  driver_name=driver, trace_tensors=tensors)
     click.echo(f"wrote {result.vmfb}")
     click.echo(f"wrote {result.manifest_path}")
     click.echo(attribution_summary(result.manifest))
+    if tensors:
+        traced = result.manifest["tensor_traces"]
+        skipped = result.manifest["tensor_traces_skipped"]
+        click.echo(f"tensor traces: {len(traced)} ops" + (f" ({len(skipped)} matched but skipped: "
+                   + "; ".join(f"{s['id']}: {s['reason']}" for s in skipped[:3]) + ")" if skipped else ""))
 
 
 @main.command()
@@ -109,8 +126,14 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
 @click.argument("vmfb", type=click.Path(path_type=Path))
 @click.option("--manifest", "manifest_path", type=click.Path(path_type=Path), default=None,
               help="Manifest of VMFB (default: VMFB with .manifest.json).")
-@click.option("--mode", type=click.Choice(["ids", "full"]), default="full", show_default=True,
-              help="ids: per-invocation timing, no hooks; full: one event per dispatch (HAL profiling) joined to IDs.")
+@click.option("--mode", type=click.Choice(["none", "ids", "lite", "full"]), default="full", show_default=True,
+              help="none: baseline timing only; ids: program events; lite: + function events from probes; "
+                   "full: dispatch (joined to IDs), queue and memory events from HAL profiling.")
+@click.option("--tensors", "tensor_filter", default=None, metavar="FILTER",
+              help="Tensor statistics for traced IDs matching these comma-separated globs ('*': all traced); "
+                   "needs a --tensors compile and an in-process mode.")
+@click.option("--tensor-values", type=int, default=0, show_default=True,
+              help="Leading values kept per tensor event.")
 @click.option("--input", "inputs", multiple=True, help="iree-run-module form: 1x3xf32=0.5 or @x.npy (default: random).")
 @click.option("--inputs-from", type=click.Path(path_type=Path), default=None, help="A directory of .npy inputs, in name order.")
 @click.option("--repeat", type=int, default=1, show_default=True, help="Invocations to record.")
@@ -119,11 +142,15 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
 @click.option("--function", default=None, help="Function to run (default: the module's only one).")
 @click.option("--ids", "id_globs", multiple=True, help="Keep only dispatches covering IDs matching this glob.")
 @click.option("--sample", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True,
-              help="Share of dispatch events to keep (deterministic: every round(1/RATE)-th).")
+              help="Share of dispatch and tensor events to keep (deterministic: every round(1/RATE)-th; "
+                   "tensors: per ID, so each traced ID is sampled).")
+@click.option("--max-events", type=click.IntRange(min=0), default=None,
+              help="Event budget: events past it are dropped and counted in summary.json.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Bundle directory.")
 @_user_errors
-def run(vmfb: Path, manifest_path: Path | None, mode: str, inputs: tuple[str, ...], inputs_from: Path | None,
-        repeat: int, warmup: int, driver: str, function: str | None, id_globs: tuple[str, ...], sample: float,
+def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | None, tensor_values: int,
+        inputs: tuple[str, ...], inputs_from: Path | None, repeat: int, warmup: int, driver: str,
+        function: str | None, id_globs: tuple[str, ...], sample: float, max_events: int | None,
         output: Path) -> None:
     """Run a compiled module, join runtime events to IDs, write a run bundle."""
     from dfit_mlir import manifest
@@ -134,13 +161,25 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, inputs: tuple[str, ..
 
     if inputs and inputs_from:
         raise InvalidInputError("give either --input or --inputs-from, not both")
-    policy = Policy(mode=mode, ids=id_globs, sample_every=max(1, round(1 / sample)))
+    sample_every = max(1, round(1 / sample))
+    policy = Policy(mode=mode, ids=id_globs, sample_every=sample_every, max_events=max_events)
+    tensors = None
+    if tensor_filter is not None:
+        from dfit_mlir.passes.tensor_traces import parse_filter
+        from dfit_mlir.runtime_hooks.tensors import TensorPolicy
+
+        try:
+            tensors = TensorPolicy(parse_filter(tensor_filter), sample_every, tensor_values)
+        except ValueError as error:
+            raise InvalidInputError(str(error)) from None
     result = run_bundle(vmfb, manifest_path or manifest.default_path(vmfb), output, mode=mode,
                         inputs=read_inputs_dir(inputs_from) if inputs_from else inputs, repeat=repeat,
-                        warmup=warmup, driver=driver, function=function, policy=policy)
+                        warmup=warmup, driver=driver, function=function, policy=policy, tensors=tensors)
     counts = result.summary["counts"]
-    click.echo(f"wrote {result.bundle}: {counts['kept']} {'dispatch' if mode == 'full' else 'program'} events "
-               f"of {counts['seen']} ({result.summary['trace_slices']} trace slices; open trace.pftrace in the Perfetto UI)")
+    timing = result.summary.get("invocation_ns") or {}
+    median = f", median invocation {timing['median'] / 1e6:.3f} ms" if timing else ""
+    click.echo(f"wrote {result.bundle}: {counts['kept']} events of {counts['seen']} seen, {counts['dropped']} dropped"
+               f"{median} ({result.summary['trace_slices']} trace slices; open trace.pftrace in the Perfetto UI)")
 
 
 @main.command()

@@ -27,3 +27,8 @@ class CompileError(DfitError):
     """IREE rejected or failed on an input it parsed."""
 
     exit_code = EXIT_COMPILE_FAILED
+
+
+class UnresolvedRecordError(DfitError):
+    """A runtime record (dispatch, probe call, traced tensor) that the manifest does not
+    explain; the message shows the record and the candidates. Never dropped silently."""

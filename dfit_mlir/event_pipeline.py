@@ -41,6 +41,33 @@ class Policy:
         return not self.ids or any(fnmatch.fnmatchcase(i, pattern) for i in ids for pattern in self.ids)
 
 
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """One non-dispatch event before normalization (``None``: the field does not apply)."""
+
+    invocation: int | None
+    partition: str | None
+    root_id: str | None
+    start_ns: int | None
+    duration_ns: int | None
+    bytes: int | None = None
+    attributes: dict[str, Any] | None = None
+    tensor_min: float | None = None
+    tensor_max: float | None = None
+    tensor_mean: float | None = None
+    tensor_std: float | None = None
+    tensor_nans: int | None = None
+    tensor_infs: int | None = None
+
+
+def _tensor_columns(pa: Any) -> tuple[tuple[str, str, Any], ...]:
+    return (
+        (es.TENSOR_MIN, "tensor_min", pa.float64()), (es.TENSOR_MAX, "tensor_max", pa.float64()),
+        (es.TENSOR_MEAN, "tensor_mean", pa.float64()), (es.TENSOR_STD, "tensor_std", pa.float64()),
+        (es.TENSOR_NANS, "tensor_nans", pa.int64()), (es.TENSOR_INFS, "tensor_infs", pa.int64()),
+    )
+
+
 @dataclass
 class Counts:
     seen: int = 0
@@ -177,24 +204,47 @@ class EventPipeline:
                             np.full(len(rows), invocation, dtype=np.int32))
 
     def add_programs(self, function: str, spans: Sequence[tuple[int, int]], first_invocation: int = 0) -> None:
-        """One ``program`` event per invocation of ``function``: (start ns, duration ns).
-        Few and never sampled: written as their own batch."""
+        """One ``program`` event per invocation of ``function``: (start ns, duration ns)."""
+        self.add_rows("program", [EventRow(first_invocation + k, function, None, start, duration)
+                                  for k, (start, duration) in enumerate(spans)])
+
+    def add_rows(self, kind: str, rows: Sequence[EventRow]) -> None:
+        """Events other than dispatches (program, function, queue, memory, tensor): few
+        per invocation, built row by row. The ID filter applies to rows that carry an
+        ID, the event budget to all; sampling is the producer's business (tensor
+        traces are sampled before they are copied)."""
+        import json
+
         import pyarrow as pa
 
-        count = len(spans)
-        if not count:
+        if kind not in es.EVENT_KINDS:
+            raise ValueError(f"unknown event kind {kind!r}")
+        self.counts.seen += len(rows)
+        kept = [row for row in rows if row.root_id is None or self.policy.selects((row.root_id,))]
+        self.counts.filtered += len(rows) - len(kept)
+        if self.policy.max_events is not None:
+            room = max(0, self.policy.max_events - self.counts.kept - self._pending_rows)
+            self.counts.dropped += max(0, len(kept) - room)
+            kept = kept[:room]
+        if not kept:
             return
-        self.counts.seen += count
-        self.counts.kept += count
-        starts, durations = (np.array(column, dtype=np.int64) for column in zip(*spans, strict=True))
-        columns = {
-            es.KIND: "program", es.INVOCATION: pa.array(np.arange(first_invocation, first_invocation + count), pa.int32()),
-            es.SITE: pa.array(np.full(count, -1), pa.int32()), es.ROOT_ID: pa.nulls(count, pa.dictionary(pa.int32(), pa.string())),
-            es.PARTITION: function, es.START_NS: pa.array(starts), es.DURATION_NS: pa.array(durations),
-            es.MACS: pa.nulls(count, pa.int64()), es.FLOPS: pa.nulls(count, pa.int64()),
-            es.WORKGROUPS: pa.nulls(count, pa.int64()), es.TILES: pa.nulls(count, pa.int64()),
-        }
-        self.sink.export(self._record_batch(count, columns))
+        self.counts.kept += len(kept)
+
+        def column(name: str, arrow_type: Any) -> Any:
+            return pa.array([getattr(row, name) for row in kept], arrow_type)
+
+        self.sink.export(self._record_batch(len(kept), {
+            es.KIND: kind,
+            es.INVOCATION: column("invocation", pa.int32()),
+            es.ROOT_ID: column("root_id", pa.string()).dictionary_encode(),
+            es.PARTITION: column("partition", pa.string()).dictionary_encode(),
+            es.START_NS: column("start_ns", pa.int64()),
+            es.DURATION_NS: column("duration_ns", pa.int64()),
+            es.BYTES: column("bytes", pa.int64()),
+            **{field_name: column(attr, arrow_type) for field_name, attr, arrow_type in _tensor_columns(pa)},
+            es.ATTRIBUTES: pa.array([None if row.attributes is None else json.dumps(row.attributes, sort_keys=True)
+                                     for row in kept], pa.string()),
+        }))
 
     def close(self) -> Counts:
         while self._pending_rows:

@@ -73,3 +73,15 @@ def default_path(vmfb: str | Path) -> Path:
     """``out/model.vmfb`` → ``out/model.manifest.json``."""
     vmfb = Path(vmfb)
     return vmfb.with_name(vmfb.stem + ".manifest.json")
+
+
+def check_belongs(manifest: dict[str, Any], vmfb: str | Path, source: str = "the manifest") -> None:
+    """The manifest records the sha256 of the vmfb it describes; refuse any other vmfb
+    (its call sites, probes and traces would not be this module's)."""
+    import hashlib
+
+    vmfb = Path(vmfb)
+    recorded = manifest.get("compile", {}).get("vmfb_sha256")
+    actual = hashlib.sha256(vmfb.read_bytes()).hexdigest()
+    if recorded != actual:
+        raise InvalidInputError(f"{source} was not written for {vmfb} (the vmfb's sha256 differs)")

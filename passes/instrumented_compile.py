@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -21,7 +21,7 @@ from dfit_mlir import atomic, lineage, manifest, toolchain
 from dfit_mlir.adapters import iree as iree_adapter
 from dfit_mlir.ids import ID_SCHEME_VERSION
 from dfit_mlir.lineage import StageFigures
-from dfit_mlir.passes import mlir_engine, operators, phases, snapshot
+from dfit_mlir.passes import mlir_engine, operators, phases, probes, snapshot, tensor_traces
 
 MODES = ("ids", "lite", "full")
 #: Phases whose snapshot each mode takes, in pipeline order. ``ids`` keeps what the
@@ -34,6 +34,9 @@ SNAPSHOT_PHASES = {
     "full": toolchain.IREE_PHASES,
 }
 SOURCE_STAGE = "source"
+#: Modes whose module gets function-boundary probes (``passes/probes.py``); they touch
+#: host code only, and the module still runs without dfit's hook module.
+PROBE_MODES = ("lite", "full")
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,11 @@ def compile_instrumented(
     flags: Sequence[str] = (),
     manifest_path: Path | None = None,
     driver_name: str | None = None,
+    trace_tensors: tuple[str, ...] = (),
 ) -> CompileResult:
+    """``trace_tensors``: globs selecting source ops whose values the module traces
+    (``passes/tensor_traces.py``); empty: no tracing, the module computes exactly what
+    the plain compile does."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     manifest_path = manifest_path or manifest.default_path(output)
@@ -67,16 +74,24 @@ def compile_instrumented(
         tag_s = time.perf_counter() - t0
         source_figures = snapshot.take_snapshot(module, SOURCE_STAGE, cache)
         source_figures.time_s += tag_s
+        probe_sites = probes.insert_function_probes(module) if mode in PROBE_MODES else []
 
         stages: list[StageFigures] = [source_figures]
         phase_s: dict[str, float] = {}
         after: str | None = None
-        # Stop only where a snapshot is taken: each stop costs a pipeline set-up.
-        for phase in SNAPSHOT_PHASES[mode]:
+        trace_plan = tensor_traces.TracePlan((), ())
+        # Stop only where a snapshot is taken or traces are inserted: each stop costs a
+        # pipeline set-up.
+        stops = [p for p in toolchain.IREE_PHASES
+                 if p in SNAPSHOT_PHASES[mode] or (trace_tensors and p == tensor_traces.INSERT_AFTER_PHASE)]
+        for phase in stops:
             t0 = time.perf_counter()
             module = driver.run(module, after, phase)
             phase_s[phase] = time.perf_counter() - t0
-            stages.append(snapshot.take_snapshot(module, phase, cache))
+            if phase in SNAPSHOT_PHASES[mode]:
+                stages.append(snapshot.take_snapshot(module, phase, cache))
+            if trace_tensors and phase == tensor_traces.INSERT_AFTER_PHASE:
+                trace_plan = tensor_traces.insert_tensor_traces(module, trace_tensors)
             after = phase
         with atomic.atomic_path(output) as tmp_vmfb:
             t0 = time.perf_counter()
@@ -95,6 +110,8 @@ def compile_instrumented(
                 vmfb_bytes=tmp_vmfb.stat().st_size,
                 vmfb_sha256=hashlib.sha256(tmp_vmfb.read_bytes()).hexdigest(),
                 output=output,
+                probe_sites=probe_sites,
+                trace_plan=trace_plan,
             )
             manifest.save(document, manifest_path)
     finally:
@@ -104,7 +121,9 @@ def compile_instrumented(
 
 def build_manifest(*, source: Path, mode: str, flags: Sequence[str], driver: str, operators: list[dict],
                    tensors: list[dict], stages: list[StageFigures], phase_s: dict[str, float],
-                   total_s: float, vmfb_bytes: int, vmfb_sha256: str, output: Path) -> dict[str, Any]:
+                   total_s: float, vmfb_bytes: int, vmfb_sha256: str, output: Path,
+                   probe_sites: Sequence[probes.ProbeSite] = (),
+                   trace_plan: tensor_traces.TracePlan | None = None) -> dict[str, Any]:
     source_ids = [op["id"] for op in operators]
     by_name = {figures.stage: figures for figures in stages}
     partitions = dispatch_table(by_name)
@@ -136,6 +155,9 @@ def build_manifest(*, source: Path, mode: str, flags: Sequence[str], driver: str
             },
         },
         "partitions": partitions,
+        "probes": [asdict(site) for site in probe_sites],
+        "tensor_traces": [asdict(trace) for trace in trace_plan.traces] if trace_plan else [],
+        "tensor_traces_skipped": [{"id": i, "reason": r} for i, r in trace_plan.skipped] if trace_plan else [],
         "capabilities": iree_adapter.capabilities(),
     }
 

@@ -29,10 +29,18 @@ def _strip_dfit_pass(op: ir.Operation, pass_: object) -> None:
     mlir_engine.strip_dfit_attributes(op.operation)
 
 
+def _probes_pass(op: ir.Operation, pass_: object) -> None:
+    from dfit_mlir.passes import probes
+
+    probes.insert_function_probes(op.operation)
+
+
 #: dfit passes available to ``dfit opt`` pipelines, by pipeline name.
 DFIT_PASSES = {
     "dfit-tag": PythonPass("dfit-tag", "stamp stable semantic IDs (dfit.id, dfit.hash, NameLoc)", mlir_engine.dfit_tag_pass),
     "dfit-strip": PythonPass("dfit-strip", "remove dfit.* attributes (IDs stay in locations)", _strip_dfit_pass),
+    "dfit-probes": PythonPass("dfit-probes", "insert function-boundary dfit.probe calls (optional import)",
+                              _probes_pass),
 }
 
 

@@ -21,12 +21,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from dfit_mlir.errors import DfitError
+from dfit_mlir.errors import DfitError, UnresolvedRecordError
 from dfit_mlir.toolchain import runtime_tool
 
 #: ``command_index`` value when the driver does not number commands (local-sync).
 NO_COMMAND_INDEX = 0xFFFFFFFF
 DRIVERS = ("local-sync", "local-task")
+#: HAL profiling families a ``full`` run records (all cheap on the CPU drivers,
+#: RUNTIME-NOTES.md); ``dispatch-events`` is unimplemented on ``local-*``.
+FULL_FAMILIES = ("host-execution", "queue-events", "memory-events")
+#: Queue operations that move or manage memory or launch command buffers: runtime work
+#: that belongs to no source op. IREE 3.13's host-execution ``op`` names.
+NON_MODEL_OPERATIONS = frozenset({
+    "alloca", "dealloca", "execute", "copy", "fill", "update", "read", "write", "barrier", "host_call",
+    "transfer",
+})
 
 
 class ProfileError(DfitError):
@@ -35,7 +44,7 @@ class ProfileError(DfitError):
     exit_code = 1
 
 
-class UnresolvedDispatchError(DfitError):
+class UnresolvedDispatchError(UnresolvedRecordError):
     """A runtime dispatch record that no manifest call site explains."""
 
 
@@ -58,6 +67,17 @@ class DispatchEvent:
         return self.end_ns - self.start_ns
 
 
+@dataclass(frozen=True)
+class Profile:
+    """What one profiled run recorded, decoded."""
+
+    dispatches: list[DispatchEvent]
+    #: Non-dispatch host-execution records (``op`` in :data:`NON_MODEL_OPERATIONS`).
+    host_operations: list[dict[str, Any]]
+    queue_events: list[dict[str, Any]]
+    memory_events: list[dict[str, Any]]
+
+
 @dataclass(frozen=True, slots=True)
 class JoinedDispatch:
     event: DispatchEvent
@@ -68,9 +88,17 @@ class JoinedDispatch:
 
 def capture(vmfb: Path, inputs: Sequence[str], *, driver: str = "local-sync",
             function: str | None = None, invocations: int = 1) -> list[DispatchEvent]:
-    """Run ``vmfb`` under host-execution profiling; inputs in ``iree-run-module`` form
-    (``1x3xf32=0.5``, ``@x.npy``). One invocation runs ``iree-run-module``; several run
-    ``iree-benchmark-module``, which records exactly its timed iterations (it needs
+    """The dispatch events of :func:`capture_profile` (host-execution only)."""
+    return capture_profile(vmfb, inputs, driver=driver, function=function, invocations=invocations,
+                           families=("host-execution",)).dispatches
+
+
+def capture_profile(vmfb: Path, inputs: Sequence[str], *, driver: str = "local-sync",
+                    function: str | None = None, invocations: int = 1,
+                    families: Sequence[str] = FULL_FAMILIES) -> Profile:
+    """Run ``vmfb`` under HAL profiling of ``families``; inputs in ``iree-run-module``
+    form (``1x3xf32=0.5``, ``@x.npy``). One invocation runs ``iree-run-module``; several
+    run ``iree-benchmark-module``, which records exactly its timed iterations (it needs
     ``function``)."""
     if driver not in DRIVERS:
         raise ProfileError(f"driver {driver!r} is not one of {', '.join(DRIVERS)}")
@@ -86,7 +114,7 @@ def capture(vmfb: Path, inputs: Sequence[str], *, driver: str = "local-sync",
             runtime_tool(tool),
             f"--module={vmfb}",
             f"--device={driver}",
-            "--device_profiling_mode=host-execution",
+            f"--device_profiling_mode={','.join(families)}",
             f"--device_profiling_output={profile}",
             *(f"--input={value}" for value in inputs),
             *extra,
@@ -97,18 +125,52 @@ def capture(vmfb: Path, inputs: Sequence[str], *, driver: str = "local-sync",
         if run.returncode != 0:
             reason = run.stderr.strip().splitlines()
             raise ProfileError(f"{tool} failed on {vmfb}: {reason[-1] if reason else f'exit {run.returncode}'}")
-        return decode(profile)
+        return Profile(
+            dispatches=decode(profile),
+            host_operations=decode_host_operations(profile) if "queue-events" in families else [],
+            queue_events=decode_records(profile, "queue", "queue_event") if "queue-events" in families else [],
+            memory_events=decode_records(profile, "memory", "memory_event") if "memory-events" in families else [],
+        )
+
+
+def _profile_jsonl(profile: Path, *command: str) -> list[str]:
+    run = subprocess.run([runtime_tool("iree-profile"), *command, "--format=jsonl", str(profile)],
+                         capture_output=True, text=True)
+    if run.returncode != 0:
+        raise ProfileError(f"iree-profile {command[0]} could not decode {profile}: {run.stderr.strip()}")
+    return run.stdout.splitlines()
+
+
+def decode_records(profile: Path, command: str, record_type: str) -> list[dict[str, Any]]:
+    """Records of one type (``queue_event``, ``memory_event``) as iree-profile prints them."""
+    marker = f'"type":"{record_type}"'
+    return [json.loads(line) for line in _profile_jsonl(profile, command) if marker in line]
+
+
+def decode_host_operations(profile: Path) -> list[dict[str, Any]]:
+    """Host-execution records of everything that is not a dispatch (see
+    :func:`non_model_operations`)."""
+    return non_model_operations(decode_records(profile, "queue", "host_execution_event"))
+
+
+def non_model_operations(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The non-dispatch records (allocations, command-buffer executions, copies, fills
+    ...). Each must be a known non-model operation: anything else is an error that shows
+    the record, never a silent drop."""
+    others = [r for r in records if r.get("op") != "dispatch"]
+    for record in others:
+        if record.get("op") not in NON_MODEL_OPERATIONS:
+            raise UnresolvedDispatchError(
+                f"host-execution record {record.get('event_id')} has operation {record.get('op')!r}, which is "
+                f"neither a dispatch nor a known non-model operation ({', '.join(sorted(NON_MODEL_OPERATIONS))}): "
+                f"{json.dumps(record, sort_keys=True)}")
+    return others
 
 
 def decode(profile: Path) -> list[DispatchEvent]:
     """The dispatch events of a raw HAL profile, in the order the runtime executed them."""
-    run = subprocess.run(
-        [runtime_tool("iree-profile"), "dispatch", "--dispatch_events", "--format=jsonl", str(profile)],
-        capture_output=True, text=True,
-    )
-    if run.returncode != 0:
-        raise ProfileError(f"iree-profile could not decode {profile}: {run.stderr.strip()}")
-    events = [_event(json.loads(line)) for line in run.stdout.splitlines() if '"host_dispatch_event"' in line]
+    lines = _profile_jsonl(profile, "dispatch", "--dispatch_events")
+    events = [_event(json.loads(line)) for line in lines if '"host_dispatch_event"' in line]
     # local-task numbers commands (dispatches and barriers alternate: 0, 2, 4, ...);
     # local-sync does not, and records them in execution order.
     return sorted(events, key=lambda e: (e.submission_id, e.command_buffer_id, e.command_index or 0, e.start_ns))

@@ -10,45 +10,72 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 
 class Runner:
-    """``with Runner(vmfb, "local-task") as runner: runner.time(fn, inputs, n)``."""
+    """``with Runner(vmfb, "local-task") as runner: runner.time(fn, inputs, n)``.
 
-    def __init__(self, vmfb: Path, driver: str):
+    ``hooks``: a ``PyModuleInterface`` (the ``dfit`` probe module) placed before the
+    user's module so its optional imports resolve; ``debug_sink``: a
+    ``HalModuleDebugSink`` receiving ``flow.tensor.trace`` tensors. Without them the
+    module's optional imports fall back, and IREE prints traced tensors to stderr, so
+    a traced module always gets a sink (see ``runtime_hooks/tensors.py``)."""
+
+    def __init__(self, vmfb: Path, driver: str, *, hooks: Any = None, debug_sink: Any = None):
         import iree.runtime as rt
 
         self._config = rt.Config(driver)
-        self._context = rt.SystemContext(config=self._config)
-        self._module = rt.VmModule.mmap(self._config.vm_instance, str(vmfb))
-        self._context.add_vm_module(self._module)
+        instance = self._config.vm_instance
+        self._hal = rt.create_hal_module(instance, self._config.device, debug_sink=debug_sink) \
+            if debug_sink is not None else rt.create_hal_module(instance, self._config.device)
+        self._hooks = hooks.create() if hooks is not None else None
+        self._module = rt.VmModule.mmap(instance, str(vmfb))
+        modules = [self._hal, *([self._hooks] if self._hooks is not None else []), self._module]
+        self._context = rt.VmContext(instance, modules)
         self._functions: dict[str, Any] = {}
+
+    def lookup(self, name: str) -> Any:
+        """The module's function ``name``, or ``None``."""
+        return self._module.lookup_function(name)
 
     def function(self, name: str) -> Any:
         if name not in self._functions:
-            module = self._context.modules[self._module.name]
-            self._functions[name] = module[name]
+            import iree.runtime as rt
+
+            handle = self.lookup(name)
+            if handle is None:
+                raise KeyError(name)
+            self._functions[name] = rt.FunctionInvoker(self._context, self._config.device, handle)
         return self._functions[name]
 
-    def time(self, function: str, inputs: Sequence[np.ndarray], invocations: int, warmup: int = 0) -> list[tuple[int, int]]:
-        """(start ns, duration ns) of each recorded invocation, outputs read back to host."""
+    def time(self, function: str, inputs: Sequence[np.ndarray], invocations: int, warmup: int = 0,
+             after_each: Callable[[int], None] | None = None) -> list[tuple[int, int]]:
+        """(start ns, duration ns) of each recorded invocation, outputs read back to host.
+        ``after_each(k)`` runs after the k-th recorded invocation, outside its span."""
         call = self.function(function)
         spans = []
         for index in range(warmup + invocations):
             start = time.perf_counter_ns()
             result = call(*inputs)
-            _materialize(result)
-            if index >= warmup:
-                spans.append((start, time.perf_counter_ns() - start))
+            materialize(result)
+            end = time.perf_counter_ns()
             del result
+            if index >= warmup:
+                spans.append((start, end - start))
+                if after_each is not None:
+                    after_each(index - warmup)
+            elif after_each is not None:
+                after_each(-1)
         return spans
 
     def close(self) -> None:
+        # Release order that avoids the local-task crash at exit: invokers, context,
+        # modules, then the device's config.
         self._functions.clear()
-        for name in ("_context", "_module", "_config"):
+        for name in ("_context", "_module", "_hooks", "_hal", "_config"):
             if hasattr(self, name):
                 delattr(self, name)
 
@@ -59,7 +86,7 @@ class Runner:
         self.close()
 
 
-def _materialize(result: Any) -> None:
+def materialize(result: Any) -> None:
     """Wait for the invocation's results the way a user would: read them to host."""
     for value in result if isinstance(result, (tuple, list)) else (result,):
         if hasattr(value, "to_host"):

@@ -1,34 +1,35 @@
-"""``dfit run``: run a compiled module — in this process for per-invocation timing
-(``ids``), or under HAL profiling with every dispatch joined to its IDs (``full``) — and
-write a run bundle.
+"""``dfit run``: run a compiled module and write a run bundle (``runtime_hooks/bundle.py``).
 
-The bundle is a directory written atomically (a temporary sibling renamed into place;
-an existing bundle is replaced only once the new one is complete):
+Modes:
 
-* ``manifest.json`` — the compile's manifest;
-* ``events.parquet`` — one normalized row per dispatch (``dfit_mlir.event_schema``);
-* ``sites.parquet`` — the interned IDs: every call site with its root and fused IDs;
-* ``dispatches.csv`` — per call site: count and min/mean/max/total duration;
-* ``trace.pftrace`` (Perfetto native) and ``trace.json`` (Chrome trace JSON);
-* ``summary.json`` — mode, policy, counts (incl. dropped), driver, inputs, versions.
+* ``none`` — the module runs in this process with nothing recorded but the wall time
+  of each invocation (in the summary): the baseline the others are compared with;
+* ``ids`` — one ``program`` event per invocation, no hook in the module;
+* ``lite`` — plus ``function`` events from the probe calls a lite/full compile inserts,
+  received by the ``dfit`` hook module (``runtime_hooks/instrument.py``);
+* ``full`` — under HAL profiling through the shipped ``iree-run-module`` /
+  ``iree-benchmark-module``: one ``dispatch`` event per dispatch joined to its IDs,
+  ``queue`` events (submissions and non-model host operations: allocations, command
+  buffer executions, copies) and ``memory`` events (pool reservations, allocations).
+
+``tensors`` (in-process modes): statistics of the values a ``--tensors`` compile traces.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import tempfile
-import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from dfit_mlir import atomic, toolchain, traces
+import numpy as np
+
 from dfit_mlir import manifest as manifest_io
 from dfit_mlir.errors import InvalidInputError
-from dfit_mlir.event_pipeline import EventPipeline, ParquetSink, Policy, site_table
+from dfit_mlir.event_pipeline import EventPipeline, EventRow, Policy
 from dfit_mlir.runtime_hooks import hal_profile
-from dfit_mlir.runtime_hooks.inprocess import Runner
+from dfit_mlir.runtime_hooks.bundle import write_bundle
 from dfit_mlir.runtime_hooks.inputs import (
     check_inputs,
     entry_function,
@@ -36,6 +37,10 @@ from dfit_mlir.runtime_hooks.inputs import (
     random_inputs,
     signature,
 )
+from dfit_mlir.runtime_hooks.instrument import InstrumentedModule, duration_stats
+from dfit_mlir.runtime_hooks.tensors import TensorPolicy
+
+MODES = ("none", "ids", "lite", "full")
 
 
 @dataclass(frozen=True)
@@ -44,107 +49,130 @@ class RunResult:
     summary: dict[str, Any]
 
 
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-MODES = ("ids", "full")
-
-
 def run_bundle(vmfb: Path, manifest_path: Path, bundle: Path, *, mode: str = "full", inputs: Sequence[str] = (),
                repeat: int = 1, warmup: int = 0, driver: str = "local-task", function: str | None = None,
-               policy: Policy | None = None) -> RunResult:
-    """Run ``vmfb`` ``warmup + repeat`` times, record the last ``repeat`` and write the
-    bundle. ``ids``: per-invocation timing in this process, no hook in the module;
-    ``full``: one event per dispatch from HAL profiling, joined to IDs."""
+               policy: Policy | None = None, tensors: TensorPolicy | None = None) -> RunResult:
+    """Run ``vmfb`` ``warmup + repeat`` times, record the last ``repeat``, write the bundle."""
     if mode not in MODES:
         raise InvalidInputError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     if not vmfb.is_file():
         raise InvalidInputError(f"{vmfb}: no such file")
-    manifest = manifest_io.load(manifest_path)
-    recorded = manifest.get("compile", {}).get("vmfb_sha256")
-    if recorded is None or recorded != sha256_of(vmfb):
-        raise InvalidInputError(f"{manifest_path} was not written for {vmfb} (the vmfb's sha256 differs)")
     if repeat < 1 or warmup < 0:
         raise InvalidInputError("--repeat must be at least 1 and --warmup at least 0")
+    if tensors is not None and mode == "full":
+        raise InvalidInputError("--tensors needs an in-process mode (ids or lite): full runs under iree-run-module, "
+                                "which prints traced tensors instead of handing them to dfit")
+    manifest = manifest_io.load(manifest_path)
+    manifest_io.check_belongs(manifest, vmfb, str(manifest_path))
     policy = policy or Policy(mode=mode)
     function = entry_function(manifest, function)
     arguments = signature(manifest, function)
-    session = uuid.uuid4().hex[:12]
     with tempfile.TemporaryDirectory(prefix="dfit-run-") as scratch:
         if inputs:
             check_inputs(inputs, arguments)
         else:
             inputs = random_inputs(arguments, Path(scratch))
-        if mode == "full":
-            recorded_events = _profiled_dispatches(vmfb, manifest, inputs, driver, function, repeat, warmup)
-        else:
-            with Runner(vmfb, driver) as runner:
-                spans = runner.time(function, [load_input(text) for text in inputs], repeat, warmup)
-
-    with atomic.atomic_directory(bundle) as tmp:
-        pipeline = EventPipeline(manifest, policy, ParquetSink(tmp / "events.parquet"), session=session)
-        if mode == "full":
-            for invocation, block in enumerate(recorded_events):
-                pipeline.add_joined(block, invocation)
-        else:
-            pipeline.add_programs(function, spans)
-        counts = pipeline.close()
-        manifest_io.save(manifest, tmp / "manifest.json")
-        import pyarrow.parquet as pq
-
-        pq.write_table(site_table(manifest), tmp / "sites.parquet")
-        table = pq.read_table(tmp / "events.parquet")
-        _dispatch_csv(table, tmp / "dispatches.csv")
-        slices = traces.write_perfetto(table, manifest, tmp / "trace.pftrace")
-        traces.write_chrome_json(table, manifest, tmp / "trace.json")
         summary = {
-            "schema": "dfit.run-summary",
-            "version": "1.0",
-            "session": session,
-            "mode": mode,
-            "driver": driver,
-            "function": function,
-            "repeat": repeat,
-            "warmup": warmup,
+            "mode": mode, "driver": driver, "function": function, "repeat": repeat, "warmup": warmup,
             "inputs": [{"shape": a["shape"], "dtype": a["dtype"]} for a in arguments],
-            "policy": asdict(policy),
-            "counts": asdict(counts),
-            "dropped_events": counts.dropped,
-            "trace_slices": slices,
-            "vmfb": {"path": str(vmfb), "sha256": recorded},
-            "toolchain": toolchain.versions(),
+            "vmfb": {"path": str(vmfb), "sha256": manifest["compile"]["vmfb_sha256"]},
         }
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    return RunResult(bundle, summary)
+        if mode == "full":
+            profile = _profiled_run(vmfb, manifest, inputs, driver, function, repeat, warmup)
+            write_bundle(bundle, manifest, lambda sink: profile.pipeline(manifest, policy, sink),
+                         {**summary, **profile.summary()})
+        else:
+            arrays = [load_input(text) for text in inputs]
+            with InstrumentedModule(vmfb, manifest, mode=mode, driver=driver, tensors=tensors,
+                                    check_vmfb=False) as module:
+                for index in range(warmup + repeat):
+                    module.call(function, *arrays, wait=True, record=index >= warmup)
+                module.write_bundle(bundle, policy, **summary)
+    return RunResult(bundle, json.loads((bundle / "summary.json").read_text()))
 
 
-def _profiled_dispatches(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], driver: str,
-                         function: str, repeat: int, warmup: int) -> list[list[hal_profile.JoinedDispatch]]:
-    """Joined dispatches of each recorded invocation (warm-up invocations dropped)."""
+@dataclass
+class ProfiledRun:
+    """A ``full`` run's records: joined dispatches per recorded invocation, and the queue,
+    host-operation and memory records assigned to invocations by time."""
+
+    dispatches: list[list[hal_profile.JoinedDispatch]]
+    queue_rows: list[EventRow]
+    memory_rows: list[EventRow]
+    warmup_records: int
+
+    def pipeline(self, manifest: dict[str, Any], policy: Policy, sink: Any) -> EventPipeline:
+        import uuid
+
+        pipeline = EventPipeline(manifest, policy, sink, session=uuid.uuid4().hex[:12])
+        for invocation, block in enumerate(self.dispatches):
+            pipeline.add_joined(block, invocation)
+        pipeline.add_rows("queue", self.queue_rows)
+        pipeline.add_rows("memory", self.memory_rows)
+        return pipeline
+
+    def summary(self) -> dict[str, Any]:
+        totals = [sum(j.event.duration_ns for j in block) for block in self.dispatches]
+        spans = [block[-1].event.end_ns - block[0].event.start_ns for block in self.dispatches if block]
+        return {
+            "profiling_families": list(hal_profile.FULL_FAMILIES),
+            "dispatch_ns_per_invocation": duration_stats(totals),
+            "invocation_ns": duration_stats(spans),
+            "records": {"dispatch": sum(len(b) for b in self.dispatches), "queue": len(self.queue_rows),
+                        "memory": len(self.memory_rows), "warmup_records_dropped": self.warmup_records},
+        }
+
+
+def _profiled_run(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], driver: str, function: str,
+                  repeat: int, warmup: int) -> ProfiledRun:
     invocations = warmup + repeat
-    events = hal_profile.capture(vmfb, inputs, driver=driver, function=function, invocations=invocations)
-    joined = hal_profile.join(events, manifest)
+    profile = hal_profile.capture_profile(vmfb, inputs, driver=driver, function=function, invocations=invocations)
+    joined = hal_profile.join(profile.dispatches, manifest)
     per_invocation = len(manifest["partitions"]["dispatch_sites"])
     if len(joined) != invocations * per_invocation:
         raise hal_profile.UnresolvedDispatchError(
             f"{len(joined)} dispatch events for {invocations} invocation(s) of {per_invocation} call sites")
-    return [joined[i * per_invocation:(i + 1) * per_invocation] for i in range(warmup, invocations)]
+    blocks = [joined[i * per_invocation:(i + 1) * per_invocation] for i in range(invocations)]
+    # An invocation owns the records up to the end of its last dispatch (allocations come
+    # before the dispatches, deallocations after the previous invocation's).
+    ends = np.array([block[-1].event.end_ns if block else 0 for block in blocks], dtype=np.int64)
+
+    def invocation_of(stamp: int) -> int:
+        return min(int(np.searchsorted(ends, stamp, side="left")), invocations - 1) - warmup
+
+    queue_rows: list[EventRow] = []
+    memory_rows: list[EventRow] = []
+    warmup_records = 0
+    for record in profile.queue_events:
+        k = invocation_of(record["host_time_ns"])
+        if k < 0:
+            warmup_records += 1
+            continue
+        queue_rows.append(EventRow(k, f"submit {record['op']}", None, record["host_time_ns"],
+                                   record["ready_host_time_ns"] - record["host_time_ns"],
+                                   bytes=record.get("payload_length") or None,
+                                   attributes=_pick(record, "submission_id", "dependency_strategy", "wait_count",
+                                                    "signal_count", "operation_count")))
+    for record in profile.host_operations:
+        k = invocation_of(record["start_host_time_ns"])
+        if k < 0:
+            warmup_records += 1
+            continue
+        queue_rows.append(EventRow(k, f"host {record['op']}", None, record["start_host_time_ns"],
+                                   record["duration_ns"], bytes=record.get("payload_length") or None,
+                                   attributes=_pick(record, "submission_id", "command_buffer_id", "allocation_id")))
+    for record in profile.memory_events:
+        k = invocation_of(record["host_time_ns"])
+        if k < 0:
+            warmup_records += 1
+            continue
+        memory_rows.append(EventRow(k, record["event_type"], None, record["host_time_ns"], 0,
+                                    bytes=record.get("length"),
+                                    attributes=_pick(record, "allocation_id", "pool_id", "pool_bytes_reserved",
+                                                     "pool_bytes_committed", "submission_id")))
+    return ProfiledRun(blocks[warmup:], queue_rows, memory_rows, warmup_records)
 
 
-def _dispatch_csv(table: Any, path: Path) -> None:
-    """Per call site: dispatches recorded and their durations."""
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
+def _pick(record: dict[str, Any], *names: str) -> dict[str, Any]:
+    return {name: record[name] for name in names if name in record}
 
-    plain = pa.table({
-        "site": table.column("site"),
-        "partition": table.column("partition").cast(pa.string()),
-        "root_id": table.column("root_id").cast(pa.string()),
-        "duration_ns": table.column("duration_ns"),
-    })
-    grouped = plain.group_by(["site", "partition", "root_id"]).aggregate(
-        [("duration_ns", "count"), ("duration_ns", "min"), ("duration_ns", "mean"), ("duration_ns", "max"),
-         ("duration_ns", "sum")]
-    ).sort_by("site")
-    pacsv.write_csv(grouped, path)

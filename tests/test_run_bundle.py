@@ -1,6 +1,7 @@
-"""`dfit run --mode full`: a run bundle whose every dispatch event carries its IDs, that
-reads back with pyarrow and whose trace parses against Perfetto's own protobuf schema;
-bad input gets one line, exit 2 and no bundle."""
+"""`dfit run --mode full`: a run bundle whose every dispatch event carries its IDs, with
+the run's queue and memory records beside them, that reads back with pyarrow and whose
+trace parses against Perfetto's own protobuf schema; bad input gets one line, exit 2
+and no bundle."""
 
 from __future__ import annotations
 
@@ -34,23 +35,43 @@ def bundle(request: pytest.FixtureRequest, convnet, tmp_path_factory: pytest.Tem
     out = tmp_path_factory.mktemp(request.param) / "bundle"
     result = dfit("run", str(convnet.vmfb), "--repeat", str(REPEAT), "--driver", request.param, "-o", str(out))
     assert result.returncode == 0, result.stderr
-    assert f"{REPEAT * 6} dispatch events" in result.stdout
+    assert "0 dropped" in result.stdout
     return out
+
+
+def dispatch_events(bundle: Path) -> list[dict]:
+    return [e for e in pq.read_table(bundle / "events.parquet").to_pylist() if e["kind"] == "dispatch"]
 
 
 def test_bundle_contents(bundle: Path, convnet) -> None:
     assert sorted(p.name for p in bundle.iterdir()) == [
-        "dispatches.csv", "events.parquet", "manifest.json", "sites.parquet", "summary.json", "trace.json", "trace.pftrace"]
+        "dispatches.csv", "events.csv", "events.parquet", "manifest.json", "sites.parquet", "summary.json",
+        "trace.json", "trace.pftrace"]
     sites = convnet.manifest["partitions"]["dispatch_sites"]
-    events = pq.read_table(bundle / "events.parquet").to_pylist()
+    everything = pq.read_table(bundle / "events.parquet").to_pylist()
+    events = dispatch_events(bundle)
     assert len(events) == REPEAT * len(sites)
     for invocation in range(REPEAT):
         rows = [e for e in events if e["invocation"] == invocation]
         assert [e["root_id"] for e in rows] == [s["root_id"] for s in sites]
         assert [e["partition"] for e in rows] == [s["export"] for s in sites]
     summary = json.loads((bundle / "summary.json").read_text())
-    assert summary["counts"]["seen"] == summary["counts"]["kept"] == REPEAT * len(sites)
+    assert summary["counts"]["seen"] == summary["counts"]["kept"] == len(everything)
+    assert summary["records"]["dispatch"] == REPEAT * len(sites)
     assert summary["dropped_events"] == 0 and summary["inputs"] == [{"shape": [1, 32, 32, 3], "dtype": "f32"}]
+    # Non-model runtime records: each invocation submits and executes its command
+    # buffer and allocates its transients; every one is kept, with its invocation.
+    by_kind: dict[str, set[str]] = {}
+    for event in everything:
+        by_kind.setdefault(event["kind"], set()).add(event["partition"])
+        assert event["invocation"] in range(REPEAT)
+    assert {"submit execute", "host execute", "submit alloca", "host alloca"} <= by_kind["queue"]
+    assert "queue_alloca" in by_kind["memory"]
+    executes = [e for e in everything if e["partition"] == "host execute"]
+    assert sorted({e["invocation"] for e in executes}) == list(range(REPEAT))
+    memory = [e for e in everything if e["kind"] == "memory"]
+    assert all(e["bytes"] is not None and e["bytes"] >= 0 for e in memory)
+    assert summary["records"]["queue"] + summary["records"]["memory"] == len(everything) - len(events)
     csv_rows = (bundle / "dispatches.csv").read_text().splitlines()
     assert len(csv_rows) == 1 + len(sites) and all(f",{REPEAT}," in row for row in csv_rows[1:])
     interned = pq.read_table(bundle / "sites.parquet").to_pylist()
@@ -60,23 +81,40 @@ def test_bundle_contents(bundle: Path, convnet) -> None:
 def test_perfetto_trace_parses(bundle: Path, convnet) -> None:
     trace = Trace.FromString((bundle / "trace.pftrace").read_bytes())
     tracks = {p.track_descriptor.uuid: p.track_descriptor for p in trace.packet if p.HasField("track_descriptor")}
-    assert sorted(t.name for t in tracks.values()) == ["invocation 0", "invocation 1", "invocation 2", "stage: runtime"]
-    begins = [p for p in trace.packet if p.HasField("track_event") and p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN]
-    ends = [p for p in trace.packet if p.HasField("track_event") and p.track_event.type == TrackEvent.TYPE_SLICE_END]
-    assert len(begins) == len(ends) == REPEAT * 6
-    first = begins[0].track_event
+    names = {t.name for t in tracks.values()}
+    assert {"invocation 0", "invocation 1", "invocation 2", "stage: runtime", "queue: host execute",
+            "memory: queue_alloca"} <= names
+    events = [p for p in trace.packet if p.HasField("track_event")]
+    begins = [p for p in events if p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN]
+    ends = [p for p in events if p.track_event.type == TrackEvent.TYPE_SLICE_END]
+    instants = [p for p in events if p.track_event.type == TrackEvent.TYPE_INSTANT]
+    summary = json.loads((bundle / "summary.json").read_text())
+    assert len(begins) == len(ends) and len(begins) + len(instants) == summary["trace_slices"]
+    invocation_tracks = {uuid for uuid, t in tracks.items() if t.name.startswith("invocation ")}
+    dispatches = [p for p in begins if p.track_event.track_uuid in invocation_tracks]
+    assert len(dispatches) == REPEAT * 6
+    first = dispatches[0].track_event
     assert first.name == "linalg.conv_2d_nhwc_hwcf main/linalg.conv_2d_nhwc_hwcf#0"
     args = {a.name: a.string_value or a.int_value for a in first.debug_annotations}
     assert args["source"] == "convnet.py:21:16" and args["stage"] == "runtime"
     assert "main/linalg.generic#0" in args["fused_ids"]
-    assert all(end.timestamp >= begin.timestamp for begin, end in zip(begins, ends, strict=True))
+    # Slices on one track nest: each end closes the most recent open begin of its track.
+    open_slices: dict[int, list[int]] = {}
+    for packet in events:
+        stack = open_slices.setdefault(packet.track_event.track_uuid, [])
+        if packet.track_event.type == TrackEvent.TYPE_SLICE_BEGIN:
+            stack.append(packet.timestamp)
+        elif packet.track_event.type == TrackEvent.TYPE_SLICE_END:
+            assert packet.timestamp >= stack.pop()
+    assert not any(open_slices.values())
 
 
 def test_chrome_trace_json(bundle: Path) -> None:
     document = json.loads((bundle / "trace.json").read_text())
-    slices = [e for e in document["traceEvents"] if e["ph"] == "X"]
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in document["traceEvents"] if e["name"] == "thread_name"}
+    slices = [e for e in document["traceEvents"] if e["ph"] == "X" and e["args"]["kind"] == "dispatch"]
     assert len(slices) == REPEAT * 6
-    assert {e["tid"] for e in slices} == {0, 1, 2}
+    assert {threads[(e["pid"], e["tid"])] for e in slices} == {"invocation 0", "invocation 1", "invocation 2"}
     assert slices[0]["args"]["root_id"] == "main/linalg.conv_2d_nhwc_hwcf#0"
 
 
@@ -116,14 +154,14 @@ def test_ids_mode_times_invocations_in_process(convnet, tmp_path: Path) -> None:
     events = pq.read_table(out / "events.parquet").to_pylist()
     assert [e["kind"] for e in events] == ["program"] * 4
     assert [e["invocation"] for e in events] == [0, 1, 2, 3]
-    assert all(e["partition"] == "main" and e["root_id"] is None and e["site"] == -1 and e["duration_ns"] > 0
+    assert all(e["partition"] == "main" and e["root_id"] is None and e["site"] is None and e["duration_ns"] > 0
                for e in events)
     assert all(b["start_ns"] >= a["start_ns"] + a["duration_ns"] for a, b in zip(events, events[1:], strict=False))
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["mode"], summary["repeat"], summary["warmup"]) == ("ids", 4, 2)
     trace = Trace.FromString((out / "trace.pftrace").read_bytes())
     names = {p.track_event.name for p in trace.packet if p.HasField("track_event") and p.track_event.name}
-    assert names == {"main"}
+    assert names == {"program main"}
 
 
 def test_full_mode_warmup_sampling_and_inputs_dir(convnet, tmp_path: Path) -> None:
@@ -137,9 +175,10 @@ def test_full_mode_warmup_sampling_and_inputs_dir(convnet, tmp_path: Path) -> No
                   "--inputs-from", str(inputs), "--driver", "local-sync", "-o", str(out))
     assert result.returncode == 0, result.stderr
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["counts"]["seen"] == 4 * 6  # the warm-up invocation is not recorded
-    assert summary["counts"]["kept"] == 12 and summary["counts"]["sampled_out"] == 12
-    events = pq.read_table(out / "events.parquet").to_pylist()
+    assert summary["records"]["dispatch"] == 4 * 6  # the warm-up invocation is not recorded
+    assert summary["records"]["warmup_records_dropped"] > 0
+    assert summary["counts"]["sampled_out"] == 12  # sampling applies to dispatches
+    events = dispatch_events(out)
     assert [e["site"] for e in events] == [0, 2, 4] * 4
     assert [e["invocation"] for e in events] == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3
 
@@ -148,6 +187,6 @@ def test_id_filter(convnet, tmp_path: Path) -> None:
     out = tmp_path / "filtered"
     result = dfit("run", str(convnet.vmfb), "--ids", "main/linalg.matmul#*", "-o", str(out))
     assert result.returncode == 0, result.stderr
-    events = pq.read_table(out / "events.parquet").to_pylist()
+    events = dispatch_events(out)
     assert [e["root_id"] for e in events] == ["main/linalg.matmul#0", "main/linalg.matmul#1"]
     assert json.loads((out / "summary.json").read_text())["counts"]["filtered"] == 4

@@ -1,0 +1,97 @@
+"""``--tensors FILTER``: trace the value each selected source op produces.
+
+After IREE's ``input`` phase (input dialects lowered to linalg/tensor, every op still
+carrying its ``dfit:<id>`` location), the last op of each selected ID in program order
+gets ``flow.tensor.trace "dfit:<id>" = [%result : tensor<...>]`` right after it. The
+runtime's ``HalModuleDebugSink`` receives ``("dfit:<id>", [buffer view])`` per
+invocation (``runtime_hooks/tensors.py``).
+
+Unlike IDs and probes, tracing is not observational: a trace reads the value between
+dispatches, so the traced ops cannot fuse with their consumers and the module waits
+for each traced dispatch (RUNTIME-NOTES.md: ≈3.5 µs per trace on local-sync, 45 µs on
+local-task, before copying). Hence the filter, and runtime sampling.
+
+The filter is a comma-separated list of globs, each matched against the ID
+(``main/linalg.matmul#*``) and against the op name (``linalg.conv_2d*``). Constants are
+never traced (they are weights, and the manifest has their shapes), nor is
+``tensor.empty`` (no values), nor anything inside an op's body (scalars). Results with
+dynamic dimensions are skipped and listed: ``flow.tensor.trace`` would need their sizes
+as extra operands.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+
+from iree.compiler import ir
+
+from dfit_mlir import lineage, locations
+from dfit_mlir.passes import mlir_engine
+
+KEY_PREFIX = "dfit:"
+#: Traces go in once the input dialects are lowered (builtin tensors, flow available).
+INSERT_AFTER_PHASE = "input"
+#: ``tensor.empty`` holds no values: tracing it would show uninitialised memory.
+UNTRACED_OPS = frozenset({"tensor.empty"})
+FUNCTION_OPS = frozenset({"func.func", "util.func"})
+
+
+@dataclass(frozen=True)
+class TensorTrace:
+    key: str
+    id: str
+    op: str
+    type: str
+
+
+@dataclass(frozen=True)
+class TracePlan:
+    traces: tuple[TensorTrace, ...]
+    #: IDs that matched but whose value cannot be traced, with the reason.
+    skipped: tuple[tuple[str, str], ...]
+
+
+def parse_filter(text: str) -> tuple[str, ...]:
+    patterns = tuple(part.strip() for part in text.split(",") if part.strip())
+    if not patterns:
+        raise ValueError("--tensors needs at least one glob (an ID such as 'main/*' or an op name such as "
+                         "'linalg.matmul')")
+    return patterns
+
+
+def insert_tensor_traces(module: ir.Operation, patterns: tuple[str, ...]) -> TracePlan:
+    """Insert one trace per selected ID (see the module docstring)."""
+    last_op_of: dict[str, ir.Operation] = {}
+    for op in mlir_engine.walk_ops(module):
+        if not op.results or op.name in UNTRACED_OPS or lineage.is_constant(op.name):
+            continue
+        if op.parent is None or op.parent.name not in FUNCTION_OPS:
+            continue  # ops inside a linalg body compute scalars
+        own = locations.dfit_ids(mlir_engine.to_loc(op.location))
+        if len(own) != 1:
+            continue
+        (source_id,) = own
+        if any(fnmatch.fnmatchcase(source_id, p) or fnmatch.fnmatchcase(op.name, p) for p in patterns):
+            last_op_of[source_id] = op
+    traces: list[TensorTrace] = []
+    skipped: list[tuple[str, str]] = []
+    for source_id, op in last_op_of.items():
+        value = op.results[0]
+        if not isinstance(value.type, ir.RankedTensorType):
+            skipped.append((source_id, f"result is {value.type}, not a ranked tensor"))
+            continue
+        if not ir.RankedTensorType(value.type).has_static_shape:
+            skipped.append((source_id, f"result {value.type} has dynamic dimensions"))
+            continue
+        key = KEY_PREFIX + source_id
+        with op.location, ir.InsertionPoint.after(op):
+            ir.Operation.create(
+                "flow.tensor.trace",
+                operands=[value],
+                attributes={"key": ir.StringAttr.get(key),
+                            "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0])},
+            )
+        traces.append(TensorTrace(key, source_id, op.name, str(value.type)))
+    return TracePlan(tuple(traces), tuple(skipped))
+
