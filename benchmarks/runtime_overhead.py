@@ -1,25 +1,33 @@
 """Runtime overhead of dfit's run modes against an uninstrumented run, on the real models
 of ``tests/realmodels.py``.
 
-Each variant is ``iree-benchmark-module`` timing enough invocations of the model's
-function to last about ``--run-ms`` (real time per invocation, as the tool reports it):
+Two harnesses, each with its own uninstrumented baseline, because ``lite`` needs this
+process (the Python hook module) and ``full`` needs the shipped tools (the HAL
+profiler):
 
-* ``none``: the plain ``iree-compile`` module, no profiling;
-* ``ids``:  the ``dfit compile --dfit-tag --mode ids`` module, no profiling — what
-  ``dfit run --mode ids`` executes (the instrumented compile adds no hook);
-* ``full``: the same module with HAL ``host-execution`` profiling on — what
-  ``dfit run --mode full`` executes.
+* in this process, timing calls through ``dfit_mlir.instrument`` with results read back
+  to host (mean time per call over a run of about ``--run-ms``):
+  ``none``    the plain ``iree-compile`` module, nothing recorded;
+  ``ids``     the ``--mode ids`` module, one program event per call;
+  ``lite``    the ``--mode lite`` module (function probes) with the hook module;
+  ``tensors`` a ``--tensors '*'`` module (every op's value traced), statistics of one
+              call in ``--tensor-sample`` per ID;
+* with ``iree-benchmark-module`` (real time per invocation):
+  ``none-tool`` the plain module; ``full`` the ``--mode full`` module under HAL
+  profiling of host-execution, queue and memory events — what ``dfit run --mode full``
+  executes.
 
 Variants alternate within each round (order rotated per round); the report gives the
-median over rounds of each round's ratio to that round's ``none``. The result replaces
-this benchmark's section of ``benchmarks/RESULTS.md``.
+median over rounds of each round's ratio to that round's baseline of the same harness.
+The result replaces this benchmark's section of ``benchmarks/RESULTS.md``.
 
-    python benchmarks/runtime_overhead.py [--rounds 7] [--run-ms 1000] [--driver local-task] [--models ...]
+    python benchmarks/runtime_overhead.py [--rounds 7] [--run-ms 500] [--driver local-task] [--models ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import math
@@ -28,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,13 +45,19 @@ sys.path.insert(0, str(REPO))
 from benchmarks.compile_overhead import build_inputs, publish  # noqa: E402
 from dfit_mlir.passes.instrumented_compile import compile_instrumented  # noqa: E402
 from dfit_mlir.passes.plain_compile import plain_compile  # noqa: E402
-from dfit_mlir.runtime_hooks.inputs import entry_function, random_inputs, signature  # noqa: E402
+from dfit_mlir.runtime_hooks import hal_profile  # noqa: E402
+from dfit_mlir.runtime_hooks.inputs import entry_function, load_input, random_inputs, signature  # noqa: E402
+from dfit_mlir.runtime_hooks.instrument import InstrumentedModule  # noqa: E402
+from dfit_mlir.runtime_hooks.tensors import TensorPolicy  # noqa: E402
 from dfit_mlir.toolchain import runtime_tool  # noqa: E402
 
 BEGIN = "<!-- runtime_overhead:begin -->"
 END = "<!-- runtime_overhead:end -->"
-VARIANTS = ("none", "ids", "full")
-TARGETS = {"ids": 1.005, "full": 1.03}
+IN_PROCESS = ("none", "ids", "lite", "tensors")
+TOOL = ("none-tool", "full")
+VARIANTS = IN_PROCESS + TOOL
+BASELINE = {"ids": "none", "lite": "none", "tensors": "none", "full": "none-tool"}
+TARGETS = {"ids": 1.005, "lite": 1.01, "full": 1.03}
 
 
 def time_per_invocation(vmfb: Path, function: str, inputs: list[str], driver: str, iterations: int,
@@ -52,7 +67,8 @@ def time_per_invocation(vmfb: Path, function: str, inputs: list[str], driver: st
                f"--device={driver}", f"--benchmark_min_time={iterations}x", "--benchmark_format=json",
                *(f"--input={value}" for value in inputs)]
     if profile is not None:
-        command += ["--device_profiling_mode=host-execution", f"--device_profiling_output={profile}"]
+        command += [f"--device_profiling_mode={','.join(hal_profile.FULL_FAMILIES)}",
+                    f"--device_profiling_output={profile}"]
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
         raise SystemExit(f"runtime_overhead: {shlex.join(command)} failed:\n{run.stderr.strip()[-2000:]}")
@@ -61,12 +77,44 @@ def time_per_invocation(vmfb: Path, function: str, inputs: list[str], driver: st
     return result["real_time"] * scale
 
 
+def time_in_process(module: InstrumentedModule, function: str, arrays: list, iterations: int) -> float:
+    """Mean ms per call over ``iterations`` calls (results read back to host)."""
+    started = time.perf_counter()
+    for _ in range(iterations):
+        module.call(function, *arrays, wait=True)
+    return (time.perf_counter() - started) * 1e3 / iterations
+
+
+def _alternate(modules: dict[str, InstrumentedModule], plain: Path, full: Path, profile: Path, function: str,
+               inputs: list[str], arrays: list, args: argparse.Namespace) -> dict[str, list[float]]:
+    """ms per call of every variant, ``args.rounds`` rounds, order rotated per round."""
+    # Sub-millisecond models need many invocations per run to rise above the noise.
+    once = time_per_invocation(plain, function, inputs, args.driver, 10, None)
+    iterations = max(10, min(5000, math.ceil(args.run_ms / max(once, 1e-3))))
+    for module in modules.values():
+        time_in_process(module, function, arrays, 3)  # warm-up
+    tool = {"none-tool": (plain, None), "full": (full, profile)}
+    samples: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+    for round_index in range(args.rounds):
+        shift = round_index % len(VARIANTS)
+        for variant in VARIANTS[shift:] + VARIANTS[:shift]:
+            if variant in modules:
+                samples[variant].append(time_in_process(modules[variant], function, arrays, iterations))
+            else:
+                vmfb, profile_path = tool[variant]
+                samples[variant].append(time_per_invocation(vmfb, function, inputs, args.driver, iterations,
+                                                            profile_path))
+    samples["iterations"] = [iterations]
+    return samples
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--run-ms", type=float, default=1000.0,
+    parser.add_argument("--run-ms", type=float, default=500.0,
                         help="aim each timed run at this many milliseconds (sets the iterations per model)")
     parser.add_argument("--driver", default="local-task", choices=["local-task", "local-sync"])
+    parser.add_argument("--tensor-sample", type=int, default=10, help="tensors: statistics of 1 call in N per ID")
     parser.add_argument("--models", default=None, help="comma-separated subset (default: all)")
     args = parser.parse_args(argv)
     command = shlex.join(["python", "benchmarks/runtime_overhead.py", *(sys.argv[1:] if argv is None else argv)])
@@ -79,48 +127,54 @@ def main(argv: list[str] | None = None) -> int:
             stem = label.replace(":", "_")
             plain = workdir / f"{stem}.plain.vmfb"
             plain_compile(source, plain, [])
-            result = compile_instrumented(source, workdir / f"{stem}.ids.vmfb", mode="ids")
-            function = entry_function(result.manifest, None)
-            inputs = random_inputs(signature(result.manifest, function), workdir)
-            modules = {"none": (plain, None), "ids": (result.vmfb, None),
-                       "full": (result.vmfb, workdir / f"{stem}.profile.bin")}
-            # Sub-millisecond models need many invocations per run to rise above the noise.
-            once = time_per_invocation(plain, function, inputs, args.driver, 10, None)
-            iterations = max(10, min(5000, math.ceil(args.run_ms / max(once, 1e-3))))
-            samples: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
-            for round_index in range(args.rounds):
-                shift = round_index % len(VARIANTS)
-                for variant in VARIANTS[shift:] + VARIANTS[:shift]:
-                    vmfb, profile = modules[variant]
-                    samples[variant].append(time_per_invocation(vmfb, function, inputs, args.driver,
-                                                                iterations, profile))
-            ratios = {variant: statistics.median(v / n for v, n in zip(samples[variant], samples["none"], strict=True))
-                      for variant in ("ids", "full")}
+            compiled = {mode: compile_instrumented(source, workdir / f"{stem}.{mode}.vmfb", mode=mode)
+                        for mode in ("ids", "lite", "full")}
+            traced = compile_instrumented(source, workdir / f"{stem}.tensors.vmfb", mode="ids", trace_tensors=("*",))
+            function = entry_function(compiled["ids"].manifest, None)
+            inputs = random_inputs(signature(compiled["ids"].manifest, function), workdir)
+            arrays = [load_input(text) for text in inputs]
+            with contextlib.ExitStack() as stack:
+                load = stack.enter_context
+                modules = {
+                    "none": load(InstrumentedModule(plain, compiled["ids"].manifest, mode="none",
+                                                    driver=args.driver, check_vmfb=False)),
+                    "ids": load(InstrumentedModule(compiled["ids"].vmfb, mode="ids", driver=args.driver)),
+                    "lite": load(InstrumentedModule(compiled["lite"].vmfb, mode="lite", driver=args.driver)),
+                    "tensors": load(InstrumentedModule(traced.vmfb, mode="ids", driver=args.driver,
+                                                       tensors=TensorPolicy(sample_every=args.tensor_sample))),
+                }
+                samples = _alternate(modules, plain, compiled["full"].vmfb, workdir / f"{stem}.prof", function,
+                                     inputs, arrays, args)
+            ratios = {variant: statistics.median(v / b for v, b in zip(samples[variant], samples[base], strict=True))
+                      for variant, base in BASELINE.items()}
+            iterations = int(samples.pop("iterations")[0])
             medians = {variant: statistics.median(values) for variant, values in samples.items()}
-            rows.append((label, iterations, medians, ratios))
-            print(f"{label:<32} none {medians['none']:.3f} ms, ids {ratios['ids']:.3f}x, full {ratios['full']:.3f}x",
-                  flush=True)
+            rows.append((label, iterations, medians, ratios, len(traced.manifest["tensor_traces"])))
+            print(f"{label:<32} " + ", ".join(f"{v} {ratios[v]:.3f}x" for v in BASELINE), flush=True)
     lines = [
         BEGIN,
         f"## Runtime overhead: `dfit run` modes vs an uninstrumented run ({args.driver})",
         "",
         f"Measured {started.strftime('%Y-%m-%d %H:%M UTC')}; {args.rounds} rounds, each timing about "
-        f"{args.run_ms:.0f} ms of invocations per variant with iree-benchmark-module (real time per invocation), "
-        "variants alternating; ratios are medians of per-round ratios to `none`. Targets from the DFIT paper's "
-        "3.53% (ids) and 13.62% (full): ids ≤ 1.005x, full ≤ 1.03x. Command:",
+        f"{args.run_ms:.0f} ms of invocations per variant, variants alternating; ratios are medians of per-round "
+        "ratios to the baseline of the same harness (`none`: in-process calls through `dfit_mlir.instrument`, "
+        "results read back; `none-tool`: iree-benchmark-module real time). `tensors` traces every op's value "
+        f"and keeps statistics of 1 call in {args.tensor_sample} per ID. Targets from the DFIT paper's 3.53% / 8.26% "
+        "/ 13.62%: ids ≤ 1.005x, lite ≤ 1.01x, full ≤ 1.03x. Command:",
         "",
         "```",
         command,
         "```",
         "",
-        "| model | invocations per run | none (ms/inv.) | ids (ms/inv.) | full (ms/inv.) | ids / none | full / none | ids ≤ 1.005x | full ≤ 1.03x |",
-        "|---|---:|---:|---:|---:|---:|---:|:-:|:-:|",
+        "| model | calls per run | none (ms) | none-tool (ms) | ids / none | lite / none | full / none-tool "
+        "| tensors / none (traced ops) | ids ≤ 1.005x | lite ≤ 1.01x | full ≤ 1.03x |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|:-:|:-:|:-:|",
     ]
-    for label, iterations, medians, ratios in rows:
+    for label, iterations, medians, ratios, traces in rows:
+        verdicts = " | ".join("yes" if ratios[v] <= TARGETS[v] else "**no**" for v in ("ids", "lite", "full"))
         lines.append(
-            f"| {label} | {iterations} | {medians['none']:.3f} | {medians['ids']:.3f} | {medians['full']:.3f} | "
-            f"{ratios['ids']:.3f}x | {ratios['full']:.3f}x | {'yes' if ratios['ids'] <= TARGETS['ids'] else '**no**'} | "
-            f"{'yes' if ratios['full'] <= TARGETS['full'] else '**no**'} |"
+            f"| {label} | {iterations} | {medians['none']:.3f} | {medians['none-tool']:.3f} | {ratios['ids']:.3f}x | "
+            f"{ratios['lite']:.3f}x | {ratios['full']:.3f}x | {ratios['tensors']:.3f}x ({traces}) | {verdicts} |"
         )
     publish(lines, begin=BEGIN, end=END)
     return 0

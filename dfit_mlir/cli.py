@@ -39,7 +39,9 @@ def main() -> None:
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option("--dfit-tag", "tag", is_flag=True, help="Instrument: stamp IDs, snapshot lineage, write the manifest.")
 @click.option("--mode", type=click.Choice(["ids", "lite", "full"]), default="full", show_default=True,
-              help="ids: dispatch mapping only; lite: 7 phase snapshots + function probes; full: all 12 + probes.")
+              help="ids: dispatch mapping only; lite: 7 phase snapshots + function probes; full: all 12.")
+@click.option("--probes/--no-probes", default=None,
+              help="Function-boundary probes for `dfit run --mode lite` (default: with --mode lite only).")
 @click.option("--tensors", "tensor_filter", default=None, metavar="FILTER",
               help="Trace the values of source ops matching these comma-separated globs (IDs or op names); "
                    "changes fusion around them.")
@@ -50,8 +52,8 @@ def main() -> None:
               help="Phase driver (default: in-process when the toolchain gate passes).")
 @click.pass_context
 @_user_errors
-def compile(ctx: click.Context, source: Path, tag: bool, mode: str, tensor_filter: str | None, output: Path,
-            manifest_path: Path | None, driver: str | None) -> None:
+def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool | None, tensor_filter: str | None,
+            output: Path, manifest_path: Path | None, driver: str | None) -> None:
     """Compile with iree-compile; with --dfit-tag also write the manifest. Any other
     option is passed to iree-compile."""
     from dfit_mlir.errors import InvalidInputError
@@ -73,7 +75,7 @@ def compile(ctx: click.Context, source: Path, tag: bool, mode: str, tensor_filte
     except ValueError as error:
         raise InvalidInputError(str(error)) from None
     result = compile_instrumented(source, output, mode=mode, flags=flags, manifest_path=manifest_path,
-                                  driver_name=driver, trace_tensors=tensors)
+                                  driver_name=driver, trace_tensors=tensors, probes=probes)
     click.echo(f"wrote {result.vmfb}")
     click.echo(f"wrote {result.manifest_path}")
     click.echo(attribution_summary(result.manifest))

@@ -21,7 +21,8 @@ from dfit_mlir import atomic, lineage, manifest, toolchain
 from dfit_mlir.adapters import iree as iree_adapter
 from dfit_mlir.ids import ID_SCHEME_VERSION
 from dfit_mlir.lineage import StageFigures
-from dfit_mlir.passes import mlir_engine, operators, phases, probes, snapshot, tensor_traces
+from dfit_mlir.passes import mlir_engine, operators, phases, snapshot, tensor_traces
+from dfit_mlir.passes import probes as function_probes
 
 MODES = ("ids", "lite", "full")
 #: Phases whose snapshot each mode takes, in pipeline order. ``ids`` keeps what the
@@ -34,9 +35,15 @@ SNAPSHOT_PHASES = {
     "full": toolchain.IREE_PHASES,
 }
 SOURCE_STAGE = "source"
-#: Modes whose module gets function-boundary probes (``passes/probes.py``); they touch
-#: host code only, and the module still runs without dfit's hook module.
-PROBE_MODES = ("lite", "full")
+#: Modes whose module gets function-boundary probes (``passes/probes.py``) unless told
+#: otherwise. Only ``lite``: probes are what a lite run reads, and they are not free of
+#: side effects on code generation — on mobilenet_v1 the constant pool's layout and some
+#: executable code differ from the plain compile (same sizes, same exports, same
+#: outputs), whereas ``ids``/``full`` modules keep the plain compile's executables
+#: byte for byte. A ``full`` run reads HAL profiling instead.
+PROBE_MODES = ("lite",)
+#: Runtime hooks (tensor traces, probes) go in once the input dialects are lowered.
+INSERT_AFTER_PHASE = "input"
 
 
 @dataclass(frozen=True)
@@ -55,10 +62,12 @@ def compile_instrumented(
     manifest_path: Path | None = None,
     driver_name: str | None = None,
     trace_tensors: tuple[str, ...] = (),
+    probes: bool | None = None,
 ) -> CompileResult:
     """``trace_tensors``: globs selecting source ops whose values the module traces
     (``passes/tensor_traces.py``); empty: no tracing, the module computes exactly what
-    the plain compile does."""
+    the plain compile does. ``probes``: insert function-boundary probes (default: in
+    :data:`PROBE_MODES`)."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     manifest_path = manifest_path or manifest.default_path(output)
@@ -74,7 +83,8 @@ def compile_instrumented(
         tag_s = time.perf_counter() - t0
         source_figures = snapshot.take_snapshot(module, SOURCE_STAGE, cache)
         source_figures.time_s += tag_s
-        probe_sites = probes.insert_function_probes(module) if mode in PROBE_MODES else []
+        with_probes = mode in PROBE_MODES if probes is None else probes
+        probe_sites: list[function_probes.ProbeSite] = []
 
         stages: list[StageFigures] = [source_figures]
         phase_s: dict[str, float] = {}
@@ -82,16 +92,22 @@ def compile_instrumented(
         trace_plan = tensor_traces.TracePlan((), ())
         # Stop only where a snapshot is taken or traces are inserted: each stop costs a
         # pipeline set-up.
+        inserting = trace_tensors or with_probes
         stops = [p for p in toolchain.IREE_PHASES
-                 if p in SNAPSHOT_PHASES[mode] or (trace_tensors and p == tensor_traces.INSERT_AFTER_PHASE)]
+                 if p in SNAPSHOT_PHASES[mode] or (inserting and p == INSERT_AFTER_PHASE)]
         for phase in stops:
             t0 = time.perf_counter()
             module = driver.run(module, after, phase)
             phase_s[phase] = time.perf_counter() - t0
             if phase in SNAPSHOT_PHASES[mode]:
                 stages.append(snapshot.take_snapshot(module, phase, cache))
-            if trace_tensors and phase == tensor_traces.INSERT_AFTER_PHASE:
-                trace_plan = tensor_traces.insert_tensor_traces(module, trace_tensors)
+            if phase == INSERT_AFTER_PHASE:
+                # After the snapshot: the stage figures describe the module IREE would
+                # build without dfit's runtime hooks.
+                if trace_tensors:
+                    trace_plan = tensor_traces.insert_tensor_traces(module, trace_tensors)
+                if with_probes:
+                    probe_sites = function_probes.insert_function_probes(module)
             after = phase
         with atomic.atomic_path(output) as tmp_vmfb:
             t0 = time.perf_counter()
@@ -122,7 +138,7 @@ def compile_instrumented(
 def build_manifest(*, source: Path, mode: str, flags: Sequence[str], driver: str, operators: list[dict],
                    tensors: list[dict], stages: list[StageFigures], phase_s: dict[str, float],
                    total_s: float, vmfb_bytes: int, vmfb_sha256: str, output: Path,
-                   probe_sites: Sequence[probes.ProbeSite] = (),
+                   probe_sites: Sequence[function_probes.ProbeSite] = (),
                    trace_plan: tensor_traces.TracePlan | None = None) -> dict[str, Any]:
     source_ids = [op["id"] for op in operators]
     by_name = {figures.stage: figures for figures in stages}

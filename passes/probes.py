@@ -19,8 +19,11 @@ the ``program`` event's end covers).
 The fallback holds a ``util.optimization_barrier`` on its argument: an empty fallback
 is folded away by IREE and the import then references a missing symbol.
 
-Probes are inserted after tagging and after the source snapshot, so they never take
-part in IDs or source figures; they touch host code only (no dispatch changes).
+``dfit compile`` inserts them once IREE's input phase ran (``util.func``: the input
+dialects are lowered, and ONNX imports, which reject new ``func.func``s without their
+``torch.onnx_meta`` attributes, are past that check), after tagging and snapshots, so
+they never take part in IDs; ``dfit opt``'s ``dfit-probes`` pass works on ``func.func``
+too.
 """
 
 from __future__ import annotations
@@ -37,11 +40,22 @@ PROBE_CCONV = "0ii_v"
 FALLBACK = "dfit_probe_fallback"
 EDGES = ("begin", "end")
 
-_DECLARATIONS = f"""
-func.func private @{PROBE_MODULE}.{PROBE_FUNCTION}(i32, i32) attributes {{vm.fallback = @{FALLBACK}}}
-func.func private @{FALLBACK}(%site: i32, %edge: i32) {{
+#: Function flavours: the source's ``func`` dialect, or IREE's ``util`` once the input
+#: phase ran (where a ``dfit compile`` inserts them: ONNX imports would reject new
+#: ``func.func``s that lack their ``torch.onnx_meta`` attributes).
+_FLAVOURS = {
+    "func.func": ("func.call", "func.return", "return"),
+    "util.func": ("util.call", "util.return", "util.return"),
+}
+
+
+def _declarations(function_op: str) -> str:
+    return_op = _FLAVOURS[function_op][2]
+    return f"""
+{function_op} private @{PROBE_MODULE}.{PROBE_FUNCTION}(i32, i32) attributes {{vm.fallback = @{FALLBACK}}}
+{function_op} private @{FALLBACK}(%site: i32, %edge: i32) {{
   %kept = util.optimization_barrier %site : i32
-  return
+  {return_op}
 }}
 """
 
@@ -64,14 +78,17 @@ def insert_function_probes(module: ir.Operation) -> list[ProbeSite]:
     if any(_symbol(op) == f"{PROBE_MODULE}.{PROBE_FUNCTION}" for op in top_level):
         return []
     functions = [op.operation for op in top_level
-                 if op.operation.name == "func.func" and len(op.operation.regions[0].blocks) > 0]
+                 if op.operation.name in _FLAVOURS and len(op.operation.regions[0].blocks) > 0]
     if not functions:
         return []
+    flavour = functions[0].name
+    call_op, return_op, _ = _FLAVOURS[flavour]
+    functions = [function for function in functions if function.name == flavour]
     context = module.context
     i32 = ir.IntegerType.get_signless(32, context)
     sites: list[ProbeSite] = []
     with context, ir.Location.name("dfit.probe"):
-        declarations = ir.Module.parse(_DECLARATIONS)
+        declarations = ir.Module.parse(_declarations(flavour))
         for op in list(declarations.body.operations):
             op.operation.move_before(top_level[0].operation)
         for function in functions:
@@ -80,24 +97,24 @@ def insert_function_probes(module: ir.Operation) -> list[ProbeSite]:
             begin = len(sites)
             sites.append(ProbeSite(begin, name, "begin"))
             with ir.InsertionPoint.at_block_begin(entry):
-                _call_probe(begin, 0, i32)
+                _call_probe(call_op, begin, 0, i32)
             for block in function.regions[0].blocks:
                 terminator = list(block.operations)[-1].operation
-                if terminator.name != "func.return":
+                if terminator.name != return_op:
                     continue
                 end = len(sites)
                 sites.append(ProbeSite(end, name, "end"))
                 with ir.InsertionPoint(terminator):
-                    _call_probe(end, 1, i32)
+                    _call_probe(call_op, end, 1, i32)
     return sites
 
 
-def _call_probe(site: int, edge: int, i32: ir.Type) -> None:
+def _call_probe(call_op: str, site: int, edge: int, i32: ir.Type) -> None:
     site_value = ir.Operation.create("arith.constant", results=[i32],
                                      attributes={"value": ir.IntegerAttr.get(i32, site)}).result
     edge_value = ir.Operation.create("arith.constant", results=[i32],
                                      attributes={"value": ir.IntegerAttr.get(i32, edge)}).result
-    ir.Operation.create("func.call", operands=[site_value, edge_value],
+    ir.Operation.create(call_op, operands=[site_value, edge_value],
                         attributes={"callee": ir.FlatSymbolRefAttr.get(f"{PROBE_MODULE}.{PROBE_FUNCTION}")})
 
 

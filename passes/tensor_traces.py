@@ -14,9 +14,8 @@ local-task, before copying). Hence the filter, and runtime sampling.
 The filter is a comma-separated list of globs, each matched against the ID
 (``main/linalg.matmul#*``) and against the op name (``linalg.conv_2d*``). Constants are
 never traced (they are weights, and the manifest has their shapes), nor is
-``tensor.empty`` (no values), nor anything inside an op's body (scalars). Results with
-dynamic dimensions are skipped and listed: ``flow.tensor.trace`` would need their sizes
-as extra operands.
+``tensor.empty`` (no values), nor anything inside an op's body (scalars). Dynamic
+dimensions are passed to the trace as ``tensor.dim`` values.
 """
 
 from __future__ import annotations
@@ -30,8 +29,6 @@ from dfit_mlir import lineage, locations
 from dfit_mlir.passes import mlir_engine
 
 KEY_PREFIX = "dfit:"
-#: Traces go in once the input dialects are lowered (builtin tensors, flow available).
-INSERT_AFTER_PHASE = "input"
 #: ``tensor.empty`` holds no values: tracing it would show uninitialised memory.
 UNTRACED_OPS = frozenset({"tensor.empty"})
 FUNCTION_OPS = frozenset({"func.func", "util.func"})
@@ -81,17 +78,30 @@ def insert_tensor_traces(module: ir.Operation, patterns: tuple[str, ...]) -> Tra
         if not isinstance(value.type, ir.RankedTensorType):
             skipped.append((source_id, f"result is {value.type}, not a ranked tensor"))
             continue
-        if not ir.RankedTensorType(value.type).has_static_shape:
-            skipped.append((source_id, f"result {value.type} has dynamic dimensions"))
-            continue
         key = KEY_PREFIX + source_id
         with op.location, ir.InsertionPoint.after(op):
+            dims = _dynamic_dims(value)
             ir.Operation.create(
                 "flow.tensor.trace",
-                operands=[value],
+                operands=[value, *dims],
                 attributes={"key": ir.StringAttr.get(key),
-                            "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, 0])},
+                            "operandSegmentSizes": ir.DenseI32ArrayAttr.get([1, len(dims)])},
             )
         traces.append(TensorTrace(key, source_id, op.name, str(value.type)))
     return TracePlan(tuple(traces), tuple(skipped))
+
+
+def _dynamic_dims(value: ir.Value) -> list[ir.Value]:
+    """``tensor.dim`` of each dynamic dimension: ``flow.tensor.trace`` takes them as
+    operands (``[%v : tensor<?x4xf32>{%d0}]``)."""
+    shaped = ir.RankedTensorType(value.type)
+    index = ir.IndexType.get()
+    dims = []
+    for axis in range(shaped.rank):
+        if not shaped.is_dynamic_dim(axis):
+            continue
+        position = ir.Operation.create("arith.constant", results=[index],
+                                       attributes={"value": ir.IntegerAttr.get(index, axis)}).result
+        dims.append(ir.Operation.create("tensor.dim", results=[index], operands=[value, position]).result)
+    return dims
 

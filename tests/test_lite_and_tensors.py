@@ -49,7 +49,7 @@ def traced(tmp_path_factory: pytest.TempPathFactory):
                                 trace_tensors=TRACED)
 
 
-def test_probes_touch_host_code_only(lite, plain_ids) -> None:
+def test_probes_keep_the_dispatches(lite, plain_ids) -> None:
     assert lite.manifest["probes"] == [{"site": 0, "function": "main", "edge": "begin"},
                                        {"site": 1, "function": "main", "edge": "end"}]
     assert plain_ids.manifest["probes"] == []

@@ -8,18 +8,22 @@ Each model is compiled once per module with ``compile_instrumented(mode="full")`
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+import dfit_mlir
 from dfit_mlir import lineage, manifest, toolchain
 from dfit_mlir.passes.instrumented_compile import SOURCE_STAGE, compile_instrumented
 from dfit_mlir.passes.plain_compile import plain_compile
 from dfit_mlir.report import attribution_summary
 from dfit_mlir.runtime_hooks import hal_profile, inputs
+from dfit_mlir.runtime_hooks.inprocess import Runner
 from dfit_mlir.runtime_hooks.run import run_bundle
 from dfit_mlir.vmfb import read_module
 from tests import realmodels
@@ -181,13 +185,72 @@ def test_runtime_dispatches_join_to_ids(compiled: Compiled, driver: str) -> None
 
 def test_run_bundle_on_real_model(compiled: Compiled, tmp_path: Path) -> None:
     """`dfit run --mode full` (random inputs from the signature, 1 warm-up and 2 recorded
-    invocations): every
-    dispatch event in events.parquet carries its call site's root ID."""
+    invocations): every dispatch event in events.parquet carries its call site's root
+    ID; the queue and memory records of the same run sit beside them."""
     result = run_bundle(compiled.vmfb, manifest.default_path(compiled.vmfb), tmp_path / "bundle", repeat=2, warmup=1)
     sites = compiled.manifest["partitions"]["dispatch_sites"]
     events = pq.read_table(tmp_path / "bundle" / "events.parquet").to_pylist()
-    assert len(events) == 2 * len(sites) == result.summary["counts"]["kept"]
-    assert [e["root_id"] for e in events] == [s["root_id"] for s in sites] * 2
+    dispatches = [e for e in events if e["kind"] == "dispatch"]
+    assert len(dispatches) == 2 * len(sites) == result.summary["records"]["dispatch"]
+    assert [e["root_id"] for e in dispatches] == [s["root_id"] for s in sites] * 2
+    assert len(events) == result.summary["counts"]["kept"]
+    assert {e["kind"] for e in events} == {"dispatch", "queue", "memory"}
+
+
+def test_lite_run_on_real_model(compiled: Compiled, tmp_path: Path) -> None:
+    """`lite` in process on a module with function probes: one function span per call,
+    inside its program span, and the same outputs as the module run without dfit's hook
+    module (the probes fall back) and as the full-mode module (no probes)."""
+    lite = compile_instrumented(compiled.source, tmp_path / "lite.vmfb", mode="ids", probes=True)
+    function = inputs.entry_function(compiled.manifest, None)
+    probed = {site["function"] for site in lite.manifest["probes"]}
+    # ONNX imports arrive ABI-wrapped: the exported function and its `$async` body.
+    assert function in probed and probed <= {function, f"{function}$async"}
+    arguments = [inputs.load_input(text) for text in _inputs(compiled.manifest)]
+    with dfit_mlir.instrument(lite.vmfb, mode="lite", driver="local-sync") as module:
+        outputs = [module.call(function, *arguments) for _ in range(2)]
+        events = module.events().to_pylist()
+        first = [np.asarray(value) for value in (outputs[0] if isinstance(outputs[0], tuple) else (outputs[0],))]
+    programs = [e for e in events if e["kind"] == "program"]
+    functions = [e for e in events if e["kind"] == "function"]
+    assert len(functions) == 2 * len(probed)
+    outer = [e for e in functions if e["attributes"] is None]  # depth 0: called from the host
+    assert [(e["partition"], e["invocation"]) for e in outer] == [(function, 0), (function, 1)]
+    for span in functions:
+        program = programs[span["invocation"]]
+        assert program["start_ns"] <= span["start_ns"]
+        assert span["start_ns"] + span["duration_ns"] <= program["start_ns"] + program["duration_ns"]
+    for vmfb in (lite.vmfb, compiled.vmfb):
+        with Runner(vmfb, "local-sync") as runner:
+            bare = runner.function(function)(*arguments)
+            expected = [np.asarray(value) for value in (bare if isinstance(bare, tuple) else (bare,))]
+        assert all(np.array_equal(a, b) for a, b in zip(first, expected, strict=True))
+
+
+def test_tensor_statistics_on_a_real_tflite_model(tmp_path: Path) -> None:
+    """Every traced op of the int8 franco_fc MLP (dynamic batch: the trace carries the
+    batch size) yields one statistics event per call, with the value count of its
+    shape and integer stats within the int8/int32 ranges of the ops."""
+    source = realmodels.tflite_model(realmodels.skip_unavailable(realmodels.TFLITE_MODELS["franco_fc"]), tmp_path)
+    result = compile_instrumented(source, tmp_path / "traced.vmfb", mode="ids", trace_tensors=("*",))
+    traced = {t["id"]: t for t in result.manifest["tensor_traces"]}
+    assert traced and not result.manifest["tensor_traces_skipped"]
+    assert any("?" in t["type"] for t in traced.values()), "franco_fc has a dynamic batch"
+    function = inputs.entry_function(result.manifest, None)
+    arguments = [inputs.load_input(text) for text in _inputs(result.manifest)]
+    with dfit_mlir.instrument(result.vmfb, mode="ids", tensors=["*"]) as module:
+        module.call(function, *arguments)
+        module.call(function, *arguments)
+        events = [e for e in module.events().to_pylist() if e["kind"] == "tensor"]
+    assert sorted({e["root_id"] for e in events}) == sorted(traced)
+    assert len(events) == 2 * len(traced)
+    for event in events:
+        shape = json.loads(event["attributes"])["shape"]
+        element = traced[event["root_id"]]["type"].rsplit("x", 1)[-1].rstrip(">")
+        assert event["bytes"] == int(np.prod(shape)) * {"i8": 1, "i32": 4, "f32": 4}[element]
+        assert event["tensor_nans"] == event["tensor_infs"] == 0
+        low, high = {"i8": (-128, 127), "i32": (-2**31, 2**31 - 1), "f32": (-np.inf, np.inf)}[element]
+        assert low <= event["tensor_min"] <= event["tensor_mean"] <= event["tensor_max"] <= high
 
 
 def test_executables_match_a_plain_compile(compiled: Compiled, tmp_path: Path) -> None:
@@ -199,10 +262,12 @@ def test_executables_match_a_plain_compile(compiled: Compiled, tmp_path: Path) -
     with no file:line, IREE fills one 4-byte field per export of the executable library's
     export table (``.data.rel.ro``) from the location, so the dfit NameLoc changes it
     (29 fields in squeezenet). TFLite locations carry file:line and match byte for byte.
+    (Function probes would change this: they are a ``lite`` compile's, not ``full``'s.)
     """
     plain = tmp_path / "plain.vmfb"
     plain_compile(compiled.source, plain, [])
     expected, got = read_module(plain), read_module(compiled.vmfb)
+    assert compiled.manifest["probes"] == []
     assert got.embedded_strings == expected.embedded_strings
     assert got.function_bytecode == expected.function_bytecode
     assert got.executable_sizes == expected.executable_sizes
