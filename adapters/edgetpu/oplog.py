@@ -1,0 +1,238 @@
+"""Reader for the Edge TPU compiler's operation log (``<model>_edgetpu.log``).
+
+Every compiler version seen (2.1, 15.0, 16.0) writes the same shape::
+
+    Edge TPU Compiler version 16.0.384591198
+    Input: yolov8n_saved_model/yolov8n_full_integer_quant.tflite
+    Output: yolov8n_saved_model/yolov8n_full_integer_quant_edgetpu.tflite
+
+    Operator                       Count      Status
+
+    CONV_2D                        1          More than one subgraph is not supported
+    CONV_2D                        63         Mapped to Edge TPU
+
+The table is fixed-width, but an op name longer than its column pushes the rest of the
+row right, so rows are split on whitespace runs (name, count, status) rather than on
+column positions. One op type appears on several rows when its ops ended with different
+statuses. The log counts ops per type and status only: which op got which status is not
+in it (the cross-file matching in :mod:`.matching` recovers that from the models).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from dfit_mlir.adapters.recovery import (
+    ArtifactError,
+    Coverage,
+    CoverageNote,
+    Measurement,
+    Recovery,
+    source_artifact,
+)
+
+BACKEND = "edgetpu"
+#: The status of an op the compiler placed inside the Edge TPU custom op.
+MAPPED = "Mapped to Edge TPU"
+
+_VERSION_RE = re.compile(r"^Edge TPU Compiler version (?P<version>\S+)\s*$")
+_HEADER_RE = re.compile(r"^Operator\s+Count\s+Status\s*$")
+_ROW_RE = re.compile(r"^(?P<op>\S.*?)\s+(?P<count>\d+)\s+(?P<status>\S.*?)\s*$")
+_PATH_RE = re.compile(r"^(?P<key>Input|Output): (?P<path>.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class OperationRow:
+    op_type: str
+    count: int
+    status: str
+    #: 1-based line of the row in the log.
+    line: int
+
+    @property
+    def mapped(self) -> bool:
+        return self.status == MAPPED
+
+
+def table_row(number: int, text: str) -> OperationRow | None:
+    """The row on line ``number``, or None when ``text`` is not a table row."""
+    match = _ROW_RE.match(text)
+    return None if match is None else OperationRow(match["op"], int(match["count"]), match["status"], number)
+
+
+def parse_table_row(path: Path, number: int, text: str) -> OperationRow:
+    row = table_row(number, text)
+    if row is None:
+        raise ArtifactError.at(
+            path,
+            number,
+            f"malformed operation table row {text.strip()!r} (expected: <operator> <count> <status>)",
+        )
+    return row
+
+
+def is_table_header(text: str) -> bool:
+    return bool(_HEADER_RE.match(text))
+
+
+@dataclass(frozen=True)
+class OperationLog:
+    path: Path
+    compiler_version: str
+    #: The paths as the log writes them (relative to where the compiler ran).
+    input_model: str | None
+    output_model: str | None
+    rows: tuple[OperationRow, ...]
+
+    @property
+    def model(self) -> str:
+        """The original model's stem (``yolov8n_full_integer_quant``)."""
+        if self.input_model:
+            return Path(self.input_model).stem
+        return self.path.stem.removesuffix("_edgetpu")
+
+    @property
+    def total(self) -> int:
+        return sum(row.count for row in self.rows)
+
+    @property
+    def mapped(self) -> int:
+        return sum(row.count for row in self.rows if row.mapped)
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        """``{op type: {status: count}}`` in the log's order."""
+        table: dict[str, dict[str, int]] = {}
+        for row in self.rows:
+            by_status = table.setdefault(row.op_type, {})
+            by_status[row.status] = by_status.get(row.status, 0) + row.count
+        return table
+
+    def counts_by_type(self) -> dict[str, int]:
+        return {op_type: sum(by_status.values()) for op_type, by_status in self.counts().items()}
+
+    def mapped_by_type(self) -> dict[str, int]:
+        return {op_type: by_status.get(MAPPED, 0) for op_type, by_status in self.counts().items()}
+
+    def not_mapped_by_type(self) -> dict[str, int]:
+        return {
+            op_type: sum(n for status, n in by_status.items() if status != MAPPED)
+            for op_type, by_status in self.counts().items()
+        }
+
+    def cpu_statuses(self, op_type: str) -> tuple[str, ...]:
+        """The statuses other than mapped that the log gives ops of this type."""
+        return tuple(status for status in self.counts().get(op_type, {}) if status != MAPPED)
+
+
+class OperationLogReader:
+    """``*_edgetpu.log`` -> per op type and status counts, compiler version, model paths."""
+
+    format: ClassVar[str] = "edgetpu-oplog"
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    @classmethod
+    def recognises(cls, path: Path, head: bytes) -> bool:
+        text = head.decode("utf-8", "replace")
+        if "Edge TPU Compiler version" not in text:
+            return False
+        # The console summary says "Input model:"; the operation log says "Input:".
+        lines = text.splitlines()
+        has_log_lines = any(_PATH_RE.match(line) or _HEADER_RE.match(line) for line in lines)
+        return has_log_lines and not any(line.startswith("Input model:") for line in lines)
+
+    def log(self) -> OperationLog:
+        try:
+            text = self.path.read_text(encoding="utf-8", errors="replace")
+        except OSError as error:
+            raise ArtifactError.at(self.path, None, f"cannot read: {error.strerror}") from error
+        version: str | None = None
+        paths: dict[str, str] = {}
+        rows: list[OperationRow] = []
+        in_table = False
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            if in_table:
+                rows.append(parse_table_row(self.path, number, line))
+            elif match := _VERSION_RE.match(line):
+                version = match["version"]
+            elif match := _PATH_RE.match(line):
+                paths[match["key"]] = match["path"]
+            elif is_table_header(line):
+                in_table = True
+        if version is None:
+            raise ArtifactError.at(self.path, 1, "no 'Edge TPU Compiler version' line")
+        if not in_table:
+            raise ArtifactError.at(self.path, None, "no 'Operator  Count  Status' table")
+        return OperationLog(self.path, version, paths.get("Input"), paths.get("Output"), tuple(rows))
+
+    def read(self) -> Recovery:
+        return log_recovery(self.log(), self.format)
+
+
+#: A table row's line -> (IDs of the ops it counts, the partition they run in).
+RowLinks = Mapping[int, tuple[tuple[str, ...], str | None]]
+
+
+def log_measurements(log: OperationLog, links: RowLinks | None = None) -> tuple[Measurement, ...]:
+    """One ``metric`` / ``operation_count`` figure per table row; ``links`` (from the
+    cross-file matching) names the ops a row counts where that is known."""
+    links = links or {}
+    return tuple(
+        Measurement(
+            kind="metric",
+            name="operation_count",
+            value=float(row.count),
+            unit="ops",
+            ids=links.get(row.line, ((), None))[0],
+            partition=links.get(row.line, ((), None))[1],
+            origin=f"{log.path}:{row.line}",
+            attributes={
+                "model": log.model,
+                "op_type": row.op_type,
+                "status": row.status,
+                "mapped": row.mapped,
+            },
+        )
+        for row in log.rows
+    )
+
+
+def log_attributes(log: OperationLog) -> dict[str, object]:
+    return {
+        "compiler_version": log.compiler_version,
+        "input_model": log.input_model,
+        "output_model": log.output_model,
+        "operation_counts": log.counts(),
+        "operations_total": log.total,
+        "operations_mapped": log.mapped,
+        "operations_not_mapped": log.total - log.mapped,
+    }
+
+
+def log_recovery(log: OperationLog, format: str = OperationLogReader.format) -> Recovery:
+    return Recovery(
+        backend=BACKEND,
+        sources=(source_artifact(log.path, format),),
+        measurements=log_measurements(log),
+        coverage=(
+            CoverageNote(
+                "operators",
+                Coverage.PARTIAL,
+                f"{log.total} ops counted per type and mapping status; no individual ops",
+            ),
+            CoverageNote(
+                "partitions",
+                Coverage.PARTIAL,
+                f"{log.mapped} ops mapped to the Edge TPU, {log.total - log.mapped} not; "
+                "which op went where needs the models",
+            ),
+        ),
+        attributes=log_attributes(log),
+    )

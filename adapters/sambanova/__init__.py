@@ -1,0 +1,368 @@
+"""The SambaNova backend: reconstruction path.
+
+SambaFlow compiles to a PEF and shows nothing of its IR; what a user keeps is console
+output. The readers here recover what those logs say (partitions, graph-level compiler
+estimates, operators named in warnings with their module paths and shapes, the PEF,
+step losses and times, throughput, SambaTune's pipeline, a pyinstrument host profile),
+and :func:`reconstruct` merges the files of one dump, matching compile, run and profile
+through the PEF they name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from dfit_mlir.adapters.recovery import (
+    Coverage,
+    CoverageNote,
+    Measurement,
+    RecoveredOperator,
+    RecoveredPartition,
+    Recovery,
+    read_head,
+)
+
+from .compile_log import BACKEND, SambaFlowCompileLogReader
+from .pyinstrument_profile import PyinstrumentProfileReader
+from .run_log import SambaFlowRunLogReader
+from .sambatune import SambaTuneLogReader
+
+__all__ = [
+    "READERS",
+    "PyinstrumentProfileReader",
+    "SambaFlowCompileLogReader",
+    "SambaFlowRunLogReader",
+    "SambaTuneLogReader",
+    "capabilities",
+    "reconstruct",
+]
+
+#: Most specific first. A SambaFlow job log may hold a compile, a run or both (a SLURM
+#: output of ``compile`` then ``run``; the ALCF job scripts print the same header before
+#: either), so every reader that recognises a file reads it and those that find nothing
+#: of theirs are dropped.
+READERS = (
+    PyinstrumentProfileReader,
+    SambaTuneLogReader,
+    SambaFlowCompileLogReader,
+    SambaFlowRunLogReader,
+)
+
+
+def capabilities() -> dict[str, Any]:
+    """Capability descriptor of the SambaNova backend (reconstruction from logs)."""
+    return {
+        "backend": BACKEND,
+        "path": "reconstruction",
+        "exposes": {
+            "compiler_ir": "none",
+            "lineage": "none",
+            "source_locations": (
+                "module paths encoded in operator names; file:line only for a failing op's traceback"
+            ),
+            "tensor_shapes": "partial: NamedTensor shapes and tensor types printed in compiler warnings",
+            "partitions": "partitions (rail compile lines) and the Plasma units grouping them",
+            "static_cost": (
+                "graph-level amortized PCUs, PMUs, projected latency, FLOP rate, DDR bandwidth (estimates)"
+            ),
+            "per_op_timing": "none",
+            "per_partition_timing": "none",
+            "per_program_timing": (
+                "per-step loss and tqdm step time, run throughput summary; host call tree (pyinstrument)"
+            ),
+            "memory": "none",
+        },
+    }
+
+
+def _files(paths: Sequence[Path]) -> list[Path]:
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if path.is_dir():
+            files.extend(sorted(p for p in path.rglob("*") if p.is_file()))
+        else:
+            files.append(path)
+    return files
+
+
+def _holds_records(part: Recovery) -> bool:
+    return bool(
+        part.operators or part.partitions or part.measurements or part.tensors or part.attributes
+    )
+
+
+def _labels(paths: list[str]) -> list[str]:
+    """Short unique scopes for files whose IDs would collide: the file stem, widened by
+    parent folders until unique."""
+    depth = 0
+    while True:
+        labels = [".".join(Path(p).parts[-1 - depth : -1] + (Path(p).stem,)) for p in paths]
+        if len(set(labels)) == len(labels) or depth > 8:
+            return (
+                labels
+                if len(set(labels)) == len(labels)
+                else [f"{label}#{i}" for i, label in enumerate(labels)]
+            )
+        depth += 1
+
+
+def _scoped(part: Recovery, label: str) -> Recovery:
+    """The part with every operator and partition ID prefixed by ``label``."""
+
+    def scope(identifier: str | None) -> str | None:
+        return None if identifier is None else f"{label}/{identifier}"
+
+    operators = tuple(
+        replace(o, id=f"{label}/{o.id}", partition=scope(o.partition)) for o in part.operators
+    )
+    partitions = tuple(
+        replace(p, id=f"{label}/{p.id}", operator_ids=tuple(f"{label}/{i}" for i in p.operator_ids))
+        for p in part.partitions
+    )
+    measurements = tuple(
+        replace(m, partition=scope(m.partition), ids=tuple(f"{label}/{i}" for i in m.ids))
+        for m in part.measurements
+    )
+    return replace(part, operators=operators, partitions=partitions, measurements=measurements)
+
+
+def _pef_names(part: Recovery) -> set[str]:
+    names = {part.attributes["pef_name"]} if part.attributes.get("pef_name") else set()
+    names.update(part.attributes.get("pef_names", ()))
+    names.update(
+        str(m.attributes["pef_name"]) for m in part.measurements if m.attributes.get("pef_name")
+    )
+    return names
+
+
+def _pef_matches(parts: list[Recovery]) -> list[dict[str, Any]]:
+    """Artifacts of the dump that name the same PEF: a compile that wrote
+    ``.../bertlrg.pef`` and a run started with ``--pef=.../bertlrg.pef``."""
+    by_name: dict[str, list[dict[str, str]]] = {}
+    for part in parts:
+        for name in sorted(_pef_names(part)):
+            source = part.sources[0]
+            by_name.setdefault(name, []).append(
+                {
+                    "path": source.path,
+                    "format": source.format,
+                    "pef_path": str(part.attributes.get("pef_path", "")),
+                }
+            )
+    # Matched by name: the compile host and the run host often see the PEF under
+    # different directories (another user's copy, a relative ``pef/x/x.pef``).
+    return [
+        {
+            "pef_name": name,
+            "artifacts": artifacts,
+            "same_path": len({a["pef_path"].replace("//", "/") for a in artifacts}) == 1,
+        }
+        for name, artifacts in sorted(by_name.items())
+        if len({a["format"] for a in artifacts}) > 1
+    ]
+
+
+def reconstruct(paths: Sequence[Path]) -> Recovery:
+    """Read every recognised file of a SambaNova dump (files or folders, recursively) and
+    merge them into one Recovery. Files no reader recognises, or in which the readers
+    that recognised them found nothing of theirs, are listed in
+    ``attributes["ignored_files"]``; each read file's own facts stay apart, under
+    ``attributes["artifacts"]``, so two logs' ``pef_path`` cannot overwrite each other."""
+    parts: list[Recovery] = []
+    ignored: list[str] = []
+    for path in _files(paths):
+        head = read_head(path)
+        found = [
+            part
+            for part in (reader(path).read() for reader in READERS if reader.recognises(path, head))
+        ]
+        kept = [part for part in found if _holds_records(part)]
+        if not kept:
+            ignored.append(str(path))
+        parts.extend(kept)
+
+    # Two compile logs both have a ``partition_0_0`` and a ``graph/linear#0``.
+    with_ids = [i for i, part in enumerate(parts) if part.operators or part.partitions]
+    if len(with_ids) > 1:
+        labels = _labels([parts[i].sources[0].path for i in with_ids])
+        for i, label in zip(with_ids, labels, strict=True):
+            parts[i] = _scoped(parts[i], label)
+
+    matches = _pef_matches(parts)
+    operators = tuple(o for p in parts for o in p.operators)
+    partitions = tuple(x for p in parts for x in p.partitions)
+    measurements = tuple(m for p in parts for m in p.measurements)
+    coverage = _coverage(parts, operators, partitions, measurements, matches)
+    return Recovery(
+        backend=BACKEND,
+        sources=tuple(s for p in parts for s in p.sources),
+        operators=operators,
+        tensors=tuple(t for p in parts for t in p.tensors),
+        partitions=partitions,
+        measurements=measurements,
+        coverage=coverage,
+        attributes={
+            "artifacts": [
+                {
+                    "path": p.sources[0].path,
+                    "format": p.sources[0].format,
+                    "attributes": dict(p.attributes),
+                }
+                for p in parts
+            ],
+            "pef_matches": matches,
+            "ignored_files": ignored,
+        },
+    )
+
+
+_ASPECTS = (
+    "compiler_ir",
+    "lineage",
+    "source_locations",
+    "tensor_shapes",
+    "operators",
+    "partitions",
+    "static_cost",
+    "per_op_timing",
+    "per_partition_timing",
+    "per_program_timing",
+    "memory",
+    "matching",
+)
+
+
+def _coverage(
+    parts: list[Recovery],
+    operators: tuple[RecoveredOperator, ...],
+    partitions: tuple[RecoveredPartition, ...],
+    measurements: tuple[Measurement, ...],
+    matches: list[dict[str, Any]],
+) -> tuple[CoverageNote, ...]:
+    def note(aspect: str, recovered: bool, partial: bool, detail: str) -> CoverageNote:
+        status = (
+            Coverage.RECOVERED
+            if recovered
+            else Coverage.PARTIAL
+            if partial
+            else Coverage.NOT_EXPOSED
+        )
+        return CoverageNote(aspect, status, detail)
+
+    def count(kind: str | None = None, name: str | None = None, prefix: str | None = None) -> int:
+        return sum(
+            1
+            for m in measurements
+            if (kind is None or m.kind == kind)
+            and (name is None or m.name == name)
+            and (prefix is None or m.name.startswith(prefix))
+        )
+
+    shaped = sum(1 for o in operators if o.inputs or o.outputs)
+    pathed = sum(1 for o in operators if o.module_path)
+    located = sum(1 for o in operators if o.source is not None)
+    placed = sum(1 for o in operators if o.partition is not None)
+    rail = sum(1 for p in partitions if p.kind == "partition")
+    sections = sum(1 for p in partitions if p.kind == "section")
+    estimates = count(prefix="amortized.")
+    steps = count(name="loss")
+    summary = sum(1 for m in measurements if m.attributes.get("what") == "run summary")
+    host = count(kind="function")
+    notes = [
+        note(
+            "compiler_ir",
+            False,
+            False,
+            "SambaFlow keeps its IR inside the compiler and the PEF; logs show none",
+        ),
+        note(
+            "lineage",
+            False,
+            False,
+            "no pass-by-pass op lineage in the logs; operator names carry module paths only",
+        ),
+        note(
+            "source_locations",
+            False,
+            bool(pathed or located),
+            f"module paths for {pathed} operators (decoded from their names), no file:line; "
+            f"file:line for {located} failing operators from a traceback",
+        ),
+        note(
+            "tensor_shapes",
+            False,
+            bool(shaped),
+            f"shapes of {shaped} of {len(operators)} operators, "
+            "only where warnings print NamedTensors or types",
+        ),
+        note(
+            "operators",
+            False,
+            bool(operators),
+            f"{len(operators)} operators named in warnings, rail contexts or tracebacks; "
+            "the graph is not logged; "
+            f"{placed} tied to a partition through rail's buffer-context names",
+        ),
+        note(
+            "partitions",
+            bool(rail),
+            bool(sections),
+            f"{rail} partitions from 'Compilation succeeded for partition_N_M_' lines, "
+            f"{sections} Plasma units ('sections_A_B') grouping them",
+        ),
+        note(
+            "static_cost",
+            False,
+            bool(estimates),
+            f"{estimates} graph-level 'Amortized resources' figures: compiler estimates, not measurements",
+        ),
+        note("per_op_timing", False, False, "no per-operator timing in SambaFlow console output"),
+        note(
+            "per_partition_timing",
+            False,
+            False,
+            "per-partition figures appear only as compiler estimates (projected latency), "
+            "recorded as estimates; "
+            "measured section latencies live in SambaTune/snprof reports, not in console logs",
+        ),
+        note(
+            "per_program_timing",
+            bool(steps or summary),
+            bool(host or count(name="test_accuracy")),
+            f"{steps} step losses with tqdm step times and {summary} run-summary figures "
+            "(measured throughput); "
+            f"{host} host call-tree frames from pyinstrument",
+        ),
+        note(
+            "memory",
+            False,
+            False,
+            "PMU counts only; no byte sizes of tensors or buffers in the logs",
+        ),
+        note(
+            "matching",
+            bool(matches),
+            False,
+            "artifacts matched by the name of the PEF they name "
+            "(compile output, run --pef, profiled program): "
+            + (
+                ", ".join(
+                    f"{m['pef_name']} ({len(m['artifacts'])} artifacts, "
+                    f"{'same path' if m['same_path'] else 'different directories'})"
+                    for m in matches
+                )
+                or "none in common"
+            ),
+        ),
+    ]
+    extra = _reader_notes(parts)
+    return tuple(notes) + extra
+
+
+def _reader_notes(parts: Iterable[Recovery]) -> tuple[CoverageNote, ...]:
+    """Notes of individual readers about aspects the merged notes do not cover (a
+    failed compile, a log with no output of a reader's kind)."""
+    return tuple(n for p in parts for n in p.coverage if n.aspect not in _ASPECTS)
