@@ -1,24 +1,77 @@
-"""The IREE backend: compiler-visible path. Its capability descriptor says what an IREE
-compile and run expose, at which fidelity."""
+"""The IREE backend: the compiler-visible path, every lifecycle step.
+
+``compile`` is ``dfit compile --dfit-tag`` (tagging, phase snapshots, manifest),
+``load`` the in-process :class:`~dfit_mlir.runtime_hooks.instrument.InstrumentedModule`,
+``run`` ``dfit run`` (a run bundle), ``collect`` reads a bundle's or a compile's
+manifest back. Its capability descriptor says what an IREE compile and run expose.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+from dfit_mlir.adapters.base import Adapter
 
 
 def capabilities() -> dict[str, Any]:
-    """Capability descriptor of the IREE backend (compile side)."""
+    """Capability descriptor of the IREE backend."""
     return {
         "backend": "iree",
         "path": "compiler-visible",
         "exposes": {
-            "compiler_ir": "full",
+            "compiler_ir": "full (every IREE phase)",
             "lineage": "per-op, every phase",
             "source_locations": "file:line:col, name and call-site locations",
             "tensor_shapes": "full",
             "partitions": "dispatches (exports and call sites)",
-            "static_cost": "derived from op types",
+            "static_cost": "MACs / FLOPs / bytes derived from op types",
             "per_op_timing": "per dispatch (HAL host-execution profiling)",
-            "memory": "tensor sizes (static)",
+            "per_partition_timing": "per dispatch",
+            "per_program_timing": "per invocation and per function (probes)",
+            "memory": "tensor sizes (static); allocations (HAL memory events)",
         },
     }
+
+
+class IreeAdapter(Adapter):
+    name = "iree"
+    path = "compiler-visible"
+
+    def capabilities(self) -> dict[str, Any]:
+        return capabilities()
+
+    def prepare(self, **options: Any) -> None:
+        from dfit_mlir import toolchain
+
+        toolchain.require_pinned("iree-base-compiler", "dfit's IREE path")
+        toolchain.require_pinned("iree-base-runtime", "dfit's IREE path")
+
+    def compile(self, source: Path, output: Path, **options: Any) -> Any:
+        from dfit_mlir.passes.instrumented_compile import compile_instrumented
+
+        return compile_instrumented(Path(source), Path(output), **options)
+
+    def load(self, artifact: Path, **options: Any) -> Any:
+        from dfit_mlir.runtime_hooks.instrument import instrument
+
+        return instrument(artifact, **options)
+
+    def run(self, artifact: Path, bundle: Path, **options: Any) -> Any:
+        from dfit_mlir import manifest
+        from dfit_mlir.runtime_hooks.run import run_bundle
+
+        manifest_path = options.pop("manifest_path", None) or manifest.default_path(artifact)
+        return run_bundle(Path(artifact), Path(manifest_path), Path(bundle), **options)
+
+    def collect(self, paths: Sequence[Path]) -> Any:
+        """The manifest of a run bundle or a compile (``.manifest.json``)."""
+        from dfit_mlir import manifest
+        from dfit_mlir.errors import InvalidInputError
+
+        for path in map(Path, paths):
+            candidate = path / "manifest.json" if path.is_dir() else path
+            if candidate.name.endswith("manifest.json") and candidate.is_file():
+                return manifest.load(candidate)
+        raise InvalidInputError(f"no dfit manifest among {', '.join(map(str, paths))}")

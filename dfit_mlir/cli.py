@@ -22,6 +22,8 @@ def _user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
         except DfitError as error:
             click.echo(f"dfit: {error}" if "\n" not in str(error) else str(error), err=True)
             sys.exit(error.exit_code)
+        except BrokenPipeError:  # `dfit backends | head`
+            sys.exit(0)
         except OSError as error:
             click.echo(f"dfit: {error.filename or ''}: {error.strerror}", err=True)
             sys.exit(2)
@@ -182,6 +184,50 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
     median = f", median invocation {timing['median'] / 1e6:.3f} ms" if timing else ""
     click.echo(f"wrote {result.bundle}: {counts['kept']} events of {counts['seen']} seen, {counts['dropped']} dropped"
                f"{median} ({result.summary['trace_slices']} trace slices; open trace.pftrace in the Perfetto UI)")
+
+
+@main.command()
+@click.argument("dumps", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--backend", default="auto", show_default=True,
+              help="auto (detect from the files' content) or a backend name (see `dfit backends`).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Bundle directory.")
+@_user_errors
+def reconstruct(dumps: tuple[Path, ...], backend: str, output: Path) -> None:
+    """Rebuild the semantic model from a closed backend's artifacts (files or directories)
+    and write the same bundle an IREE run writes, with a coverage report."""
+    from dfit_mlir.reconstruct import reconstruct_bundle
+
+    summary = reconstruct_bundle(list(dumps), output, backend)
+    recovered = summary["recovered"]
+    click.echo(f"wrote {output}: {summary['backend']} ({'detected' if summary['detected'] else 'given'}), "
+               f"{recovered['operators']} operators, {recovered['tensors']} tensors, {recovered['partitions']} "
+               f"partitions, {recovered['measurements']} measurements from {len(summary['sources'])} file(s)")
+    for aspect, status in summary["coverage"].items():
+        click.echo(f"  {aspect:<22} {status}")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the descriptors as JSON.")
+@_user_errors
+def backends(as_json: bool) -> None:
+    """List backends (built-in and `dfit.backends` plugins) with their capabilities."""
+    import json
+
+    from dfit_mlir.adapters.registry import providers
+
+    rows = []
+    for name, provider in sorted(providers().items()):
+        adapter = provider.load()
+        rows.append({"name": name, "path": adapter.path, "origin": provider.origin, "steps": adapter.steps(),
+                     "capabilities": adapter.capabilities()})
+    if as_json:
+        click.echo(json.dumps(rows, indent=1))
+        return
+    for row in rows:
+        steps = ", ".join(step for step, able in row["steps"].items() if able)
+        click.echo(f"{row['name']} ({row['path']}, {row['origin']}): {steps}")
+        for aspect, fidelity in row["capabilities"]["exposes"].items():
+            click.echo(f"  {aspect:<22} {fidelity}")
 
 
 @main.command()

@@ -58,6 +58,9 @@ class EventRow:
     tensor_std: float | None = None
     tensor_nans: int | None = None
     tensor_infs: int | None = None
+    name: str | None = None
+    value: float | None = None
+    step: int | None = None
 
 
 def _tensor_columns(pa: Any) -> tuple[tuple[str, str, Any], ...]:
@@ -244,6 +247,9 @@ class EventPipeline:
             **{field_name: column(attr, arrow_type) for field_name, attr, arrow_type in _tensor_columns(pa)},
             es.ATTRIBUTES: pa.array([None if row.attributes is None else json.dumps(row.attributes, sort_keys=True)
                                      for row in kept], pa.string()),
+            es.NAME: column("name", pa.string()).dictionary_encode(),
+            es.VALUE: column("value", pa.float64()),
+            es.STEP: column("step", pa.int64()),
         }))
 
     def close(self) -> Counts:

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 import yaml
 
-SCHEMA_VERSION: Final = "1.0"
+SCHEMA_VERSION: Final = "1.1"
 MIN_READER_VERSION: Final = "1.0"
 
 SESSION: Final = "session"
@@ -30,7 +30,7 @@ KIND: Final = "kind"
 INVOCATION: Final = "invocation"
 """0-based index of the program invocation (warm-up invocations are not recorded)."""
 SITE: Final = "site"
-"""Index of the dispatch call site in the manifest's ``partitions.dispatch_sites``; -1 if none."""
+"""Index of the dispatch call site in the manifest's ``partitions.dispatch_sites``; null if none."""
 ROOT_ID: Final = "root_id"
 """Stable dfit ID of the root op of the event (null for events of no single op); the
 other IDs a dispatch covers are those of its ``site`` in the bundle's site table."""
@@ -64,11 +64,18 @@ TENSOR_INFS: Final = "tensor_infs"
 """Inf count of a traced tensor."""
 ATTRIBUTES: Final = "attributes"
 """Anything else, as a JSON object string."""
+NAME: Final = "name"
+"""What a ``metric``/``compile``/``memory`` event measured (``loss``, ``samples_per_sec``,
+``compile.phase``, ``on_chip_parameter_bytes``); since 1.1."""
+VALUE: Final = "value"
+"""The measured figure, in ``attributes.unit`` where one is given; since 1.1."""
+STEP: Final = "step"
+"""Training or run step the event belongs to (reconstructed run logs); since 1.1."""
 
 FIELDS: Final = (
     SESSION, BACKEND, STAGE, KIND, INVOCATION, SITE, ROOT_ID, PARTITION, START_NS, DURATION_NS,
     BYTES, MACS, FLOPS, WORKGROUPS, TILES, TENSOR_MIN, TENSOR_MAX, TENSOR_MEAN, TENSOR_STD,
-    TENSOR_NANS, TENSOR_INFS, ATTRIBUTES,
+    TENSOR_NANS, TENSOR_INFS, ATTRIBUTES, NAME, VALUE, STEP,
 )
 
 EVENT_KINDS: Final = ("compile", "program", "function", "dispatch", "queue", "memory", "tensor", "metric")

@@ -27,8 +27,9 @@ SUMMARY_VERSION = "1.1"
 
 
 def write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[ParquetSink], EventPipeline],
-                 summary: dict[str, Any]) -> Path:
-    """``fill(sink)`` returns a pipeline holding the run's events (not yet closed)."""
+                 summary: dict[str, Any], extra_files: dict[str, str] | None = None) -> Path:
+    """``fill(sink)`` returns a pipeline holding the run's events (not yet closed);
+    ``extra_files``: more text files for the bundle (name → content)."""
     import pyarrow.parquet as pq
 
     with atomic.atomic_directory(bundle) as tmp:
@@ -52,6 +53,8 @@ def write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[Parquet
             "toolchain": toolchain.versions(),
         }
         (tmp / "summary.json").write_text(json.dumps(document, indent=1) + "\n")
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text)
     return bundle
 
 

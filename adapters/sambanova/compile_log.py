@@ -368,7 +368,7 @@ class SambaFlowCompileLogReader:
         b"[Info][SAMBA][",
         b"[Info][MAC][",
         b"] [samba]: ",
-        b"Compilation succeeded",
+        b"Compilation succeeded for partition_",
     )
 
     @classmethod

@@ -1,0 +1,1 @@
+"""Tiny in-repo plugins used to test discovery through entry points."""
