@@ -231,6 +231,54 @@ def backends(as_json: bool) -> None:
 
 
 @main.command()
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("--tool", "tool_names", multiple=True, required=True,
+              help="Tool to run (repeatable; `all` for every built-in); see `dfit tools`.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Output folder (default: BUNDLE/analysis, or next to a manifest).")
+@click.option("--option", "raw_options", multiple=True, metavar="TOOL.KEY=VALUE",
+              help="A tool option, e.g. program-analyzer.profile=my_cpu.yaml (repeatable).")
+@_user_errors
+def analyze(bundle: Path, tool_names: tuple[str, ...], out_dir: Path | None, raw_options: tuple[str, ...]) -> None:
+    """Run analysis tools over a run/reconstruct bundle or a compile's manifest."""
+    from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.tools import registry
+    from dfit_mlir.tools.session import analyze as run_tools
+
+    names = list(registry.BUILTIN) if "all" in tool_names else list(dict.fromkeys(tool_names))
+    options: dict[str, dict[str, str]] = {}
+    for raw in raw_options:
+        key, sep, value = raw.partition("=")
+        tool, dot, name = key.partition(".")
+        if not sep or not dot or not name:
+            raise InvalidInputError(f"--option {raw!r}: expected TOOL.KEY=VALUE")
+        options.setdefault(tool, {})[name] = value
+    if out_dir is None:
+        out_dir = bundle / "analysis" if bundle.is_dir() else bundle.with_name(bundle.name.split(".")[0] + ".analysis")
+    _, reports, session = run_tools(bundle, names, out_dir, options)
+    for name in names:
+        ctx = session.contexts.get(name)
+        click.echo(f"== {name}")
+        if reports.get(name):
+            click.echo(reports[name].rstrip())
+        for note in ctx.notes if ctx else []:
+            click.echo(f"note: {note}")
+        for path in ctx.outputs if ctx else []:
+            click.echo(f"  wrote {path}")
+
+
+@main.command()
+@_user_errors
+def tools() -> None:
+    """List analysis tools (built-in and `dfit.tools` plugins)."""
+    from dfit_mlir.tools.registry import providers
+
+    for name, provider in sorted(providers().items()):
+        cls = provider.load()
+        click.echo(f"{name:<22} {provider.origin:<12} {cls.description}")
+
+
+@main.command()
 @click.argument("manifest_path", type=click.Path(path_type=Path))
 @click.option("--dispatches/--no-dispatches", default=True, help="Also list dispatch call sites.")
 @_user_errors

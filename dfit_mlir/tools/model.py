@@ -1,0 +1,203 @@
+"""The normalized semantic model a tool sees: manifest + events + capability descriptor,
+the same for every backend (an IREE compile or run, or a reconstructed dump).
+
+Tools never open a backend's artifacts; they ask this model. Where a backend does not
+expose something the answer is empty or ``None``, and :meth:`SemanticModel.exposes`
+says so up front, so a tool can degrade gracefully.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from dfit_mlir import manifest as manifest_io
+from dfit_mlir.errors import InvalidInputError
+
+
+@dataclass(frozen=True)
+class Operator:
+    id: str
+    op: str
+    source: dict[str, Any] | None
+    name_path: tuple[str, ...]
+    call_stack: tuple[dict[str, Any], ...]
+    phase: str | None
+    macs: int | None
+    flops: int | None
+    bytes: int | None
+    operands: tuple[dict[str, Any], ...]
+    results: tuple[dict[str, Any], ...]
+    #: Backend partition this op runs in, where the backend says (reconstructions).
+    partition: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def kind(self) -> str:
+        """The op name without dialect (``matmul``, ``CONV_2D``, ``MatMul``)."""
+        return self.op.rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Partition:
+    """A unit the backend executes: an IREE dispatch call site, an Edge TPU custom op or
+    the CPU remainder, a SambaFlow partition, a Cerebras kernel."""
+
+    id: str
+    kind: str
+    operator_ids: tuple[str, ...]
+    #: The op that names the partition (an IREE dispatch's root op), if any.
+    root_id: str | None = None
+    attributes: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+class SemanticModel:
+    """One bundle (a directory with ``manifest.json``) or one compile's manifest."""
+
+    def __init__(self, manifest: dict[str, Any], bundle: Path | None = None, source: str = "<manifest>"):
+        self.manifest = manifest
+        self.bundle = bundle
+        self.source = source
+
+    @classmethod
+    def open(cls, path: str | Path) -> SemanticModel:
+        """A run/reconstruct bundle directory or a ``*.manifest.json`` file."""
+        path = Path(path)
+        if path.is_dir():
+            manifest_path = path / "manifest.json"
+            if not manifest_path.is_file():
+                raise InvalidInputError(f"{path}: not a dfit bundle (no manifest.json)")
+            return cls(manifest_io.load(manifest_path), path, str(path))
+        if not path.exists():
+            raise InvalidInputError(f"{path}: no such file or directory")
+        return cls(manifest_io.load(path), None, str(path))
+
+    # --- capability descriptor ------------------------------------------------------
+
+    @property
+    def backend(self) -> str:
+        return self.manifest["capabilities"]["backend"]
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        return self.manifest["capabilities"]
+
+    def exposes(self, aspect: str) -> bool:
+        """Whether the backend exposes ``aspect`` at all (``per_op_timing``, ...)."""
+        fidelity = self.capabilities.get("exposes", {}).get(aspect)
+        return bool(fidelity) and fidelity != "none"
+
+    @property
+    def reconstructed(self) -> bool:
+        return self.manifest.get("compile", {}).get("mode") == "reconstructed"
+
+    # --- semantic services -----------------------------------------------------------
+
+    @cached_property
+    def operators(self) -> dict[str, Operator]:
+        return {op["id"]: Operator(
+            id=op["id"], op=op["op"], source=op.get("source"), name_path=tuple(op.get("name_path") or ()),
+            call_stack=tuple(op.get("call_stack") or ()), phase=op.get("phase"), macs=op.get("macs"),
+            flops=op.get("flops"), bytes=op.get("bytes"), operands=tuple(op.get("operands") or ()),
+            results=tuple(op.get("results") or ()), partition=op.get("partition"), raw=op,
+        ) for op in self.manifest["operators"]}
+
+    def operator(self, op_id: str) -> Operator | None:
+        return self.operators.get(op_id)
+
+    @property
+    def tensors(self) -> list[dict[str, Any]]:
+        return self.manifest.get("tensors", [])
+
+    @property
+    def stages(self) -> list[dict[str, Any]]:
+        return self.manifest.get("stages", [])
+
+    @cached_property
+    def partitions(self) -> list[Partition]:
+        """Every partition, uniformly: IREE dispatch call sites (``dispatch``) or the
+        groups of a reconstruction."""
+        parts = self.manifest["partitions"]
+        found = [Partition(id=f"site{site['index']}:{site['export']}", kind="dispatch",
+                           operator_ids=tuple(site["fused_ids"] or site["ids"]), root_id=site["root_id"],
+                           attributes={"export": site["export"], "site": site["index"],
+                                       "function": site["function"]})
+                 for site in parts.get("dispatch_sites", [])]
+        found += [Partition(id=group["id"], kind=group["kind"], operator_ids=tuple(group["operator_ids"]),
+                            attributes=dict(group.get("attributes") or {}))
+                  for group in parts.get("groups", [])]
+        return found
+
+    def partition_of_site(self, site: int) -> Partition | None:
+        dispatches = [p for p in self.partitions if p.kind == "dispatch"]
+        return dispatches[site] if 0 <= site < len(dispatches) else None
+
+    def lineage(self, op_id: str) -> dict[str, str]:
+        """Stage → ``preserved``/``fused``/``split``/``erased`` for one source ID."""
+        lineage = self.manifest.get("lineage", {})
+        letters = lineage.get("classes", {}).get(op_id, "")
+        legend = {letter: name for name, letter in (lineage.get("legend") or
+                  {"preserved": "p", "fused": "f", "split": "s", "erased": "e"}).items()}
+        return {stage: legend.get(letter, letter) for stage, letter in zip(lineage.get("stages", []), letters,
+                                                                             strict=False)}
+
+    def source_of(self, op_id: str) -> str | None:
+        """``file:line:col`` of an op, if known."""
+        op = self.operator(op_id)
+        if op is None or not op.source:
+            return None
+        return f"{op.source['file']}:{op.source['line']}:{op.source['col']}"
+
+    def module_path(self, op_id: str) -> str | None:
+        op = self.operator(op_id)
+        return ".".join(op.name_path) if op is not None and op.name_path else None
+
+    def static_cost(self, op_id: str) -> tuple[int | None, int | None, int | None]:
+        """(MACs, FLOPs, bytes) of an op, each ``None`` where not derivable."""
+        op = self.operator(op_id)
+        return (None, None, None) if op is None else (op.macs, op.flops, op.bytes)
+
+    # --- events ------------------------------------------------------------------------
+
+    @property
+    def events_path(self) -> Path | None:
+        if self.bundle is None:
+            return None
+        path = self.bundle / "events.parquet"
+        return path if path.is_file() else None
+
+    def event_batches(self, batch_size: int = 65_536) -> Iterator[Any]:
+        """Record batches of ``events.parquet`` (none for a bare manifest)."""
+        if self.events_path is None:
+            return
+        import pyarrow.parquet as pq
+
+        yield from pq.ParquetFile(self.events_path).iter_batches(batch_size=batch_size)
+
+    def events(self) -> Any:
+        """All events as one Arrow table (an empty one for a bare manifest)."""
+        import pyarrow.parquet as pq
+
+        from dfit_mlir import event_schema
+
+        if self.events_path is None:
+            return event_schema.arrow_schema().empty_table()
+        return pq.read_table(self.events_path)
+
+    @cached_property
+    def summary(self) -> dict[str, Any]:
+        """The bundle's ``summary.json`` (empty for a bare manifest)."""
+        if self.bundle is None or not (self.bundle / "summary.json").is_file():
+            return {}
+        return json.loads((self.bundle / "summary.json").read_text())
+
+    @cached_property
+    def coverage(self) -> dict[str, Any]:
+        """A reconstruction's ``coverage.json`` (empty otherwise)."""
+        if self.bundle is None or not (self.bundle / "coverage.json").is_file():
+            return {}
+        return json.loads((self.bundle / "coverage.json").read_text())
