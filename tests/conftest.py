@@ -44,3 +44,54 @@ def vendor_fixture(relative: str) -> Path:
     if not path.exists():
         pytest.skip(f"vendor fixture {path} is missing")
     return path
+
+
+# --- bundles for tool tests: one per backend, built once per test session -------------
+
+@pytest.fixture(scope="session")
+def iree_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The convnet compiled (``full`` and ``lite``) and run: ``{"full": bundle,
+    "lite": bundle, "ids": bundle, "none": bundle, "manifest": full manifest path}``."""
+    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+    from dfit_mlir.runtime_hooks.run import run_bundle
+
+    root = tmp_path_factory.mktemp("iree-bundles")
+    full = compile_instrumented(CONVNET, root / "full.vmfb", mode="full")
+    lite = compile_instrumented(CONVNET, root / "lite.vmfb", mode="lite")
+    bundles: dict[str, Path] = {"manifest": full.manifest_path}
+    for mode, compiled in (("full", full), ("ids", full), ("none", full), ("lite", lite)):
+        bundles[mode] = run_bundle(compiled.vmfb, compiled.manifest_path, root / f"run-{mode}", mode=mode,
+                                   repeat=3, warmup=1).bundle
+    return bundles
+
+
+def _reconstructed(tmp_path_factory: pytest.TempPathFactory, name: str, *relative: str) -> Path:
+    from dfit_mlir.reconstruct import reconstruct_bundle
+
+    out = tmp_path_factory.mktemp(f"{name}-bundle") / "bundle"
+    reconstruct_bundle([vendor_fixture(r) for r in relative], out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def edgetpu_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """yolov8n: original + compiled model + operation log (1 custom op, 23 CPU ops)."""
+    return _reconstructed(tmp_path_factory, "edgetpu", "edgetpu/goalbuddy_yolov8_v16")
+
+
+@pytest.fixture(scope="session")
+def sambanova_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """BertLarge SambaFlow 1.17.7 compile log + its 8-task run log."""
+    return _reconstructed(tmp_path_factory, "sambanova", "sambanova/bertlarge_compile_sf1.17.7_sn30",
+                          "sambanova/bertlarge_run_dp8_sf1.17.7_sn30")
+
+
+@pytest.fixture(scope="session")
+def cerebras_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The CS-2 BERT-large run log plus the synthetic CIRH samples of tests/inputs/cerebras."""
+    from dfit_mlir.reconstruct import reconstruct_bundle
+
+    out = tmp_path_factory.mktemp("cerebras-bundle") / "bundle"
+    reconstruct_bundle([vendor_fixture("cerebras/alcf_bert_large_bs512_r2x"), REPO / "tests" / "inputs" / "cerebras"],
+                       out, "cerebras")
+    return out
