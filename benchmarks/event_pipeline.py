@@ -4,6 +4,8 @@ loop) normalized and streamed to ``events.parquet``, at 1M and 4M events, next t
 same pipeline with a sink that discards (normalization alone).
 
 Memory must not grow with the event count: the pipeline holds one batch at a time.
+The trace writers (``trace.pftrace``, ``trace.json``) stream from ``events.parquet`` the
+same way; their rate and peak are measured at 250k and 1M events.
 The result replaces this benchmark's section of ``benchmarks/RESULTS.md``.
 
     python benchmarks/event_pipeline.py [--manifest M]
@@ -28,6 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.compile_overhead import publish  # noqa: E402
+from dfit_mlir import traces  # noqa: E402
 from dfit_mlir.event_pipeline import EventPipeline, ParquetSink, Policy  # noqa: E402
 
 BEGIN = "<!-- event_pipeline:begin -->"
@@ -66,6 +69,20 @@ def run(manifest: dict[str, Any], total: int, sink: Any, *, traced: bool = False
     return total / elapsed, peak / 2**20
 
 
+def trace_export(manifest: dict[str, Any], parquet: Path, out: Path, *, traced: bool = False) -> tuple[float, float]:
+    """(events per second written to trace.pftrace, peak traced MiB or 0)."""
+    if traced:
+        tracemalloc.start()
+    started = time.perf_counter()
+    written = traces.write_perfetto(parquet, manifest, out)
+    elapsed = time.perf_counter() - started
+    peak = 0.0
+    if traced:
+        peak = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    return written / elapsed, peak
+
+
 def default_manifest(workdir: Path) -> dict[str, Any]:
     from dfit_mlir.passes.instrumented_compile import compile_instrumented
     from tests import realmodels
@@ -92,6 +109,14 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((total, discard_rate, rate, peak, parquet.stat().st_size / 2**20))
             print(f"{total:>9,} events: normalize {discard_rate:,.0f}/s, normalize+parquet {rate:,.0f}/s, "
                   f"peak {peak:.1f} MiB", flush=True)
+        trace_rows = []
+        for total in (250_000, 1_000_000):
+            parquet = workdir / "events.parquet"
+            run(manifest, total, ParquetSink(parquet))
+            rate, _ = trace_export(manifest, parquet, workdir / "trace.pftrace")
+            _, peak = trace_export(manifest, parquet, workdir / "trace.pftrace", traced=True)
+            trace_rows.append((total, rate, peak, (workdir / "trace.pftrace").stat().st_size / 2**20))
+            print(f"{total:>9,} events: perfetto trace {rate:,.0f}/s, peak {peak:.1f} MiB", flush=True)
     lines = [
         BEGIN,
         "## Event pipeline: synthetic dispatch records → events.parquet",
@@ -110,6 +135,16 @@ def main(argv: list[str] | None = None) -> int:
     for total, discard_rate, rate, peak, size in rows:
         lines.append(f"| {total:,} | {discard_rate:,.0f} | {rate:,.0f} | {peak:.1f} | {size:.1f} | "
                      f"{'yes' if rate >= TARGET_EVENTS_PER_S else '**no**'} |")
+    lines += [
+        "",
+        "Trace export (`trace.pftrace` streamed from `events.parquet`, Perfetto's TracePacket protos, one slice per "
+        "event):",
+        "",
+        "| events | trace events/s | peak (MiB) | trace (MiB) |",
+        "|---:|---:|---:|---:|",
+    ]
+    for total, rate, peak, size in trace_rows:
+        lines.append(f"| {total:,} | {rate:,.0f} | {peak:.1f} | {size:.1f} |")
     publish(lines, begin=BEGIN, end=END)
     return 0
 
