@@ -1,0 +1,230 @@
+"""program-analyzer: a roofline of every execution region (IREE dispatch call site, or a
+partition / custom op / kernel of a reconstruction).
+
+Per region:
+
+* **MACs**: the sum of the static ``macs`` of its operators (an op without a figure, an
+  elementwise op for one, counts 0);
+* **bytes moved**: the bytes of the values that cross the region's boundary, each value
+  once: tensors an op of the region consumes that are produced outside it, and tensors
+  produced inside that are consumed outside, returned or never consumed (graph outputs).
+  Weights (constant tensors, or results of ``*.constant`` ops) count as inputs even when
+  the compiler fused the constant into the region, since they are still read from
+  memory; results of ``*.empty`` ops (destination placeholders with undefined contents)
+  move nothing. Without a tensor graph the operators' own operand + result bytes are
+  summed instead: an upper bound, since values passed between them count twice;
+* **arithmetic intensity** = MACs / bytes moved;
+* **observed time**: the summed ``duration_ns`` of the region's ``dispatch`` events
+  (``None`` where the backend times no region); achieved MAC/s = MACs x calls / time;
+  efficiency = achieved / the profile's peak for the region's element type.
+
+Boundness uses the profile's ridge point (peak MAC/s / bandwidth B/s): memory-bound below
+half the ridge, compute-bound above twice the ridge, balanced in between, the band where
+the roof bends and neither limit clearly dominates. Shares per class are of observed
+time, or of MACs where no region is timed.
+
+Options: ``profile=PATH`` (a backend profile YAML replacing the bundled one),
+``calibration=PATH`` (the local-CPU calibration file). Outputs: ``regions.csv``,
+``boundness.csv``, ``roofline.png``, ``report.txt``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from dfit_mlir import atomic
+from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.tools.api import Tool, ToolContext
+from dfit_mlir.tools.model import Operator, Partition, SemanticModel
+from dfit_mlir.tools.profiles import Profile, load_profile
+
+OPTIONS = ("profile", "calibration")
+CLASSES = ("memory-bound", "balanced", "compute-bound", "unknown")
+COLUMNS = ("region", "kind", "root", "operators", "dtype", "macs", "bytes_moved", "bytes_rule", "intensity",
+           "peak_macs_per_s", "attainable_macs_per_s", "calls", "time_ns", "achieved_macs_per_s", "efficiency",
+           "boundness")
+
+
+class ProgramAnalyzer(Tool):
+    name = "program-analyzer"
+    description = "roofline per execution region: arithmetic intensity, achieved MAC/s, efficiency, boundness"
+    needs = ("static_cost", "per_partition_timing")
+
+    def on_init(self, ctx: ToolContext) -> None:
+        unknown = sorted(set(ctx.options) - set(OPTIONS))
+        if unknown:
+            raise InvalidInputError(f"{self.name}: unknown option {unknown[0]!r}; known: {', '.join(OPTIONS)}")
+        ctx.state.update(time_ns=defaultdict(int), calls=defaultdict(int), report=[])
+
+    def on_event(self, ctx: ToolContext, batch: Any) -> None:
+        if "sites" not in ctx.state:
+            dispatches = [p for p in ctx.require_model().partitions if p.kind == "dispatch"]
+            ctx.state["sites"] = {p.attributes["site"]: p.id for p in dispatches}
+        columns = [batch.column(name).to_pylist() for name in ("kind", "site", "partition", "duration_ns")]
+        for kind, site, partition, duration in zip(*columns, strict=True):
+            if kind != "dispatch" or duration is None:
+                continue
+            key = ctx.state["sites"].get(site) if site is not None else partition
+            if key is None:
+                continue
+            ctx.state["time_ns"][key] += duration
+            ctx.state["calls"][key] += 1
+
+    def on_shutdown(self, ctx: ToolContext) -> None:
+        if ctx.model is None:
+            ctx.note("no semantic model (nothing was compiled or analyzed): nothing to analyze")
+            return
+        profile = load_profile(ctx.backend, ctx.options.get("profile"), ctx.options.get("calibration"))
+        if profile is None:
+            ctx.note(f"no performance profile for the {ctx.backend} backend (give profile=PATH): no roof")
+        graph = _BoundaryRule(ctx.model)
+        rows = [_region(part, ctx.model, graph, profile, ctx.state) for part in ctx.model.partitions]
+        timed = any(row["time_ns"] for row in rows)
+        basis = "time_ns" if timed else "macs"
+        total = sum(row[basis] or 0 for row in rows)
+        shares = []
+        for cls in CLASSES:
+            members = [row for row in rows if row["boundness"] == cls]
+            amount = sum(row[basis] or 0 for row in members)
+            shares.append({"class": cls, "regions": len(members), "time_ns": sum(r["time_ns"] or 0 for r in members),
+                           "macs": sum(r["macs"] for r in members), "share": amount / total if total else None,
+                           "share_of": "observed time" if timed else "MACs"})
+        ctx.export_table("regions", rows or _empty_table())
+        ctx.export_table("boundness", shares)
+        if profile is not None:
+            _plot(ctx, rows, profile, timed, basis, total)
+        lines = _report_lines(ctx, rows, shares, profile, timed)
+        ctx.state["report"] = lines
+        ctx.write_text("report.txt", "\n".join(lines + ctx.notes) + "\n")
+
+    def report(self, ctx: ToolContext) -> str:
+        return "\n".join(ctx.state.get("report", []))
+
+
+class _BoundaryRule:
+    """Bytes crossing a region's boundary, from the manifest's tensor graph."""
+
+    def __init__(self, model: SemanticModel):
+        self.model = model
+        self.tensors = [t for t in model.tensors if t.get("bytes") is not None]
+
+    def _kind(self, op_id: str | None) -> str:
+        op = self.model.operator(op_id) if op_id else None
+        return op.kind if op is not None else ""
+
+    def bytes_moved(self, ops: list[Operator], inside: set[str]) -> tuple[int | None, str]:
+        if not self.tensors:
+            sizes = [op.bytes if op.bytes is not None else _value_bytes(op) for op in ops]
+            known = [size for size in sizes if size is not None]
+            return (sum(known), "operator bytes (upper bound)") if known else (None, "none")
+        moved, touched = 0, False
+        for tensor in self.tensors:
+            producer, consumers = tensor.get("producer"), set(tensor.get("consumers") or ())
+            produced_inside, consumed_inside = producer in inside, bool(consumers & inside)
+            touched |= produced_inside or consumed_inside
+            if self._kind(producer) == "empty":
+                continue
+            weight = tensor.get("constant") is True or self._kind(producer) == "constant"
+            if consumed_inside and (weight or not produced_inside):
+                moved += tensor["bytes"]
+            elif produced_inside and not weight and (not consumers or consumers - inside):
+                moved += tensor["bytes"]
+        return (moved, "boundary tensors") if touched else (None, "none")
+
+
+def _value_bytes(op: Operator) -> int | None:
+    sizes = [value.get("bytes") for value in (*op.operands, *op.results)]
+    known = [size for size in sizes if size is not None]
+    return sum(known) if known else None
+
+
+def _dtype(ops: list[Operator]) -> str | None:
+    """Element type of the first operand of the op doing most MACs (else of any op)."""
+    for op in sorted(ops, key=lambda o: -(o.macs or 0)):
+        for operand in op.operands:
+            if operand.get("dtype"):
+                return operand["dtype"]
+    return None
+
+
+def _region(part: Partition, model: SemanticModel, rule: _BoundaryRule, profile: Profile | None,
+            state: dict[str, Any]) -> dict[str, Any]:
+    ops = [model.operators[op_id] for op_id in part.operator_ids if op_id in model.operators]
+    macs = sum(op.macs or 0 for op in ops)
+    moved, how = rule.bytes_moved(ops, set(part.operator_ids))
+    intensity = macs / moved if moved else None
+    time_ns, calls = state["time_ns"].get(part.id), state["calls"].get(part.id, 0)
+    achieved = macs * calls / (time_ns * 1e-9) if time_ns else None
+    dtype, peak, attainable, boundness = _dtype(ops), None, None, "unknown"
+    if profile is not None:
+        dtype, figure = profile.peak(dtype)
+        peak = figure.value
+        if intensity is not None:
+            attainable = min(peak, intensity * profile.memory_bandwidth.value)
+            ridge = profile.ridge(dtype)
+            boundness = ("memory-bound" if intensity < 0.5 * ridge else
+                         "compute-bound" if intensity > 2 * ridge else "balanced")
+    return {"region": part.id, "kind": part.kind, "root": part.root_id, "operators": len(ops), "dtype": dtype,
+            "macs": macs, "bytes_moved": moved, "bytes_rule": how, "intensity": intensity, "peak_macs_per_s": peak,
+            "attainable_macs_per_s": attainable, "calls": calls, "time_ns": time_ns,
+            "achieved_macs_per_s": achieved, "efficiency": achieved / peak if achieved is not None and peak else None,
+            "boundness": boundness}
+
+
+def _empty_table() -> Any:
+    import pyarrow as pa
+
+    return pa.table({column: pa.array([], pa.null()) for column in COLUMNS})
+
+
+def _plot(ctx: ToolContext, rows: list[dict[str, Any]], profile: Profile, timed: bool, basis: str,
+          total: float) -> None:
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    y_key = "achieved_macs_per_s" if timed else "attainable_macs_per_s"
+    points = [row for row in rows if row["intensity"] and row[y_key]]
+    bandwidth = profile.memory_bandwidth.value
+    ridges = [profile.ridge(row["dtype"]) for row in points] or [profile.ridge(None)]
+    xs = [row["intensity"] for row in points]
+    grid = np.geomspace(min(xs + ridges) / 10, max(xs + ridges) * 10, 256)
+    figure = Figure(figsize=(8, 5))
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    for dtype in sorted({row["dtype"] for row in points} or {profile.default_dtype}):
+        _, peak = profile.peak(dtype)
+        axes.plot(grid, np.minimum(peak.value, grid * bandwidth), label=f"roof ({dtype}): {peak.value:.3g} MAC/s, "
+                  f"{bandwidth:.3g} B/s")
+    sizes = [30 + 600 * ((row[basis] or 0) / total if total else 0) for row in points]
+    axes.scatter(xs, [row[y_key] for row in points], s=sizes, alpha=0.6, color="tab:red", label="regions")
+    for row in sorted(points, key=lambda r: -(r[basis] or 0))[:12]:
+        label = (row["root"] or row["region"]).rsplit("/", 1)[-1]
+        axes.annotate(label if len(label) <= 30 else "…" + label[-29:], (row["intensity"], row[y_key]), fontsize=7)
+    axes.set(xscale="log", yscale="log", xlabel="arithmetic intensity (MAC/byte)", ylabel="MAC/s")
+    axes.set_title(f"{profile.name}: achieved MAC/s per region (size: share of time)" if timed else
+                   f"{profile.name}: no per-region timing, regions drawn on the roof at attainable MAC/s "
+                   "(size: share of MACs)", fontsize=9)
+    axes.legend(fontsize=7)
+    with atomic.atomic_path(ctx.output_path("roofline.png")) as tmp:
+        figure.savefig(tmp, format="png", dpi=110)
+    skipped = len(rows) - len(points)
+    if skipped:
+        ctx.note(f"roofline: {skipped} of {len(rows)} regions not drawn (no MACs, bytes or time to place them)")
+
+
+def _report_lines(ctx: ToolContext, rows: list[dict[str, Any]], shares: list[dict[str, Any]],
+                  profile: Profile | None, timed: bool) -> list[str]:
+    lines = [f"{len(rows)} regions, {sum(1 for r in rows if r['time_ns'])} with observed time"]
+    if profile is not None:
+        dtype, peak = profile.peak(None)
+        kind = "measured on this host" if profile.calibrated else "vendor-published peaks, not measurements"
+        lines.append(f"profile {profile.name} ({kind}): peak {peak.value:.3g} MAC/s {dtype}, bandwidth "
+                     f"{profile.memory_bandwidth.value:.3g} B/s, ridge {profile.ridge(None):.3g} MAC/B")
+    split = ", ".join(f"{s['class']} {s['share']:.1%}" for s in shares if s["share"])
+    lines.append(f"share of {'observed time' if timed else 'MACs'}: {split or 'nothing to share'}")
+    best = max((r for r in rows if r["efficiency"] is not None), key=lambda r: r["efficiency"], default=None)
+    if best is not None:
+        lines.append(f"most efficient region: {best['region']} at {best['efficiency']:.1%} of peak")
+    return lines
