@@ -95,3 +95,11 @@ def cerebras_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     reconstruct_bundle([vendor_fixture("cerebras/alcf_bert_large_bs512_r2x"), REPO / "tests" / "inputs" / "cerebras"],
                        out, "cerebras")
     return out
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_calibration_cache(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Tools that calibrate the local CPU cache the result; tests keep it out of ~/.cache."""
+    import os
+
+    os.environ.setdefault("DFIT_CACHE_DIR", str(tmp_path_factory.mktemp("dfit-cache")))

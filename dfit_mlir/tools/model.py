@@ -171,22 +171,29 @@ class SemanticModel:
         return path if path.is_file() else None
 
     def event_batches(self, batch_size: int = 65_536) -> Iterator[Any]:
-        """Record batches of ``events.parquet`` (none for a bare manifest)."""
+        """Record batches of ``events.parquet`` in this dfit's event schema (none for a
+        bare manifest). Files of an older minor version get the fields added since as
+        nulls; another major version is refused."""
         if self.events_path is None:
             return
         import pyarrow.parquet as pq
 
-        yield from pq.ParquetFile(self.events_path).iter_batches(batch_size=batch_size)
+        events = pq.ParquetFile(self.events_path)
+        conform = _conformer(events.schema_arrow, str(self.events_path))
+        for batch in events.iter_batches(batch_size=batch_size):
+            yield conform(batch)
 
     def events(self) -> Any:
         """All events as one Arrow table (an empty one for a bare manifest)."""
-        import pyarrow.parquet as pq
-
         from dfit_mlir import event_schema
 
-        if self.events_path is None:
-            return event_schema.arrow_schema().empty_table()
-        return pq.read_table(self.events_path)
+        schema = event_schema.arrow_schema()
+        batches = list(self.event_batches())
+        if not batches:
+            return schema.empty_table()
+        import pyarrow as pa
+
+        return pa.Table.from_batches(batches, schema)
 
     @cached_property
     def summary(self) -> dict[str, Any]:
@@ -201,3 +208,25 @@ class SemanticModel:
         if self.bundle is None or not (self.bundle / "coverage.json").is_file():
             return {}
         return json.loads((self.bundle / "coverage.json").read_text())
+
+
+def _conformer(written: Any, source: str) -> Any:
+    """A function bringing batches written with ``written`` to the current event schema."""
+    import pyarrow as pa
+
+    from dfit_mlir import event_schema
+
+    version = (written.metadata or {}).get(b"dfit.version", b"1.0").decode()
+    if not event_schema.readable(version):
+        raise InvalidInputError(f"{source}: event schema {version} is not readable by this dfit "
+                                f"(reads {event_schema.MIN_READER_VERSION} to {event_schema.SCHEMA_VERSION.split('.')[0]}.x)")
+    current = event_schema.arrow_schema()
+    if written.names == current.names:
+        return lambda batch: batch
+
+    def conform(batch: Any) -> Any:
+        columns = [batch.column(field.name) if field.name in written.names else pa.nulls(batch.num_rows, field.type)
+                   for field in current]
+        return pa.RecordBatch.from_arrays(columns, schema=current)
+
+    return conform
