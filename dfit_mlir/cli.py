@@ -279,6 +279,42 @@ def tools() -> None:
 
 
 @main.command()
+@click.argument("bundle_a", type=click.Path(path_type=Path))
+@click.argument("bundle_b", type=click.Path(path_type=Path))
+@click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Also write diff.csv and diff.json into this folder.")
+@click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON instead of a table.")
+@_user_errors
+def diff(bundle_a: Path, bundle_b: Path, out_dir: Path | None, as_json: bool) -> None:
+    """What changed per stable ID between two bundles or manifests: ops, shapes, fusion,
+    lineage, attributed time, bytes (matched by ID, else structural hash, else tensor name)."""
+    from dfit_mlir import diff as bundle_diff
+
+    result = bundle_diff.diff_bundles(bundle_a, bundle_b)
+    click.echo(bundle_diff.to_json(result).rstrip() if as_json else bundle_diff.render(result))
+    for path in bundle_diff.write(result, out_dir) if out_dir is not None else []:
+        click.echo(f"wrote {path}", err=as_json)
+
+
+@main.command("export-explorer")
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
+              help="Node data file; with several metrics, one NAME.<metric>.json each.")
+@click.option("--metric", "metrics", default="macs", show_default=True,
+              help="Comma-separated: macs, flops, bytes, time, partition.")
+@click.option("--key", type=click.Choice(["name", "id"]), default="name", show_default=True,
+              help="Node key: the op's tensor/location name (TFLite, MLIR graphs) or its dfit ID.")
+@_user_errors
+def export_explorer(bundle: Path, output: Path, metrics: str, key: str) -> None:
+    """Per-op metrics as Model Explorer node data (load it beside the model's graph)."""
+    from dfit_mlir import model_explorer
+
+    for exported in model_explorer.export(bundle, output, metrics=metrics, key=key):
+        empty = "" if exported.nodes else f" (the bundle has no {exported.metric} values)"
+        click.echo(f"wrote {exported.path}: {exported.metric} for {exported.nodes} nodes{empty}")
+
+
+@main.command()
 @click.argument("manifest_path", type=click.Path(path_type=Path))
 @click.option("--dispatches/--no-dispatches", default=True, help="Also list dispatch call sites.")
 @_user_errors

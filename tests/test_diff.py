@@ -1,0 +1,183 @@
+"""``dfit diff``: two compiles of the convnet (default flags vs split reduction), the
+convnet with its function renamed, and one TFLite model compiled by IREE and by the
+Edge TPU compiler.
+
+Expected values come from the IR by hand: ``--iree-dispatch-creation-enable-split-reduction``
+splits the K=3136 reduction of ``fc1`` (``linalg.matmul#0``, 1x3136 · 3136x32) into a
+``matmul_1x32x2`` dispatch and a ``reduce_1x32x1568`` dispatch, and fuses the matmul's
+fill and ReLU into the second; every other dispatch keeps its ops.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from dfit_mlir import diff
+from tests import realmodels
+from tests.conftest import CONVNET, vendor_fixture
+
+SPLIT_REDUCTION = "--iree-dispatch-creation-enable-split-reduction"
+FC1 = "main/linalg.matmul#0"
+#: The ops of fc1's dispatch that do work: its fill, the matmul and the ReLU after it.
+FC1_WORKERS = ("main/linalg.fill#3", "main/linalg.matmul#0", "main/linalg.generic#2")
+UNCHANGED_FUSION = ("main/linalg.conv_2d_nhwc_hwcf#0", "main/linalg.conv_2d_nhwc_hwcf#1",
+                    "main/linalg.pooling_nhwc_max#0", "main/linalg.matmul#1", "main/linalg.softmax#0")
+
+
+@pytest.fixture(scope="module")
+def split_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+    from dfit_mlir.runtime_hooks.run import run_bundle
+
+    root = tmp_path_factory.mktemp("split-reduction")
+    compiled = compile_instrumented(CONVNET, root / "split.vmfb", mode="full", flags=[SPLIT_REDUCTION])
+    return run_bundle(compiled.vmfb, compiled.manifest_path, root / "run", mode="full", repeat=3, warmup=1).bundle
+
+
+@pytest.fixture(scope="module")
+def flags_diff(iree_bundles: dict[str, Path], split_bundle: Path) -> diff.DiffResult:
+    return diff.diff_bundles(iree_bundles["full"], split_bundle)
+
+
+def dispatch_durations(bundle: Path, site: int) -> list[int]:
+    events = pq.read_table(bundle / "events.parquet").to_pylist()
+    return [e["duration_ns"] for e in events if e["kind"] == "dispatch" and e["site"] == site]
+
+
+def test_split_reduction_splits_fc1_over_two_dispatches(flags_diff: diff.DiffResult) -> None:
+    row = flags_diff.row(FC1)
+    assert row.match == "id"
+    assert "fusion" in row.changes
+    assert [p.split("_", 3)[-1] for p in row.a.partitions] == ["matmul_1x32x3136_f32"]
+    assert [p.split("_", 3)[-1] for p in row.b.partitions] == ["matmul_1x32x2_f32", "reduce_1x32x1568_f32"]
+    assert row.a.fused_with == (("main/linalg.fill#3", "main/linalg.generic#2"),)
+    assert row.b.fused_with == ((), ("main/linalg.fill#3", "main/linalg.generic#2"))
+
+
+def test_split_reduction_leaves_the_other_dispatches_fused_as_before(flags_diff: diff.DiffResult) -> None:
+    assert flags_diff.counts()["only-a"] == flags_diff.counts()["only-b"] == 0
+    for op_id in UNCHANGED_FUSION:
+        row = flags_diff.row(op_id)
+        assert "fusion" not in row.changes, op_id
+        assert row.a.placement == row.b.placement == ("dispatch",)
+    # The softmax dispatch is renumbered (one dispatch more before it), not refused.
+    softmax = flags_diff.row("main/linalg.softmax#0")
+    assert softmax.a.partitions[0].startswith("site5:") and softmax.b.partitions[0].startswith("site6:")
+
+
+def test_time_is_split_evenly_over_the_ops_doing_work(flags_diff: diff.DiffResult,
+                                                      iree_bundles: dict[str, Path]) -> None:
+    fc1_site = dispatch_durations(iree_bundles["full"], 3)
+    expected = sum(fc1_site) / len(fc1_site) / len(FC1_WORKERS)
+    for op_id in FC1_WORKERS:
+        assert flags_diff.row(op_id).a.time_ns == pytest.approx(expected)
+    # Constants cloned into the dispatch do no work and get no time.
+    assert flags_diff.row("main/arith.constant#1").a.time_ns == 0.0
+
+
+def test_every_dispatch_nanosecond_is_attributed_once(flags_diff: diff.DiffResult, split_bundle: Path) -> None:
+    events = pq.read_table(split_bundle / "events.parquet").to_pylist()
+    dispatch_ns = sum(e["duration_ns"] for e in events if e["kind"] == "dispatch")
+    invocations = {e["invocation"] for e in events if e["kind"] == "dispatch"}
+    assert flags_diff.b.invocations == len(invocations) == 3
+    assert sum(row.b.time_ns for row in flags_diff.rows) == pytest.approx(dispatch_ns / 3)
+
+
+def test_rows_are_sorted_by_absolute_time_change(flags_diff: diff.DiffResult) -> None:
+    changes = [abs(row.time_delta_ns or 0.0) for row in flags_diff.rows]
+    assert changes == sorted(changes, reverse=True)
+
+
+def test_a_bundle_against_itself_has_no_differences(iree_bundles: dict[str, Path]) -> None:
+    same = diff.diff_bundles(iree_bundles["full"], iree_bundles["full"])
+    assert same.changed() == [] and {row.time_delta_ns for row in same.rows} == {0.0}
+    assert same.counts()["id"] == len(same.rows) == 60
+
+
+def test_outputs_csv_json_and_a_table(flags_diff: diff.DiffResult, tmp_path: Path) -> None:
+    written = diff.write(flags_diff, tmp_path / "out")
+    # Atomic writes leave no temporary file behind.
+    names = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert names == [p.name for p in written] == ["diff.csv", "diff.json"]
+    rows = list(csv.DictReader((tmp_path / "out" / "diff.csv").read_text().splitlines()))
+    assert tuple(rows[0]) == diff.CSV_COLUMNS and len(rows) == len(flags_diff.rows)
+    fc1 = next(r for r in rows if r["key"] == FC1)
+    assert "fusion" in fc1["changes"].split(";")
+    assert fc1["fused_with_b"] == " | main/linalg.fill#3,main/linalg.generic#2"  # two dispatches, the first alone
+    document = json.loads((tmp_path / "out" / "diff.json").read_text())
+    assert document["schema"] == "dfit.diff" and document["counts"]["id"] == 60
+    assert next(r for r in document["rows"] if r["key"] == FC1)["b"]["partitions"][1].endswith("reduce_1x32x1568_f32")
+    table = diff.render(flags_diff)
+    assert "matched: 60 by id" in table and any(FC1 in line and "fusion" in line for line in table.splitlines())
+
+
+def test_renamed_function_matches_by_structural_hash(iree_bundles: dict[str, Path], tmp_path: Path) -> None:
+    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+
+    source = tmp_path / "forward.mlir"
+    source.write_text(CONVNET.read_text().replace("func.func @main(", "func.func @forward("))
+    renamed = compile_instrumented(source, tmp_path / "forward.vmfb", mode="full")
+    result = diff.diff_bundles(iree_bundles["manifest"], renamed.manifest_path)
+
+    # Every op under the function keeps its hash; the function itself (its name is in its
+    # hash) is one removed and one added row.
+    assert result.counts()["hash"] == 59 and result.counts()["id"] == 0
+    assert (result.row("main").changes, result.row("forward").changes) == (("removed",), ("added",))
+    fc1 = result.row(FC1)
+    assert (fc1.match, fc1.a.ids, fc1.b.ids, fc1.changes) == ("hash", (FC1,), ("forward/linalg.matmul#0",),
+                                                                 ("renamed",))
+    # Fusion is compared through the match: fc1 is still fused with the same rows.
+    assert fc1.a.fused_with == fc1.b.fused_with == (("main/linalg.fill#3", "main/linalg.generic#2"),)
+
+
+# --- one TFLite model, IREE vs the Edge TPU compiler ----------------------------------------
+
+@pytest.fixture(scope="module")
+def franco_diff(tmp_path_factory: pytest.TempPathFactory) -> diff.DiffResult:
+    """franco_fc: RESHAPE 1x28x28→1x784, FULLY_CONNECTED 784→128, FULLY_CONNECTED 128→10;
+    the Edge TPU compiler maps all three into one custom op, IREE makes one dispatch
+    per fully-connected layer."""
+    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+    from dfit_mlir.reconstruct import reconstruct_bundle
+
+    folder = vendor_fixture("edgetpu/franco_fc_v15")
+    root = tmp_path_factory.mktemp("franco")
+    try:
+        source = realmodels.tflite_model(folder / "model.tflite", root)
+    except realmodels.FixtureUnavailable as reason:
+        pytest.skip(str(reason))
+    iree = compile_instrumented(source, root / "franco.vmfb", mode="ids")
+    reconstruct_bundle([folder], root / "edgetpu")
+    return diff.diff_bundles(iree.manifest_path, root / "edgetpu")
+
+
+@pytest.mark.parametrize(("tensor", "edgetpu_id", "iree_export"), [
+    ("tfl.fully_connected", "model/subgraph0/FULLY_CONNECTED#0", "matmul_like_Dx128x784_i8xi8xi32"),
+    ("StatefulPartitionedCall:0_int8", "model/subgraph0/FULLY_CONNECTED#1", "matmul_like_Dx10x128_i8xi8xi32"),
+])
+def test_tflite_ops_match_by_tensor_name_across_backends(franco_diff: diff.DiffResult, tensor: str, edgetpu_id: str,
+                                                         iree_export: str) -> None:
+    row = franco_diff.row(tensor)
+    assert row.match == "name"
+    assert row.b.ids == (edgetpu_id,)
+    assert any(op.startswith("tosa.conv2d") for op in row.a.ops)  # IREE's TOSA import of a fully-connected op
+    assert [p.split("_", 3)[-1] for p in row.a.partitions] == [iree_export]
+    assert (row.a.placement, row.b.placement) == (("dispatch",), ("edgetpu-custom-op",))
+    assert row.b.partitions == ("model_edgetpu/edgetpu#0",)
+    assert {"placement", "fusion"} <= set(row.changes)
+
+
+def test_edgetpu_fuses_what_iree_keeps_apart(franco_diff: diff.DiffResult) -> None:
+    fc = franco_diff.row("tfl.fully_connected")
+    assert fc.a.fused_with == ((),)  # alone in its dispatch
+    assert fc.b.fused_with == (("StatefulPartitionedCall:0_int8", "model/subgraph0/RESHAPE#0"),)
+    # The reshape has no op of its own on IREE (folded into fc1's import), and the custom
+    # op stands for the whole partition: both are Edge TPU only, not matched by name.
+    assert franco_diff.row("model/subgraph0/RESHAPE#0").match == "only-b"
+    assert franco_diff.row("model_edgetpu/subgraph0/edgetpu-custom-op#0").changes == ("added",)
+    assert franco_diff.a.invocations == franco_diff.b.invocations == 0  # a compile manifest, a reconstruction
