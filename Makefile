@@ -17,10 +17,16 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)  ## create .venv and install dfit-mlir with its test extras
 
-demo: $(STAMP)  ## compile the bundled model with --dfit-tag, summarise the manifest, run it into a bundle
+demo: $(STAMP)  ## the main job on the bundled model: tagged compile, runs, every built-in tool, a short report
 	$(VENV)/bin/dfit compile examples/models/convnet.mlir --dfit-tag --mode full -o build/demo/convnet.vmfb
 	$(VENV)/bin/dfit show build/demo/convnet.manifest.json
-	$(VENV)/bin/dfit run build/demo/convnet.vmfb --mode full --repeat 3 -o build/demo/run
+	$(VENV)/bin/dfit run build/demo/convnet.vmfb --mode none --repeat 20 --warmup 2 -o build/demo/run-none
+	$(VENV)/bin/dfit run build/demo/convnet.vmfb --mode full --repeat 20 --warmup 2 -o build/demo/run
+	$(VENV)/bin/dfit analyze build/demo/run --tool all --option overhead.compare=build/demo/run-none --out build/demo/analysis
+	@echo
+	@echo "Perfetto trace (open in ui.perfetto.dev): build/demo/run/trace.pftrace  (Chrome JSON: build/demo/run/trace.json)"
+	@echo "Events: build/demo/run/events.parquet; tables: build/demo/run/*.csv, build/demo/analysis/*/*.csv"
+	@echo "Roofline plot: build/demo/analysis/program-analyzer/roofline.png"
 
 test: $(STAMP)  ## run the whole test suite (unit, golden IR, real models)
 	$(VENV)/bin/pytest -q
@@ -29,7 +35,7 @@ test-fast: $(STAMP)  ## skip the real-model compiles
 	$(VENV)/bin/pytest -q -m "not slow"
 
 lint: $(STAMP)  ## ruff (pyflakes, bugbear, import order)
-	$(VENV)/bin/ruff check dfit_mlir passes dialects adapters runtime_hooks tests benchmarks
+	$(VENV)/bin/ruff check dfit_mlir passes dialects adapters runtime_hooks tests benchmarks examples
 
 bench: $(STAMP)  ## every benchmark; each rewrites its section of benchmarks/RESULTS.md
 	$(PY) benchmarks/compile_overhead.py --rounds 5

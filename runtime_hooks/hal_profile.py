@@ -71,6 +71,8 @@ class DispatchEvent:
 class Profile:
     """What one profiled run recorded, decoded."""
 
+    #: ``iree-benchmark-module``'s real time per invocation (``None`` for one invocation).
+    wall_ns_per_invocation: float | None
     dispatches: list[DispatchEvent]
     #: Non-dispatch host-execution records (``op`` in :data:`NON_MODEL_OPERATIONS`).
     host_operations: list[dict[str, Any]]
@@ -109,7 +111,8 @@ def capture_profile(vmfb: Path, inputs: Sequence[str], *, driver: str = "local-s
         else:
             if not function:
                 raise ProfileError("profiling several invocations needs the function to run")
-            tool, extra = "iree-benchmark-module", [f"--benchmark_min_time={invocations}x"]
+            tool, extra = "iree-benchmark-module", [f"--benchmark_min_time={invocations}x",
+                                                    "--benchmark_format=json"]
         command = [
             runtime_tool(tool),
             f"--module={vmfb}",
@@ -126,11 +129,22 @@ def capture_profile(vmfb: Path, inputs: Sequence[str], *, driver: str = "local-s
             reason = run.stderr.strip().splitlines()
             raise ProfileError(f"{tool} failed on {vmfb}: {reason[-1] if reason else f'exit {run.returncode}'}")
         return Profile(
+            wall_ns_per_invocation=_benchmark_real_time_ns(run.stdout) if tool == "iree-benchmark-module" else None,
             dispatches=decode(profile),
             host_operations=decode_host_operations(profile) if "queue-events" in families else [],
             queue_events=decode_records(profile, "queue", "queue_event") if "queue-events" in families else [],
             memory_events=decode_records(profile, "memory", "memory_event") if "memory-events" in families else [],
         )
+
+
+def _benchmark_real_time_ns(stdout: str) -> float | None:
+    """Real time per iteration from ``--benchmark_format=json`` output."""
+    try:
+        result = json.loads(stdout[stdout.index("{"):])["benchmarks"][0]
+    except (ValueError, KeyError, IndexError):
+        return None
+    scale = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}.get(result.get("time_unit"), None)
+    return None if scale is None else result["real_time"] * scale
 
 
 def _profile_jsonl(profile: Path, *command: str) -> list[str]:

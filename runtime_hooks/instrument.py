@@ -161,6 +161,7 @@ class InstrumentedModule:
                 "policy": None if self.tensor_policy is None else vars(self.tensor_policy).copy(),
             },
             "invocation_ns": duration_stats(self.durations),
+            "timing_harness": "in-process",
             **extra,
         }
 

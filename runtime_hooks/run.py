@@ -100,6 +100,8 @@ class ProfiledRun:
     queue_rows: list[EventRow]
     memory_rows: list[EventRow]
     warmup_records: int
+    #: The benchmark tool's real time per invocation (several invocations only).
+    wall_ns_per_invocation: float | None = None
 
     def pipeline(self, manifest: dict[str, Any], policy: Policy, sink: Any) -> EventPipeline:
         import uuid
@@ -114,10 +116,17 @@ class ProfiledRun:
     def summary(self) -> dict[str, Any]:
         totals = [sum(j.event.duration_ns for j in block) for block in self.dispatches]
         spans = [block[-1].event.end_ns - block[0].event.start_ns for block in self.dispatches if block]
+        wall = self.wall_ns_per_invocation
         return {
             "profiling_families": list(hal_profile.FULL_FAMILIES),
             "dispatch_ns_per_invocation": duration_stats(totals),
-            "invocation_ns": duration_stats(spans),
+            # First dispatch start to last dispatch end: the device-side window.
+            "dispatch_window_ns": duration_stats(spans),
+            # Wall time per invocation as iree-benchmark-module measures it (a mean: the
+            # tool reports no per-invocation times); in-process modes time each call.
+            "invocation_ns": None if wall is None else {"count": len(self.dispatches), "min": wall, "median": wall,
+                                                        "mean": wall, "max": wall},
+            "timing_harness": "iree-benchmark-module" if wall is not None else "iree-run-module",
             "records": {"dispatch": sum(len(b) for b in self.dispatches), "queue": len(self.queue_rows),
                         "memory": len(self.memory_rows), "warmup_records_dropped": self.warmup_records},
         }
@@ -170,7 +179,7 @@ def _profiled_run(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], d
                                     bytes=record.get("length"),
                                     attributes=_pick(record, "allocation_id", "pool_id", "pool_bytes_reserved",
                                                      "pool_bytes_committed", "submission_id")))
-    return ProfiledRun(blocks[warmup:], queue_rows, memory_rows, warmup_records)
+    return ProfiledRun(blocks[warmup:], queue_rows, memory_rows, warmup_records, profile.wall_ns_per_invocation)
 
 
 def _pick(record: dict[str, Any], *names: str) -> dict[str, Any]:
