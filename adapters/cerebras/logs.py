@@ -1,0 +1,715 @@
+"""The console / run log of a Cerebras appliance job (``run.log``, ``mytest.log``, the
+``cszoo fit`` console), as the appliance client writes it.
+
+Each record is ``YYYY-MM-DD HH:MM:SS,mmm LEVEL:   message``. Two styles are read: the
+ALCF CS-2 appliance log of 2024 (``compile job id: wsjob-...``, the compiler's phase
+records, gradient-accumulation trials) and the ``cszoo fit`` console of appliance
+client 1.1.0, 2026 (``Job id: wsjob-..., workflow id: ...``, semantic versions, cached
+compiles, Trainer Fit Summary, eval records). Lines without a timestamp are user
+prints interleaved with the log (``[GraphCache] ...``) and are skipped; so are records
+this reader has no rule for. A record it does have a rule for but cannot read (a
+truncated step line) is an error naming the line.
+
+Timestamps carry no zone; they are read as UTC (the cszoo logs' own Kubernetes events,
+``Event 2026-01-30 12:50:03 +0000 UTC``, agree with their record times).
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from dfit_mlir.adapters.recovery import (
+    ArtifactError,
+    Coverage,
+    CoverageNote,
+    Measurement,
+    Recovery,
+    source_artifact,
+)
+
+BACKEND = "cerebras"
+
+_RECORD_RE = re.compile(
+    r"^(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d),(\d{3}) (DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+(.*?)\s*$"
+)
+_RECORD_HEAD_RE = re.compile(rb"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?:INFO|WARNING|ERROR|DEBUG):", re.M)
+#: Strings only a Cerebras appliance / cszoo log has near its start.
+_HEAD_MARKERS = (
+    b"wsjob-",
+    b"wflow-",
+    b"Cerebras",
+    b"cszoo",
+    b"Appliance client",
+    b"Compile hash",
+    b"Device=CSX",
+    b"Effective batch size",
+)
+
+_HASH_RE = re.compile(r"\b(cs_\d+)\b")
+_WSJOB_RE = re.compile(r"\b(wsjob-[a-z0-9]+)\b")
+_WORKFLOW_RE = re.compile(r"\b(wflow-[a-z0-9]+)\b")
+_VERSION_RE = re.compile(r"([A-Za-z][A-Za-z ]*?) semantic version: ([0-9][\w.+-]*)")
+_STEP_RE = re.compile(r"^\| (?P<mode>Train|Eval) Device=(?P<device>\w+), (?P<fields>.*)$")
+_FIELD_RE = re.compile(r"^(?P<key>\w+)(?P<op>[=<>])(?P<value>.*)$")
+_PROCESSED_RE = re.compile(
+    r"^Processed (?P<n>\d+) (?:(?P<what>\w+) )?sample\(s\) in (?P<s>[\d.eE+-]+) seconds\.?$"
+)
+_LOOP_RE = re.compile(r"^Starting (?P<name>\S+) loop (?P<i>\d+) of (?P<n>\d+), (?P<rest>.*)$")
+_LOOP_RANGE_RE = re.compile(r"from global step (?P<first>\d+) to (?P<last>\d+) \((?P<steps>\d+) steps\)")
+_LOOP_STEPS_RE = re.compile(r"with (?P<steps>\d+) steps")
+_SUB_BATCH_RE = re.compile(r"^Gradient accumulation trying sub-batch size (\d+)")
+_PER_BOX_RE = re.compile(r"per-box batch size (\d+) with (\d+) lanes")
+_CHECKPOINT_SAVE_RE = re.compile(r"^Saving checkpoint at step (\d+)$")
+_EVAL_METRIC_RE = re.compile(r"^-?\s*(?P<key>[\w./ -]+?)\s*(?:=|:)\s*(?P<value>-?[\d.]+(?:[eE][+-]?\d+)?)$")
+
+#: Top-level phases the compiler announces (level 0); each lasts until the next one or
+#: the end of the compile.
+COMPILE_PHASES = (
+    "Pre-optimization transforms",
+    "Optimizing layouts and memory usage",
+    "Post-layout optimizations",
+    "Allocating buffers",
+    "Code generation",
+    "Compiling image",
+)
+#: Passes of one layout exploration (level 2); a repeat of one within a gradient
+#: accumulation trial starts the exploration at the chosen batch size, outside the trial.
+EXPLORATION_PHASES = ("Exploring floorplans", "Exploring data layouts", "Optimizing memory usage")
+#: Sub-phases of image compilation (level 1).
+IMAGE_PHASES = ("Compiling kernels", "Compiling final image")
+#: Execution staging, as (phase, message that starts it, message that ends it).
+EXECUTE_PHASES = (
+    ("Sending initial weights", "About to send initial weights", "Finished sending initial weights"),
+    ("Device programming", "Waiting for device programming to complete", "Device programming is complete"),
+    (
+        "Input pipeline priming",
+        "Waiting for input workers to prime the data pipeline",
+        "Input workers have begun streaming input data",
+    ),
+    ("Appliance staging", "Finalizing appliance staging for the run", "Appliance staging is complete"),
+)
+_INGRESS_READY = ("Ingress is ready", "Poll ingress success")
+
+
+def _seconds(match: re.Match[str]) -> float:
+    year, month, day, hour, minute, second, millis = (int(match.group(i)) for i in range(1, 8))
+    return calendar.timegm((year, month, day, hour, minute, second)) + millis / 1000
+
+
+def _duration_text(text: str) -> float | None:
+    """``0:13:19`` → 799.0 seconds."""
+    parts = text.split(":")
+    if not all(part.isdigit() for part in parts):
+        return None
+    total = 0
+    for part in parts:
+        total = total * 60 + int(part)
+    return float(total)
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    line: int
+    time_s: float
+    level: str
+    message: str
+
+
+def log_records(path: Path) -> Iterator[LogRecord]:
+    """The timestamped records of a log; untimestamped lines (user prints, the blank line
+    after a long warning) are skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        line = path.read_bytes()[: error.start].count(b"\n") + 1
+        raise ArtifactError.at(path, line, f"not UTF-8 text ({error.reason})") from None
+    for number, line in enumerate(text.splitlines(), start=1):
+        match = _RECORD_RE.match(line)
+        if match:
+            yield LogRecord(number, _seconds(match), match.group(8), match.group(9))
+
+
+@dataclass
+class _Phase:
+    level: int
+    name: str
+    start_s: float
+    line: int
+    attributes: dict[str, Any]
+
+
+@dataclass
+class _Compile:
+    start_s: float
+    line: int
+    job_id: str | None = None
+    compile_hash: str | None = None
+    cached: bool = False
+    artifacts_written_s: float | None = None
+    phases: list[_Phase] = field(default_factory=list)
+    #: (time, level) of records that end phases without starting one.
+    phase_ends: list[tuple[float, int]] = field(default_factory=list)
+    trial: int | None = None
+    trial_passes: set[str] = field(default_factory=set)
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+
+class ConsoleLogReader:
+    """``*.log`` console / run log of an appliance job: compiles and their phases, jobs,
+    per-step loss and rates, throughput totals, the Trainer Fit Summary, eval metrics."""
+
+    format: ClassVar[str] = "cerebras-console-log"
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    @classmethod
+    def recognises(cls, path: Path, head: bytes) -> bool:
+        return _RECORD_HEAD_RE.search(head) is not None and any(marker in head for marker in _HEAD_MARKERS)
+
+    def read(self) -> Recovery:
+        return _LogParser(self.path).parse()
+
+
+class _LogParser:
+    def __init__(self, path: Path):
+        self.path = path
+        self.measurements: list[Measurement] = []
+        self.attributes: dict[str, Any] = {
+            "compile_hashes": [],
+            "cached_compile_hashes": [],
+            "jobs": [],
+            "workflow_ids": [],
+            "versions": {},
+            "warnings": [],
+        }
+        self.compile: _Compile | None = None
+        self.compile_hash: str | None = None  # of the latest successful compile: what runs next
+        self.pending_job_kind: str | None = None
+        self.waiting_jobs: dict[str, tuple[float, int, str]] = {}
+        self.execute_job: str | None = None
+        self.open_execute: dict[str, tuple[float, int]] = {}
+        self.run_start_s: float | None = None
+        self.last_step: dict[str, tuple[float, int]] = {}
+        self.loop_first_step: dict[str, int] = {}
+        self.checkpoint: tuple[float, int, int] | None = None
+        self.fit_summary: dict[str, Any] | None = None
+        self.in_fit_summary = False
+        self.in_eval_metrics = False
+        self.loops: list[dict[str, Any]] = []
+        self.records = 0
+
+    def origin(self, record: LogRecord) -> str:
+        return f"{self.path}:{record.line}"
+
+    def parse(self) -> Recovery:
+        for record in log_records(self.path):
+            self.records += 1
+            self.handle(record)
+        if self.records == 0:
+            raise ArtifactError.at(self.path, None, "no timestamped log records")
+        if self.compile is not None:
+            self.finish_compile(None, "unfinished")
+        for attribute in ("compile_hashes", "cached_compile_hashes", "workflow_ids"):
+            self.attributes[attribute] = list(dict.fromkeys(self.attributes[attribute]))
+        if self.fit_summary is not None:
+            self.attributes["fit_summary"] = self.fit_summary
+        if self.loops:
+            self.attributes["loops"] = self.loops
+        self.attributes["timestamps"] = "read as UTC (the log carries no zone)"
+        return Recovery(
+            backend=BACKEND,
+            sources=(source_artifact(self.path, ConsoleLogReader.format),),
+            measurements=tuple(self.measurements),
+            coverage=self.coverage(),
+            attributes=self.attributes,
+        )
+
+    def coverage(self) -> tuple[CoverageNote, ...]:
+        kinds = {(m.kind, m.name) for m in self.measurements}
+        notes = [
+            CoverageNote(
+                "per_op_timing",
+                Coverage.NOT_EXPOSED,
+                "the log times compiles, jobs and logging windows of steps, never an op",
+            )
+        ]
+        if ("program", "train.steps") in kinds or ("program", "eval.steps") in kinds:
+            notes.append(
+                CoverageNote(
+                    "per_program_timing",
+                    Coverage.PARTIAL,
+                    "per logging window of steps, from record timestamps (ms resolution)",
+                )
+            )
+        if ("compile", "compile.phase") in kinds:
+            notes.append(
+                CoverageNote(
+                    "compile_timing",
+                    Coverage.RECOVERED,
+                    "compile phases from the timestamps of the compiler's phase records",
+                )
+            )
+        return tuple(notes)
+
+    # -- records ---------------------------------------------------------------------
+
+    def handle(self, record: LogRecord) -> None:
+        message = record.message
+        if record.level in ("WARNING", "ERROR", "CRITICAL"):
+            self.attributes["warnings"].append(f"{record.line}: {record.level}: {message}")
+        if self.in_fit_summary:
+            self.fit_summary_line(record)
+            return
+        if self.in_eval_metrics:
+            if self.eval_metric(record):
+                return
+            self.in_eval_metrics = False
+        if message.startswith("| "):
+            self.step(record)
+        elif message.startswith("Processed "):
+            self.processed(record)
+        elif message == "Trainer Fit Summary":
+            self.in_fit_summary = True
+            self.fit_summary = {"lines": []}
+        elif message.startswith("Compiling the model"):
+            if self.compile is not None:
+                self.finish_compile(record, "superseded")
+            self.compile = _Compile(record.time_s, record.line)
+        elif self.compile is not None and self.compile_record(record):
+            pass
+        elif self.job_record(record):
+            pass
+        elif self.execute_record(record):
+            pass
+        else:
+            self.run_facts(record)
+
+    def run_facts(self, record: LogRecord) -> None:
+        message = record.message
+        versions = _VERSION_RE.findall(message)
+        if versions:
+            for who, version in versions:
+                self.attributes["versions"][who.strip().lower()] = version
+            return
+        if "initialized workflow with id" in message:
+            self.attributes["workflow_ids"] += _WORKFLOW_RE.findall(message)
+        elif message.startswith("Effective batch size is "):
+            self.attributes["effective_batch_size"] = _integer(
+                self.path, record, r"^Effective batch size is (\d+)"
+            )
+        elif message.startswith("Running command: "):
+            self.attributes["command"] = message[len("Running command: ") :]
+        elif message.startswith("Current Working Directory: "):
+            self.attributes["working_directory"] = message[len("Current Working Directory: ") :]
+        elif message.startswith("Using network type: "):
+            self.attributes["network_type"] = message[len("Using network type: ") :]
+        elif message.startswith("Starting "):
+            self.loop(record)
+        elif message.endswith("completed successfully!"):
+            self.attributes.setdefault("completed", []).append(message)
+            self.run_start_s = None
+        elif message.startswith("Avg Eval Loss: "):
+            self.metric(record, "eval.avg_loss", message.rsplit(" ", 1)[1], None)
+        elif message == "Evaluation metrics:":
+            self.in_eval_metrics = True
+        else:
+            match = _CHECKPOINT_SAVE_RE.match(message)
+            if match:
+                self.checkpoint = (record.time_s, record.line, int(match.group(1)))
+            elif message.startswith("Saved checkpoint ") and self.checkpoint is not None:
+                start_s, line, step = self.checkpoint
+                self.checkpoint = None
+                duration = round(record.time_s - start_s, 3)
+                self.measurements.append(
+                    Measurement(
+                        "program",
+                        "checkpoint.save",
+                        duration,
+                        "s",
+                        start_s=start_s,
+                        duration_s=duration,
+                        step=step,
+                        origin=f"{self.path}:{line}",
+                        attributes={"file": message[len("Saved checkpoint ") :]},
+                    )
+                )
+
+    def loop(self, record: LogRecord) -> None:
+        match = _LOOP_RE.match(record.message)
+        if match is None:
+            return
+        loop: dict[str, Any] = {
+            "name": match.group("name"),
+            "index": int(match.group("i")),
+            "of": int(match.group("n")),
+            "line": record.line,
+        }
+        steps = _LOOP_RANGE_RE.search(match.group("rest"))
+        if steps:
+            loop.update(
+                first_step=int(steps.group("first")),
+                last_step=int(steps.group("last")),
+                steps=int(steps.group("steps")),
+            )
+            self.loop_first_step["train"] = loop["first_step"]
+        else:
+            steps = _LOOP_STEPS_RE.search(match.group("rest"))
+            if steps:
+                loop["steps"] = int(steps.group("steps"))
+        self.loops.append(loop)
+
+    def fit_summary_line(self, record: LogRecord) -> None:
+        assert self.fit_summary is not None
+        text = record.message.strip()
+        summary = self.fit_summary
+        if text.startswith("====="):
+            self.in_fit_summary = False
+            return
+        if not text or text.startswith("-----"):
+            return
+        summary["lines"].append(text)
+        if match := re.match(r"^Trainer will run (\d+) train loops?", text):
+            summary["train_loops"] = int(match.group(1))
+        elif match := re.match(r"^\* (\d+) loops? of (\d+) steps", text):
+            summary.setdefault("loop_steps", []).append(
+                {"loops": int(match.group(1)), "steps": int(match.group(2))}
+            )
+        elif match := re.match(r"^for a total of (\d+) train steps", text):
+            summary["total_train_steps"] = int(match.group(1))
+        elif match := re.match(r"^Progress will be logged every (\d+) steps", text):
+            summary["log_every_steps"] = int(match.group(1))
+        elif text.startswith("* "):
+            summary.setdefault("validation", []).append(text[2:])
+
+    def eval_metric(self, record: LogRecord) -> bool:
+        match = _EVAL_METRIC_RE.match(record.message.strip())
+        if match is None:
+            return False
+        self.metric(record, f"eval.{match.group('key').strip()}", match.group("value"), None)
+        return True
+
+    def metric(self, record: LogRecord, name: str, value: str, unit: str | None, **extra: Any) -> None:
+        try:
+            number = float(value)
+        except ValueError:
+            raise ArtifactError.at(self.path, record.line, f"{name}: {value!r} is not a number") from None
+        self.measurements.append(
+            Measurement(
+                "metric",
+                name,
+                number,
+                unit,
+                start_s=record.time_s,
+                origin=self.origin(record),
+                **extra,
+            )
+        )
+
+    # -- compile -------------------------------------------------------------------
+
+    def compile_record(self, record: LogRecord) -> bool:
+        compile_ = self.compile
+        assert compile_ is not None
+        message = record.message
+        text = message.rstrip(".").rstrip()
+        if message.startswith("Found existing cached compile with hash"):
+            compile_.cached = True
+            compile_.compile_hash = _hash(self.path, record)
+            self.attributes["cached_compile_hashes"].append(compile_.compile_hash)
+        elif message.startswith("Compile artifacts successfully written"):
+            compile_.compile_hash = _hash(self.path, record)
+            compile_.artifacts_written_s = record.time_s
+        elif message.startswith("Compile was successful"):
+            self.finish_compile(record, "success")
+        elif message.startswith("Compile failed") or (record.level == "ERROR" and "ompil" in message):
+            self.finish_compile(record, "failed")
+        elif text in COMPILE_PHASES:
+            compile_.trial = None
+            compile_.phases.append(_Phase(0, text, record.time_s, record.line, {}))
+        elif text in IMAGE_PHASES:
+            compile_.phases.append(_Phase(1, text, record.time_s, record.line, {}))
+        elif match := _SUB_BATCH_RE.match(message):
+            compile_.trial = int(match.group(1))
+            compile_.trial_passes = set()
+            compile_.phases.append(
+                _Phase(1, text, record.time_s, record.line, {"sub_batch_size": compile_.trial})
+            )
+        elif text in EXPLORATION_PHASES:
+            if compile_.trial is not None and text in compile_.trial_passes:
+                compile_.phase_ends.append((record.time_s, 1))
+                compile_.trial = None
+            attributes = {} if compile_.trial is None else {"sub_batch_size": compile_.trial}
+            compile_.trial_passes.add(text)
+            compile_.phases.append(_Phase(2, text, record.time_s, record.line, attributes))
+        elif message.startswith("No benefit from gradient accumulation"):
+            compile_.phase_ends.append((record.time_s, 1))
+            compile_.trial = None
+            match = _PER_BOX_RE.search(message)
+            if match:
+                compile_.attributes.update(per_box_batch_size=int(match.group(1)), lanes=int(match.group(2)))
+        elif message == "Gradient accumulation enabled":
+            compile_.attributes["gradient_accumulation"] = True
+        else:
+            return False
+        return True
+
+    def finish_compile(self, record: LogRecord | None, status: str) -> None:
+        compile_ = self.compile
+        assert compile_ is not None
+        self.compile = None
+        end_s = record.time_s if record is not None else None
+        phases_end = compile_.artifacts_written_s or end_s
+        # A phase ends at the next record of its level or above (lower number), or
+        # when the compile writes its artifacts.
+        boundaries = sorted([(p.start_s, p.level) for p in compile_.phases] + compile_.phase_ends)
+        for phase in compile_.phases:
+            end = next(
+                (t for t, level in boundaries if t > phase.start_s and level <= phase.level), phases_end
+            )
+            if end is None or end < phase.start_s:
+                end = None
+            duration = None if end is None else round(end - phase.start_s, 3)
+            self.measurements.append(
+                Measurement(
+                    "compile",
+                    "compile.phase",
+                    duration,
+                    "s",
+                    start_s=phase.start_s,
+                    duration_s=duration,
+                    origin=f"{self.path}:{phase.line}",
+                    attributes={
+                        "phase": phase.name,
+                        "level": phase.level,
+                        "compile_hash": compile_.compile_hash,
+                        **phase.attributes,
+                    },
+                )
+            )
+        duration = None if end_s is None else round(end_s - compile_.start_s, 3)
+        self.measurements.append(
+            Measurement(
+                "compile",
+                "compile",
+                duration,
+                "s",
+                start_s=compile_.start_s,
+                duration_s=duration,
+                origin=f"{self.path}:{compile_.line}",
+                attributes={
+                    "status": status,
+                    "compile_hash": compile_.compile_hash,
+                    "cached": compile_.cached,
+                    "job_id": compile_.job_id,
+                    **compile_.attributes,
+                },
+            )
+        )
+        if compile_.compile_hash is not None:
+            self.attributes["compile_hashes"].append(compile_.compile_hash)
+            if status == "success":
+                self.compile_hash = compile_.compile_hash
+
+    # -- jobs and execution --------------------------------------------------------
+
+    def job_record(self, record: LogRecord) -> bool:
+        message = record.message
+        if message.startswith("Initiating a new "):
+            words = message.split()
+            self.pending_job_kind = words[3] if len(words) > 3 else None  # compile / execute / image
+            return True
+        lowered = message.lower()
+        if "job id: wsjob-" not in lowered:
+            if any(message.startswith(ready) for ready in _INGRESS_READY):
+                self.job_ready(record)
+                return True
+            return False
+        job_id = _WSJOB_RE.search(message).group(1)  # type: ignore[union-attr]
+        kind = lowered.split(" job id:", 1)[0] if not lowered.startswith("job id:") else self.pending_job_kind
+        workflow = _WORKFLOW_RE.search(message)
+        job: dict[str, Any] = {"id": job_id, "kind": kind, "line": record.line}
+        if workflow:
+            job["workflow_id"] = workflow.group(1)
+            self.attributes["workflow_ids"].append(workflow.group(1))
+        self.attributes["jobs"].append(job)
+        if kind == "compile" and self.compile is not None:
+            self.compile.job_id = job_id
+        elif kind == "execute":
+            self.execute_job = job_id
+        self.waiting_jobs[job_id] = (record.time_s, record.line, kind or "unknown")
+        self.pending_job_kind = None
+        return True
+
+    def job_ready(self, record: LogRecord) -> None:
+        """A job's wait for scheduling and ingress ends at its first 'ready' record."""
+        if not self.waiting_jobs:
+            return
+        job_id, (start_s, line, kind) = next(reversed(self.waiting_jobs.items()))
+        self.waiting_jobs.clear()
+        self.measurements.append(
+            Measurement(
+                "queue",
+                "wsjob.wait",
+                round(record.time_s - start_s, 3),
+                "s",
+                start_s=start_s,
+                duration_s=round(record.time_s - start_s, 3),
+                origin=f"{self.path}:{line}",
+                attributes={"job_id": job_id, "job_kind": kind},
+            )
+        )
+
+    def execute_record(self, record: LogRecord) -> bool:
+        message = record.message
+        if message.startswith("Preparing to execute using "):
+            self.attributes["num_csx"] = _integer(self.path, record, r"^Preparing to execute using (\d+) CSX")
+            return True
+        if message.startswith("Beginning appliance run"):
+            self.run_start_s = record.time_s
+            self.last_step.clear()
+            return True
+        for phase, begins, ends in EXECUTE_PHASES:
+            if message.startswith(begins):
+                self.open_execute[phase] = (record.time_s, record.line)
+                return True
+            if message.startswith(ends) and phase in self.open_execute:
+                start_s, line = self.open_execute.pop(phase)
+                duration = round(record.time_s - start_s, 3)
+                self.measurements.append(
+                    Measurement(
+                        "program",
+                        "execute.phase",
+                        duration,
+                        "s",
+                        start_s=start_s,
+                        duration_s=duration,
+                        origin=f"{self.path}:{line}",
+                        attributes={
+                            "phase": phase,
+                            "job_id": self.execute_job,
+                            "compile_hash": self.compile_hash,
+                        },
+                    )
+                )
+                return True
+        return False
+
+    def step(self, record: LogRecord) -> None:
+        match = _STEP_RE.match(record.message)
+        if match is None:
+            return  # another table-like record ("| ..."), not a step line
+        mode = match.group("mode").lower()
+        fields: dict[str, str] = {}
+        for part in match.group("fields").split(", "):
+            item = _FIELD_RE.match(part)
+            if item is None:
+                raise ArtifactError.at(self.path, record.line, f"unreadable field {part!r} in a step record")
+            fields[item.group("key")] = (
+                item.group("op") + item.group("value") if item.group("op") != "=" else item.group("value")
+            )
+        step_text = fields.get("Step", fields.get("GlobalStep"))
+        if (
+            step_text is None
+            or not step_text.isdigit()
+            or not {"Loss", "Rate", "GlobalRate"} <= fields.keys()
+        ):
+            raise ArtifactError.at(
+                self.path, record.line, "step record without Step, Loss, Rate and GlobalRate"
+            )
+        step = int(step_text)
+        common: dict[str, Any] = {
+            "device": match.group("device"),
+            "compile_hash": self.compile_hash,
+            "job_id": self.execute_job,
+        }
+        if "Batch" in fields:
+            if not fields["Batch"].isdigit():
+                raise ArtifactError.at(self.path, record.line, f"Batch={fields['Batch']!r} is not a count")
+            common["batch"] = int(fields["Batch"])
+        for key in ("LoopTimeRemaining", "TimeRemaining"):
+            if key in fields:
+                text = fields[key].lstrip("=<>")
+                common[key] = {"text": fields[key], "seconds": _duration_text(text)}
+        self.metric(record, f"{mode}.loss", fields["Loss"], None, step=step, attributes=common)
+        for key, name in (("Rate", "rate"), ("GlobalRate", "global_rate")):
+            if key in fields:
+                value, _, unit = fields[key].partition(" ")
+                if unit != "samples/sec":
+                    raise ArtifactError.at(self.path, record.line, f"{key}: unexpected unit {unit!r}")
+                self.metric(record, f"{mode}.{name}", value, "samples/s", step=step, attributes=common)
+        self.step_window(record, mode, step, common)
+
+    def step_window(self, record: LogRecord, mode: str, step: int, common: dict[str, Any]) -> None:
+        """Seconds per step over the window since the previous step record (or the start
+        of the appliance run): the finest program timing the log allows."""
+        counter = int(common["batch"]) if "batch" in common else step
+        if mode in self.last_step:
+            start_s, previous = self.last_step[mode]
+        elif self.run_start_s is not None:
+            start_s = self.run_start_s
+            previous = 0 if mode == "eval" else self.loop_first_step.get("train", 1) - 1
+        else:
+            start_s, previous = None, None
+        self.last_step[mode] = (record.time_s, counter)
+        if start_s is None or previous is None or counter <= previous:
+            return
+        duration = round(record.time_s - start_s, 3)
+        steps = counter - previous
+        self.measurements.append(
+            Measurement(
+                "program",
+                f"{mode}.steps",
+                duration / steps,
+                "s/step",
+                start_s=start_s,
+                duration_s=duration,
+                step=step,
+                origin=self.origin(record),
+                attributes={"first_step": previous + 1, "last_step": counter, "steps": steps, **common},
+            )
+        )
+
+    def processed(self, record: LogRecord) -> None:
+        match = _PROCESSED_RE.match(record.message)
+        if match is None:
+            raise ArtifactError.at(
+                self.path, record.line, "unreadable 'Processed N sample(s) in T seconds' record"
+            )
+        try:
+            seconds = float(match.group("s"))
+        except ValueError:
+            raise ArtifactError.at(
+                self.path, record.line, f"{match.group('s')!r} is not a number of seconds"
+            ) from None
+        self.measurements.append(
+            Measurement(
+                "program",
+                "processed_samples",
+                float(match.group("n")),
+                "samples",
+                start_s=record.time_s - seconds,
+                duration_s=seconds,
+                origin=self.origin(record),
+                attributes={"what": match.group("what")},
+            )
+        )
+
+
+def _integer(path: Path, record: LogRecord, pattern: str) -> int:
+    match = re.match(pattern, record.message)
+    if match is None:
+        raise ArtifactError.at(path, record.line, f"unreadable record (expected {pattern!r})")
+    return int(match.group(1))
+
+
+def _hash(path: Path, record: LogRecord) -> str:
+    match = _HASH_RE.search(record.message)
+    if match is None:
+        raise ArtifactError.at(path, record.line, "compile record without a cs_<hash>")
+    return match.group(1)

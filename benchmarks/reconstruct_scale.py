@@ -1,0 +1,564 @@
+"""Scale of the Cerebras reconstruction: ``reconstruct()`` over a synthetic compile dump
+of N CIRH operators (default 150,000; the DFIT paper's largest evaluated model has
+152,682), with its compile report, written into a temporary directory.
+
+The dump is synthetic (written by this script) and shaped like the CIRH of a BERT-style
+training step as the printer writes it with debug info: one ``func.func @train_step``
+whose arguments are the hidden states, the labels and every layer's parameters; per
+layer the forward ops (matmuls, reshapes, softmax, layer norm, gelu, adds), their
+gradients in reverse layer order, then one ``cirh.AdamUpdate`` per parameter; every op
+carries a location alias (name locations with the module path around call sites into
+``torch/nn``, autograd and optimizer frames, a few unknown) defined at the end of the
+file; ``compile_report.txt`` lists one row per kernel the ops name.
+
+Wall time is the median of ``--runs`` untraced runs, each in a fresh process; peak
+memory is the largest peak resident set of those processes (``ru_maxrss``, interpreter
+and imports included); ``--traced`` adds the peak of Python allocations
+(``tracemalloc``) from one more, traced run. This script
+prints its markdown section; it does not write ``benchmarks/RESULTS.md``.
+
+    python benchmarks/reconstruct_scale.py [--ops 150000] [--runs 3] [--traced] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+TARGET_S = 10.0
+COMPILE_HASH = "cs_1527682024040800001"
+
+X = "tensor<8x128x1024xbf16>"
+W = "tensor<1024x1024xbf16>"
+I4 = "tensor<8x128x4096xbf16>"
+WI = "tensor<1024x4096xbf16>"
+WO = "tensor<4096x1024xbf16>"
+H4 = "tensor<8x16x128x64xbf16>"
+KT = "tensor<8x16x64x128xbf16>"
+S = "tensor<8x16x128x128xbf16>"
+G = "tensor<1024xbf16>"
+LABELS = "tensor<8x128xi32>"
+LOSS = "tensor<f32>"
+ADAM = (
+    "beta1 = 0.899999976 : f32, beta2 = 9.990000e-01 : f32, eps = 9.99999997E-7 : f32, "
+    "lr = 9.99999974E-5 : f32, weight_decay = 0.00999999977 : f32"
+)
+MODEL_FILE = "transformers/models/bert/modeling_bert.py"
+#: (parameter suffix, type) of each layer's parameters, in argument order.
+PARAMETERS = (
+    ("attention.self.query.weight", W),
+    ("attention.self.key.weight", W),
+    ("attention.self.value.weight", W),
+    ("attention.output.dense.weight", W),
+    ("attention.output.LayerNorm.weight", G),
+    ("attention.output.LayerNorm.bias", G),
+    ("intermediate.dense.weight", WI),
+    ("output.dense.weight", WO),
+)
+#: Forward, backward and optimizer ops per layer (the loss and its gradient come once).
+OPS_PER_LAYER = 17 + 16 + 8
+
+
+def block_kernel(prefix: str, name: str) -> str:
+    """The kernel an op of a layer maps to: one per block of the layer and direction
+    (``...attention.self``, ``...attention.self.grad``), as kernel matching covers
+    several ops with one kernel."""
+    parts = name.split(".")
+    block = ".".join(parts[:2]) if parts[0] == "attention" else parts[0]
+    return f"{prefix}.{block}" + (".grad" if name.endswith(".grad") else "")
+
+
+class _TrainStep:
+    """Writes the ops of one function and the location aliases they use, numbered as the
+    printer numbers them (``#loc``, ``#loc1``, ...), layer by layer."""
+
+    def __init__(self) -> None:
+        self.ops: list[str] = []
+        self.aliases: list[str] = ["#loc = loc(unknown)"]
+        self.kernels: list[str] = []
+        self.args: list[str] = []
+        self.next_value = 0
+        self.files = {
+            name: self.alias(f'"{path}":{line}:0')
+            for name, path, line in (
+                ("linear", "torch/nn/modules/linear.py", 116),
+                ("softmax", "torch/nn/functional.py", 1843),
+                ("layer_norm", "torch/nn/functional.py", 2543),
+                ("gelu", "torch/nn/functional.py", 2243),
+                ("cross_entropy", "torch/nn/functional.py", 3059),
+                ("autograd", "torch/autograd/__init__.py", 266),
+                ("adamw", "cerebras/pytorch/optim/AdamW.py", 178),
+            )
+        }
+        self.trainer = {
+            line: self.alias(f'"cerebras/modelzoo/trainer/trainer.py":{line}:0') for line in (388, 395, 402)
+        }
+        self.autograd = self.alias(f"callsite({self.files['autograd']} at {self.trainer[395]})")
+        self.step = self.alias(f"callsite({self.files['adamw']} at {self.trainer[402]})")
+        self.model_lines = {
+            line: self.alias(f'"{MODEL_FILE}":{line}:0')
+            for line in (245, 246, 247, 275, 300, 326, 336, 350, 362, 363, 425, 426, 439, 441)
+        }
+
+    def alias(self, text: str) -> str:
+        name = f"#loc{len(self.aliases)}"
+        self.aliases.append(f"{name} = loc({text})")
+        return name
+
+    def arg(self, typ: str, name: str) -> str:
+        value = f"%arg{len(self.args)}"
+        self.args.append(f'{value}: {typ} loc("{name}")')
+        return value
+
+    def op(
+        self, name: str, operands: list[str], attrs: str, ins: list[str], outs: list[str], loc: str
+    ) -> str:
+        result = f"%{self.next_value}"
+        self.next_value += 1
+        head = f"{result}:{len(outs)}" if len(outs) > 1 else result
+        attr_text = f" {{{attrs}}}" if attrs else ""
+        out_text = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
+        self.ops.append(
+            f'    {head} = "{name}"({", ".join(operands)}){attr_text} : ({", ".join(ins)}) -> '
+            f"{out_text} loc({loc})"
+        )
+        return result
+
+    def kernel(self, prefix: str, name: str) -> str:
+        self.kernels.append(block_kernel(prefix, name))
+        return f'cs.kernel = "{self.kernels[-1]}"'
+
+    def forward_layer(self, layer: int, hidden: str) -> dict[str, str]:
+        """The forward ops of one encoder layer; returns what its backward needs."""
+        prefix = f"bert.encoder.layer.{layer}"
+        p = [self.arg(typ, f"{prefix}.{suffix}") for suffix, typ in PARAMETERS]
+
+        def scope(module: str, line: int, inner: str | None = None) -> str:
+            named = self.alias(f'"{prefix}.{module}"({self.model_lines[line]})')
+            return self.alias(f"callsite({self.files[inner]} at {named})") if inner else named
+
+        loc = {
+            "q": scope("attention.self.query", 245, "linear"),
+            "k": scope("attention.self.key", 246, "linear"),
+            "v": scope("attention.self.value", 247, "linear"),
+            "self": scope("attention.self", 275),
+            "scores": scope("attention.self", 300),
+            "softmax": scope("attention.self", 326, "softmax"),
+            "ctx": scope("attention.self", 336),
+            "ctxr": scope("attention.self", 350),
+            "aod": scope("attention.output.dense", 362, "linear"),
+            "aoadd": scope("attention.output", 363),
+            "ln": scope("attention.output.LayerNorm", 363, "layer_norm"),
+            "inter": scope("intermediate.dense", 425, "linear"),
+            "gelu": scope("intermediate.intermediate_act_fn", 426, "gelu"),
+            "outd": scope("output.dense", 439, "linear"),
+            "outadd": scope("output", 441),
+        }
+
+        def matmul(name: str, module: str, a: str, b: str, ins: list[str], out: str, at: str) -> str:
+            return self.op(
+                "cirh.MatMul",
+                [a, b],
+                f'{self.kernel(prefix, name)}, cs.layer = "{prefix}.{module}"',
+                ins,
+                [out],
+                at,
+            )
+
+        q = matmul("attention.self.query.fc", "attention.self.query", hidden, p[0], [X, W], X, loc["q"])
+        k = matmul("attention.self.key.fc", "attention.self.key", hidden, p[1], [X, W], X, loc["k"])
+        v = matmul("attention.self.value.fc", "attention.self.value", hidden, p[2], [X, W], X, loc["v"])
+        q4 = self.op("cirh.Reshape", [q], "", [X], [H4], loc["self"])
+        v4 = self.op("cirh.Reshape", [v], "", [X], [H4], loc["self"])
+        kt = self.op("cirh.Transpose", [k], "perm = array<i64: 0, 2, 3, 1>", [X], [KT], "#loc")
+        scores = matmul("attention.self.scores", "attention.self", q4, kt, [H4, KT], S, loc["scores"])
+        probs = self.op(
+            "cirh.Softmax",
+            [scores],
+            f"{self.kernel(prefix, 'attention.self.softmax')}, dim = -1 : i64",
+            [S],
+            [S],
+            loc["softmax"],
+        )
+        ctx = matmul("attention.self.context", "attention.self", probs, v4, [S, H4], H4, loc["ctx"])
+        ctx3 = self.op("cirh.Reshape", [ctx], "", [H4], [X], loc["ctxr"])
+        attn = matmul(
+            "attention.output.dense.fc", "attention.output.dense", ctx3, p[3], [X, W], X, loc["aod"]
+        )
+        res = self.op("cirh.Add", [attn, hidden], "", [X, X], [X], loc["aoadd"])
+        normed = self.op(
+            "cirh.LayerNorm",
+            [res, p[4], p[5]],
+            f"{self.kernel(prefix, 'attention.output.LayerNorm')}, epsilon = 9.9999999999999998E-13 : f64",
+            [X, G, G],
+            [X],
+            loc["ln"],
+        )
+        inter = matmul("intermediate.dense.fc", "intermediate.dense", normed, p[6], [X, WI], I4, loc["inter"])
+        act = self.op(
+            "cirh.Gelu",
+            [inter],
+            f'approximate = "none", {self.kernel(prefix, "intermediate.gelu")}',
+            [I4],
+            [I4],
+            loc["gelu"],
+        )
+        out = matmul("output.dense.fc", "output.dense", act, p[7], [I4, WO], X, loc["outd"])
+        output = self.op("cirh.Add", [out, normed], "", [X, X], [X], loc["outadd"])
+        return {
+            "prefix": prefix,
+            "input": hidden,
+            "output": output,
+            "q4": q4,
+            "v4": v4,
+            "kt": kt,
+            "probs": probs,
+            "ctx3": ctx3,
+            "res": res,
+            "normed": normed,
+            "inter": inter,
+            "act": act,
+            **{f"p{i}": value for i, value in enumerate(p)},
+            **{f"loc_{key}": value for key, value in loc.items()},
+        }
+
+    def backward_layer(self, state: dict[str, str], grad: str) -> tuple[str, list[tuple[str, str, str, str]]]:
+        """The gradient ops of one layer; returns the input gradient and, per parameter,
+        (parameter, gradient, type, parameter name)."""
+        prefix = state["prefix"]
+        p = [state[f"p{i}"] for i in range(len(PARAMETERS))]
+
+        def grad_op(op: str, name: str, operands: list[str], ins: list[str], outs: list[str], at: str) -> str:
+            return self.op(op, operands, self.kernel(prefix, name), ins, outs, at)
+
+        g_out = grad_op(
+            "cirh.MatMulGrad",
+            "output.dense.fc.grad",
+            [grad, state["act"], p[7]],
+            [X, I4, WO],
+            [I4, WO],
+            state["loc_outd"],
+        )
+        g_act = grad_op(
+            "cirh.GeluGrad",
+            "intermediate.gelu.grad",
+            [f"{g_out}#0", state["inter"]],
+            [I4, I4],
+            [I4],
+            state["loc_gelu"],
+        )
+        g_inter = grad_op(
+            "cirh.MatMulGrad",
+            "intermediate.dense.fc.grad",
+            [g_act, state["normed"], p[6]],
+            [I4, X, WI],
+            [X, WI],
+            state["loc_inter"],
+        )
+        g_sum = self.op("cirh.Add", [f"{g_inter}#0", grad], "", [X, X], [X], self.autograd)
+        g_ln = grad_op(
+            "cirh.LayerNormGrad",
+            "attention.output.LayerNorm.grad",
+            [g_sum, state["res"], p[4]],
+            [X, X, G],
+            [X, G, G],
+            state["loc_ln"],
+        )
+        g_aod = grad_op(
+            "cirh.MatMulGrad",
+            "attention.output.dense.fc.grad",
+            [f"{g_ln}#0", state["ctx3"], p[3]],
+            [X, X, W],
+            [X, W],
+            state["loc_aod"],
+        )
+        g_ctx4 = self.op("cirh.Reshape", [f"{g_aod}#0"], "", [X], [H4], "#loc")
+        g_ctx = grad_op(
+            "cirh.MatMulGrad",
+            "attention.self.context.grad",
+            [g_ctx4, state["probs"], state["v4"]],
+            [H4, S, H4],
+            [S, H4],
+            state["loc_ctx"],
+        )
+        g_probs = grad_op(
+            "cirh.SoftmaxGrad",
+            "attention.self.softmax.grad",
+            [f"{g_ctx}#0", state["probs"]],
+            [S, S],
+            [S],
+            state["loc_softmax"],
+        )
+        g_scores = grad_op(
+            "cirh.MatMulGrad",
+            "attention.self.scores.grad",
+            [g_probs, state["q4"], state["kt"]],
+            [S, H4, KT],
+            [H4, KT],
+            state["loc_scores"],
+        )
+        g_q = self.op("cirh.Reshape", [f"{g_scores}#0"], "", [H4], [X], "#loc")
+        g_k = self.op("cirh.Transpose", [f"{g_scores}#1"], "perm = array<i64: 0, 3, 1, 2>", [KT], [X], "#loc")
+        g_v = self.op("cirh.Reshape", [f"{g_ctx}#1"], "", [H4], [X], "#loc")
+        g_wq = grad_op(
+            "cirh.MatMulGrad",
+            "attention.self.query.fc.grad",
+            [g_q, state["input"], p[0]],
+            [X, X, W],
+            [X, W],
+            state["loc_q"],
+        )
+        g_wk = grad_op(
+            "cirh.MatMulGrad",
+            "attention.self.key.fc.grad",
+            [g_k, state["input"], p[1]],
+            [X, X, W],
+            [X, W],
+            state["loc_k"],
+        )
+        g_wv = grad_op(
+            "cirh.MatMulGrad",
+            "attention.self.value.fc.grad",
+            [g_v, state["input"], p[2]],
+            [X, X, W],
+            [X, W],
+            state["loc_v"],
+        )
+        grads = [
+            f"{g_wq}#1",
+            f"{g_wk}#1",
+            f"{g_wv}#1",
+            f"{g_aod}#1",
+            f"{g_ln}#1",
+            f"{g_ln}#2",
+            f"{g_inter}#1",
+            f"{g_out}#1",
+        ]
+        updates = [(p[i], grads[i], typ, f"{prefix}.{suffix}") for i, (suffix, typ) in enumerate(PARAMETERS)]
+        return f"{g_wq}#0", updates
+
+
+def synthetic_cirh(ops: int) -> tuple[str, list[str]]:
+    """(module text, kernel names) of a train step with about ``ops`` operators."""
+    step = _TrainStep()
+    hidden = step.arg(X, "hidden_states")
+    layers = []
+    for layer in range(max(1, (ops - 2) // OPS_PER_LAYER)):
+        layers.append(step.forward_layer(layer, hidden))
+        hidden = layers[-1]["output"]
+    labels = step.arg(LABELS, "labels")
+    loss_loc = step.alias(f"callsite({step.files['cross_entropy']} at {step.trainer[388]})")
+    loss = step.op(
+        "cirh.CrossEntropyLoss", [hidden, labels], 'cs.kernel = "loss"', [X, LABELS], [LOSS], loss_loc
+    )
+    grad = step.op(
+        "cirh.CrossEntropyLossGrad",
+        [hidden, labels],
+        'cs.kernel = "loss.grad"',
+        [X, LABELS],
+        [X],
+        step.autograd,
+    )
+    step.kernels += ["loss", "loss.grad", "optimizer.adamw"]
+    updates: list[tuple[str, str, str, str]] = []
+    for state in reversed(layers):
+        grad, layer_updates = step.backward_layer(state, grad)
+        updates += layer_updates
+    results = [loss]
+    for parameter, gradient, typ, parameter_name in updates:
+        loc = step.alias(f'"{parameter_name.rsplit(".", 1)[0]}"({step.step})')
+        results.append(
+            step.op(
+                "cirh.AdamUpdate",
+                [parameter, gradient],
+                f'{ADAM}, cs.kernel = "optimizer.adamw", cs.param = "{parameter_name}"',
+                [typ, typ],
+                [typ],
+                loc,
+            )
+        )
+    result_types = [LOSS] + [typ for _, _, typ, _ in updates]
+    lines = [
+        "// SYNTHETIC: a CIRH-shaped train step written by benchmarks/reconstruct_scale.py "
+        "(not a vendor file).",
+        "module {",
+        f"  func.func @train_step({', '.join(step.args)}) -> ({', '.join(result_types)}) {{",
+        *step.ops,
+        f"    return {', '.join(results)} : {', '.join(result_types)} loc({step.trainer[402]})",
+        f"  }} loc({step.trainer[388]})",
+        "} loc(#loc)",
+        *step.aliases,
+    ]
+    return "\n".join(lines) + "\n", list(dict.fromkeys(step.kernels))
+
+
+def compile_report(kernels: list[str]) -> str:
+    width = max(len("Kernel Name"), *(len(name) for name in kernels)) + 2
+    columns = (
+        "Samples/s",
+        "Compute Samples/s",
+        "Transmission Samples/s",
+        "Active PEs",
+        "Compute Utilization",
+    )
+    border = "+" + "-" * width + "+" + "+".join("-" * (len(c) + 2) for c in columns) + "+"
+    lines = [
+        "# SYNTHETIC: compile report written by benchmarks/reconstruct_scale.py (not a vendor file).",
+        "Estimated Overall Performance",
+        "-------------------------------",
+        "Samples/s:                    2321.9",
+        "Compute Samples/s:            2321.9",
+        "Transmission Samples/s:       2430.7",
+        "Active PEs:                   93%",
+        "Compute Utilization:          80%",
+        border,
+        "| " + "Kernel Name".ljust(width - 1) + "|" + "|".join(f" {c} " for c in columns) + "|",
+        border,
+    ]
+    for index, name in enumerate(kernels):
+        cells = ("2321.9", "2321.9", "14311.7", str(100 + index % 5000), f"{60 + index % 40}%")
+        lines.append(
+            "| "
+            + name.ljust(width - 1)
+            + "|"
+            + "|".join(f" {v.rjust(len(c))} " for v, c in zip(cells, columns, strict=True))
+            + "|"
+        )
+    lines.append(border)
+    return "\n".join(lines) + "\n"
+
+
+def write_dump(directory: Path, ops: int) -> Path:
+    """A compile directory ``cs_<hash>/`` with ``cirh.mlir`` and ``compile_report.txt``."""
+    dump = directory / COMPILE_HASH
+    dump.mkdir(parents=True, exist_ok=True)
+    text, kernels = synthetic_cirh(ops)
+    (dump / "cirh.mlir").write_text(text)
+    (dump / "compile_report.txt").write_text(compile_report(kernels))
+    return dump
+
+
+def measure(dump: Path, *, traced: bool = False) -> dict[str, Any]:
+    """Reconstruct ``dump`` once; wall seconds, what was recovered and, when ``traced``,
+    the peak of Python allocations (tracing slows the run several times)."""
+    from dfit_mlir.adapters.cerebras import reconstruct
+
+    if traced:
+        tracemalloc.start()
+    started = time.perf_counter()
+    recovery = reconstruct([dump])
+    elapsed = time.perf_counter() - started
+    result: dict[str, Any] = {"seconds": elapsed}
+    if traced:
+        result["traced_peak_mib"] = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    phases: dict[str, int] = {}
+    for op in recovery.operators:
+        phases[str(op.phase)] = phases.get(str(op.phase), 0) + 1
+    joins = {join["join"]: join for join in recovery.attributes["joins"]}
+    result.update(
+        operators=len(recovery.operators),
+        tensors=len(recovery.tensors),
+        kernels=len(recovery.partitions),
+        joined_kernels=joins.get("cirh cs.kernel = compile_report kernel row", {}).get("kernels", 0),
+        parsers=sorted({source.parser for source in recovery.sources if source.parser}),
+        phases=phases,
+        peak_rss_mib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    )
+    return result
+
+
+def measure_in_child(dump: Path, traced: bool) -> dict[str, Any]:
+    """:func:`measure` in a fresh interpreter, so that its peak RSS is the
+    reconstruction's (plus the interpreter and its imports), not the generator's."""
+    command = [sys.executable, __file__, "--measure", str(dump), *(["--traced"] if traced else [])]
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ops", type=int, default=150_000, help="operators in the dump (default 150000)")
+    parser.add_argument("--keep", type=Path, default=None, help="write the dump here and keep it")
+    parser.add_argument("--runs", type=int, default=3, help="timed runs, each in a fresh process (default 3)")
+    parser.add_argument("--traced", action="store_true", help="also measure tracemalloc's peak (slower)")
+    parser.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.measure is not None:
+        print(json.dumps(measure(args.measure, traced=args.traced)))
+        return 0
+    if args.ops < OPS_PER_LAYER + 2:
+        parser.error(f"--ops must be at least {OPS_PER_LAYER + 2}")
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
+    command = shlex.join(
+        ["python", "benchmarks/reconstruct_scale.py", *(sys.argv[1:] if argv is None else argv)]
+    )
+    started = dt.datetime.now(dt.timezone.utc)
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = args.keep or Path(tmp)
+        t0 = time.perf_counter()
+        dump = write_dump(directory, args.ops)
+        generate_s = time.perf_counter() - t0
+        size = sum(path.stat().st_size for path in dump.iterdir()) / 2**20
+        runs = [measure_in_child(dump, traced=False) for _ in range(args.runs)]
+        traced = measure_in_child(dump, traced=True) if args.traced else None
+    seconds = sorted(run["seconds"] for run in runs)
+    run = runs[0]
+    median = statistics.median(seconds)
+    rss = max(item["peak_rss_mib"] for item in runs)
+    lines = [
+        "## Cerebras reconstruction scale: a synthetic CIRH dump",
+        "",
+        f"Measured {started.strftime('%Y-%m-%d %H:%M UTC')} on {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}. The dump (written by the script in {generate_s:.1f} s, "
+        f"{size:.1f} MiB: `cirh.mlir` + `compile_report.txt`) is reconstructed by "
+        f"`dfit_mlir.adapters.cerebras.reconstruct`, {len(runs)} times, each in a fresh process: the time is "
+        "the median (all runs listed); peak memory is the largest peak resident set of those processes "
+        "(`ru_maxrss`, interpreter and imports included)"
+        + (
+            ", peak traced the peak of Python allocations (`tracemalloc`) in one more, traced run"
+            if traced
+            else ""
+        )
+        + ". Command:",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        "| operators | tensors | kernels (joined to report rows) | parser | reconstruct (s), median "
+        "| runs (s) | ops/s | peak RSS (MiB) |" + (" peak traced (MiB) |" if traced else "") + " ≤ 10 s |",
+        "|---:|---:|---:|---|---:|---|---:|---:|" + ("---:|" if traced else "") + ":-:|",
+        f"| {run['operators']:,} | {run['tensors']:,} | {run['kernels']:,} ({run['joined_kernels']:,}) | "
+        f"{', '.join(run['parsers'])} | {median:.2f} | {', '.join(f'{value:.2f}' for value in seconds)} | "
+        f"{run['operators'] / median:,.0f} | {rss:,.0f} |"
+        + (f" {traced['traced_peak_mib']:,.0f} |" if traced else "")
+        + f" {'yes' if median <= TARGET_S else '**no**'} |",
+        "",
+        "Operators by phase: "
+        + ", ".join(f"{key} {value:,}" for key, value in sorted(run["phases"].items()))
+        + ".",
+    ]
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,22 @@
+// SYNTHETIC, format-faithful (not a vendor file; no real Cerebras dump is public): a BERT pooler + classifier eval forward written for dfit-mlir's tests; two ops are in custom assembly form, which the MLIR parser rejects for an unregistered dialect, so only the line reader reads this file.
+module {
+  func.func @forward(%arg0: tensor<512x128x1024xbf16> loc("hidden_states"), %arg1: tensor<1024x1024xbf16> loc("bert.pooler.dense.weight"), %arg2: tensor<1024x2xbf16> loc("cls.seq_relationship.weight")) -> tensor<512x2xbf16> {
+    %0 = "cirh.Slice"(%arg0) {cs.kernel = "bert.pooler.slice", dim = 1 : i64, end = 1 : i64, start = 0 : i64} : (tensor<512x128x1024xbf16>) -> tensor<512x1024xbf16> loc(#loc6)
+    %1 = "cirh.MatMul"(%0, %arg1) {cs.kernel = "bert.pooler.dense.fc", cs.layer = "bert.pooler.dense"} : (tensor<512x1024xbf16>, tensor<1024x1024xbf16>) -> tensor<512x1024xbf16> loc(#loc7)
+    %2 = cirh.Tanh %1 {cs.kernel = "bert.pooler.activation"} : tensor<512x1024xbf16> loc(#loc8)
+    %3 = "cirh.MatMul"(%2, %arg2) {cs.kernel = "cls.seq_relationship.fc", cs.layer = "cls.seq_relationship"} : (tensor<512x1024xbf16>, tensor<1024x2xbf16>) -> tensor<512x2xbf16> loc(callsite("torch/nn/modules/linear.py":116:0 at "cls.seq_relationship"("transformers/models/bert/modeling_bert.py":705:0)))
+    %4 = cirh.Softmax %3 {dim = -1 : i64} : tensor<512x2xbf16> loc(#loc10)
+    return %4 : tensor<512x2xbf16> loc(#loc)
+  } loc(#loc1)
+} loc(#loc)
+#loc = loc(unknown)
+#loc1 = loc("cerebras/modelzoo/trainer/trainer.py":512:0)
+#loc2 = loc("torch/nn/modules/linear.py":116:0)
+#loc3 = loc("transformers/models/bert/modeling_bert.py":660:0)
+#loc4 = loc("transformers/models/bert/modeling_bert.py":661:0)
+#loc5 = loc("transformers/models/bert/modeling_bert.py":662:0)
+#loc6 = loc("bert.pooler"(#loc3))
+#loc7 = loc(callsite(#loc2 at #loc9))
+#loc8 = loc("bert.pooler.activation"(#loc5))
+#loc9 = loc("bert.pooler.dense"(#loc4))
+#loc10 = loc(callsite("torch/nn/functional.py":1843:0 at "cls"("cerebras/modelzoo/models/nlp/bert/model.py":148:0)))
