@@ -87,6 +87,8 @@ class RecoveredOperator:
     #: Backend mapping status of this op (``"Mapped to Edge TPU"``, ``"cpu"``, ...).
     status: str | None = None
     attributes: Mapping[str, Any] = field(default_factory=dict)
+    #: Model-code frames, innermost (callee) first, when the artifact has call chains.
+    call_stack: tuple[SourceLoc, ...] = ()
 
 
 @dataclass(frozen=True)

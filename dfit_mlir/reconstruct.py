@@ -132,7 +132,7 @@ def _operator(op: RecoveredOperator) -> dict[str, Any]:
         "source": None if op.source is None else {"file": op.source.file, "line": op.source.line,
                                                    "col": op.source.col},
         "name_path": list(op.module_path),
-        "call_stack": [],
+        "call_stack": [{"file": frame.file, "line": frame.line, "col": frame.col} for frame in op.call_stack],
         "phase": op.phase,
         "partition": op.partition,
         "status": op.status,

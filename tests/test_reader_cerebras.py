@@ -511,8 +511,8 @@ TRAIN_STEP_OPS = [
             "phase": "forward",
             "source": SourceLoc("torch/nn/functional.py", 1843, 0),
             "call_stack": (
-                "torch/nn/functional.py:1843:0",
-                "transformers/models/bert/modeling_bert.py:326:0",
+                SourceLoc("torch/nn/functional.py", 1843, 0),
+                SourceLoc("transformers/models/bert/modeling_bert.py", 326, 0),
             ),
             "macs": None,
         },
@@ -555,7 +555,7 @@ def op_facts(op: Any) -> dict[str, Any]:
         "source": op.source,
         "macs": op.macs,
         "partition": op.partition,
-        "call_stack": op.attributes.get("call_stack"),
+        "call_stack": op.call_stack,
         "shapes": [value.shape for value in (*op.inputs, *op.outputs)],
     }
 

@@ -34,7 +34,7 @@ Rules, stated once:
 * Module path: the first name location in the location tree (callee before caller)
   that is an identifier path (``bert.encoder.layer.3.attention.self.query``, ``cls``).
 * Source: the innermost file location (the callee end of a call-site chain); the whole
-  chain is kept in ``attributes["call_stack"]`` when it has more than one frame.
+  chain is kept in the operator's ``call_stack`` when it has more than one frame.
 * MACs: ``cirh.MatMul`` / ``cirh.BatchMatMul`` with static shapes, result elements ×
   the contracted dimension (lhs last = rhs second-to-last); FLOPs = 2 × MACs.
 * Kernels: an op's ``cs.kernel`` attribute names the kernel that executes it; ops of
@@ -100,7 +100,7 @@ class _LocFacts:
     def __init__(
         self,
         source: SourceLoc | None,
-        stack: tuple[str, ...],
+        stack: tuple[SourceLoc, ...],
         module_path: tuple[str, ...],
         phase: str | None,
         silent: bool,
@@ -131,7 +131,8 @@ def _facts(loc: Loc | None, memo: dict[int, tuple[Loc, _LocFacts]]) -> _LocFacts
         return found[1]
     if isinstance(loc, FileLoc):
         phase = next((phase for phase, pattern in _LOCATION_PHASES if pattern.search(loc.file)), None)
-        facts = _LocFacts(SourceLoc(loc.file, loc.line, loc.col), (str(loc),), (), phase, False)
+        source = SourceLoc(loc.file, loc.line, loc.col)
+        facts = _LocFacts(source, (source,), (), phase, False)
     elif isinstance(loc, NameLoc):
         child = _facts(loc.child, memo)
         path = tuple(loc.name.split(".")) if _MODULE_PATH_RE.match(loc.name) else child.module_path
@@ -297,8 +298,6 @@ class _Builder:
         if phase == "optimizer" and inputs:
             self.updated.add(inputs[0].name)  # type: ignore[arg-type]
         macs = matmul_macs(inputs, outputs) if name in MATMUL_OPS else None
-        if len(info.stack) > 1:
-            attributes["call_stack"] = info.stack
         kernel = attributes.get("cs.kernel")
         partition = None
         if kernel is not None:
@@ -325,6 +324,7 @@ class _Builder:
             partition,
             None,
             attributes,
+            info.stack if len(info.stack) > 1 else (),
         )
         return operator.id
 
