@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from dfit_mlir.adapters import cerebras
+from dfit_mlir.adapters.base import ASPECTS
 from dfit_mlir.adapters.cerebras import (
     CirhReader,
     CompileReportReader,
@@ -729,18 +730,7 @@ def test_reconstruct_keeps_op_ids_unique_across_dumps(tmp_path: Path) -> None:
 def test_capabilities() -> None:
     descriptor = cerebras.capabilities()
     assert (descriptor["backend"], descriptor["path"]) == ("cerebras", "reconstruction")
-    assert set(descriptor["exposes"]) == {
-        "compiler_ir",
-        "lineage",
-        "source_locations",
-        "tensor_shapes",
-        "partitions",
-        "static_cost",
-        "per_op_timing",
-        "per_partition_timing",
-        "per_program_timing",
-        "memory",
-    }
+    assert set(descriptor["exposes"]) == set(ASPECTS)
     assert descriptor["exposes"]["per_op_timing"] == "none"
 
 

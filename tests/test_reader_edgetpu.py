@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from dfit_mlir.adapters.base import ASPECTS
 from dfit_mlir.adapters.edgetpu import (
     READERS,
     ConsoleSummaryReader,
@@ -649,18 +650,7 @@ def test_each_fixture_is_recognised_by_exactly_one_reader(fixture: str) -> None:
 def test_capabilities_descriptor() -> None:
     descriptor = capabilities()
     assert (descriptor["backend"], descriptor["path"]) == ("edgetpu", "reconstruction")
-    assert set(descriptor["exposes"]) == {
-        "compiler_ir",
-        "lineage",
-        "source_locations",
-        "tensor_shapes",
-        "partitions",
-        "static_cost",
-        "per_op_timing",
-        "per_partition_timing",
-        "per_program_timing",
-        "memory",
-    }
+    assert set(descriptor["exposes"]) == set(ASPECTS)
     assert descriptor["exposes"]["per_op_timing"] == "none"
     assert descriptor["exposes"]["compiler_ir"] == "none"
 

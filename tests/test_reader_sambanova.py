@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from dfit_mlir.adapters.base import ASPECTS
 from dfit_mlir.adapters.recovery import ArtifactError, Coverage, Recovery, read_head
 from dfit_mlir.adapters.sambanova import (
     READERS,
@@ -628,18 +629,7 @@ def test_reconstruct_of_every_fixture_keeps_ids_unique() -> None:
 def test_capabilities_cover_every_aspect() -> None:
     descriptor = capabilities()
     assert (descriptor["backend"], descriptor["path"]) == ("sambanova", "reconstruction")
-    assert set(descriptor["exposes"]) == {
-        "compiler_ir",
-        "lineage",
-        "source_locations",
-        "tensor_shapes",
-        "partitions",
-        "static_cost",
-        "per_op_timing",
-        "per_partition_timing",
-        "per_program_timing",
-        "memory",
-    }
+    assert set(descriptor["exposes"]) == set(ASPECTS)
     assert descriptor["exposes"]["per_op_timing"] == "none"
 
 

@@ -799,10 +799,22 @@ class _LineReader:
         else:
             operands = _VALUE_RE.findall(operands_text)
         attributes = parse_attribute_dict(attributes_text) if attributes_text else {}
+        operand_types, result_types = self.signature_types(number, name, signature, operands, results)
+        if name in _TERMINATORS:
+            return
+        self.builder.op(name, results, result_types, operands, attributes, self.loc(loc_text, number), number)
+
+    def signature_types(
+        self, number: int, name: str, signature: str, operands: list[str], results: list[str]
+    ) -> tuple[list[str], list[str]]:
+        """Operand and result types of ``(a, b) -> (c)`` (memoised: dumps repeat a few
+        signatures many times), checked against the op's operand and result counts."""
         types = self.signatures.get(signature)
         if types is None:
             arrow = signature.find(") -> ")
-            result_text = signature[arrow + 5 :]
+            if arrow < 0:
+                raise ArtifactError.at(self.path, number, f"{name}: no '(operand types) -> result types'")
+            result_text = signature[arrow + 5 :].strip()
             if result_text.startswith("(") and result_text.endswith(")"):
                 result_text = result_text[1:-1]
             types = self.signatures[signature] = (split_top(signature[1:arrow]), split_top(result_text))
@@ -814,9 +826,7 @@ class _LineReader:
                 f"{name}: {len(operands)} operands and {len(results)} results but a "
                 f"signature of {len(operand_types)} -> {len(result_types)}",
             )
-        if name in _TERMINATORS:
-            return
-        self.builder.op(name, results, result_types, operands, attributes, self.loc(loc_text, number), number)
+        return operand_types, result_types
 
     def split_loc(self, rest: str) -> tuple[str, str | None]:
         rest = rest.rstrip()
@@ -886,23 +896,7 @@ class _LineReader:
             raise ArtifactError.at(self.path, number, f"{name}: no type signature")
         if head.startswith("{") and head.endswith("}"):
             attributes.update(parse_attribute_dict(head[1:-1]))
-        types = self.signatures.get(signature)
-        if types is None:
-            arrow = signature.find(") -> ")
-            if arrow < 0:
-                raise ArtifactError.at(self.path, number, f"{name}: no '(operand types) -> result types'")
-            result_text = signature[arrow + 5 :].strip()
-            if result_text.startswith("(") and result_text.endswith(")"):
-                result_text = result_text[1:-1]
-            types = self.signatures[signature] = (split_top(signature[1:arrow]), split_top(result_text))
-        operand_types, result_types = types
-        if len(operand_types) != len(operands) or len(result_types) != len(results):
-            raise ArtifactError.at(
-                self.path,
-                number,
-                f"{name}: {len(operands)} operands and {len(results)} results but a "
-                f"signature of {len(operand_types)} -> {len(result_types)}",
-            )
+        operand_types, result_types = self.signature_types(number, name, signature, operands, results)
         if name in _TERMINATORS:
             return
         self.builder.op(
