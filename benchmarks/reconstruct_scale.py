@@ -15,7 +15,7 @@ Wall time is the median of ``--runs`` untraced runs, each in a fresh process; pe
 memory is the largest peak resident set of those processes (``ru_maxrss``, interpreter
 and imports included); ``--traced`` adds the peak of Python allocations
 (``tracemalloc``) from one more, traced run. This script
-prints its markdown section; it does not write ``benchmarks/RESULTS.md``.
+replaces its section of ``benchmarks/RESULTS.md`` (and prints it).
 
     python benchmarks/reconstruct_scale.py [--ops 150000] [--runs 3] [--traced] [--keep DIR]
 """
@@ -41,6 +41,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+BEGIN = "<!-- reconstruct_scale:begin -->"
+END = "<!-- reconstruct_scale:end -->"
 TARGET_S = 10.0
 COMPILE_HASH = "cs_1527682024040800001"
 
@@ -524,6 +526,7 @@ def main(argv: list[str] | None = None) -> int:
     median = statistics.median(seconds)
     rss = max(item["peak_rss_mib"] for item in runs)
     lines = [
+        BEGIN,
         "## Cerebras reconstruction scale: a synthetic CIRH dump",
         "",
         f"Measured {started.strftime('%Y-%m-%d %H:%M UTC')} on {os.cpu_count()} CPUs, "
@@ -556,7 +559,9 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{key} {value:,}" for key, value in sorted(run["phases"].items()))
         + ".",
     ]
-    print("\n".join(lines))
+    from benchmarks.compile_overhead import publish
+
+    publish(lines, begin=BEGIN, end=END)
     return 0
 
 
