@@ -184,6 +184,9 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
     median = f", median invocation {timing['median'] / 1e6:.3f} ms" if timing else ""
     click.echo(f"wrote {result.bundle}: {counts['kept']} events of {counts['seen']} seen, {counts['dropped']} dropped"
                f"{median} ({result.summary['trace_slices']} trace slices; open trace.pftrace in the Perfetto UI)")
+    if mode == "lite" and not result.summary.get("module_has_probes"):
+        click.echo("note: the module has no function probes (compile it with --mode lite or --probes): "
+                   "program events only", err=True)
 
 
 @main.command()
