@@ -182,7 +182,8 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
     counts = result.summary["counts"]
     timing = result.summary.get("invocation_ns") or {}
     median = f", median invocation {timing['median'] / 1e6:.3f} ms" if timing else ""
-    click.echo(f"wrote {result.bundle}: {counts['kept']} events of {counts['seen']} seen, {counts['dropped']} dropped"
+    dropped = result.summary["dropped_events"]
+    click.echo(f"wrote {result.bundle}: {counts['kept']} events of {counts['seen']} seen, {dropped} dropped"
                f"{median} ({result.summary['trace_slices']} trace slices; open trace.pftrace in the Perfetto UI)")
     if mode == "lite" and not result.summary.get("module_has_probes"):
         click.echo("note: the module has no function probes (compile it with --mode lite or --probes): "

@@ -47,7 +47,8 @@ def write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[Parquet
             "version": SUMMARY_VERSION,
             "policy": asdict(pipeline.policy),
             "counts": asdict(counts),
-            "dropped_events": counts.dropped,
+            # Dropped at the budget in the pipeline, or earlier by an in-process session.
+            "dropped_events": counts.dropped + summary.get("dropped_in_process", 0),
             "trace_slices": slices,
             **summary,
             "toolchain": toolchain.versions(),

@@ -43,7 +43,9 @@ class InstrumentedModule:
 
     def __init__(self, vmfb: str | Path, manifest: str | Path | dict[str, Any] | None = None, *,
                  mode: str = "lite", driver: str = "local-task", tensors: TensorPolicy | None = None,
-                 check_vmfb: bool = True):
+                 check_vmfb: bool = True, max_events: int | None = None):
+        """``max_events`` bounds the events held in memory for a long session; the ones
+        past it are counted (``dropped``), never silently lost."""
         if mode not in IN_PROCESS_MODES:
             hint = " (full needs the HAL profiler: use `dfit run --mode full`)" if mode == "full" else ""
             raise InvalidInputError(f"in-process mode {mode!r} is not one of {', '.join(IN_PROCESS_MODES)}{hint}")
@@ -60,6 +62,8 @@ class InstrumentedModule:
         self.session = uuid.uuid4().hex[:12]
         self.rows: dict[str, list[EventRow]] = {"program": [], "function": [], "tensor": []}
         self.invocations = 0
+        self.max_events = max_events
+        self.dropped = 0
         #: Wall time of each recorded call, kept in every mode (``none`` included).
         self.durations: list[int] = []
         self.probe_calls = 0
@@ -108,10 +112,17 @@ class InstrumentedModule:
             return
         self.invocations += 1
         self.durations.append(end - start)
-        if self.mode != "none":
-            self.rows["program"].append(EventRow(invocation, function, None, start, end - start))
-        self.rows["function"].extend(probe_rows)
-        self.rows["tensor"].extend(replace(row, invocation=invocation) for row in tensor_rows)
+        program_rows = [EventRow(invocation, function, None, start, end - start)] if self.mode != "none" else []
+        self._keep("program", program_rows)
+        self._keep("function", probe_rows)
+        self._keep("tensor", [replace(row, invocation=invocation) for row in tensor_rows])
+
+    def _keep(self, kind: str, rows: list[EventRow]) -> None:
+        if self.max_events is not None:
+            room = max(0, self.max_events - sum(len(kept) for kept in self.rows.values()))
+            self.dropped += max(0, len(rows) - room)
+            rows = rows[:room]
+        self.rows[kind].extend(rows)
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
         if name.startswith("_"):
@@ -151,6 +162,7 @@ class InstrumentedModule:
             "driver": self.driver,
             "session": self.session,
             "invocations": self.invocations,
+            "dropped_in_process": self.dropped,
             "probe_calls": self.probe_calls,
             "module_has_probes": self.has_probes,
             "tensor_traces": {

@@ -84,7 +84,7 @@ def run_bundle(vmfb: Path, manifest_path: Path, bundle: Path, *, mode: str = "fu
         else:
             arrays = [load_input(text) for text in inputs]
             with InstrumentedModule(vmfb, manifest, mode=mode, driver=driver, tensors=tensors,
-                                    check_vmfb=False) as module:
+                                    check_vmfb=False, max_events=policy.max_events) as module:
                 for index in range(warmup + repeat):
                     module.call(function, *arrays, wait=True, record=index >= warmup)
                 module.write_bundle(bundle, policy, **summary)

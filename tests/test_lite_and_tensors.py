@@ -112,6 +112,16 @@ def test_lite_bundle_nests_functions_in_programs(lite, tmp_path: Path) -> None:
         assert program[0] <= function[0] < function[1] <= program[1]
 
 
+def test_event_budget_counts_what_it_drops(lite, tmp_path: Path) -> None:
+    out = tmp_path / "budget"
+    result = dfit("run", str(lite.vmfb), "--mode", "lite", "--repeat", "3", "--max-events", "2", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    # 3 program + 3 function events, 2 kept: the other 4 are counted, not lost silently.
+    assert pq.read_table(out / "events.parquet").num_rows == 2
+    assert summary["dropped_events"] == 4 and "4 dropped" in result.stdout
+
+
 def test_none_mode_records_timing_only(lite, tmp_path: Path) -> None:
     out = tmp_path / "none"
     result = dfit("run", str(lite.vmfb), "--mode", "none", "--repeat", "3", "-o", str(out))
