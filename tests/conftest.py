@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from iree.compiler import ir
@@ -103,3 +104,32 @@ def _private_calibration_cache(tmp_path_factory: pytest.TempPathFactory) -> None
     import os
 
     os.environ.setdefault("DFIT_CACHE_DIR", str(tmp_path_factory.mktemp("dfit-cache")))
+
+
+def read_pftrace(path: Path) -> tuple[dict[int, str], list[tuple[Any, str, dict[str, Any]]]]:
+    """A trace.pftrace parsed with Perfetto's own protos: ``(track names by uuid,
+    [(packet, event name, args)])`` for every track event, interned strings resolved
+    the way the trace processor does (incremental state of the packet sequence)."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+
+    trace = Trace.FromString(path.read_bytes())
+    tracks = {p.track_descriptor.uuid: p.track_descriptor.name for p in trace.packet if p.HasField("track_descriptor")}
+    names: dict[int, str] = {}
+    arg_names: dict[int, str] = {}
+    values: dict[int, str] = {}
+    events = []
+    for packet in trace.packet:
+        if packet.HasField("interned_data"):
+            names.update((e.iid, e.name) for e in packet.interned_data.event_names)
+            arg_names.update((e.iid, e.name) for e in packet.interned_data.debug_annotation_names)
+            values.update((e.iid, e.str.decode()) for e in packet.interned_data.debug_annotation_string_values)
+        if not packet.HasField("track_event"):
+            continue
+        event = packet.track_event
+        args = {}
+        for annotation in event.debug_annotations:
+            key = arg_names[annotation.name_iid] if annotation.name_iid else annotation.name
+            kind = annotation.WhichOneof("value")
+            args[key] = values[annotation.string_value_iid] if kind == "string_value_iid" else getattr(annotation, kind)
+        events.append((packet, names.get(event.name_iid, event.name), args))
+    return tracks, events

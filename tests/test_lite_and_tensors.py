@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
 import dfit_mlir
 from dfit_mlir.errors import UnresolvedRecordError
@@ -22,7 +22,7 @@ from dfit_mlir.runtime_hooks.inprocess import Runner
 from dfit_mlir.runtime_hooks.probes import pair_spans
 from dfit_mlir.runtime_hooks.tensors import TensorPolicy
 from dfit_mlir.toolchain import runtime_tool
-from tests.conftest import CONVNET
+from tests.conftest import CONVNET, read_pftrace
 
 DFIT = [sys.executable, "-m", "dfit_mlir.cli"]
 TRACED = ("main/linalg.matmul#*", "linalg.softmax")
@@ -99,12 +99,10 @@ def test_lite_bundle_nests_functions_in_programs(lite, tmp_path: Path) -> None:
     assert summary["mode"] == "lite" and summary["module_has_probes"] and summary["probe_calls"] == 6
     events_csv = (out / "events.csv").read_text()
     assert '"function","main",2,' in events_csv and '"program","main",2,' in events_csv
-    trace = Trace.FromString((out / "trace.pftrace").read_bytes())
-    tracks = {p.track_descriptor.uuid: p.track_descriptor.name for p in trace.packet if p.HasField("track_descriptor")}
-    packets = [p for p in trace.packet if p.HasField("track_event")]
+    tracks, events = read_pftrace(out / "trace.pftrace")
     # The writer emits each slice's end right after its begin.
-    spans = {(tracks[b.track_event.track_uuid], b.track_event.name): (b.timestamp, e.timestamp)
-             for b, e in zip(packets[::2], packets[1::2], strict=True)}
+    spans = {(tracks[b.track_event.track_uuid], name): (b.timestamp, e.timestamp)
+             for (b, name, _), (e, _, _) in zip(events[::2], events[1::2], strict=True)}
     assert sorted(spans) == [("invocation 0", "function main"), ("invocation 0", "program main"),
                              ("invocation 1", "function main"), ("invocation 1", "program main")]
     for invocation in ("invocation 0", "invocation 1"):
@@ -182,9 +180,8 @@ def test_run_with_tensors_writes_tensor_events(traced, tmp_path: Path) -> None:
     tensors = [e for e in pq.read_table(out / "events.parquet").to_pylist() if e["kind"] == "tensor"]
     assert [(e["root_id"], e["invocation"]) for e in tensors] == [("main/linalg.softmax#0", 0),
                                                                 ("main/linalg.softmax#0", 1)]
-    trace = Trace.FromString((out / "trace.pftrace").read_bytes())
-    instants = [p.track_event.name for p in trace.packet
-                if p.HasField("track_event") and p.track_event.type == TrackEvent.TYPE_INSTANT]
+    _, events = read_pftrace(out / "trace.pftrace")
+    instants = [name for packet, name, _ in events if packet.track_event.type == TrackEvent.TYPE_INSTANT]
     assert instants == ["linalg.softmax main/linalg.softmax#0"] * 2
 
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
 
 from dfit_mlir import event_schema as es
 from dfit_mlir import manifest
@@ -22,7 +21,7 @@ from dfit_mlir.adapters import registry
 from dfit_mlir.adapters.base import ASPECTS, STEPS, UnsupportedStep
 from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.reconstruct import reconstruct_bundle
-from tests.conftest import vendor_fixture
+from tests.conftest import read_pftrace, vendor_fixture
 
 DFIT = [sys.executable, "-m", "dfit_mlir.cli"]
 TOY = metadata.EntryPoint(name="toy", value="tests.plugins.toy_backend:ToyAdapter", group=registry.ENTRY_POINT_GROUP)
@@ -116,7 +115,8 @@ def _bundle(tmp_path: Path, *relative: str) -> tuple[Path, dict, list[dict]]:
     events = pq.read_table(out / "events.parquet").to_pylist()
     assert summary["counts"]["kept"] == len(events) == summary["recovered"]["measurements"]
     assert pq.read_schema(out / "events.parquet").metadata[b"dfit.version"] == es.SCHEMA_VERSION.encode()
-    Trace.FromString((out / "trace.pftrace").read_bytes())
+    _, trace_events = read_pftrace(out / "trace.pftrace")
+    assert len(trace_events) >= sum(e["start_ns"] is not None for e in events)
     return out, document, events
 
 

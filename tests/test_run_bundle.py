@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TrackEvent
+from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
 from dfit_mlir.passes.instrumented_compile import compile_instrumented
-from tests.conftest import CONVNET, REPO
+from tests.conftest import CONVNET, REPO, read_pftrace
 
 DFIT = [sys.executable, "-m", "dfit_mlir.cli"]
 REPEAT = 3
@@ -79,23 +79,23 @@ def test_bundle_contents(bundle: Path, convnet) -> None:
 
 
 def test_perfetto_trace_parses(bundle: Path, convnet) -> None:
-    trace = Trace.FromString((bundle / "trace.pftrace").read_bytes())
-    tracks = {p.track_descriptor.uuid: p.track_descriptor for p in trace.packet if p.HasField("track_descriptor")}
-    names = {t.name for t in tracks.values()}
+    tracks, named = read_pftrace(bundle / "trace.pftrace")
     assert {"invocation 0", "invocation 1", "invocation 2", "stage: runtime", "queue: host execute",
-            "memory: queue_alloca"} <= names
-    events = [p for p in trace.packet if p.HasField("track_event")]
+            "memory: queue_alloca"} <= set(tracks.values())
+    events = [packet for packet, _, _ in named]
     begins = [p for p in events if p.track_event.type == TrackEvent.TYPE_SLICE_BEGIN]
     ends = [p for p in events if p.track_event.type == TrackEvent.TYPE_SLICE_END]
     instants = [p for p in events if p.track_event.type == TrackEvent.TYPE_INSTANT]
     summary = json.loads((bundle / "summary.json").read_text())
     assert len(begins) == len(ends) and len(begins) + len(instants) == summary["trace_slices"]
-    invocation_tracks = {uuid for uuid, t in tracks.items() if t.name.startswith("invocation ")}
-    dispatches = [p for p in begins if p.track_event.track_uuid in invocation_tracks]
+    invocation_tracks = {uuid for uuid, name in tracks.items() if name.startswith("invocation ")}
+    dispatches = [(name, args) for packet, name, args in named
+                  if packet.track_event.type == TrackEvent.TYPE_SLICE_BEGIN
+                  and packet.track_event.track_uuid in invocation_tracks]
     assert len(dispatches) == REPEAT * 6
-    first = dispatches[0].track_event
-    assert first.name == "linalg.conv_2d_nhwc_hwcf main/linalg.conv_2d_nhwc_hwcf#0"
-    args = {a.name: a.string_value or a.int_value for a in first.debug_annotations}
+    name, args = dispatches[0]
+    assert name == "linalg.conv_2d_nhwc_hwcf main/linalg.conv_2d_nhwc_hwcf#0"
+    assert args["site"] == 0 and args["macs"] > 0
     assert args["source"] == "convnet.py:21:16" and args["stage"] == "runtime"
     assert "main/linalg.generic#0" in args["fused_ids"]
     # Slices on one track nest: each end closes the most recent open begin of its track.
@@ -159,9 +159,8 @@ def test_ids_mode_times_invocations_in_process(convnet, tmp_path: Path) -> None:
     assert all(b["start_ns"] >= a["start_ns"] + a["duration_ns"] for a, b in zip(events, events[1:], strict=False))
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["mode"], summary["repeat"], summary["warmup"]) == ("ids", 4, 2)
-    trace = Trace.FromString((out / "trace.pftrace").read_bytes())
-    names = {p.track_event.name for p in trace.packet if p.HasField("track_event") and p.track_event.name}
-    assert names == {"program main"}
+    _, events = read_pftrace(out / "trace.pftrace")
+    assert {name for _, name, _ in events if name} == {"program main"}
 
 
 def test_full_mode_warmup_sampling_and_inputs_dir(convnet, tmp_path: Path) -> None:
