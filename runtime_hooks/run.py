@@ -149,36 +149,36 @@ def _profiled_run(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], d
     def invocation_of(stamp: int) -> int:
         return min(int(np.searchsorted(ends, stamp, side="left")), invocations - 1) - warmup
 
+    def submission(record: dict[str, Any], k: int) -> EventRow:
+        return EventRow(k, f"submit {record['op']}", None, record["host_time_ns"],
+                        record["ready_host_time_ns"] - record["host_time_ns"], bytes=record.get("payload_length") or None,
+                        attributes=_pick(record, "submission_id", "dependency_strategy", "wait_count", "signal_count",
+                                         "operation_count"))
+
+    def host_operation(record: dict[str, Any], k: int) -> EventRow:
+        return EventRow(k, f"host {record['op']}", None, record["start_host_time_ns"], record["duration_ns"],
+                        bytes=record.get("payload_length") or None,
+                        attributes=_pick(record, "submission_id", "command_buffer_id", "allocation_id"))
+
+    def memory(record: dict[str, Any], k: int) -> EventRow:
+        return EventRow(k, record["event_type"], None, record["host_time_ns"], 0, bytes=record.get("length"),
+                        attributes=_pick(record, "allocation_id", "pool_id", "pool_bytes_reserved",
+                                         "pool_bytes_committed", "submission_id"))
+
     queue_rows: list[EventRow] = []
     memory_rows: list[EventRow] = []
     warmup_records = 0
-    for record in profile.queue_events:
-        k = invocation_of(record["host_time_ns"])
-        if k < 0:
-            warmup_records += 1
-            continue
-        queue_rows.append(EventRow(k, f"submit {record['op']}", None, record["host_time_ns"],
-                                   record["ready_host_time_ns"] - record["host_time_ns"],
-                                   bytes=record.get("payload_length") or None,
-                                   attributes=_pick(record, "submission_id", "dependency_strategy", "wait_count",
-                                                    "signal_count", "operation_count")))
-    for record in profile.host_operations:
-        k = invocation_of(record["start_host_time_ns"])
-        if k < 0:
-            warmup_records += 1
-            continue
-        queue_rows.append(EventRow(k, f"host {record['op']}", None, record["start_host_time_ns"],
-                                   record["duration_ns"], bytes=record.get("payload_length") or None,
-                                   attributes=_pick(record, "submission_id", "command_buffer_id", "allocation_id")))
-    for record in profile.memory_events:
-        k = invocation_of(record["host_time_ns"])
-        if k < 0:
-            warmup_records += 1
-            continue
-        memory_rows.append(EventRow(k, record["event_type"], None, record["host_time_ns"], 0,
-                                    bytes=record.get("length"),
-                                    attributes=_pick(record, "allocation_id", "pool_id", "pool_bytes_reserved",
-                                                     "pool_bytes_committed", "submission_id")))
+    for records, stamp, rows, row_of in (
+        (profile.queue_events, "host_time_ns", queue_rows, submission),
+        (profile.host_operations, "start_host_time_ns", queue_rows, host_operation),
+        (profile.memory_events, "host_time_ns", memory_rows, memory),
+    ):
+        for record in records:
+            k = invocation_of(record[stamp])
+            if k < 0:
+                warmup_records += 1
+            else:
+                rows.append(row_of(record, k))
     return ProfiledRun(blocks[warmup:], queue_rows, memory_rows, warmup_records, profile.wall_ns_per_invocation)
 
 

@@ -133,3 +133,18 @@ def read_pftrace(path: Path) -> tuple[dict[int, str], list[tuple[Any, str, dict[
             args[key] = values[annotation.string_value_iid] if kind == "string_value_iid" else getattr(annotation, kind)
         events.append((packet, names.get(event.name_iid, event.name), args))
     return tracks, events
+
+
+def bundle_path(request: pytest.FixtureRequest, name: str) -> Path:
+    """``iree-full`` → the ``iree_bundles`` fixture's full run; ``edgetpu`` → ``edgetpu_bundle``."""
+    backend, _, mode = name.partition("-")
+    if backend == "iree":
+        return request.getfixturevalue("iree_bundles")[mode]
+    return request.getfixturevalue(f"{backend}_bundle")
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    import csv
+
+    with path.open() as handle:
+        return list(csv.DictReader(handle))

@@ -3,7 +3,6 @@ backend's bundle; the convnet's fused first dispatch checked by hand."""
 
 from __future__ import annotations
 
-import csv
 import json
 from collections import Counter
 from pathlib import Path
@@ -15,25 +14,14 @@ import pytest
 from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.tools.builtin.semantic_attribution import is_framework
 from dfit_mlir.tools.session import analyze
+from tests.conftest import bundle_path, read_csv
 
 BUNDLES = ("iree-full", "iree-lite", "iree-ids", "iree-none", "iree-manifest", "edgetpu", "sambanova", "cerebras")
 OUTPUTS = ("partitions.csv", "sites.csv", "unattributed.csv", "summary.json")
 
 
-def bundle_path(request: pytest.FixtureRequest, name: str) -> Path:
-    backend, _, mode = name.partition("-")
-    if backend == "iree":
-        return request.getfixturevalue("iree_bundles")[mode]
-    return request.getfixturevalue(f"{backend}_bundle")
-
-
 def manifest_of(bundle: Path) -> dict[str, Any]:
     return json.loads((bundle / "manifest.json" if bundle.is_dir() else bundle).read_text())
-
-
-def read_csv(path: Path) -> list[dict[str, str]]:
-    with path.open() as handle:
-        return list(csv.DictReader(handle))
 
 
 def run(bundle: Path, out: Path, **options: str) -> tuple[Path, dict[str, Any], list[str]]:

@@ -3,7 +3,6 @@ partitions and phase times, checked against figures derived here from the manife
 
 from __future__ import annotations
 
-import csv
 import json
 from collections import Counter
 from pathlib import Path
@@ -13,25 +12,14 @@ import pytest
 
 from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.tools.session import analyze
+from tests.conftest import bundle_path, read_csv
 
 OUTPUTS = ("stages.csv", "phases.csv", "materialised.csv")
 BUNDLES = ("iree-full", "iree-lite", "iree-ids", "iree-none", "iree-manifest", "edgetpu", "sambanova", "cerebras")
 
 
-def bundle_path(request: pytest.FixtureRequest, name: str) -> Path:
-    backend, _, mode = name.partition("-")
-    if backend == "iree":
-        return request.getfixturevalue("iree_bundles")[mode]
-    return request.getfixturevalue(f"{backend}_bundle")
-
-
 def manifest_of(bundle: Path) -> dict:
     return json.loads((bundle / "manifest.json" if bundle.is_dir() else bundle).read_text())
-
-
-def read_csv(path: Path) -> list[dict[str, str]]:
-    with path.open() as handle:
-        return list(csv.DictReader(handle))
 
 
 def run(bundle: Path, out: Path, **options: str) -> tuple[Path, list[str]]:

@@ -18,7 +18,7 @@ from dfit_mlir.tools.api import ToolContext
 from dfit_mlir.tools.builtin.memory_proxy import MemoryProxy
 from dfit_mlir.tools.model import SemanticModel
 from dfit_mlir.tools.session import analyze
-from tests.conftest import vendor_fixture
+from tests.conftest import bundle_path, vendor_fixture
 
 BUNDLES = ("iree-full", "iree-lite", "iree-ids", "iree-none", "iree-manifest", "edgetpu", "sambanova", "cerebras")
 EDGE_TPU_SRAM = 8 * 1024 * 1024
@@ -29,13 +29,6 @@ KIB, MIB = 1024, 1024 * 1024
 def calibration_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """The IREE profile calibrates this host: into a temporary cache, never ~/.cache."""
     monkeypatch.setenv(calibration.CACHE_DIR_ENV, str(tmp_path_factory.getbasetemp() / "dfit-cache-memory-proxy"))
-
-
-def bundle_path(request: pytest.FixtureRequest, name: str) -> Path:
-    backend, _, mode = name.partition("-")
-    if backend == "iree":
-        return request.getfixturevalue("iree_bundles")[mode]
-    return request.getfixturevalue(f"{backend}_bundle")
 
 
 def run(bundle: Path, out: Path, **options: Any) -> tuple[Path, dict[str, Any], str]:

@@ -3,7 +3,6 @@ the same model, trace size and event counts, on every backend's bundle."""
 
 from __future__ import annotations
 
-import csv
 import json
 from pathlib import Path
 from typing import Any
@@ -14,21 +13,10 @@ import pytest
 from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.tools.builtin.overhead import NOT_MEASURABLE
 from dfit_mlir.tools.session import analyze
+from tests.conftest import bundle_path, read_csv
 
 BUNDLES = ("iree-full", "iree-lite", "iree-ids", "iree-none", "iree-manifest", "edgetpu", "sambanova", "cerebras")
 RATIO_COLUMNS = ("baseline", "slowdown", "extra_ms")
-
-
-def bundle_path(request: pytest.FixtureRequest, name: str) -> Path:
-    backend, _, mode = name.partition("-")
-    if backend == "iree":
-        return request.getfixturevalue("iree_bundles")[mode]
-    return request.getfixturevalue(f"{backend}_bundle")
-
-
-def read_csv(path: Path) -> list[dict[str, str]]:
-    with path.open() as handle:
-        return list(csv.DictReader(handle))
 
 
 def run(bundle: Path, out: Path, **options: Any) -> tuple[Path, list[str]]:

@@ -3,7 +3,6 @@ region, on every backend's bundle; the backend profiles and the local-CPU calibr
 
 from __future__ import annotations
 
-import csv
 import json
 import re
 import socket
@@ -18,6 +17,7 @@ from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.tools import calibration
 from dfit_mlir.tools.profiles import bundled, load_profile
 from dfit_mlir.tools.session import analyze
+from tests.conftest import bundle_path, read_csv
 
 BUNDLES = ("iree-full", "iree-lite", "iree-ids", "iree-none", "iree-manifest", "edgetpu", "sambanova", "cerebras")
 F32 = 4  # bytes per element of the convnet's tensors
@@ -35,18 +35,6 @@ def calibration_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyt
     folder = tmp_path_factory.getbasetemp() / "dfit-cache-program-analyzer"
     monkeypatch.setenv(calibration.CACHE_DIR_ENV, str(folder))
     return folder
-
-
-def bundle_path(request: pytest.FixtureRequest, name: str) -> Path:
-    backend, _, mode = name.partition("-")
-    if backend == "iree":
-        return request.getfixturevalue("iree_bundles")[mode]
-    return request.getfixturevalue(f"{backend}_bundle")
-
-
-def read_csv(path: Path) -> list[dict[str, str]]:
-    with path.open() as handle:
-        return list(csv.DictReader(handle))
 
 
 def run(bundle: Path, out: Path, **options: Any) -> tuple[Path, str]:
