@@ -113,3 +113,15 @@ def detect(paths: Sequence[Path], entry_points: Iterable[metadata.EntryPoint] | 
         raise InvalidInputError(f"backends {scores[0][1]} and {scores[1][1]} both recognise {scores[0][0]} file(s); "
                                 "give --backend")
     return scores[0][2]
+
+
+#: Inputs of the compiler-visible path: MLIR for a compile, a vmfb for a run.
+COMPILER_VISIBLE_SUFFIXES = frozenset({".mlir", ".mlirbc", ".vmfb"})
+
+
+def discover(paths: Sequence[Path], entry_points: Iterable[metadata.EntryPoint] | None = None) -> Adapter:
+    """Capability discovery at session start: MLIR or a vmfb goes down the compiler-visible
+    path (IREE); anything else is a dump for the reconstruction backend that recognises it."""
+    if any(Path(p).suffix in COMPILER_VISIBLE_SUFFIXES for p in paths):
+        return get("iree", entry_points)
+    return detect(paths, entry_points)

@@ -96,6 +96,14 @@ def test_backend_detected_from_content(relative: str, backend: str) -> None:
     assert registry.detect([vendor_fixture(relative)], []).name == backend
 
 
+def test_discovery_picks_the_path() -> None:
+    """MLIR / vmfb inputs take the compiler-visible path; dumps the reconstruction that
+    recognises them."""
+    assert registry.discover([Path("model.mlir")], []).name == "iree"
+    assert registry.discover([Path("out/model.vmfb")], []).name == "iree"
+    assert registry.discover([vendor_fixture("edgetpu/franco_fc_v15")], []).name == "edgetpu"
+
+
 def test_nothing_recognised(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("hello\n")
     with pytest.raises(InvalidInputError, match="no backend recognises any of the 1 file"):

@@ -118,6 +118,22 @@ def test_every_backend_bundle_replays(iree_bundles: dict[str, Path], edgetpu_bun
         assert tool.events == events
 
 
+def test_runtime_records_join_to_partitions(iree_bundles: dict[str, Path], tmp_path: Path) -> None:
+    model = SemanticModel.open(iree_bundles["full"])
+    events = model.events().to_pylist()
+    dispatches = [e for e in events if e["kind"] == "dispatch"]
+    assert all(model.partition_of_event(e).root_id == e["root_id"] for e in dispatches)
+    assert all(model.partition_of_event(e) is None for e in events if e["kind"] in ("queue", "memory"))
+    # Reconstruction service: artifacts in, the same model out; a record naming a group
+    # joins to it.
+    cerebras = SemanticModel.from_artifacts(
+        [REPO / "tests" / "inputs" / "cerebras"], tmp_path / "cerebras", backend="cerebras")
+    assert cerebras.reconstructed and cerebras.backend == "cerebras"
+    kernel = next(p for p in cerebras.partitions if p.kind == "kernel")
+    assert cerebras.partition_of_event({"kind": "metric", "site": None, "partition": kernel.id}) == kernel
+    assert cerebras.partition_of_event({"kind": "metric", "site": None, "partition": "no-such-group"}) is None
+
+
 def test_semantic_model_services(iree_bundles: dict[str, Path], edgetpu_bundle: Path) -> None:
     model = SemanticModel.open(iree_bundles["full"])
     assert model.backend == "iree" and not model.reconstructed and model.exposes("per_op_timing")

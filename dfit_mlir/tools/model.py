@@ -76,6 +76,15 @@ class SemanticModel:
             raise InvalidInputError(f"{path}: no such file or directory")
         return cls(manifest_io.load(path), None, str(path))
 
+    @classmethod
+    def from_artifacts(cls, paths: list[str | Path], bundle: str | Path, backend: str = "auto") -> SemanticModel:
+        """Reconstruction service: recover the semantic model from a closed backend's
+        artifacts (``dfit reconstruct``) into ``bundle`` and open it."""
+        from dfit_mlir.reconstruct import reconstruct_bundle
+
+        reconstruct_bundle([Path(p) for p in paths], Path(bundle), backend)
+        return cls.open(bundle)
+
     # --- capability descriptor ------------------------------------------------------
 
     @property
@@ -135,6 +144,19 @@ class SemanticModel:
     def partition_of_site(self, site: int) -> Partition | None:
         dispatches = [p for p in self.partitions if p.kind == "dispatch"]
         return dispatches[site] if 0 <= site < len(dispatches) else None
+
+    def partition_of_event(self, event: dict[str, Any]) -> Partition | None:
+        """The partition a runtime record ran in: an IREE dispatch by its call site, a
+        reconstructed record by the group it names (``None`` for records of no
+        partition: program spans, queue and memory operations, run-level metrics)."""
+        if event.get("site") is not None and event.get("kind") == "dispatch":
+            return self.partition_of_site(event["site"])
+        name = event.get("partition")
+        return self._groups_by_id.get(name) if name else None
+
+    @cached_property
+    def _groups_by_id(self) -> dict[str, Partition]:
+        return {p.id: p for p in self.partitions if p.kind != "dispatch"}
 
     def lineage(self, op_id: str) -> dict[str, str]:
         """Stage → ``preserved``/``fused``/``split``/``erased`` for one source ID."""
