@@ -20,7 +20,7 @@ from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.tools import HOOKS, SemanticModel, Session, Tool, ToolContext
 from dfit_mlir.tools import registry as tool_registry
 from dfit_mlir.tools.session import SessionError
-from tests.conftest import CONVNET, REPO
+from tests.conftest import CONVNET, REPO, vendor_fixture
 
 DFIT = [sys.executable, "-m", "dfit_mlir.cli"]
 
@@ -93,6 +93,16 @@ def test_live_session_compiles_runs_and_streams_events(tmp_path: Path) -> None:
     reports = session.close()
     assert tool.calls == [h for h in HOOKS if h != "on_load"]
     assert tool.events == model.events().num_rows and reports == {"recorder": f"{tool.events} events"}
+
+
+def test_discovered_session_reconstructs_and_replays(tmp_path: Path) -> None:
+    tool = Recorder()
+    session = Session.for_inputs([vendor_fixture("edgetpu/franco_fc_v15")], [tool], tmp_path / "out")
+    assert session.adapter.name == "edgetpu"
+    model = session.reconstruct([vendor_fixture("edgetpu/franco_fc_v15")], tmp_path / "bundle")
+    session.close()
+    assert model.backend == "edgetpu" and tool.calls == list(HOOKS)
+    assert session.contexts["recorder"].state["operators"] == len(model.operators) > 0
 
 
 def test_session_state_machine(tmp_path: Path) -> None:

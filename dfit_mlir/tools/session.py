@@ -5,7 +5,7 @@ The lifecycle is an explicit state machine; a step out of order is an error, so 
 can rely on, e.g., ``ctx.model`` being set in ``on_run_begin``::
 
     created ─register─▶ ready ─compile─▶ compiled ─load─▶ loaded ─run─▶ ran ─close─▶ closed
-                            └───────── analyze (an existing bundle) ────────▶ ran
+                            └──── analyze (an existing bundle) / reconstruct ─▶ ran
 
 ``analyze`` replays a finished compile/run (or a reconstruction) through the same hooks:
 the tools cannot tell it from a live session, which is the point.
@@ -58,6 +58,15 @@ class Session:
         self._call_each("on_register", tool_registry)
         self._move("ready")
 
+    @classmethod
+    def for_inputs(cls, inputs: Sequence[str | Path], tools: Iterable[str | Tool], out_dir: str | Path,
+                   **options: Any) -> Session:
+        """Capability discovery at session start: MLIR / a vmfb binds the IREE adapter
+        (compiler-visible path), a dump the reconstruction backend that recognises it."""
+        from dfit_mlir.adapters import registry as backend_registry
+
+        return cls(tools, out_dir, backend=backend_registry.discover([Path(p) for p in inputs]), **options)
+
     # --- lifecycle -------------------------------------------------------------------------
 
     def compile(self, source: Path, output: Path, **options: Any) -> Any:
@@ -86,6 +95,13 @@ class Session:
             self._set_model(model)
         self._replay_run(model)
         return model
+
+    def reconstruct(self, paths: Sequence[str | Path], bundle: str | Path) -> SemanticModel:
+        """Collect through a reconstruction adapter into ``bundle``, then replay it."""
+        from dfit_mlir.reconstruct import reconstruct_bundle
+
+        reconstruct_bundle([Path(p) for p in paths], Path(bundle), self._require_adapter())
+        return self.analyze(bundle)
 
     def analyze(self, bundle: str | Path) -> SemanticModel:
         """Replay an existing bundle (or a bare manifest) through every hook."""
