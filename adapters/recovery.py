@@ -24,7 +24,7 @@ Conventions every reader follows:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -215,23 +215,3 @@ def sha256_of(path: Path) -> str:
 
 def source_artifact(path: Path, format: str, parser: str | None = None) -> SourceArtifact:
     return SourceArtifact(path=str(path), format=format, sha256=sha256_of(path), parser=parser)
-
-
-def combine(backend: str, parts: Iterable[Recovery], **attributes: Any) -> Recovery:
-    """Concatenate the recoveries of several files of one dump (a backend that can
-    match records across files does that first and passes the matched records)."""
-    parts = list(parts)
-    merged: dict[str, Any] = {}
-    for part in parts:
-        merged.update(part.attributes)
-    merged.update(attributes)
-    return Recovery(
-        backend=backend,
-        sources=tuple(s for p in parts for s in p.sources),
-        operators=tuple(o for p in parts for o in p.operators),
-        tensors=tuple(t for p in parts for t in p.tensors),
-        partitions=tuple(x for p in parts for x in p.partitions),
-        measurements=tuple(m for p in parts for m in p.measurements),
-        coverage=tuple(c for p in parts for c in p.coverage),
-        attributes=merged,
-    )
