@@ -60,7 +60,7 @@ class InstrumentedModule:
         self.mode = mode
         self.driver = driver
         self.session = uuid.uuid4().hex[:12]
-        self.rows: dict[str, list[EventRow]] = {"program": [], "function": [], "tensor": []}
+        self.rows: dict[str, list[EventRow]] = {"program": [], "function": [], "tensor": [], "queue": []}
         self.invocations = 0
         self.max_events = max_events
         self.dropped = 0
@@ -116,6 +116,11 @@ class InstrumentedModule:
         self._keep("program", program_rows)
         self._keep("function", probe_rows)
         self._keep("tensor", [replace(row, invocation=invocation) for row in tensor_rows])
+
+    def add_rows(self, kind: str, rows: list[EventRow]) -> None:
+        """Events recorded elsewhere for this session's invocations (a lite run's
+        profiled queue pass), under the same budget."""
+        self._keep(kind, rows)
 
     def _keep(self, kind: str, rows: list[EventRow]) -> None:
         if self.max_events is not None:

@@ -5,8 +5,9 @@ Modes:
 * ``none`` — the module runs in this process with nothing recorded but the wall time
   of each invocation (in the summary): the baseline the others are compared with;
 * ``ids`` — one ``program`` event per invocation, no hook in the module;
-* ``lite`` — plus ``function`` events from the probe calls a lite/full compile inserts,
-  received by the ``dfit`` hook module (``runtime_hooks/instrument.py``);
+* ``lite`` — plus ``function`` events from the probe calls a lite compile inserts,
+  received by the ``dfit`` hook module (``runtime_hooks/instrument.py``), and ``queue``
+  events of the same invocations from a second pass under HAL profiling;
 * ``full`` — under HAL profiling through the shipped ``iree-run-module`` /
   ``iree-benchmark-module``: one ``dispatch`` event per dispatch joined to its IDs,
   ``queue`` events (submissions and non-model host operations: allocations, command
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -87,6 +88,9 @@ def run_bundle(vmfb: Path, manifest_path: Path, bundle: Path, *, mode: str = "fu
                                     check_vmfb=False, max_events=policy.max_events) as module:
                 for index in range(warmup + repeat):
                     module.call(function, *arrays, wait=True, record=index >= warmup)
+                if mode == "lite":
+                    summary["queue_pass"] = _queue_pass(module, vmfb, manifest, inputs, driver, function, repeat,
+                                                        warmup)
                 module.write_bundle(bundle, policy, **summary)
     return RunResult(bundle, json.loads((bundle / "summary.json").read_text()))
 
@@ -133,9 +137,10 @@ class ProfiledRun:
 
 
 def _profiled_run(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], driver: str, function: str,
-                  repeat: int, warmup: int) -> ProfiledRun:
+                  repeat: int, warmup: int, families: Sequence[str] = hal_profile.FULL_FAMILIES) -> ProfiledRun:
     invocations = warmup + repeat
-    profile = hal_profile.capture_profile(vmfb, inputs, driver=driver, function=function, invocations=invocations)
+    profile = hal_profile.capture_profile(vmfb, inputs, driver=driver, function=function, invocations=invocations,
+                                          families=families)
     joined = hal_profile.join(profile.dispatches, manifest)
     per_invocation = len(manifest["partitions"]["dispatch_sites"])
     if len(joined) != invocations * per_invocation:
@@ -180,6 +185,23 @@ def _profiled_run(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], d
             else:
                 rows.append(row_of(record, k))
     return ProfiledRun(blocks[warmup:], queue_rows, memory_rows, warmup_records, profile.wall_ns_per_invocation)
+
+
+#: Queue events of a lite run come from a second pass under HAL profiling: Python cannot
+#: capture a profile (RUNTIME-NOTES.md), and host-execution is needed to tell invocations
+#: apart. Their timestamps are that pass's, on the same CLOCK_MONOTONIC.
+LITE_QUEUE_FAMILIES = ("host-execution", "queue-events")
+
+
+def _queue_pass(module: InstrumentedModule, vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str],
+                driver: str, function: str, repeat: int, warmup: int) -> dict[str, Any]:
+    """Record the same invocations' queue submissions and host operations into ``module``."""
+    profiled = _profiled_run(vmfb, manifest, inputs, driver, function, repeat, warmup, LITE_QUEUE_FAMILIES)
+    rows = [replace(row, attributes={**(row.attributes or {}), "pass": "queue-profile"})
+            for row in profiled.queue_rows]
+    module.add_rows("queue", rows)
+    return {"families": list(LITE_QUEUE_FAMILIES), "tool": "iree-benchmark-module" if warmup + repeat > 1
+            else "iree-run-module", "queue_events": len(rows), "warmup_records_dropped": profiled.warmup_records}
 
 
 def _pick(record: dict[str, Any], *names: str) -> dict[str, Any]:

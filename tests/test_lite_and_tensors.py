@@ -99,10 +99,17 @@ def test_lite_bundle_nests_functions_in_programs(lite, tmp_path: Path) -> None:
     assert summary["mode"] == "lite" and summary["module_has_probes"] and summary["probe_calls"] == 6
     events_csv = (out / "events.csv").read_text()
     assert '"function","main",2,' in events_csv and '"program","main",2,' in events_csv
+    # Queue events of the same invocations, from the profiled second pass.
+    queue = [e for e in pq.read_table(out / "events.parquet").to_pylist() if e["kind"] == "queue"]
+    assert {e["invocation"] for e in queue} == {0, 1}
+    assert {"submit execute", "host execute"} <= {e["partition"] for e in queue}
+    assert all(json.loads(e["attributes"])["pass"] == "queue-profile" for e in queue)
+    assert summary["queue_pass"]["queue_events"] == len(queue)
     tracks, events = read_pftrace(out / "trace.pftrace")
+    on_invocations = [event for event in events if tracks[event[0].track_event.track_uuid].startswith("invocation")]
     # The writer emits each slice's end right after its begin.
     spans = {(tracks[b.track_event.track_uuid], name): (b.timestamp, e.timestamp)
-             for (b, name, _), (e, _, _) in zip(events[::2], events[1::2], strict=True)}
+             for (b, name, _), (e, _, _) in zip(on_invocations[::2], on_invocations[1::2], strict=True)}
     assert sorted(spans) == [("invocation 0", "function main"), ("invocation 0", "program main"),
                              ("invocation 1", "function main"), ("invocation 1", "program main")]
     for invocation in ("invocation 0", "invocation 1"):
@@ -115,9 +122,11 @@ def test_event_budget_counts_what_it_drops(lite, tmp_path: Path) -> None:
     result = dfit("run", str(lite.vmfb), "--mode", "lite", "--repeat", "3", "--max-events", "2", "-o", str(out))
     assert result.returncode == 0, result.stderr
     summary = json.loads((out / "summary.json").read_text())
-    # 3 program + 3 function events, 2 kept: the other 4 are counted, not lost silently.
+    # 3 program + 3 function events + the queue pass's, 2 kept: the others are counted,
+    # not lost silently.
     assert pq.read_table(out / "events.parquet").num_rows == 2
-    assert summary["dropped_events"] == 4 and "4 dropped" in result.stdout
+    dropped = 3 + 3 + summary["queue_pass"]["queue_events"] - 2
+    assert summary["dropped_events"] == dropped and f"{dropped} dropped" in result.stdout
 
 
 def test_none_mode_records_timing_only(lite, tmp_path: Path) -> None:
