@@ -142,14 +142,6 @@ def stands_for_partition(model: SemanticModel, op: Operator) -> bool:
     return partition is not None and op.id not in partition.operator_ids
 
 
-def compute_ops(model: SemanticModel, partition: Partition) -> list[str]:
-    """The ops a partition's time is split over: top-level in the partition and consuming
-    a value; all of them if none qualifies."""
-    members = [i for i in partition.operator_ids if i in model.operators]
-    top = [i for i in members if model.operators[i].raw.get("parent") not in members]
-    return [i for i in top if model.operators[i].operands] or top or members
-
-
 def attributed_time(model: SemanticModel) -> tuple[dict[str, float], int]:
     """({op ID: mean ns per invocation}, invocations) from the dispatch events; ({}, 0)
     when the bundle has none."""
@@ -166,7 +158,7 @@ def attributed_time(model: SemanticModel) -> tuple[dict[str, float], int]:
             if invocation is not None:
                 invocations.add(invocation)
             partition = model.partition_of_site(site) if site is not None else by_id.get(name)
-            ops = compute_ops(model, partition) if partition is not None else []
+            ops = list(model.compute_ops(partition)) if partition is not None else []
             if not ops and root in model.operators:
                 ops = [root]
             for op_id in ops:
@@ -264,14 +256,13 @@ class _SideFacts:
         self.key_of_id = key_of_id
         self.partitions = partitions_by_op(model)
         self.time, self.invocations = attributed_time(model)
-        self._compute: dict[str, list[str]] = {}
 
     def side(self, ids: tuple[str, ...], key: str) -> Side | None:
         if not ids:
             return None
         ops = [self.model.operators[i] for i in ids]
         partitions = list(dict.fromkeys(p for i in ids for p in self.partitions.get(i, [])))
-        fused = sorted(tuple(sorted({self.key_of_id.get(member, member) for member in self._workers(p)} - {key}))
+        fused = sorted(tuple(sorted({self.key_of_id.get(member, member) for member in self.model.compute_ops(p)} - {key}))
                        for p in partitions)
         lineage: dict[str, set[str]] = defaultdict(set)
         for op_id in ids:
@@ -286,10 +277,6 @@ class _SideFacts:
             time_ns=sum(self.time.get(i, 0.0) for i in ids) if self.invocations else None,
             bytes=sum(sizes) if sizes else None)
 
-    def _workers(self, partition: Partition) -> list[str]:
-        if partition.id not in self._compute:
-            self._compute[partition.id] = compute_ops(self.model, partition)
-        return self._compute[partition.id]
 
 
 def _changes(match: str, a: Side | None, b: Side | None) -> tuple[tuple[str, ...], tuple[str, ...]]:

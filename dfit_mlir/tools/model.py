@@ -62,6 +62,7 @@ class SemanticModel:
         self.manifest = manifest
         self.bundle = bundle
         self.source = source
+        self._compute_ops: dict[str, tuple[str, ...]] = {}
 
     @classmethod
     def open(cls, path: str | Path) -> SemanticModel:
@@ -141,9 +142,27 @@ class SemanticModel:
                   for group in parts.get("groups", [])]
         return found
 
+    @cached_property
+    def _dispatches(self) -> list[Partition]:
+        return [p for p in self.partitions if p.kind == "dispatch"]
+
     def partition_of_site(self, site: int) -> Partition | None:
-        dispatches = [p for p in self.partitions if p.kind == "dispatch"]
+        dispatches = self._dispatches
         return dispatches[site] if 0 <= site < len(dispatches) else None
+
+    def compute_ops(self, partition: Partition) -> tuple[str, ...]:
+        """The ops a partition's measured time is split over, evenly: its top-level ops
+        (not a region body of another of its ops) that consume a value — constants and
+        empty tensors, which IREE copies into every dispatch using them, do no work —
+        or all top-level ops if none qualifies, or all members. One rule for every tool
+        that attributes time to ops."""
+        found = self._compute_ops.get(partition.id)
+        if found is None:
+            members = [i for i in partition.operator_ids if i in self.operators]
+            top = [i for i in members if self.operators[i].raw.get("parent") not in members]
+            consuming = [i for i in top if self.operators[i].operands]
+            found = self._compute_ops[partition.id] = tuple(consuming or top or members)
+        return found
 
     def partition_of_event(self, event: dict[str, Any]) -> Partition | None:
         """The partition a runtime record ran in: an IREE dispatch by its call site, a

@@ -29,7 +29,7 @@ from typing import Any
 
 from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.tools.api import Tool, ToolContext
-from dfit_mlir.tools.model import Operator, Partition, SemanticModel
+from dfit_mlir.tools.model import Operator, SemanticModel
 
 #: Path fragments of framework, library and compiler code: a frame whose file (with a
 #: leading "/") contains one is not the model author's. Frameworks report their own
@@ -79,15 +79,6 @@ def leaf_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
             enclosing.add(id(event))
         earliest_end = end if earliest_end is None else min(earliest_end, end)
     return [e for e in events if id(e) not in enclosing]
-
-
-def compute_ops(model: SemanticModel, partition: Partition) -> list[str]:
-    """The ops a partition's time is split over: top-level in the partition (not a region
-    body of another of its ops) and consuming a value; all of them if none qualifies."""
-    members = [i for i in partition.operator_ids if model.operator(i) is not None]
-    top = [i for i in members if model.operators[i].raw.get("parent") not in members]
-    consuming = [i for i in top if model.operators[i].operands]
-    return consuming or top or members
 
 
 @dataclass(frozen=True)
@@ -146,7 +137,7 @@ class SemanticAttribution(Tool):
 
         partition_rows = []
         for partition in model.partitions:
-            compute = compute_ops(model, partition)
+            compute = model.compute_ops(partition)
             partition_rows.append({
                 "partition": partition.id, "kind": partition.kind, "root_id": partition.root_id,
                 "root_site": (sites.get(partition.root_id or "") or (None,))[0],
@@ -188,14 +179,13 @@ class SemanticAttribution(Tool):
     @staticmethod
     def _split_time(model: SemanticModel, events: list[dict[str, Any]]) -> TimeSplit:
         split = TimeSplit()
-        compute: dict[str, list[str]] = {}
         for event in leaf_events(events):
             split.events[event["kind"]] += 1
             duration = event["duration_ns"]
             partition = model.partition_of_site(event["site"]) if event["site"] is not None else None
             root = model.operator(event["root_id"]) if event["root_id"] else None
             if partition is not None:
-                ops = compute.setdefault(partition.id, compute_ops(model, partition))
+                ops = model.compute_ops(partition)
                 for op_id in ops:
                     split.op_ns[op_id] += duration / len(ops)
                 split.partition_ns[partition.id] += duration
