@@ -278,7 +278,6 @@ class _SideFacts:
             bytes=sum(sizes) if sizes else None)
 
 
-
 def _changes(match: str, a: Side | None, b: Side | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if a is None:
         return ("added",), ()

@@ -1,5 +1,5 @@
-"""Running a compiled module in this process with ``iree.runtime``: the ``ids`` mode's
-per-invocation timing, with no hook of any kind in the module.
+"""Loading a compiled module in this process with ``iree.runtime``, with dfit's hook
+module and tensor debug sink when asked for.
 
 Teardown order matters on ``local-task``: results, the function, the context, the module
 and the config are released in that order (RUNTIME-NOTES.md: the other order segfaults
@@ -8,15 +8,15 @@ at interpreter exit).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 
 class Runner:
-    """``with Runner(vmfb, "local-task") as runner: runner.time(fn, inputs, n)``.
+    """``with Runner(vmfb, "local-task") as runner: runner.function("main")(x)``;
+    :class:`~dfit_mlir.runtime_hooks.instrument.InstrumentedModule` times the calls.
 
     ``hooks``: a ``PyModuleInterface`` (the ``dfit`` probe module) placed before the
     user's module so its optional imports resolve; ``debug_sink``: a
@@ -50,26 +50,6 @@ class Runner:
                 raise KeyError(name)
             self._functions[name] = rt.FunctionInvoker(self._context, self._config.device, handle)
         return self._functions[name]
-
-    def time(self, function: str, inputs: Sequence[np.ndarray], invocations: int, warmup: int = 0,
-             after_each: Callable[[int], None] | None = None) -> list[tuple[int, int]]:
-        """(start ns, duration ns) of each recorded invocation, outputs read back to host.
-        ``after_each(k)`` runs after the k-th recorded invocation, outside its span."""
-        call = self.function(function)
-        spans = []
-        for index in range(warmup + invocations):
-            start = time.perf_counter_ns()
-            result = call(*inputs)
-            materialize(result)
-            end = time.perf_counter_ns()
-            del result
-            if index >= warmup:
-                spans.append((start, end - start))
-                if after_each is not None:
-                    after_each(index - warmup)
-            elif after_each is not None:
-                after_each(-1)
-        return spans
 
     def close(self) -> None:
         # Release order that avoids the local-task crash at exit: invokers, context,
