@@ -1,12 +1,32 @@
 """User-facing errors: one clear line (or an MLIR diagnostic) and an exit status, never a
-traceback."""
+traceback.
+
+The exit-status table, the same for every ``dfit`` command:
+
+====  =====================================================================
+0     success
+2     bad input or usage: a file, flag or option dfit refuses (it names it)
+3     the toolchain or the model failed: IREE rejected the input, the module
+      faulted at run time, a vendor tool or a child process died
+70    internal error: a bug in dfit (the traceback is written to a file whose
+      path is printed)
+130   interrupted (SIGINT / SIGTERM); nothing partial is left behind
+====  =====================================================================
+"""
 
 from __future__ import annotations
 
+EXIT_OK = 0
 #: Exit status for invalid input (MLIR parse or verify errors, bad manifests, bad flags).
 EXIT_INVALID_INPUT = 2
-#: Exit status for a failure inside the compiler after the input was accepted.
-EXIT_COMPILE_FAILED = 1
+#: Exit status for a failure of the toolchain or the model after dfit accepted the input.
+EXIT_TOOLCHAIN_FAILED = 3
+#: Kept for callers of the old name; compile failures are toolchain failures.
+EXIT_COMPILE_FAILED = EXIT_TOOLCHAIN_FAILED
+#: Exit status for a bug in dfit itself (EX_SOFTWARE).
+EXIT_INTERNAL_ERROR = 70
+#: Exit status after SIGINT or SIGTERM (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
 
 
 class DfitError(Exception):
@@ -22,11 +42,21 @@ class InvalidInputError(DfitError):
 class ToolchainError(DfitError):
     """The installed toolchain is not the pinned one, or lacks an entry point we need."""
 
+    exit_code = EXIT_TOOLCHAIN_FAILED
+
 
 class CompileError(DfitError):
     """IREE rejected or failed on an input it parsed."""
 
-    exit_code = EXIT_COMPILE_FAILED
+    exit_code = EXIT_TOOLCHAIN_FAILED
+
+
+class ModuleFaultError(DfitError):
+    """The compiled module or an IREE runtime tool died (a signal, an abort, a non-zero
+    exit): the message names the module, the function, the invocation, the signal and
+    where the inputs used were saved."""
+
+    exit_code = EXIT_TOOLCHAIN_FAILED
 
 
 class UnresolvedRecordError(DfitError):
