@@ -375,13 +375,14 @@ def to_json(result: DiffResult) -> str:
 
 
 def write(result: DiffResult, out_dir: str | Path) -> list[Path]:
-    """``diff.csv`` and ``diff.json`` in ``out_dir`` (atomic writes)."""
+    """``diff.csv`` and ``diff.json`` in ``out_dir``, written as one dfit ``diff``
+    directory (atomically; an existing folder is replaced only if it is a previous diff)."""
     out_dir = Path(out_dir)
-    written = []
-    for name, text in (("diff.csv", to_csv(result)), ("diff.json", to_json(result))):
-        atomic.write_text(out_dir / name, text)
-        written.append(out_dir / name)
-    return written
+    names = (("diff.csv", to_csv(result)), ("diff.json", to_json(result)))
+    with atomic.atomic_directory(out_dir, kind="diff") as tmp:
+        for name, text in names:
+            (tmp / name).write_text(text, encoding="utf-8")
+    return [out_dir / name for name, _ in names]
 
 
 def render(result: DiffResult, limit: int | None = 40) -> str:

@@ -109,7 +109,7 @@ def compile_instrumented(
                 if with_probes:
                     probe_sites = function_probes.insert_function_probes(module)
             after = phase
-        with atomic.atomic_path(output) as tmp_vmfb:
+        with atomic.atomic_path(output, kind="vmfb") as tmp_vmfb:
             t0 = time.perf_counter()
             driver.write_vmfb(module, after, tmp_vmfb)
             phase_s["serialize"] = time.perf_counter() - t0
@@ -129,7 +129,7 @@ def compile_instrumented(
                 probe_sites=probe_sites,
                 trace_plan=trace_plan,
             )
-            manifest.save(document, manifest_path)
+            manifest.save(document, manifest_path, kind="manifest")
     finally:
         driver.close()
     return CompileResult(output, manifest_path, document)

@@ -17,7 +17,7 @@ def plain_compile(source: Path, output: Path, flags: Sequence[str]) -> None:
 
     if not source.is_file():
         raise InvalidInputError(f"{source}: no such file")
-    with atomic.atomic_path(output) as tmp:
+    with atomic.atomic_path(output, kind="vmfb") as tmp:
         command = [find_tool("iree-compile"), str(source), "-o", str(tmp), *with_default_target(flags)]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
