@@ -374,8 +374,12 @@ def reconstruct(dumps: tuple[Path, ...], backend: str, output: Path, force: bool
     """Rebuild the semantic model from a closed backend's artifacts (files or directories)
     and write the same bundle an IREE run writes, with a coverage report."""
     from dfit_mlir import outputs
+    from dfit_mlir.errors import InvalidInputError
     from dfit_mlir.reconstruct import reconstruct_bundle
 
+    missing = [path for path in dumps if not path.exists()]
+    if missing:  # the input's error first: it is the one the user came for
+        raise InvalidInputError(f"{missing[0]}: no such file or directory")
     outputs.check(output, "bundle", inputs=dumps, force=force)
     summary = reconstruct_bundle(list(dumps), output, backend)
     recovered = summary["recovered"]

@@ -103,7 +103,8 @@ def test_outputs_csv_json_and_a_table(flags_diff: diff.DiffResult, tmp_path: Pat
     written = diff.write(flags_diff, tmp_path / "out")
     # Atomic writes leave no temporary file behind.
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert names == [p.name for p in written] == ["diff.csv", "diff.json"]
+    assert names == [".dfit-output.json", *[p.name for p in written]]  # the marker: a dfit diff folder
+    assert [p.name for p in written] == ["diff.csv", "diff.json"]
     rows = list(csv.DictReader((tmp_path / "out" / "diff.csv").read_text().splitlines()))
     assert tuple(rows[0]) == diff.CSV_COLUMNS and len(rows) == len(flags_diff.rows)
     fc1 = next(r for r in rows if r["key"] == FC1)

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dfit_mlir import event_schema as es
-from dfit_mlir import manifest
+from dfit_mlir import manifest, outputs
 from dfit_mlir.adapters import registry
 from dfit_mlir.adapters.base import ASPECTS, STEPS, UnsupportedStep
 from dfit_mlir.errors import InvalidInputError
@@ -163,7 +163,7 @@ def test_cli_reconstruct_and_backends(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "edgetpu (detected)" in result.stdout and "per_op_timing" in result.stdout
     assert sorted(p.name for p in out.iterdir()) == [
-        "coverage.json", "dispatches.csv", "events.csv", "events.parquet", "manifest.json", "sites.parquet",
+        ".dfit-output.json", "coverage.json", "dispatches.csv", "events.csv", "events.parquet", "manifest.json", "sites.parquet",
         "summary.json", "trace.json", "trace.pftrace"]
     listing = dfit("backends", "--json")
     assert listing.returncode == 0
@@ -175,13 +175,14 @@ def test_cli_reconstruct_errors_leave_the_old_bundle(tmp_path: Path) -> None:
     bundle = tmp_path / "b"
     bundle.mkdir()
     (bundle / "previous.txt").write_text("kept")
+    outputs.write_marker(bundle, "bundle")  # a previous dfit bundle: replaceable, so only the bad input stops it
     missing = dfit("reconstruct", str(tmp_path / "nope"), "-o", str(bundle))
     assert missing.returncode == 2 and "nope: no such file or directory" in missing.stderr
     wrong = dfit("reconstruct", str(vendor_fixture("edgetpu/franco_fc_v15")), "--backend", "sambanova",
                  "-o", str(bundle))
     assert wrong.returncode == 2 and "the sambanova readers recovered nothing" in wrong.stderr
     assert "Traceback" not in missing.stderr + wrong.stderr
-    assert [p.name for p in bundle.iterdir()] == ["previous.txt"]
+    assert sorted(p.name for p in bundle.iterdir()) == [".dfit-output.json", "previous.txt"]
 
 
 def test_corrupt_artifact_names_file_and_line(tmp_path: Path) -> None:
