@@ -75,6 +75,7 @@ def compile_instrumented(
     driver = phases.open_driver(flags, driver_name)
     try:
         module = driver.parse(source)
+        phases.require_functions(module, source)
         cache = snapshot.LocationCache()
         t0 = time.perf_counter()
         tagged = mlir_engine.tag_module(module)

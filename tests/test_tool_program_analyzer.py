@@ -38,6 +38,7 @@ def calibration_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyt
 
 
 def run(bundle: Path, out: Path, **options: Any) -> tuple[Path, str]:
+    out = out / "analysis"  # a folder of its own: dfit replaces no directory holding the user's files
     _, reports, _ = analyze(bundle, ["program-analyzer"], out, {"program-analyzer": options} if options else None)
     return out / "program-analyzer", reports["program-analyzer"]
 
