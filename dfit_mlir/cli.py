@@ -161,7 +161,34 @@ EPILOG = "\b\nExit status (every command):\n" + "\n".join(
     f"  {status:<4} {meaning}" for status, meaning in EXIT_TABLE)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
+class _DfitGroup(click.Group):
+    """Usage errors as one ``dfit <command>: ...`` line (exit 2), like every other error,
+    with the pointer to ``--help`` after it; Ctrl-C while click parses → 130."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as error:
+            error.show()
+            sys.exit(error.exit_code)
+        except click.UsageError as error:
+            command = error.ctx.command_path if error.ctx is not None else "dfit"
+            click.echo(f"{command}: {' '.join(error.format_message().split())}", err=True)
+            click.echo(f"  (see `{command} --help`)", err=True)
+            sys.exit(error.exit_code)
+        except click.ClickException as error:
+            click.echo(f"dfit: {error.format_message()}", err=True)
+            sys.exit(error.exit_code)
+        except click.exceptions.Abort:
+            click.echo("dfit: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except click.exceptions.Exit as error:
+            sys.exit(error.exit_code)
+
+
+@click.group(cls=_DfitGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.version_option(package_name="dfit-mlir")
 def main() -> None:
     """dfit-mlir: stable semantic IDs and lineage for ML compilers."""

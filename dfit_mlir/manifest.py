@@ -68,11 +68,13 @@ def load(path: str | Path) -> dict[str, Any]:
     if not text.strip():
         raise InvalidInputError(f"{path}: not a dfit manifest (the file is empty)")
     try:
-        manifest = json.loads(text)
+        manifest = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as error:
         raise InvalidInputError(f"{path}:{error.lineno}:{error.colno}: invalid JSON: {error.msg}") from None
     except RecursionError:
         raise InvalidInputError(f"{path}: not a dfit manifest (JSON nested too deeply)") from None
+    except ValueError as error:  # a number of thousands of digits, NaN / Infinity
+        raise InvalidInputError(f"{path}: invalid manifest: {str(error).split(';')[0][:200]}") from None
     if not isinstance(manifest, dict):
         raise InvalidInputError(f"{path}: not a dfit manifest (a manifest is a JSON object, "
                                 f"this is a JSON {type(manifest).__name__})")
@@ -81,6 +83,11 @@ def load(path: str | Path) -> dict[str, Any]:
     except RecursionError:
         raise InvalidInputError(f"{path}: invalid manifest (values nested too deeply)") from None
     return manifest
+
+
+def _refuse_constant(name: str) -> Any:
+    """``NaN``, ``Infinity``: Python's json reads them, JSON has no such numbers."""
+    raise ValueError(f"{name} is not a JSON number")
 
 
 def _kind_hint(path: Path, data: bytes) -> str:

@@ -39,7 +39,8 @@ _FORCED: set[Path] = set()
 
 def resolve(path: str | os.PathLike[str]) -> Path:
     """Absolute, symlinks of the existing part resolved (``.`` and ``a/..`` too)."""
-    return Path(os.path.abspath(Path(path).expanduser())).resolve(strict=False)
+    # os.path.realpath, unlike Path.resolve, does not raise on a symlink loop.
+    return Path(os.path.realpath(os.path.abspath(Path(path).expanduser())))
 
 
 def check(output: str | os.PathLike[str], kind: str, *, inputs: Iterable[str | os.PathLike[str] | None] = (),
@@ -60,6 +61,9 @@ def check(output: str | os.PathLike[str], kind: str, *, inputs: Iterable[str | o
             existing_input_file = target.exists() and not (directory and is_marked(target, kind))
             if not inside_input_ok or existing_input_file:
                 raise OutputRefusedError(f"{output}: refusing to write an output inside the input {given}")
+    blocker = next((parent for parent in target.parents if parent.exists() and not parent.is_dir()), None)
+    if blocker is not None:
+        raise OutputRefusedError(f"{output}: cannot write there: {blocker} is a file, not a directory")
     reason = refusal(target, kind, directory=directory)
     if reason is not None:
         if not force or (not directory and target.is_dir()):

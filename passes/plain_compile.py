@@ -28,6 +28,10 @@ def plain_compile(source: Path, output: Path, flags: Sequence[str]) -> None:
         raise InvalidInputError(f"{source}: no such file")
     session, context = compiler_context()
     try:
+        try:  # the compiler's own flag parser: an unknown flag is a usage error, not a failed compile
+            session.set_flags(*with_default_target(flags))
+        except ValueError as error:
+            raise InvalidInputError(f"iree-compile rejected the flags: {' '.join(str(error).split())}") from None
         require_functions(parse_file(context, source), source)
     finally:
         session.close()

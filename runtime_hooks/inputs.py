@@ -118,19 +118,28 @@ def check_npy_input(index: int, path: Path, argument: dict[str, Any]) -> None:
     """An ``@file.npy`` input must be a readable array of the argument's shape and dtype
     (read from the header only: a large input is not loaded twice)."""
     try:
-        array = np.load(path, mmap_mode="r", allow_pickle=False)
+        with open(path, "rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, _, dtype = read_header(handle)
     except FileNotFoundError:
         raise InvalidInputError(f"{path}: no such file (input {index})") from None
-    except (OSError, ValueError, EOFError) as error:
+    except IsADirectoryError:
+        raise InvalidInputError(f"{path}: is a directory, not an .npy file (input {index})") from None
+    except (OSError, ValueError, EOFError, SyntaxError) as error:
         reason = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
         raise InvalidInputError(f"{path}: not a readable .npy file (input {index}: {reason})") from None
-    if not isinstance(array, np.ndarray):
-        raise InvalidInputError(f"{path}: holds several arrays (an .npz?); input {index} is one .npy array")
+    if dtype.hasobject:
+        raise InvalidInputError(f"{path}: holds Python objects (a pickled array), not numbers (input {index})")
+    expected_bytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if path.stat().st_size < expected_bytes:
+        raise InvalidInputError(f"{path}: truncated (its header promises {expected_bytes} bytes of data; input {index})")
     wanted_dtype = DTYPES.get(argument["dtype"], (None, None))[1]
     wanted_shape = argument["shape"]
-    shape_ok = len(array.shape) == len(wanted_shape) and all(
-        want is None or want == got for want, got in zip(wanted_shape, array.shape, strict=True))
-    if not shape_ok or (wanted_dtype is not None and array.dtype != np.dtype(wanted_dtype)):
+    shape_ok = len(shape) == len(wanted_shape) and all(
+        want is None or want == got for want, got in zip(wanted_shape, shape, strict=True))
+    if not shape_ok or (wanted_dtype is not None and dtype != np.dtype(wanted_dtype)):
         expected = "x".join("?" if d is None else str(d) for d in wanted_shape) + f" {wanted_dtype or argument['dtype']}"
-        got = "x".join(str(d) for d in array.shape) or "scalar"
-        raise InvalidInputError(f"{path}: input {index} is {got} {array.dtype}, the function takes {expected}")
+        got = "x".join(str(d) for d in shape) or "scalar"
+        raise InvalidInputError(f"{path}: input {index} is {got} {dtype}, the function takes {expected}")

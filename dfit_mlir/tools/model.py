@@ -265,6 +265,8 @@ BUNDLE_FILES = ("manifest.json", "summary.json", "events.parquet", "sites.parque
 def check_bundle(bundle: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """Refuse a bundle that is incomplete, unreadable, of another version, or whose
     manifest is not the one its events were joined against; returns its summary."""
+    import pyarrow as pa
+
     from dfit_mlir.runtime_hooks.bundle import SUMMARY_SCHEMA
 
     missing = [name for name in BUNDLE_FILES if not (bundle / name).is_file()]
@@ -290,7 +292,12 @@ def check_bundle(bundle: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     if found != expected:
         raise InvalidInputError(f"{bundle / 'sites.parquet'}: its {len(found)} call sites are not the "
                                 f"{len(expected)} of the bundle's manifest.json (another model's files?)")
-    events = _parquet(bundle / "events.parquet", ["kind", "site", "root_id"])
+    events = _parquet(bundle / "events.parquet", ["kind", "site", "root_id", "backend"])
+    backend = (manifest.get("capabilities") or {}).get("backend")
+    found_backends = set(events.column("backend").cast(pa.string()).unique().to_pylist()) - {None}
+    if backend is not None and found_backends - {backend}:
+        raise InvalidInputError(f"{bundle / 'events.parquet'}: events of the {', '.join(sorted(found_backends))} "
+                                f"backend, but the bundle's manifest.json is an {backend} model's")
     counts = summary.get("counts")
     kept = counts.get("kept") if isinstance(counts, dict) else None
     if isinstance(kept, int) and kept != events.num_rows:
@@ -329,6 +336,8 @@ def _json_object(path: Path) -> dict[str, Any]:
         raise InvalidInputError(f"{path}:{error.lineno}:{error.colno}: invalid JSON: {error.msg}") from None
     except RecursionError:
         raise InvalidInputError(f"{path}: JSON nested too deeply") from None
+    except ValueError as error:  # a number of thousands of digits
+        raise InvalidInputError(f"{path}: invalid JSON: {str(error).split(';')[0][:200]}") from None
     if not isinstance(document, dict):
         raise InvalidInputError(f"{path}: expected a JSON object")
     return document
