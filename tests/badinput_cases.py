@@ -9,6 +9,7 @@ a text the error must contain (the input at fault, as the user spelled it).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from collections.abc import Callable
@@ -42,6 +43,9 @@ class Case:
     #: Only for exit-0 cases: pre-existing paths (relative) the command may replace.
     replaces: tuple[str, ...] = ()
     marks: tuple[Any, ...] = field(default=(), compare=False)
+    #: Run ``dfit`` as a child process: a case that may crash the interpreter (a native
+    #: fault) must not take the test session down with it.
+    isolated: bool = False
 
 
 # --- helpers ---------------------------------------------------------------------------
@@ -618,8 +622,21 @@ def reconstruct_cases() -> list[Case]:
         Case("reconstruct-wrong-backend", lambda w, a: ["reconstruct", put(a.edgetpu_dump, w, "dump"),
                                                         "--backend", "sambanova", "-o", "b"], 2, "dump"),
         Case("reconstruct-a-bundle", lambda w, a: ["reconstruct", put(a.bundle, w, "run"), "-o", "b"], 2, "run"),
+        Case("reconstruct-unrelated-tflite-pair", _unrelated_pair, 2, "model_edgetpu.tflite"),
     ]
     return cases
+
+
+def _unrelated_pair(work: Path, art: Artifacts) -> list[str]:
+    """franco's compiled model beside another model's original under the paired name."""
+    from tests.conftest import vendor_fixture
+
+    dump = work / "dump"
+    dump.mkdir()
+    put(art.edgetpu_dump / "model_edgetpu.tflite", dump)
+    put(vendor_fixture("edgetpu/coral_transfer_mobilenet_v2_v16/mobilenet_v2_1.0_224_quant.tflite"), dump,
+        "model.tflite")
+    return ["reconstruct", "dump", "-o", "b"]
 
 
 # --- what must work: reruns over dfit's own outputs, and --force ---------------------------
@@ -681,3 +698,92 @@ def success_cases() -> list[Case]:
 def all_cases() -> list[Case]:
     return [*manifest_cases(), *bundle_cases(), *output_cases(), *option_cases(), *input_cases(), *vmfb_cases(),
             *source_cases(), *reconstruct_cases(), *success_cases()]
+
+
+# --- cases whose fix belongs to another part of dfit ------------------------------------------
+# (kept here so the suite covers every command; xfail until the owner's change is merged)
+
+def _log_edit(relative: str, edit: Callable[[str], str], backend: str) -> Callable[[Path, Artifacts], list[str]]:
+    def build(work: Path, art: Artifacts) -> list[str]:
+        import re  # noqa: F401 — edits use it
+
+        from tests.conftest import vendor_fixture
+
+        source = vendor_fixture(relative)
+        target = work / "dump"
+        shutil.copytree(source, target) if source.is_dir() else (target.mkdir(), shutil.copy(source, target))
+        for path in sorted(p for p in target.rglob("*") if p.is_file()):
+            path.write_text(edit(path.read_text(errors="surrogateescape")), errors="surrogateescape")
+        return ["reconstruct", "dump", "--backend", backend, "-o", "b"]
+
+    return build
+
+
+def _first_rate(value: str) -> Callable[[str], str]:
+    import re
+
+    return lambda text: re.sub(r"Rate=[0-9.]+", f"Rate={value}", text, count=1)
+
+
+def _deep_cirh(work: Path, art: Artifacts) -> list[str]:
+    dump = work / "dump" / "cs_1"
+    dump.mkdir(parents=True)
+    (dump / "cirh.mlir").write_text(_deep_mlir(5000))
+    return ["reconstruct", "dump", "--backend", "cerebras", "-o", "b"]
+
+
+def _long_line(work: Path, art: Artifacts) -> list[str]:
+    from tests.conftest import vendor_fixture
+
+    (work / "dump").mkdir()
+    text = vendor_fixture("cerebras/alcf_bert_large_bs512_r2x/mytest.log").read_text()
+    lines = text.splitlines()
+    lines.insert(80, "2024-04-08 04:34:04,249 INFO:   | " + "Rate=1 " * 150_000)
+    (work / "dump" / "mytest.log").write_text("\n".join(lines) + "\n")
+    return ["reconstruct", "dump", "--backend", "cerebras", "-o", "b"]
+
+
+EMBEDDING_MLIR = """
+func.func @lookup(%ids: tensor<4xi64>, %table: tensor<8x3xf32>) -> tensor<4x3xf32> {
+  %empty = tensor.empty() : tensor<4x3xf32>
+  %out = linalg.generic {indexing_maps = [affine_map<(i, j) -> (i)>, affine_map<(i, j) -> (i, j)>],
+      iterator_types = ["parallel", "parallel"]} ins(%ids : tensor<4xi64>) outs(%empty : tensor<4x3xf32>) {
+  ^bb0(%id: i64, %o: f32):
+    %row = arith.index_cast %id : i64 to index
+    %col = linalg.index 1 : index
+    %v = tensor.extract %table[%row, %col] : tensor<8x3xf32>
+    linalg.yield %v : f32
+  } -> tensor<4x3xf32>
+  return %out : tensor<4x3xf32>
+}
+"""
+
+
+def _embedding_default_inputs(work: Path, art: Artifacts) -> list[str]:
+    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+
+    (work / "emb.mlir").write_text(EMBEDDING_MLIR)
+    compile_instrumented(work / "emb.mlir", work / "emb.vmfb", mode="full")
+    return ["run", "emb.vmfb", "--mode", "ids", "-o", "b"]
+
+
+def owned_elsewhere() -> list[tuple[Case, str]]:
+    """(case, owner): the readers' numbers and line lengths, runtime isolation, filters."""
+    either = frozenset({0, 2})
+    cases = [
+        (Case("log-rate-inf", _log_edit("cerebras/alcf_bert_large_bs512_r2x", _first_rate("inf"), "cerebras"),
+              either, "mytest.log"), "readers"),
+        (Case("log-rate-nan", _log_edit("cerebras/alcf_bert_large_bs512_r2x", _first_rate("nan"), "cerebras"),
+              either, "mytest.log"), "readers"),
+        (Case("log-rate-5000-digits", _log_edit("cerebras/alcf_bert_large_bs512_r2x", _first_rate("9" * 5000),
+                                                "cerebras"), either, "mytest.log"), "readers"),
+        (Case("log-1mb-line", _long_line, either, "mytest.log"), "readers"),
+        (Case("cirh-5000-deep", _deep_cirh, either, "cirh.mlir"), "readers"),
+        (Case("run-embedding-default-inputs", _embedding_default_inputs, frozenset({0, 2, 3}), None), "join"),
+        (Case("compile-tensors-match-nothing",
+              lambda w, a: ["compile", "--dfit-tag", put(a.mlir, w), "--mode", "ids", "--tensors", "nomatch*",
+                            "-o", "o.vmfb"], 2, "nomatch"), "diffux"),
+        (Case("run-ids-match-nothing", lambda w, a: ["run", vmfb_pair(w, a), "--mode", "ids", "--ids", "nomatch*",
+                                                     "-o", "b"], 2, "nomatch"), "diffux"),
+    ]
+    return [(dataclasses.replace(case, isolated=True), owner) for case, owner in cases]

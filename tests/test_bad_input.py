@@ -13,10 +13,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tests.badinput_cases import Artifacts, Case, all_cases
+from tests.badinput_cases import Artifacts, Case, all_cases, owned_elsewhere
 from tests.conftest import CONVNET, vendor_fixture
 
 CASES = all_cases()
+#: Cases whose fix another part of dfit owns: expected to pass once that work is merged.
+ELSEWHERE = [pytest.param(case, id=case.id, marks=[pytest.mark.xfail(strict=False, reason=f"owned by {owner}"),
+                                                   *([pytest.mark.slow] if owner == "join" else [])])
+             for case, owner in owned_elsewhere()]
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +70,19 @@ def invoke(argv: list[str], cwd: Path) -> tuple[int, str, str, BaseException | N
     return result.exit_code, result.stdout, result.stderr, escaped
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES])
+def invoke_child(argv: list[str], cwd: Path) -> tuple[int, str, str, BaseException | None]:
+    import subprocess
+    import sys
+
+    try:
+        done = subprocess.run([sys.executable, "-m", "dfit_mlir.cli", *argv], cwd=cwd, capture_output=True,
+                              text=True, timeout=240)
+    except subprocess.TimeoutExpired:
+        return -1, "", "dfit did not finish in 240 s", None
+    return done.returncode, done.stdout, done.stderr, None
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id, marks=c.marks) for c in CASES] + ELSEWHERE)
 def test_bad_input(case: Case, art: Artifacts, tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
@@ -74,7 +90,7 @@ def test_bad_input(case: Case, art: Artifacts, tmp_path: Path) -> None:
     # Files outside the working folder the case names (`-o ..`) are checked as well.
     watched = tmp_path
     before = tree(watched)
-    status, stdout, stderr, escaped = invoke(argv, work)
+    status, stdout, stderr, escaped = (invoke_child if case.isolated else invoke)(argv, work)
     after = tree(watched)
     shown = f"dfit {' '.join(argv)[:300]}\nexit {status}\nstdout: {stdout[-1500:]}\nstderr: {stderr[-3000:]}"
     assert escaped is None, f"an exception escaped the CLI: {escaped!r}\n{shown}"

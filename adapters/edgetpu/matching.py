@@ -198,6 +198,20 @@ def match_models(original: TFLiteModel, compiled: TFLiteModel) -> ModelMatch:
     return ModelMatch(tuple(custom_ops), cpu, tuple(unmatched), tuple(problems))
 
 
+def check_same_model(original: TFLiteModel, compiled: TFLiteModel) -> None:
+    """Refuse an original/compiled pair that cannot be one model: ``edgetpu_compiler``
+    keeps the names of the tensors at every custom op's and CPU op's boundary, so a
+    compiled model sharing no tensor name with its supposed original was compiled from
+    another model (a renamed or mixed-up file) and matching it would report nonsense."""
+    original_names = {t.name for graph in original.subgraphs for t in graph.tensors if t.name}
+    compiled_names = {t.name for graph in compiled.subgraphs for t in graph.tensors if t.name}
+    if compiled_names and not compiled_names & original_names:
+        raise ArtifactError.at(
+            compiled.path, None,
+            f"not compiled from {original.path} (paired by file name): none of its {len(compiled_names)} "
+            "tensor names is in that model; give the original it was compiled from, or the compiled model alone")
+
+
 def _tensors_by_name(graph: TFLiteSubgraph) -> tuple[dict[str, int], set[str]]:
     by_name: dict[str, int] = {}
     duplicated = set()
@@ -479,6 +493,7 @@ def _render_matched(group: ModelGroup, scopes: dict[Path, str], parts: _Parts) -
     original, compiled, log = group.original, group.compiled, group.log
     assert original is not None and compiled is not None
     oscope, cscope = scopes[original.path], scopes[compiled.path]
+    check_same_model(original, compiled)
     match = match_models(original, compiled)
     parts.problems.extend(f"{group.key}: {problem}" for problem in match.problems)
 
@@ -812,7 +827,9 @@ def _coverage(
         notes.append(
             CoverageNote(
                 "lineage",
-                Coverage.RECOVERED,
+                # Disagreements (ops placed nowhere, boundaries the original lacks) mean
+                # the lineage is only as good as the matches that held.
+                Coverage.PARTIAL if problems else Coverage.RECOVERED,
                 f"per original op to its Edge TPU custom op or the CPU, matched through boundary "
                 f"tensor names ({matched}); compiled CPU ops and tensors are folded into the "
                 "original records of the same name",
