@@ -109,6 +109,7 @@ def elf_sections(blob: bytes) -> dict[str, str]:
 
 _EXPORT_RE = re.compile(r"^\s*\[\s*\d+\]\s+(?P<name>[^\s(]+)\(")
 _DECLARATION_RE = re.compile(r"^\s*iree\.abi\.declaration:\s*(?P<text>.*)$")
+_MODEL_RE = re.compile(r"^\s*iree\.abi\.model:\s*(?P<text>\S+)")
 _TENSOR_RE = re.compile(r"tensor<(?P<body>[^>]*)>")
 
 
@@ -119,6 +120,9 @@ class ExportedFunction:
     name: str
     #: ``iree.abi.declaration`` reflection (``sync func @main(%input0: tensor<…>) -> …``).
     declaration: str | None
+    #: ``iree.abi.model`` reflection: ``coarse-fences`` for async functions (they take a
+    #: wait and a signal fence after their arguments).
+    abi_model: str | None = None
 
     @property
     def arguments(self) -> list[dict[str, object]] | None:
@@ -160,7 +164,11 @@ def exported_functions(path: Path) -> list[ExportedFunction]:
                 continue
             match = _DECLARATION_RE.match(line)
             if match and functions:
-                functions[-1] = ExportedFunction(functions[-1].name, match["text"].strip())
+                functions[-1] = ExportedFunction(functions[-1].name, match["text"].strip(), functions[-1].abi_model)
+                continue
+            match = _MODEL_RE.match(line)
+            if match and functions:
+                functions[-1] = ExportedFunction(functions[-1].name, functions[-1].declaration, match["text"])
                 continue
             if not line.strip() or line.startswith("//"):
                 if functions or line.startswith("//"):

@@ -76,7 +76,10 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
             f"{manifest_path}: no such file; --mode {mode} needs the manifest of a `dfit compile --dfit-tag` "
             f"(--mode none and ids run any vmfb)")
     policy = policy or Policy(mode=mode)
-    function, arguments = entry_point(vmfb, manifest, function)
+    function, arguments, abi_model = entry_point(vmfb, manifest, function)
+    if abi_model == "coarse-fences" and mode != "full":
+        raise InvalidInputError(f"{vmfb}: {function} is an async (coarse-fences) function, which the in-process "
+                                f"modes cannot call; run it with --mode full (the IREE tools pass its fences)")
     with tempfile.TemporaryDirectory(prefix="dfit-run-") as scratch:
         if inputs:
             check_inputs(inputs, arguments)
@@ -108,7 +111,8 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
     return RunResult(bundle, json.loads((bundle / "summary.json").read_text()))
 
 
-def entry_point(vmfb: Path, manifest: dict[str, Any] | None, requested: str | None) -> tuple[str, list[dict[str, Any]]]:
+def entry_point(vmfb: Path, manifest: dict[str, Any] | None,
+                requested: str | None) -> tuple[str, list[dict[str, Any]], str | None]:
     """The function to run and its argument tensors. Candidates are the vmfb's exported
     functions (``__init`` and private helpers are not); ``$async`` twins of a sync
     function are not chosen by default (the tools cannot pass their fences)."""
@@ -131,7 +135,7 @@ def entry_point(vmfb: Path, manifest: dict[str, Any] | None, requested: str | No
             raise InvalidInputError(f"{vmfb}: cannot read the arguments of {function} from its export table "
                                     f"({exports[function].declaration or 'no declaration'}); give --input")
         arguments = [{"id": f"{function}/arg{i}", **a} for i, a in enumerate(declared)]
-    return function, arguments
+    return function, arguments, exports[function].abi_model
 
 
 def plain_manifest(vmfb: Path) -> dict[str, Any]:
@@ -158,7 +162,7 @@ class FaultContext:
     bundle: Path
     invocations: int
 
-    def raise_for(self, signal_number: int, tool: str, detail: str = "") -> None:
+    def raise_for(self, signal_number: int, tool: str, detail: str = "", invocation: int | None = None) -> None:
         import signal as signals
 
         try:
@@ -166,8 +170,10 @@ class FaultContext:
         except ValueError:
             name = f"signal {signal_number}"
         saved = self.save_inputs()
+        when = (f"in invocation {invocation} of {self.invocations}" if invocation is not None
+                else f"during invocations 1..{self.invocations}" if self.invocations > 1 else "in invocation 1 of 1")
         raise ModuleFaultError(
-            f"{self.vmfb}: {self.function} faulted with {name} in {tool} during invocations 1..{self.invocations} "
+            f"{self.vmfb}: {self.function} faulted with {name} in {tool} {when} "
             f"(no bundle written); inputs used: {saved}{f' ({detail})' if detail else ''}")
 
     def save_inputs(self) -> str:
@@ -221,7 +227,8 @@ def _in_child(run: InProcessRun, fault: FaultContext) -> None:
 
     context = multiprocessing.get_context("spawn")
     error_file = run.bundle.with_name("error.pickle")
-    child = context.Process(target=_child_main, args=(run, error_file), daemon=True)
+    progress_file = run.bundle.with_name("progress")
+    child = context.Process(target=_child_main, args=(run, error_file, progress_file), daemon=True)
     child.start()
     try:
         child.join()
@@ -234,25 +241,32 @@ def _in_child(run: InProcessRun, fault: FaultContext) -> None:
     if child.exitcode:
         signal_number = fault_signal(child.exitcode)
         if signal_number is not None:
-            fault.raise_for(signal_number, "the in-process runtime (a child Python)")
+            reached = progress_file.read_text().strip() if progress_file.is_file() else ""
+            fault.raise_for(signal_number, "the in-process runtime (a child Python)",
+                            invocation=int(reached) if reached else None)
         raise ModuleFaultError(f"{run.vmfb}: the child process running {run.function} exited with {child.exitcode}")
 
 
-def _child_main(run: InProcessRun, error_file: Path) -> None:
+def _child_main(run: InProcessRun, error_file: Path, progress_file: Path) -> None:
     import pickle
 
     try:
-        _run_in_process(run)
+        _run_in_process(run, progress_file)
     except DfitError as error:
         error_file.write_bytes(pickle.dumps(error))
+    except Exception as error:  # the runtime refused the call: the model failed, not dfit
+        message = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        error_file.write_bytes(pickle.dumps(ModuleFaultError(f"{run.vmfb}: {run.function} failed: {message}")))
 
 
-def _run_in_process(run: InProcessRun) -> None:
+def _run_in_process(run: InProcessRun, progress_file: Path | None = None) -> None:
     arrays = [load_input(text) for text in run.inputs]
     summary = dict(run.summary)
     with InstrumentedModule(run.vmfb, run.manifest, mode=run.mode, driver=run.driver, tensors=run.tensors,
                             check_vmfb=False, max_events=run.policy.max_events) as module:
         for index in range(run.warmup + run.repeat):
+            if progress_file is not None:  # outside the timed span: which call a fault hit
+                progress_file.write_text(str(index + 1))
             module.call(run.function, *arrays, wait=True, record=index >= run.warmup)
         if run.mode == "lite":
             summary["queue_pass"] = _queue_pass(module, run.vmfb, run.manifest, run.inputs, run.driver, run.function,
