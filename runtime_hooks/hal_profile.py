@@ -407,7 +407,8 @@ def _describe(event: DispatchEvent) -> str:
 
 def _unresolved(block: Sequence[DispatchEvent], fits: list[tuple[int, list[int]]], pool: list[int],
                 recordings: list[dict[str, Any]], function: str) -> str:
-    records = "; ".join(_describe(e) for e in block[:4]) + (f"; … {len(block)} records" if len(block) > 4 else "")
+    shown = "; ".join(_describe(e) for e in block[:4]) + ("; …" if len(block) > 4 else "")
+    records = f"({len(block)} dispatch record{'s' if len(block) != 1 else ''}: {shown})"
 
     def show(index: int) -> str:
         r = recordings[index]
@@ -416,9 +417,9 @@ def _unresolved(block: Sequence[DispatchEvent], fits: list[tuple[int, list[int]]
         return f"#{index} {r['function']} [{', '.join(dispatches)}]"
 
     if fits:
-        return (f"command buffer {block[0].command_buffer_id} (submission {block[0].submission_id}): {records} is "
+        return (f"command buffer {block[0].command_buffer_id} of submission {block[0].submission_id} {records} is "
                 f"explained equally by recordings {', '.join(show(i) for i, _ in fits)}")
-    return (f"command buffer {block[0].command_buffer_id} (submission {block[0].submission_id}): {records} is "
+    return (f"command buffer {block[0].command_buffer_id} of submission {block[0].submission_id} {records} is "
             f"explained by no command-buffer recording that {function} or an initializer executes; candidates: "
             f"{', '.join(show(i) for i in pool) or 'none'}")
 
@@ -428,9 +429,8 @@ def join(events: Sequence[DispatchEvent], manifest: dict[str, Any], function: st
     """The invocation-time dispatches of :func:`join_structural`, in runtime order (the
     function defaults to the module's only public one)."""
     if function is None:
-        public = [n for n, f in (manifest["partitions"].get("host_functions") or {}).items() if f["public"]]
-        if len(public) != 1:
-            raise UnresolvedDispatchError(f"choose the function the records come from (public: {', '.join(public)})")
-        function = public[0]
+        from dfit_mlir.runtime_hooks.inputs import entry_function
+
+        function = entry_function(manifest, None)
     result = join_structural(events, manifest, function, invocations)
     return [j for block in result.invocations for j in block]

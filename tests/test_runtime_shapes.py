@@ -158,7 +158,7 @@ def test_unexplained_and_ambiguous_records_are_errors(compiled) -> None:
                 command["export"] = "other_export"
     with pytest.raises(hal_profile.UnresolvedDispatchError,
                        match=r"\(export main_dispatch_1_matmul\w*, submission \d+, command buffer \d+, command 2, "
-                             r"workgroups 2x1x1\) is explained by no command-buffer recording .* candidates: #0"):
+                             r"workgroups 2x1x1\)\) is explained by no command-buffer recording .* candidates: #0"):
         hal_profile.join_structural(events, wrong, "main", 1)
     twin = copy.deepcopy(result.manifest)
     recordings = twin["partitions"]["recordings"]
