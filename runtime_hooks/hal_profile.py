@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dfit_mlir.errors import EXIT_TOOLCHAIN_FAILED, DfitError, UnresolvedRecordError
+from dfit_mlir.perf import paused_gc
 from dfit_mlir.toolchain import runtime_tool
 
 #: ``command_index`` value when the driver does not number commands (local-sync).
@@ -283,6 +284,7 @@ def _explains(recording: dict[str, Any], block: Sequence[DispatchEvent], numbere
     return positions  # type: ignore[return-value]
 
 
+@paused_gc()
 def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], function: str,
                     invocations: int, execute_submissions: Sequence[tuple[int, int]] = ()) -> Join:
     """Give every dispatch record the call site that issued it (see the module doc).
@@ -306,43 +308,52 @@ def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], f
         blocks.setdefault((event.submission_id, event.command_buffer_id), []).append(event)
     recording_of_buffer: dict[int, int] = {}
     placed: dict[tuple[int, int], tuple[int, list[int]]] = {}
-    for key in sorted(blocks):
+    # A command buffer replays the same commands: a block already explained (same
+    # buffer, same exports, indices and workgroups) needs no second match.
+    explained: dict[tuple[Any, ...], tuple[int, list[int]]] = {}
+    keys = sorted(blocks)
+    for key in keys:
         block = blocks[key]
-        if numbered:
+        if numbered and len(block) > 1:
             block.sort(key=lambda e: (e.command_index if e.command_index is not None else -1, e.start_ns))
         buffer = key[1]
-        known = recording_of_buffer.get(buffer)
-        pool = [known] if known is not None else load_ids + invocation_ids
-        fits = [(index, positions) for index in pool
-                if (positions := _explains(recordings[index], block, numbered)) is not None]
-        if len(fits) != 1:
-            raise UnresolvedDispatchError(_unresolved(block, fits, pool, recordings, function))
-        recording_of_buffer[buffer] = fits[0][0]
-        placed[key] = fits[0]
-    starts = invocation_starts(manifest, function, invocations, recording_of_buffer, execute_submissions or
-                               sorted(blocks))
+        signature = (buffer, *((e.command_index, e.key, e.workgroup_count) for e in block))
+        fit = explained.get(signature)
+        if fit is None:
+            known = recording_of_buffer.get(buffer)
+            pool = [known] if known is not None else load_ids + invocation_ids
+            fits = [(index, positions) for index in pool
+                    if (positions := _explains(recordings[index], block, numbered)) is not None]
+            if len(fits) != 1:
+                raise UnresolvedDispatchError(_unresolved(block, fits, pool, recordings, function))
+            fit = explained[signature] = fits[0]
+            recording_of_buffer[buffer] = fit[0]
+        placed[key] = fit
+    starts = invocation_starts(manifest, function, invocations, recording_of_buffer, execute_submissions or keys)
     result = Join([[] for _ in range(invocations)], [], starts, recording_of_buffer)
     load = set(load_ids)
-    for key in sorted(blocks):
+    # (site index, root, fused IDs) of each recording's commands, built once.
+    site_of: dict[tuple[int, int], tuple[int, str | None, tuple[str, ...]]] = {}
+    for recording in recordings:
+        for position, command in enumerate(recording["commands"]):
+            if command.get("site") is not None:
+                site = sites[command["site"]]
+                site_of[recording["index"], position] = (site["index"], site["root_id"], tuple(site["fused_ids"]))
+    first = starts[0] if starts else None
+    for key in keys:
         index, positions = placed[key]
-        recording = recordings[index]
         invocation = result.invocation_of_submission(key[0])
+        phase = "load" if index in load else "invocation"
+        if index in load and invocation >= 0 or index not in load and invocation < 0:
+            recording = recordings[index]
+            where = f"invocation {invocation}" if invocation >= 0 else f"load time (before submission {first})"
+            raise UnresolvedDispatchError(
+                f"dispatch record {_describe(blocks[key][0])} of {phase}-phase recording #{index} "
+                f"({recording['function']}) was submitted in {where} of {function}")
+        target = result.load_time if phase == "load" else result.invocations[invocation]
         for event, position in zip(blocks[key], positions, strict=True):
-            site = sites[recording["commands"][position]["site"]]
-            joined = JoinedDispatch(event, site["index"], site["root_id"], tuple(site["fused_ids"]),
-                                    "load" if index in load else "invocation")
-            if index in load:
-                if invocation >= 0:
-                    raise UnresolvedDispatchError(
-                        f"dispatch record {_describe(event)} comes from load-time recording #{index} "
-                        f"({recording['function']}) but was submitted in invocation {invocation}")
-                result.load_time.append(joined)
-            elif invocation < 0:
-                raise UnresolvedDispatchError(
-                    f"dispatch record {_describe(event)} of recording #{index} ({recording['function']}) was "
-                    f"submitted before the first invocation of {function} (submission {starts[0] if starts else '?'})")
-            else:
-                result.invocations[invocation].append(joined)
+            site_index, root, fused = site_of[index, position]
+            target.append(JoinedDispatch(event, site_index, root, fused, phase))
     for block in result.invocations:
         block.sort(key=lambda j: (j.event.submission_id, j.event.command_index or 0, j.event.start_ns))
     return result
