@@ -329,14 +329,17 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
                    "needs a --tensors compile and an in-process mode.")
 @click.option("--tensor-values", type=click.IntRange(0, MAX_TENSOR_VALUES), default=0, show_default=True,
               help="Leading values kept per tensor event.")
-@click.option("--input", "inputs", multiple=True, help="iree-run-module form: 1x3xf32=0.5 or @x.npy (default: random).")
+@click.option("--input", "inputs", multiple=True,
+              help="iree-run-module form: 1x3xf32=0.5 or @x.npy (default: floats random, integers that index a "
+                   "table below its size, other integers 0; summary.json says how each was made).")
 @click.option("--inputs-from", type=click.Path(path_type=Path), default=None, help="A directory of .npy inputs, in name order.")
 @click.option("--repeat", type=click.IntRange(1, MAX_REPEAT), default=1, show_default=True,
               help="Invocations to record.")
 @click.option("--warmup", type=click.IntRange(0, MAX_REPEAT), default=0, show_default=True,
               help="Invocations to run first, unrecorded.")
 @click.option("--driver", type=click.Choice(["local-task", "local-sync"]), default="local-task", show_default=True)
-@click.option("--function", default=None, help="Function to run (default: the module's only one).")
+@click.option("--function", default=None,
+              help="Exported function to run (default: the module's only one; the error lists them).")
 @click.option("--ids", "id_globs", multiple=True, help="Keep only dispatches covering IDs matching this glob.")
 @click.option("--sample", type=_FiniteFloat(MIN_SAMPLE, 1), default=1.0, show_default=True,
               help="Share of dispatch and tensor events to keep (deterministic: every round(1/RATE)-th; "
@@ -359,6 +362,8 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
 
     if inputs and inputs_from:
         raise InvalidInputError("give either --input or --inputs-from, not both")
+    if manifest_path is not None and not manifest_path.is_file():
+        raise InvalidInputError(f"{manifest_path}: no such file (--manifest)")
     from dfit_mlir import outputs
 
     _require_file(vmfb, "vmfb")
