@@ -208,6 +208,10 @@ def reconstruct(dumps: tuple[Path, ...], backend: str, output: Path) -> None:
                f"partitions, {recovered['measurements']} measurements from {len(summary['sources'])} file(s)")
     for aspect, status in summary["coverage"].items():
         click.echo(f"  {aspect:<22} {status}")
+    unparsed = summary.get("lines", {}).get("unparsed", 0)
+    if unparsed:
+        click.echo(f"  {unparsed} line(s) of {summary['lines']['files_with_unparsed']} file(s) not parsed: "
+                   f"listed under 'lines' in {output / 'coverage.json'}")
 
 
 @main.command()
