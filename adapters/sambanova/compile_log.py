@@ -33,6 +33,16 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
+from dfit_mlir.adapters.lines import (
+    Continue,
+    Line,
+    Scopes,
+    balanced,
+    count,
+    echo,
+    finite,
+    read_file,
+)
 from dfit_mlir.adapters.recovery import (
     ArtifactError,
     Coverage,
@@ -110,14 +120,6 @@ def is_sambatune_head(head: bytes) -> bool:
     )
 
 
-def read_lines(path: Path) -> list[str]:
-    """The file's lines, numbered as an editor numbers them (split on ``\\n`` only: tqdm
-    bars put carriage returns inside lines), without the bars' leading ``\\r``."""
-    with path.open(encoding="utf-8", errors="replace", newline="") as stream:
-        text = stream.read()
-    return [line.rstrip("\r").lstrip("\r") for line in text.split("\n")]
-
-
 def pef_stem(pef_path: str) -> str:
     """``/home/u/BertLarge/bertlrg//bertlrg.pef`` → ``bertlrg``: the name the compile gave
     the PEF (``--pef-name``), which is what a run log's ``--pef=`` path ends with."""
@@ -125,17 +127,13 @@ def pef_stem(pef_path: str) -> str:
 
 
 def to_number(text: str, path: Path, line: int | None, what: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ArtifactError.at(path, line, f"{what}: expected a number, found {text!r}") from None
+    """A finite number (``inf``, ``nan``, thousands of digits raise naming the line)."""
+    return finite(text, what, path, line)
 
 
 def to_int(text: str, path: Path, line: int | None, what: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ArtifactError.at(path, line, f"{what}: expected an integer, found {text!r}") from None
+    """A non-negative integer of believable size."""
+    return count(text, what, path, line)
 
 
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$')
@@ -209,7 +207,7 @@ class JobScriptHeader:
     _MODEL = re.compile(r"^Model:\s+(?P<model>\S+)")
     _DATE = re.compile(r"^(?P<key>Date|Time):\s+(?P<value>\S+)")
     _PACKAGE = re.compile(r"^sambaflow/\S+ (?P<version>\d\S*) (?P<arch>\S+)")
-    _PLATFORM = re.compile(r"^Platform: (?P<platform>.+?)\s*$")
+    _PLATFORM = re.compile(r"^Platform: (?P<platform>\S.*)$")
 
     def __init__(self) -> None:
         self.facts: dict[str, Any] = {}
@@ -218,7 +216,7 @@ class JobScriptHeader:
         for pattern, key in ((self._MODEL, "model"), (self._PLATFORM, "platform")):
             found = pattern.match(line)
             if found is not None:
-                self.facts.setdefault(key, found[key])
+                self.facts.setdefault(key, found[key].strip())
                 return True
         found = self._DATE.match(line)
         if found is not None:
@@ -249,8 +247,9 @@ _COMMAND = re.compile(r"^COMPILE COMMAND: (?P<command>.*)$")
 _SHELL_PROMPT = re.compile(r"^\(\S+\) (?P<user>[^@\s]+)@(?P<host>[^:\s]+):\S*\$ (?P<command>.+)$")
 _SUBMITTED = re.compile(r"^Submitted batch job (?P<job>\d+)")
 _PEF_CREATED = re.compile(r"(?i)^(?:\[PLASMA\] )?pef file (?P<path>\S+) created")
-_NAMESPACE = re.compile(r"^args: Namespace\((?P<args>.*)\)\s*$")
-_NAMESPACE_ITEM = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,]*)")
+_NAMESPACE_START = "args: Namespace("
+_NAMESPACE = re.compile(r"^args: Namespace\((?P<args>.*)\)\s*$", re.S)
+_NAMESPACE_ITEM = re.compile(r"\b(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,]*)")
 
 _AMORTIZED = re.compile(r"^Amortized resources (?P<scope>\S+): (?P<figures>.*)$")
 _AMORTIZED_FIGURES = re.compile(
@@ -291,6 +290,9 @@ _MILESTONE = re.compile(
 )
 _EXPERIMENTAL = re.compile(r"^The (?P<op>\w+) operator is experimental\.")
 _PLACING_LOGS = re.compile(r"^Placing log files in (?P<path>\S+)")
+#: Lines of a job log that carry nothing of the compile: the job script's shell trace
+#: (``+ clang++ ...``, ``+ set +x``), the machine-state dump and its rule lines.
+_DECORATION = re.compile(r"^(?:\+ |[=*#-]{3,}\s*$|Machine State (?:Before|After):)")
 
 
 def partition_id(vendor_name: str) -> str:
@@ -414,6 +416,11 @@ class _CompileLogParse:
         self.app_stamps: list[tuple[str, int, str, int]] = []
         self.measurements: list[Measurement] = []
         self.script_marks: dict[str, tuple[int, int]] = {}
+        self.scopes = Scopes("compile")
+        self.pef_written_in_scope = False
+        #: Lines of the job script around the compile (header, ``Submitted batch job``,
+        #: ``Duration``): a job log whose compile step was skipped still has these.
+        self.job_lines = 0
 
     def origin(self, number: int) -> str:
         return f"{self.path}:{number}"
@@ -421,41 +428,49 @@ class _CompileLogParse:
     # -- the pass --------------------------------------------------------------------
 
     def run(self) -> Recovery:
-        for number, line in enumerate(read_lines(self.path), start=1):
-            self.feed(number, line)
+        self.lines = read_file(self.path, lambda line: self.feed(line.number, line.text), required=False)
         return self.finish()
 
-    def feed(self, number: int, line: str) -> None:
+    def feed(self, number: int, line: str) -> bool | Continue:
+        """Whether the line was this reader's (see :mod:`dfit_mlir.adapters.lines`)."""
         if self.tracebacks.feed(number, line):
             self.squeezed = None
-            return
+            return True
         found = _COMPONENT.match(line)
         if found is not None:
             self.evidence = True
             self.component_message(found["level"], found["message"])
-            return
+            return True
         found = _LEVELLED.match(line)
         if found is not None:
             self.evidence = True
             self.levelled(number, found["level"], found["message"])
-            return
+            return True
         found = _NAMED_TENSORS.match(line)
         if found is not None and self.squeezed is not None:
             self.named_tensors(number, found["side"], found["body"])
-            return
+            return True
         self.squeezed = None
         found = _BRACKETED.match(line)
         if found is not None:
             self.evidence = True
             self.bracketed(found["level"], found["component"], found["scope"], found["message"])
-            return
-        if self.current_partition is not None:
-            self.partition_context(line)
+            return True
+        in_context = self.current_partition is not None and self.partition_context(line)
         if self.header.feed(line):
-            return
-        self.script_line(number, line)
+            self.job_lines += 1
+            return True
+        return self.script_line(number, line) or in_context or _DECORATION.match(line) is not None
 
-    def script_line(self, number: int, line: str) -> None:
+    def compile_scope(self, number: int, fact: str, value: Any) -> None:
+        """A fact every compile states once: seen again, it starts the next compile of
+        the file (a console transcript of several compiles)."""
+        scope = self.scopes.current if self.scopes.all else self.scopes.open(number)
+        if fact in scope.facts:
+            scope = self.scopes.open(number)
+        scope.facts[fact] = value
+
+    def script_line(self, number: int, line: str) -> bool | Continue:
         found = _SCRIPT_MARK.match(line)
         if found is not None:
             self.evidence = True
@@ -463,9 +478,12 @@ class _CompileLogParse:
                 to_int(found["value"], self.path, number, line.strip()),
                 number,
             )
-            return
+            if found["which"] == "START":
+                self.compile_scope(number, "compile_start", number)
+            return True
         found = _SCRIPT_DURATION.match(line)
         if found is not None:
+            self.job_lines += 1
             seconds = to_int(found["value"], self.path, number, "Duration")
             self.measurements.append(
                 Measurement(
@@ -480,38 +498,53 @@ class _CompileLogParse:
                     },
                 )
             )
-            return
+            return True
         found = _COMMAND.match(line) or _SHELL_PROMPT.match(line)
         if found is not None:
             command = found["command"].strip()
             if " compile" in f" {command} ":
                 self.evidence = True
                 self.facts["command"] = command
+                self.compile_scope(number, "command", command)
                 if "host" in found.groupdict():
                     self.facts["host"] = found["host"]
-            return
+            return True
         found = _PEF_CREATED.match(line)
         if found is not None:
             self.pef_created(number, found["path"])
-            return
-        found = _NAMESPACE.match(line)
-        if found is not None:
-            self.facts["app_args"] = _namespace_items(found["args"])
-            return
+            return True
+        if line.startswith(_NAMESPACE_START):
+            return Continue(Line(number, line), line, balanced(), self.namespace)
         found = _SUBMITTED.match(line)
         if found is not None:
-            self.facts["submitted_batch_job"] = int(found["job"])
-            return
+            self.job_lines += 1
+            self.facts["submitted_batch_job"] = to_int(found["job"], self.path, number, "batch job")
+            return True
         found = LOG_ID.match(line)
         if found is not None:
             if "pef_path" in self.facts:
-                return  # a run started after the compile wrote its PEF (a compile + run SLURM output)
+                return True  # a run started after the compile wrote its PEF (a compile + run SLURM output)
             self.log_ids.append(f"[{found['user']}][{found['process']}][{found['pid']}]")
             self.facts.setdefault("runtime_log", found["log"])
-            return
+            return True
         found = APP_LOG.search(line)
         if found is not None:
             self.app_line(number, found)
+            return True
+        return False
+
+    def namespace(self, text: str, first: Line) -> None:
+        """``args: Namespace(acc_test=False, ..., command='compile', ...)``, on one line or
+        continued over many: the app's arguments; a second compile's starts its scope."""
+        found = _NAMESPACE.match(text.replace("\n", " "))
+        if found is None:
+            raise ArtifactError.at(self.path, first.number, f"unreadable arguments {echo(text)}")
+        items = _namespace_items(found["args"])
+        self.facts.setdefault("app_args", items)
+        if items.get("command") == "compile":
+            self.evidence = True
+            self.compile_scope(first.number, "app_args", items)
+            self.pef_written_in_scope = False
 
     def app_line(self, number: int, found: re.Match[str]) -> None:
         pid = int(found["pid"] or found["rank_pid"])
@@ -539,7 +572,7 @@ class _CompileLogParse:
         if found is not None:
             self.log_files.append(found["path"])
             return
-        if "pef_path" in self.facts:
+        if self.pef_written_in_scope:
             return  # the run's tasks, printing after the compile wrote its PEF
         self.messages[f"[{level}][{component}][{scope}] {message}"] += 1
 
@@ -682,6 +715,10 @@ class _CompileLogParse:
         self.evidence = True
         self.facts.setdefault("pef_path", pef_path)
         self.facts.setdefault("pef_line", number)
+        self.pef_written_in_scope = True
+        scope = self.scopes.current
+        scope.facts.setdefault("pef_path", pef_path)
+        scope.facts.setdefault("pef_line", number)
 
     def named_operator(self, name: str, number: int) -> _Operator:
         operator = self.operators.get(name)
@@ -721,18 +758,18 @@ class _CompileLogParse:
             operator.outputs = values
         operator.dim_names[side] = names
 
-    def partition_context(self, text: str) -> None:
+    def partition_context(self, text: str) -> bool:
         """Rail's warnings and buffer lines name the operators a partition serves."""
         found = _CONTEXT_OP.search(text)
         if found is None:
-            return
+            return False
         key = partition_id(found["partition"])
         partition = self.partitions.get(key)
         if partition is None:
-            return
+            return False
         partition.naming_groups.add(int(found["group"]))
         if "__" not in found["name"]:
-            return  # a buffer's own name (``tbuf1a_8_0_35187``), not an operator's
+            return True  # a buffer's own name (``tbuf1a_8_0_35187``), not an operator's
         operator = self.operators.get(found["name"])
         if operator is None:
             _, _, op_type = split_operator_name(found["name"])
@@ -743,27 +780,35 @@ class _CompileLogParse:
         if operator.partition is None:
             operator.partition = key
             operator.attributes["naming_group"] = int(found["group"])
+        return True
 
     # -- the result ------------------------------------------------------------------
 
     def finish(self) -> Recovery:
-        source = source_artifact(self.path, SambaFlowCompileLogReader.format)
+        source = source_artifact(self.path, SambaFlowCompileLogReader.format, lines=self.lines)
         if not self.evidence:
+            note = CoverageNote("compile", Coverage.NOT_EXPOSED, f"{self.path}: no compile output in this log")
+            if not self.job_lines:
+                return Recovery(backend=BACKEND, sources=(source,), coverage=(note,))
+            # A job log whose compile step was skipped: the job's own facts are still
+            # worth a bundle when no other reader finds more in the file.
             return Recovery(
                 backend=BACKEND,
                 sources=(source,),
-                coverage=(
-                    CoverageNote(
-                        "compile",
-                        Coverage.NOT_EXPOSED,
-                        f"{self.path}: no compile output in this log",
-                    ),
-                ),
+                measurements=tuple(self.measurements),
+                coverage=(note,),
+                attributes={
+                    **self.header.facts,
+                    **self.facts,
+                    "compile_status": "not in this log (the job printed no compile output)",
+                    "job_script_only": True,
+                },
             )
         failure = self.failure()
         operators = self.build_operators(failure)
         partitions = self.build_partitions(operators)
         self.compile_timing()
+        self.compile_outcomes(failure)
         attributes: dict[str, Any] = {
             **self.header.facts,
             **self.facts,
@@ -789,6 +834,10 @@ class _CompileLogParse:
             attributes["runtime_log_ids"] = self.log_ids
         if self.app_stamps:
             attributes["clock"] = CLOCK
+        if len(self.scopes.all) > 1:
+            attributes["compiles"] = [
+                {k: v for k, v in scope.items() if k != "app_args"} for scope in self.scopes.as_attribute()
+            ]
         attributes["compiler_warning_lines"] = self.warning_lines
         return Recovery(
             backend=BACKEND,
@@ -799,6 +848,33 @@ class _CompileLogParse:
             coverage=self.coverage(operators, partitions, failure),
             attributes=attributes,
         )
+
+    def compile_outcomes(self, failure: Traceback | None) -> None:
+        """One ``compile.outcome`` record per compile of the file (its scope): what it
+        was asked to build and the PEF it wrote. No time: the transcripts carry none."""
+        if not self.scopes.all:
+            self.scopes.open(1)
+        last = len(self.scopes.all) - 1
+        for index, scope in enumerate(self.scopes.all):
+            wrote = scope.facts.get("pef_path")
+            status = "succeeded" if wrote else ("failed" if failure is not None and index == last else "incomplete")
+            args = scope.facts.get("app_args") or {}
+            self.measurements.append(
+                Measurement(
+                    kind="compile",
+                    name="compile.outcome",
+                    value=None,
+                    origin=self.origin(scope.first_line),
+                    attributes={
+                        "run_scope": scope.id,
+                        "status": status,
+                        "pef_path": wrote,
+                        "pef_name": pef_stem(wrote) if wrote else None,
+                        "batch_size": args.get("batch_size"),
+                        "what": "one compile of this log: its outcome and the PEF it wrote",
+                    },
+                )
+            )
 
     def failure(self) -> Traceback | None:
         return self.tracebacks.done[-1] if self.tracebacks.done else None

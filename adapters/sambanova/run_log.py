@@ -17,11 +17,14 @@ task that logged it, and ``rank`` where the line says it (``Rank 0, PID n`` in 1
 from __future__ import annotations
 
 import ast
+import math
 import re
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+from dfit_mlir.adapters.lines import Line, Scopes, echo, read_file
 from dfit_mlir.adapters.recovery import (
     ArtifactError,
     Coverage,
@@ -42,7 +45,6 @@ from .compile_log import (
     is_job_script_head,
     is_sambatune_head,
     pef_stem,
-    read_lines,
     to_int,
     to_number,
     wall_clock_s,
@@ -69,6 +71,9 @@ _SRUN_EXIT = re.compile(
 _STEP_CANCELLED = re.compile(
     r"^slurmstepd: error: \*\*\* STEP (?P<step>\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)"
 )
+#: Lines of a run log that carry nothing of the run: the job script's shell trace, rule
+#: lines, and SLURM's "job started" banners.
+_RUN_DECORATION = re.compile(r"^(?:\+ |[=*#-]{3,}\s*$|Machine State (?:Before|After):)")
 _THROUGHPUT_CHECK = re.compile(
     r"at least (?P<expected>[\d.eE+]+), instead found (?P<found>[\d.eE+]+)"
 )
@@ -137,66 +142,87 @@ class _RunLogParse:
         self.test_results = 0
         self.steps = 0
         self.modes: set[str] = set()
+        self.scopes = Scopes()
+        self.redrawn_bars = 0
+        #: Progress bars that could not be read (cut, pasted with an ellipsis): the step
+        #: record after them is still read; the first one is kept as an example.
+        self.unreadable_bars: list[tuple[int, str]] = []
 
     def origin(self, number: int) -> str:
         return f"{self.path}:{number}"
 
     def run(self) -> Recovery:
-        for number, line in enumerate(read_lines(self.path), start=1):
-            self.feed(number, line)
+        self.lines = read_file(self.path, self.feed_line, required=False)
         return self.finish()
 
-    def feed(self, number: int, line: str) -> None:
+    def add(self, measurement: Measurement) -> None:
+        """Every record carries the run it belongs to."""
+        self.measurements.append(
+            replace(measurement, attributes={**measurement.attributes, "run_scope": self.scopes.current.id})
+        )
+
+    def feed_line(self, line: Line) -> bool:
+        if line.overwritten and _TQDM.match(line.overwritten.rsplit("\r", 1)[-1]) is not None:
+            self.redrawn_bars += 1
+        return self.feed(line.number, line.text)
+
+    def feed(self, number: int, line: str) -> bool:
         if self.tracebacks.feed(number, line):
-            return
+            return True
         app = APP_LOG.search(line)
         if app is not None:
             self.app_line(number, line, app)
-            return
+            return True
         found = RUNTIME_LINE.match(line)
         if found is not None:
             self.runtime_line(number, found)
-            return
+            return True
         found = LOG_ID.match(line)
         if found is not None:
             self.pids.add(int(found["pid"]))
             self.log_ids.append(f"[{found['user']}][{found['process']}][{found['pid']}]")
             self.facts.setdefault("runtime_log", found["log"])
-            return
+            return True
         found = _SLURM_ENV.match(line)
         if found is not None:
             self.slurm[found["key"]] = found["value"]
-            return
+            return True
         if self.header.feed(line):
-            return
-        self.other_line(number, line)
+            return True
+        return self.other_line(number, line)
 
-    def other_line(self, number: int, line: str) -> None:
+    def other_line(self, number: int, line: str) -> bool:
         found = _RUN_COMMAND.match(line)
         if found is not None:
             self.evidence = True
-            self.facts["command"] = found["command"].strip()
+            command = found["command"].strip()
+            scope = self.scopes.current if self.scopes.all else self.scopes.open(number)
+            if "command" in scope.facts:  # a second pasted run
+                scope = self.scopes.open(number)
+            scope.facts["command"] = command
+            self.facts["command"] = command
             pef = _PEF_ARGUMENT.search(found["command"])
             if pef is not None:
                 self.facts["pef_path"] = pef["path"]
-            return
+                scope.facts["pef_path"] = pef["path"]
+            return True
         found = _TEST_RESULT.match(line)
         if found is not None:
             self.test_result(number, found)
-            return
+            return True
         found = _DISTRIBUTED.match(line)
         if found is not None:
             self.distributed += 1
-            return
+            return True
         found = _USAGE_ERROR.match(line)
         if found is not None:
             self.usage_errors[(found["program"], found["message"])] += 1
-            return
+            return True
         found = _SRUN_EXIT.match(line)
         if found is not None:
             for task in _tasks(found["tasks"]):
                 self.task_exits[task] = found["status"]
-            return
+            return True
         found = _STEP_CANCELLED.match(line)
         if found is not None:
             self.facts["job_step_cancelled"] = {
@@ -204,6 +230,11 @@ class _RunLogParse:
                 "node": found["node"],
                 "at": found["at"],
             }
+            return True
+        found = _TQDM.match(line)
+        if found is not None:
+            return True  # a bar with no record after it: its figures come again on the next step line
+        return _RUN_DECORATION.match(line) is not None
 
     # -- app-logger lines: steps, the final dictionary ---------------------------------
 
@@ -242,7 +273,7 @@ class _RunLogParse:
         if loss_key not in fields:
             raise ArtifactError.at(self.path, number, "step line without a loss")
         loss = fields.pop(loss_key)
-        self.measurements.append(
+        self.add(
             Measurement(
                 kind="metric",
                 name="loss",
@@ -256,19 +287,20 @@ class _RunLogParse:
         self.tqdm(number, prefix, who)
 
     def tqdm(self, number: int, prefix: str, who: dict[str, Any]) -> None:
+        """The bar in front of a step record: its smoothed rate. A bar that cannot be
+        read (cut short, an ellipsis pasted in) loses only its own figure."""
         if not prefix.strip():
             return
-        bar = _TQDM.match(prefix)
-        if bar is None:
-            raise ArtifactError.at(self.path, number, f"unreadable progress bar {prefix.strip()!r}")
-        if bar["rate"].startswith("?"):
+        bar = _TQDM.match(prefix.strip())
+        rate = None if bar is None or bar["rate"].startswith("?") else _RATE.match(bar["rate"])
+        if bar is None or (rate is None and not bar["rate"].startswith("?")):
+            self.unreadable_bars.append((number, echo(prefix.strip())))
             return
-        rate = _RATE.match(bar["rate"])
         if rate is None:
-            raise ArtifactError.at(self.path, number, f"unreadable progress rate {bar['rate']!r}")
+            return
         value = to_number(rate["value"], self.path, number, "progress rate")
         seconds = value if rate["unit"] == "s/it" else (1.0 / value if value else None)
-        self.measurements.append(
+        self.add(
             Measurement(
                 kind="metric",
                 name="step_time",
@@ -287,11 +319,13 @@ class _RunLogParse:
         )
 
     def summary(self, number: int, message: str, who: dict[str, Any]) -> None:
+        if len(message) > 65536:
+            raise ArtifactError.at(self.path, number, f"summary dictionary of {len(message)} characters")
         try:
             figures = ast.literal_eval(message)
-        except (ValueError, SyntaxError) as error:
+        except (ValueError, SyntaxError, RecursionError, MemoryError) as error:
             raise ArtifactError.at(
-                self.path, number, f"unreadable summary dictionary: {error}"
+                self.path, number, f"unreadable summary dictionary: {type(error).__name__}: {error}"
             ) from None
         if not isinstance(figures, dict):
             return
@@ -299,9 +333,11 @@ class _RunLogParse:
         for key, value in figures.items():
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ArtifactError.at(
-                    self.path, number, f"summary figure {key!r} is not a number: {value!r}"
+                    self.path, number, f"summary figure {echo(str(key))} is not a number: {echo(repr(value))}"
                 )
-            self.measurements.append(
+            if not math.isfinite(value) or abs(value) > 1e300:
+                raise ArtifactError.at(self.path, number, f"summary figure {echo(str(key))} is not finite")
+            self.add(
                 Measurement(
                     kind="metric",
                     name=str(key),
@@ -338,7 +374,7 @@ class _RunLogParse:
             "what": "one task's test pass (tasks print unlabelled)",
         }
         self.test_results += 1
-        self.measurements.append(
+        self.add(
             Measurement(
                 kind="metric",
                 name="test_accuracy",
@@ -348,7 +384,7 @@ class _RunLogParse:
                 attributes=report,
             )
         )
-        self.measurements.append(
+        self.add(
             Measurement(
                 kind="metric",
                 name="test_loss",
@@ -361,7 +397,7 @@ class _RunLogParse:
     # -- the result ------------------------------------------------------------------
 
     def finish(self) -> Recovery:
-        source = source_artifact(self.path, SambaFlowRunLogReader.format)
+        source = source_artifact(self.path, SambaFlowRunLogReader.format, lines=self.lines)
         if not self.evidence:
             return Recovery(
                 backend=BACKEND,
@@ -398,6 +434,13 @@ class _RunLogParse:
         if self.steps:
             attributes["logged_steps"] = self.steps
             attributes["clock"] = CLOCK
+        if len(self.scopes.all) > 1:
+            attributes["runs"] = self.scopes.as_attribute()
+        if self.unreadable_bars:
+            attributes["unreadable_progress_bars"] = {
+                "count": len(self.unreadable_bars),
+                "first": list(self.unreadable_bars[0]),
+            }
         notes = [
             CoverageNote(
                 "per_program_timing",

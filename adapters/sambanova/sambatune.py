@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
+from dfit_mlir.adapters.lines import read_file
 from dfit_mlir.adapters.recovery import (
     Coverage,
     CoverageNote,
@@ -37,7 +38,6 @@ from .compile_log import (
     TracebackCollector,
     is_sambatune_head,
     pef_stem,
-    read_lines,
     to_number,
     wall_clock_s,
 )
@@ -46,7 +46,7 @@ _STEP = re.compile(
     r"^(?P<day>\d{1,2})-(?P<month>[A-Z][a-z]{2}) (?P<time>\d\d:\d\d:\d\d) - "
     r"(?P<level>Info|Warning|Error) - (?P<text>.*)$"
 )
-_OUTCOME = re.compile(r"^(?P<outcome>SUCCESS|FAILURE): (?P<step>.*?)\s*$")
+_OUTCOME = re.compile(r"^(?P<outcome>SUCCESS|FAILURE): (?P<step>.*)$")
 _MONTHS = {
     name: number
     for number, name in enumerate(
@@ -62,18 +62,20 @@ _COMPILING = "--> Compiling PEF ..."
 _PEF_NAME = re.compile(r"--pef-name[= ](?P<name>\S+)")
 _STAGE_INSTRUMENTATION = re.compile(r"--stage-instrumentation=(?P<stage>\S+)")
 _READ_PERF = re.compile(r"read_perf_counters -p (?P<pef>\S+)")
-_COUNTERS_SAVED = re.compile(r"^Instrumentation, DDR, PCIE counters saved to (?P<path>\S+?)\.?\s*$")
+_COUNTERS_SAVED = re.compile(r"^Instrumentation, DDR, PCIE counters saved to (?P<path>\S+)")
 _HOST_TABLE = re.compile(r"^=+\s+Host Info\s+=+$")
-_TABLE_ROW = re.compile(r"^(?P<key>\w+)\s+: (?P<value>.*?)\s*$")
+_TABLE_ROW = re.compile(r"^(?P<key>\w+)\s+: (?P<value>.*)$")
 _RUNNING_ON = re.compile(r"^SambaTune is running on (?P<platform>\w+)\.")
 _YEAR_STAMP = re.compile(r"(?P<year>\d{4})-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
 _ENVIRONMENT = re.compile(
     r"^(?P<action>Export|Unset) environment variable (?P<name>\w+)(?:=(?P<value>.*))?$"
 )
-_REPORT = re.compile(r"^(?:--> Wrote (?P<what>.+?) to|See (?P<see>.+?) in) (?P<path>\S+)\s*$")
-_ELAPSED = re.compile(r"^Elapsed time: (?P<seconds>\S+?)s\s*$")
+_REPORT = re.compile(r"^(?:--> Wrote (?P<what>.+) to|See (?P<see>.+) in) (?P<path>\S+)\s*$")
+_ELAPSED = re.compile(r"^Elapsed time: (?P<seconds>[^s\s]+)s\s*$")
 _SNCONFIG_OUTPUT = re.compile(r"^Output JSON file: (?P<path>\S+)")
 #: Lines in which SambaTune says it could not find or do something.
+#: Rule lines and banners around SambaTune's tables and steps (decoration).
+_TUNE_DECORATION = re.compile(r"^(?:[=*#-]{3,}\s*$|\+ )")
 _SHORTFALL = re.compile(
     r"^(?:Could not find|Cannot find|Error while|Getting .* FAILED|Instrumentation, Benchmarking)"
 )
@@ -144,29 +146,27 @@ class _SambaTuneParse:
         return f"{self.path}:{number}"
 
     def run(self) -> Recovery:
-        for number, line in enumerate(read_lines(self.path), start=1):
-            self.feed(number, line)
+        self.lines = read_file(self.path, lambda line: self.feed(line.number, line.text), required=False)
         return self.finish()
 
-    def feed(self, number: int, line: str) -> None:
+    def feed(self, number: int, line: str) -> bool:
         if self.tracebacks.feed(number, line):
-            return
+            return True
         if self.expect is not None and line.strip():
             self.expected(number, line.strip())
-            return
+            return True
         found = _STEP.match(line)
         if found is not None:
-            self.step(number, found)
-            return
+            return self.step(number, found)
         if self.in_host_table:
             row = _TABLE_ROW.match(line)
             if row is not None:
-                self.host[row["key"]] = row["value"]
+                self.host[row["key"]] = row["value"].strip()
                 self.note_year(row["value"])
-                return
+                return True
             if not line.strip() and self.host:
                 self.in_host_table = False
-        if line == _RUNNING_COMMAND:
+        if line.strip() == _RUNNING_COMMAND:
             self.expect = "command"
         elif line.startswith(_COMPILING):
             self.compiles.append(
@@ -176,7 +176,8 @@ class _SambaTuneParse:
         elif _HOST_TABLE.match(line):
             self.in_host_table = True
         else:
-            self.other_line(number, line)
+            return self.other_line(number, line)
+        return True
 
     def expected(self, number: int, command: str) -> None:
         """The line after ``*** Running command ***:`` or ``--> Compiling PEF ...``."""
@@ -189,14 +190,14 @@ class _SambaTuneParse:
                 self.perf_reads.append({"pef": read["pef"], "line": number})
         self.expect = None
 
-    def step(self, number: int, found: re.Match[str]) -> None:
+    def step(self, number: int, found: re.Match[str]) -> bool:
         month = _MONTHS.get(found["month"])
         if month is None:
-            return
+            return False
         step = _Step(number, int(found["day"]), month, found["time"], found["level"], found["text"])
         outcome = _OUTCOME.match(found["text"])
         if outcome is not None:
-            step.outcome, step.name = outcome["outcome"], outcome["step"]
+            step.outcome, step.name = outcome["outcome"], outcome["step"].strip()
             self.steps.append(step)
             self.close_compile(len(self.steps) - 1)
         elif (
@@ -207,6 +208,7 @@ class _SambaTuneParse:
             self.steps[-1].messages.append(found["text"].removeprefix("Message: "))
         else:
             self.steps.append(step)
+        return True
 
     def close_compile(self, index: int) -> None:
         """``SUCCESS: Execute Compile <pef-name>`` ends the open compile block."""
@@ -216,8 +218,10 @@ class _SambaTuneParse:
                 block.done_step = index
                 return
 
-    def other_line(self, number: int, line: str) -> None:
+    def other_line(self, number: int, line: str) -> bool:
         found = _INVOCATION.search(line)
+        if found is not None and "command" in self.facts:
+            return True  # the same invocation echoed again
         if found is not None and "command" not in self.facts:
             self.facts["command"] = found["command"].strip()
             self.facts["config"] = found["config"]
@@ -227,39 +231,39 @@ class _SambaTuneParse:
             root = _ARTIFACT_ROOT.search(found["options"])
             if root is not None:
                 self.facts["artifact_root"] = root["root"]
-            return
+            return True
         found = RUNTIME_LINE.match(line)
         if found is not None:
             self.runtime_line(number, found)
-            return
+            return True
         found = LOG_ID.match(line)
         if found is not None:
             self.log_ids.append(f"[{found['user']}][{found['process']}][{found['pid']}]")
-            return
+            return True
         found = _COUNTERS_SAVED.match(line)
         if found is not None:
             if self.perf_reads and "saved_to" not in self.perf_reads[-1]:
-                self.perf_reads[-1]["saved_to"] = found["path"]
-            return
+                self.perf_reads[-1]["saved_to"] = found["path"].rstrip(".")
+            return True
         found = _RUNNING_ON.match(line)
         if found is not None:
             self.facts["platform"] = found["platform"]
-            return
+            return True
         found = _ENVIRONMENT.match(line)
         if found is not None:
             value = (found["value"] or "").rstrip(",")
             self.environment.append(
                 f"{found['action'].lower()} {found['name']}" + (f"={value}" if value else "")
             )
-            return
+            return True
         found = _REPORT.match(line)
         if found is not None:
             self.reports.append({"what": found["what"] or found["see"], "path": found["path"]})
-            return
+            return True
         found = _SNCONFIG_OUTPUT.match(line)
         if found is not None:
             self.snconfig_outputs.append(found["path"])
-            return
+            return True
         found = _ELAPSED.match(line)
         if found is not None:
             seconds = to_number(found["seconds"], self.path, number, "Elapsed time")
@@ -273,9 +277,11 @@ class _SambaTuneParse:
                     origin=self.origin(number),
                 )
             )
-            return
+            return True
         if _SHORTFALL.match(line):
             self.shortfalls[line.strip()] += 1
+            return True
+        return _TUNE_DECORATION.match(line) is not None
 
     def runtime_line(self, number: int, found: re.Match[str]) -> None:
         self.note_year(found["stamp"])
@@ -411,7 +417,7 @@ class _SambaTuneParse:
             )
         return Recovery(
             backend=BACKEND,
-            sources=(source_artifact(self.path, SambaTuneLogReader.format),),
+            sources=(source_artifact(self.path, SambaTuneLogReader.format, lines=self.lines),),
             measurements=tuple(compiles + self.sessions + self.measurements),
             coverage=tuple(notes),
             attributes=attributes,
