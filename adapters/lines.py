@@ -60,7 +60,8 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 #: may be cut, ``[…]``); every quantifier bounded, so it is linear on any line.
 PROGRESS_BAR = re.compile(
     r"^(?P<label>[^|\r\n]{0,200}?):?\s{0,8}(?P<percent>\d{1,3})%\|(?P<bar>[^|]{0,400})\|"
-    r"\s{0,8}(?P<done>\d{1,12})/(?P<total>\d{1,12}|\?)\s{0,8}(?P<bracket>\[[^\]\[]{0,200}\]|\[…\])?"
+    r"\s{0,8}(?P<done>[\d.]{1,20}[kMGTP]?)/(?P<total>[\d.]{1,20}[kMGTP]?|\?)\s{0,8}"
+    r"(?P<bracket>\[[^\]\[]{0,200}\]|\[…\])?"
 )
 
 

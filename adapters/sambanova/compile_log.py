@@ -34,6 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
 from dfit_mlir.adapters.lines import (
+    PROGRESS_BAR,
     Continue,
     Line,
     Scopes,
@@ -229,6 +230,105 @@ class JobScriptHeader:
         return False
 
 
+def python_warning_echo(number: int, line: str, found: re.Match[str]) -> bool | Continue:
+    """An app-logger ``py.warnings`` record is followed by the source line Python echoes
+    (indented): taken with it."""
+    if found["logger"] != "py.warnings":
+        return True
+    return Continue(
+        Line(number, line), line, lambda joined: "\n" in joined, lambda joined, first: None,
+        belongs=lambda follow: follow.text.startswith((" ", "\t")),
+    )
+
+
+class ConsoleNoise:
+    """What SambaFlow job logs wrap around compiles and runs, read once for every
+    SambaFlow console reader (each calls :meth:`feed` for the lines its own rules did not
+    take). Facts kept (under ``attributes["console"]``): the machine's component
+    inventory (how many, which are not present/online), the job's environment variable
+    names, Python warnings by category, framework versions, framework log lines, job-script
+    shell errors. Decoration (consumed, carries nothing): banners and section titles, the
+    ``apt`` banner, progress bars with no record after them (downloads), the source
+    locations rail prints under its warnings, transformers' weight-initialisation notices,
+    an argparse ``usage:`` line (its ``error:`` line is read by the run reader)."""
+
+    _INVENTORY_ROW = re.compile(
+        r"^(?P<component>/NODE/[^\s|]+)\s*\|(?P<serial>[^|]*)\|(?P<state>[^|]*)\|(?P<function>.*)$"
+    )
+    _ENVIRONMENT = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)=")
+    _PY_WARNING = re.compile(r"^\S+:\d+: (?P<category>[A-Z]\w*): ")
+    _FRAMEWORK = re.compile(r"^(?P<framework>PyTorch|TensorFlow) version (?P<version>\S+) available\.")
+    _FRAMEWORK_LOG = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] \S+\] ")
+    _SHELL_ERROR = re.compile(r"^/\S+: \d+: (?P<message>.*)$")
+    _DECORATION = re.compile(
+        r"^(?:Physical Inventory:|Component Name\s+\||WARNING: apt does not have a stable CLI interface"
+        r"|Listing\.\.\.|Machine [Ss]tate (?:Before|After):|RUN\s*$|=+ .* =+\s*$|[=*#-]{3,}\s*$|\+ "
+        r"|(?:ctx|pmu|tbuffer): \S+ \S+:\d+:\d+|(?:/|\.\./)\S+\.(?:cpp|cc|h|hpp):\d+:\d+\s*$"
+        r"|Some weights of |You should probably TRAIN|- This IS (?:NOT )?expected if"
+        r"|To enable them in other operations, rebuild TensorFlow|import blocksparse tasks from "
+        r"|usage: \S+ \[-h\]|srun: (?:Terminating job step|Force Terminated job step|Job step aborted))"
+    )
+
+    def __init__(self) -> None:
+        self.facts: dict[str, Any] = {}
+
+    def feed(self, line: Line) -> bool | Continue:
+        text = line.text
+        if not text.strip():
+            return True
+        found = self._INVENTORY_ROW.match(text)
+        if found is not None:
+            inventory = self.facts.setdefault("machine_inventory", {"components": 0, "not_online": []})
+            inventory["components"] += 1
+            state, function = found["state"].strip(), found["function"].strip()
+            if (state, function) != ("Present", "Online") and len(inventory["not_online"]) < 50:
+                inventory["not_online"].append([found["component"], state, function])
+            return True
+        if self._DECORATION.match(text) is not None or PROGRESS_BAR.match(text.strip()) is not None:
+            return True
+        found = self._PY_WARNING.match(text)
+        if found is not None:
+            warnings = self.facts.setdefault("python_warnings", {})
+            warnings[found["category"]] = warnings.get(found["category"], 0) + 1
+            # The message may go on over one line and Python echoes the source line
+            # (indented) after it.
+            return Continue(
+                line, text, lambda joined: joined.count("\n") >= 3, lambda joined, first: None, belongs=_warning_tail
+            )
+        found = self._FRAMEWORK.match(text)
+        if found is not None:
+            self.facts.setdefault("framework_versions", {})[found["framework"]] = found["version"]
+            return True
+        if self._FRAMEWORK_LOG.match(text) is not None:
+            self.facts["framework_log_lines"] = self.facts.get("framework_log_lines", 0) + 1
+            return True
+        found = self._ENVIRONMENT.match(text)
+        if found is not None:
+            names = self.facts.setdefault("environment_variables", [])
+            if len(names) < 500:
+                names.append(found["name"])
+            return True
+        found = self._SHELL_ERROR.match(text)
+        if found is not None:
+            self.facts.setdefault("job_script_errors", []).append(f"{line.number}: {found['message'][:300]}")
+            return True
+        return False
+
+
+def _warning_tail(line: Line) -> bool:
+    """A line that continues a Python warning: the indented source line, or the second
+    line of its message (which starts neither a record nor a path)."""
+    text = line.text
+    if text.startswith((" ", "\t")):
+        return True
+    return (
+        bool(text)
+        and not text.startswith(("[", "/", "(", "*", "Traceback", "Log ID", "Distributed", "Test ", "RUN"))
+        and not text[:1].isdigit()
+        and ": " not in text[:40]
+    )
+
+
 # --- the compile log -------------------------------------------------------------------
 
 #: ``[info    ]: msg`` / ``[warning ]: msg`` / ``[info    ] : PEF file ...`` (1.17, 1.19),
@@ -290,9 +390,12 @@ _MILESTONE = re.compile(
 )
 _EXPERIMENTAL = re.compile(r"^The (?P<op>\w+) operator is experimental\.")
 _PLACING_LOGS = re.compile(r"^Placing log files in (?P<path>\S+)")
-#: Lines of a job log that carry nothing of the compile: the job script's shell trace
-#: (``+ clang++ ...``, ``+ set +x``), the machine-state dump and its rule lines.
-_DECORATION = re.compile(r"^(?:\+ |[=*#-]{3,}\s*$|Machine State (?:Before|After):)")
+#: Compiler narration with nothing to record (the 2021 console's PLASMA launch line,
+#: its pass iteration counts): decoration.
+_COMPILER_NOTES = re.compile(
+    r"^(?:\[(?:info|Info)\s*\] (?:\[PLASMA\] Launching|Run A Round of|We run \d+ iterations)"
+    r"|\}\s*$)"  # the end of an op a warning printed over several lines
+)
 
 
 def partition_id(vendor_name: str) -> str:
@@ -417,6 +520,7 @@ class _CompileLogParse:
         self.measurements: list[Measurement] = []
         self.script_marks: dict[str, tuple[int, int]] = {}
         self.scopes = Scopes("compile")
+        self.noise = ConsoleNoise()
         self.pef_written_in_scope = False
         #: Lines of the job script around the compile (header, ``Submitted batch job``,
         #: ``Duration``): a job log whose compile step was skipped still has these.
@@ -460,7 +564,12 @@ class _CompileLogParse:
         if self.header.feed(line):
             self.job_lines += 1
             return True
-        return self.script_line(number, line) or in_context or _DECORATION.match(line) is not None
+        return (
+            self.script_line(number, line)
+            or in_context
+            or _COMPILER_NOTES.match(line) is not None
+            or self.noise.feed(Line(number, line))
+        )
 
     def compile_scope(self, number: int, fact: str, value: Any) -> None:
         """A fact every compile states once: seen again, it starts the next compile of
@@ -530,7 +639,7 @@ class _CompileLogParse:
         found = APP_LOG.search(line)
         if found is not None:
             self.app_line(number, found)
-            return True
+            return python_warning_echo(number, line, found)
         return False
 
     def namespace(self, text: str, first: Line) -> None:
@@ -834,6 +943,8 @@ class _CompileLogParse:
             attributes["runtime_log_ids"] = self.log_ids
         if self.app_stamps:
             attributes["clock"] = CLOCK
+        if self.noise.facts:
+            attributes["console"] = self.noise.facts
         if len(self.scopes.all) > 1:
             attributes["compiles"] = [
                 {k: v for k, v in scope.items() if k != "app_args"} for scope in self.scopes.as_attribute()

@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dfit_mlir.adapters.lines import Line, Scopes, echo, read_file
+from dfit_mlir.adapters.lines import Continue, Line, Scopes, echo, read_file
 from dfit_mlir.adapters.recovery import (
     ArtifactError,
     Coverage,
@@ -40,11 +40,13 @@ from .compile_log import (
     CLOCK,
     LOG_ID,
     RUNTIME_LINE,
+    ConsoleNoise,
     JobScriptHeader,
     TracebackCollector,
     is_job_script_head,
     is_sambatune_head,
     pef_stem,
+    python_warning_echo,
     to_int,
     to_number,
     wall_clock_s,
@@ -71,9 +73,6 @@ _SRUN_EXIT = re.compile(
 _STEP_CANCELLED = re.compile(
     r"^slurmstepd: error: \*\*\* STEP (?P<step>\S+) ON (?P<node>\S+) CANCELLED AT (?P<at>\S+)"
 )
-#: Lines of a run log that carry nothing of the run: the job script's shell trace, rule
-#: lines, and SLURM's "job started" banners.
-_RUN_DECORATION = re.compile(r"^(?:\+ |[=*#-]{3,}\s*$|Machine State (?:Before|After):)")
 _THROUGHPUT_CHECK = re.compile(
     r"at least (?P<expected>[\d.eE+]+), instead found (?P<found>[\d.eE+]+)"
 )
@@ -143,6 +142,7 @@ class _RunLogParse:
         self.steps = 0
         self.modes: set[str] = set()
         self.scopes = Scopes()
+        self.noise = ConsoleNoise()
         self.redrawn_bars = 0
         #: Progress bars that could not be read (cut, pasted with an ellipsis): the step
         #: record after them is still read; the first one is kept as an example.
@@ -161,18 +161,18 @@ class _RunLogParse:
             replace(measurement, attributes={**measurement.attributes, "run_scope": self.scopes.current.id})
         )
 
-    def feed_line(self, line: Line) -> bool:
+    def feed_line(self, line: Line) -> bool | Continue:
         if line.overwritten and _TQDM.match(line.overwritten.rsplit("\r", 1)[-1]) is not None:
             self.redrawn_bars += 1
         return self.feed(line.number, line.text)
 
-    def feed(self, number: int, line: str) -> bool:
+    def feed(self, number: int, line: str) -> bool | Continue:
         if self.tracebacks.feed(number, line):
             return True
         app = APP_LOG.search(line)
         if app is not None:
             self.app_line(number, line, app)
-            return True
+            return python_warning_echo(number, line, app)
         found = RUNTIME_LINE.match(line)
         if found is not None:
             self.runtime_line(number, found)
@@ -191,7 +191,7 @@ class _RunLogParse:
             return True
         return self.other_line(number, line)
 
-    def other_line(self, number: int, line: str) -> bool:
+    def other_line(self, number: int, line: str) -> bool | Continue:
         found = _RUN_COMMAND.match(line)
         if found is not None:
             self.evidence = True
@@ -234,7 +234,7 @@ class _RunLogParse:
         found = _TQDM.match(line)
         if found is not None:
             return True  # a bar with no record after it: its figures come again on the next step line
-        return _RUN_DECORATION.match(line) is not None
+        return self.noise.feed(Line(number, line))
 
     # -- app-logger lines: steps, the final dictionary ---------------------------------
 
@@ -436,6 +436,8 @@ class _RunLogParse:
             attributes["clock"] = CLOCK
         if len(self.scopes.all) > 1:
             attributes["runs"] = self.scopes.as_attribute()
+        if self.noise.facts:
+            attributes["console"] = self.noise.facts
         if self.unreadable_bars:
             attributes["unreadable_progress_bars"] = {
                 "count": len(self.unreadable_bars),

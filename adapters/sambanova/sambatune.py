@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dfit_mlir.adapters.lines import read_file
+from dfit_mlir.adapters.lines import Continue, Line, read_file
 from dfit_mlir.adapters.recovery import (
     Coverage,
     CoverageNote,
@@ -35,6 +35,7 @@ from .compile_log import (
     CLOCK,
     LOG_ID,
     RUNTIME_LINE,
+    ConsoleNoise,
     TracebackCollector,
     is_sambatune_head,
     pef_stem,
@@ -74,10 +75,20 @@ _REPORT = re.compile(r"^(?:--> Wrote (?P<what>.+) to|See (?P<see>.+) in) (?P<pat
 _ELAPSED = re.compile(r"^Elapsed time: (?P<seconds>[^s\s]+)s\s*$")
 _SNCONFIG_OUTPUT = re.compile(r"^Output JSON file: (?P<path>\S+)")
 #: Lines in which SambaTune says it could not find or do something.
-#: Rule lines and banners around SambaTune's tables and steps (decoration).
-_TUNE_DECORATION = re.compile(r"^(?:[=*#-]{3,}\s*$|\+ )")
+#: SambaTune narrating the pipeline whose steps its step lines record, and pointing at
+#: its UI: decoration.
+_NARRATION = re.compile(
+    r"^(?:No plugins available at this time|Retrieving |Arguments preparation was finished"
+    r"|Compilation was finished|Postprocessing was finished|Generating Web UI files|Web UI files generation"
+    r"|To launch the Sambatune-UI|\$ sambatune_ui |Point your browser to|Reading performance counters"
+    r"|--> \S+ instrumented and run successfully|bash \S+\.sh\s*$|\S+\.py: error: )"
+)
+#: ``[Info][SAMBA][Default] # Successfully tore down SambaRuntime context``: the runtime
+#: tearing down a session; counted by message.
+_BRACKETED_RUNTIME = re.compile(r"^\[\w+\]\[\w+\]\[\w+\] # (?P<message>.*)$")
 _SHORTFALL = re.compile(
-    r"^(?:Could not find|Cannot find|Error while|Getting .* FAILED|Instrumentation, Benchmarking)"
+    r"^(?:Could not find|Cannot find|Error while|Getting .{0,200} FAILED|Instrumentation, Benchmarking"
+    r"|Read file failed)"
 )
 
 
@@ -141,6 +152,8 @@ class _SambaTuneParse:
         self.year: int | None = None
         self.expect: str | None = None
         self.in_host_table = False
+        self.noise = ConsoleNoise()
+        self.runtime_messages: dict[str, int] = {}
 
     def origin(self, number: int) -> str:
         return f"{self.path}:{number}"
@@ -149,7 +162,7 @@ class _SambaTuneParse:
         self.lines = read_file(self.path, lambda line: self.feed(line.number, line.text), required=False)
         return self.finish()
 
-    def feed(self, number: int, line: str) -> bool:
+    def feed(self, number: int, line: str) -> bool | Continue:
         if self.tracebacks.feed(number, line):
             return True
         if self.expect is not None and line.strip():
@@ -218,7 +231,7 @@ class _SambaTuneParse:
                 block.done_step = index
                 return
 
-    def other_line(self, number: int, line: str) -> bool:
+    def other_line(self, number: int, line: str) -> bool | Continue:
         found = _INVOCATION.search(line)
         if found is not None and "command" in self.facts:
             return True  # the same invocation echoed again
@@ -281,7 +294,13 @@ class _SambaTuneParse:
         if _SHORTFALL.match(line):
             self.shortfalls[line.strip()] += 1
             return True
-        return _TUNE_DECORATION.match(line) is not None
+        if _NARRATION.match(line) is not None:
+            return True
+        found = _BRACKETED_RUNTIME.match(line)
+        if found is not None:
+            self.runtime_messages[found["message"]] = self.runtime_messages.get(found["message"], 0) + 1
+            return True
+        return self.noise.feed(Line(number, line))
 
     def runtime_line(self, number: int, found: re.Match[str]) -> None:
         self.note_year(found["stamp"])
@@ -395,6 +414,8 @@ class _SambaTuneParse:
             ("snconfig_outputs", self.snconfig_outputs),
             ("shortfalls", dict(self.shortfalls)),
             ("runtime_log_ids", self.log_ids),
+            ("runtime_messages", self.runtime_messages),
+            ("console", self.noise.facts),
             ("exceptions", [t.as_attribute() for t in self.tracebacks.done]),
         ):
             if value:
