@@ -203,9 +203,10 @@ def reconstruct(dumps: tuple[Path, ...], backend: str, output: Path) -> None:
 
     summary = reconstruct_bundle(list(dumps), output, backend)
     recovered = summary["recovered"]
+    groups = f" (in {recovered['partition_groups']} groups)" if recovered.get("partition_groups") else ""
     click.echo(f"wrote {output}: {summary['backend']} ({'detected' if summary['detected'] else 'given'}), "
                f"{recovered['operators']} operators, {recovered['tensors']} tensors, {recovered['partitions']} "
-               f"partitions, {recovered['measurements']} measurements from {len(summary['sources'])} file(s)")
+               f"partitions{groups}, {recovered['measurements']} measurements from {len(summary['sources'])} file(s)")
     for aspect, status in summary["coverage"].items():
         click.echo(f"  {aspect:<22} {status}")
     unparsed = summary.get("lines", {}).get("unparsed", 0)

@@ -37,6 +37,8 @@ from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.event_pipeline import EventPipeline, EventRow, Policy
 
 STAGE = "reconstructed"
+#: Partition kinds that group other partitions rather than run ops themselves.
+PARTITION_GROUP_KINDS = frozenset({"section"})
 
 
 def reconstruct_bundle(paths: Sequence[Path], bundle: Path, backend: str | Adapter = "auto") -> dict[str, Any]:
@@ -69,8 +71,11 @@ def reconstruct_bundle(paths: Sequence[Path], bundle: Path, backend: str | Adapt
                   "consumed": sum(a["consumed"] for a in lines.values()),
                   "unparsed": sum(a["unparsed"] for a in lines.values()),
                   "files_with_unparsed": sum(1 for a in lines.values() if a["unparsed"])},
+        # Section groups (SambaFlow's Plasma units) group partitions: not partitions.
         "recovered": {"operators": len(recovery.operators), "tensors": len(recovery.tensors),
-                      "partitions": len(recovery.partitions), "measurements": len(recovery.measurements)},
+                      "partitions": sum(1 for p in recovery.partitions if p.kind not in PARTITION_GROUP_KINDS),
+                      "partition_groups": sum(1 for p in recovery.partitions if p.kind in PARTITION_GROUP_KINDS),
+                      "measurements": len(recovery.measurements)},
         "coverage": coverage["aspects"],
     }
     session = uuid.uuid4().hex[:12]

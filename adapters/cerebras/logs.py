@@ -155,7 +155,8 @@ def _versions(message: str) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     start = 0
     while (at := message.find(_VERSION_MARK, start)) >= 0:
-        who = message[max(message.rfind(",", 0, at), message.rfind(":", 0, at)) + 1 : at].strip()
+        # Search back no further than the previous mark: linear over the whole line.
+        who = message[max(message.rfind(",", start, at), message.rfind(":", start, at), start - 1) + 1 : at].strip()
         version = _VERSION_NUMBER_RE.match(message, at + len(_VERSION_MARK))
         if who and version is not None and who.replace(" ", "").isalpha():
             found.append((who, version.group(0)))
