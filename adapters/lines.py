@@ -93,8 +93,9 @@ def clean(text: str) -> tuple[str, str]:
     overwritten = ""
     if "\r" in text:
         pieces = text.split("\r")
-        shown = [i for i, piece in enumerate(pieces) if piece.strip()]
-        last = shown[-1] if shown else len(pieces) - 1
+        last = len(pieces) - 1
+        while last > 0 and not pieces[last].strip():
+            last -= 1
         overwritten = "\r".join(pieces[:last])
         text = pieces[last]
     if _CONTROL.search(text):
