@@ -28,7 +28,7 @@ from __future__ import annotations
 import ast
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
@@ -571,6 +571,11 @@ class _CompileLogParse:
             or self.noise.feed(Line(number, line))
         )
 
+    def add(self, measurement: Measurement) -> None:
+        """Every record carries the compile (scope) of the file it belongs to."""
+        scope = measurement.attributes.get("run_scope") or (self.scopes.current.id if self.scopes.all else "compile0")
+        self.measurements.append(replace(measurement, attributes={**measurement.attributes, "run_scope": scope}))
+
     def compile_scope(self, number: int, fact: str, value: Any) -> None:
         """A fact every compile states once: seen again, it starts the next compile of
         the file (a console transcript of several compiles)."""
@@ -594,7 +599,7 @@ class _CompileLogParse:
         if found is not None:
             self.job_lines += 1
             seconds = to_int(found["value"], self.path, number, "Duration")
-            self.measurements.append(
+            self.add(
                 Measurement(
                     kind="metric",
                     name="job_script.duration",
@@ -736,7 +741,7 @@ class _CompileLogParse:
             ),
         )
         for name, value, unit, text in estimates:
-            self.measurements.append(
+            self.add(
                 Measurement(
                     kind="metric",
                     name=f"amortized.{name}",
@@ -970,7 +975,7 @@ class _CompileLogParse:
             wrote = scope.facts.get("pef_path")
             status = "succeeded" if wrote else ("failed" if failure is not None and index == last else "incomplete")
             args = scope.facts.get("app_args") or {}
-            self.measurements.append(
+            self.add(
                 Measurement(
                     kind="compile",
                     name="compile.outcome",
@@ -1139,7 +1144,7 @@ class _CompileLogParse:
     def compile_timing(self) -> None:
         start, end = self.script_marks.get("START"), self.script_marks.get("END")
         if start is not None and end is not None:
-            self.measurements.append(
+            self.add(
                 Measurement(
                     kind="compile",
                     name="compile.duration",
@@ -1157,7 +1162,7 @@ class _CompileLogParse:
         finished = [s for s in self.app_stamps if s[2].startswith("NLP app finished")]
         if started and finished:
             begin, stop = wall_clock_s(started[0][0]), wall_clock_s(finished[-1][0])
-            self.measurements.append(
+            self.add(
                 Measurement(
                     kind="compile",
                     name="compile.phase",
