@@ -325,9 +325,7 @@ def read_file(path: Path, feed: Feed, *, blank_consumed: bool = True, required: 
 
 def _reason(error: ArtifactError) -> str:
     """The message of an error raised for one line, without its ``path:line:`` prefix."""
-    text = str(error)
-    head, sep, rest = text.partition(": ")
-    return rest if sep and (":" in head or "/" in head) else text
+    return str(getattr(error, "reason", None) or error)[:MAX_ECHO * 3]
 
 
 # --- scopes -------------------------------------------------------------------------

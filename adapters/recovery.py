@@ -45,7 +45,10 @@ class ArtifactError(InvalidInputError):
         where = f"{path}:{line}" if line is not None else str(path)
         if len(message) > cls.MAX_MESSAGE:
             message = message[: cls.MAX_MESSAGE] + "…"
-        return cls(f"{where}: {message}")
+        error = cls(f"{where}: {message}")
+        #: The message without its ``path:line:`` (what a line account lists).
+        error.reason = message
+        return error
 
 
 @dataclass(frozen=True)

@@ -390,9 +390,11 @@ HUGE_LINE_FILES: dict[str, tuple[type, str, str]] = {
                      "2024-04-08 04:11:19,206 INFO:   {}\n{}\n"),
     "cerebras-report": (CompileReportReader, "compile_report.txt",
                         "Estimated Overall Performance\nSamples/s:   5.0\n{}\n"),
-    "sambaflow-compile": (SambaFlowCompileLogReader, "compile.out", "COMPILE START AT 0\n{}\n[info    ]: {}\n"),
+    "sambaflow-compile": (SambaFlowCompileLogReader, "compile.out",
+                          "COMPILE START AT 0\n[info    ]: Logs are generated in /x for partition_1_0_.\n"
+                          "{}\n[info    ]: {}\n[warning ]: {}\n"),
     "sambaflow-run": (SambaFlowRunLogReader, "run.out",
-                      "RUN COMMAND: srun python app.py run\n{}\n"
+                      "RUN COMMAND: srun python app.py run {}\n{}\n"
                       "2024-04-07 09:58:11,226 - t - Process ID 7 - info     - {}\n"),
     "sambatune": (SambaTuneLogReader, "tune.log",
                   "19-Sep 17:39:30 - Info - SUCCESS: Save Configuration File\n{}\n"
@@ -404,6 +406,9 @@ HOSTILE: dict[str, Callable[[int], str]] = {
     "words": lambda n: ("Ab semantic version: 1 x=" * (n // 25 + 1))[:n],
     "fields": lambda n: ("| a: 1, b=2 (c:3) " * (n // 18 + 1))[:n],
     "digits": lambda n: ("1 " * (n // 2 + 1))[:n],
+    # rail buffer-context chains, repeated --pef= arguments, task lists
+    "chains": lambda n: ("partition_1_0_.a." * (n // 17 + 1))[:n],
+    "arguments": lambda n: ("--pef=--pef " * (n // 12 + 1))[:n],
 }
 
 

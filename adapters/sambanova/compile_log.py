@@ -95,16 +95,20 @@ _STAMP = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})[ T](\d{1,2}):(\d\d):(\d\d)(?:[
 CLOCK = "log wall clock, no time zone logged: read as UTC"
 
 
-def wall_clock_s(stamp: str) -> float:
-    """Seconds since the epoch of a wall-clock stamp (see :data:`CLOCK`)."""
+def wall_clock_s(stamp: str, path: Path | str = "<log>", line: int | None = None) -> float:
+    """Seconds since the epoch of a wall-clock stamp (see :data:`CLOCK`); a stamp that
+    is no date (month 13, hour 25) raises :class:`ArtifactError` naming the line."""
     found = _STAMP.match(stamp)
     if found is None:
-        raise ValueError(f"not a date-time stamp: {stamp!r}")
+        raise ArtifactError.at(path, line, f"not a date-time stamp: {echo(stamp)}")
     year, month, day, hour, minute, second, fraction = found.groups()
     micro = int((fraction or "0").ljust(6, "0"))
-    moment = datetime(
-        int(year), int(month), int(day), int(hour), int(minute), int(second), micro, tzinfo=UTC
-    )
+    try:
+        moment = datetime(
+            int(year), int(month), int(day), int(hour), int(minute), int(second), micro, tzinfo=UTC
+        )
+    except ValueError as error:
+        raise ArtifactError.at(path, line, f"date-time stamp {echo(stamp)} is no date ({error})") from None
     return moment.timestamp()
 
 
@@ -382,7 +386,7 @@ _PARTITION_NAME = re.compile(r"^partition_(?P<index>\d+)_(?P<sub>\d+)_?$")
 #: A rail buffer context named after the operator it serves:
 #: ``partition_9_0_.HfTransformerSamba.partition_9_0_.naming_group_27_<op name>.tbuf...``.
 _CONTEXT_OP = re.compile(
-    r"(?P<partition>partition_\d+_\d+_)\.(?:(?!naming_group_)[A-Za-z]\w*\.)*"
+    r"(?P<partition>partition_\d+_\d+_)\.(?:(?!naming_group_)[A-Za-z]\w{0,200}\.){0,16}"
     r"naming_group_(?P<group>\d+)_(?P<name>\w+)"
 )
 _MILESTONE = re.compile(
@@ -661,6 +665,7 @@ class _CompileLogParse:
             self.pef_written_in_scope = False
 
     def app_line(self, number: int, found: re.Match[str]) -> None:
+        wall_clock_s(found["stamp"], self.path, number)  # a stamp that is no date: this line's problem
         pid = int(found["pid"] or found["rank_pid"])
         message = found["message"].strip()
         if "compile mode" in message:

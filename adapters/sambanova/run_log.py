@@ -61,7 +61,7 @@ _TQDM = re.compile(
 _RATE = re.compile(r"^(?P<value>[\d.]+)(?P<unit>s/it|it/s)$")
 _STEP_FIELD = re.compile(r"^(?P<key>\w+):(?P<value>\S*)$")
 _RUN_COMMAND = re.compile(r"^RUN COMMAND: (?P<command>.*)$")
-_PEF_ARGUMENT = re.compile(r"--pef[= ](?P<path>\S+\.pef)")
+_PEF_ARGUMENT = re.compile(r"--pef[= ](?P<path>\S{1,4096})")
 _SLURM_ENV = re.compile(r"^(?P<key>SLURM_\w+)=(?P<value>.*)$")
 _PEF_LOAD = re.compile(r"^(?:SambaConnector|sn_create_session): PEF File: (?P<path>\S+)")
 _TEST_RESULT = re.compile(r"^Test Accuracy: (?P<accuracy>\S+)\s+Loss: (?P<loss>\S+)\s*$")
@@ -78,12 +78,16 @@ _THROUGHPUT_CHECK = re.compile(
 )
 
 
-def _tasks(text: str) -> list[int]:
-    """``1-2,4,6-7`` → [1, 2, 4, 6, 7] (srun's task list)."""
+def _tasks(text: str, path: Path, line: int) -> list[int]:
+    """``1-2,4,6-7`` → [1, 2, 4, 6, 7] (srun's task list); at most 65536 tasks."""
     tasks: list[int] = []
     for part in text.split(","):
         first, _, last = part.partition("-")
-        tasks.extend(range(int(first), int(last or first) + 1))
+        low = to_int(first, path, line, "srun task")
+        high = to_int(last or first, path, line, "srun task")
+        if high < low or high - low + len(tasks) > 65536:
+            raise ArtifactError.at(path, line, f"srun task list {echo(text)} is not a believable list")
+        tasks.extend(range(low, high + 1))
     return tasks
 
 
@@ -202,7 +206,7 @@ class _RunLogParse:
             scope.facts["command"] = command
             self.facts["command"] = command
             pef = _PEF_ARGUMENT.search(found["command"])
-            if pef is not None:
+            if pef is not None and pef["path"].endswith(".pef"):
                 self.facts["pef_path"] = pef["path"]
                 scope.facts["pef_path"] = pef["path"]
             return True
@@ -220,7 +224,7 @@ class _RunLogParse:
             return True
         found = _SRUN_EXIT.match(line)
         if found is not None:
-            for task in _tasks(found["tasks"]):
+            for task in _tasks(found["tasks"], self.path, number):
                 self.task_exits[task] = found["status"]
             return True
         found = _STEP_CANCELLED.match(line)
@@ -278,7 +282,7 @@ class _RunLogParse:
                 kind="metric",
                 name="loss",
                 value=loss,
-                start_s=wall_clock_s(stamp),
+                start_s=wall_clock_s(stamp, self.path, number),
                 step=step,
                 origin=self.origin(number),
                 attributes={**who, **fields},

@@ -21,8 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dfit_mlir.adapters.lines import Continue, Line, read_file
+from dfit_mlir.adapters.lines import Continue, Line, echo, read_file
 from dfit_mlir.adapters.recovery import (
+    ArtifactError,
     Coverage,
     CoverageNote,
     Measurement,
@@ -208,6 +209,10 @@ class _SambaTuneParse:
         if month is None:
             return False
         step = _Step(number, int(found["day"]), month, found["time"], found["level"], found["text"])
+        try:  # a day or time that is no date in any year: this line's problem
+            datetime(2000, month, step.day, *(int(part) for part in step.time.split(":")), tzinfo=UTC)
+        except ValueError:
+            raise ArtifactError.at(self.path, number, f"step stamp {echo(found.group(0)[:30])} is no date") from None
         outcome = _OUTCOME.match(found["text"])
         if outcome is not None:
             step.outcome, step.name = outcome["outcome"], outcome["step"].strip()
@@ -311,7 +316,7 @@ class _SambaTuneParse:
                 kind="program",
                 name=message.split(":", 1)[0],
                 value=None,
-                start_s=wall_clock_s(found["stamp"]),
+                start_s=wall_clock_s(found["stamp"], self.path, number),
                 origin=self.origin(number),
                 attributes={
                     "pid": int(found["pid"]),
@@ -333,9 +338,10 @@ class _SambaTuneParse:
         if self.year is None:
             return None
         hour, minute, second = (int(part) for part in step.time.split(":"))
-        return datetime(
-            self.year, step.month, step.day, hour, minute, second, tzinfo=UTC
-        ).timestamp()
+        try:
+            return datetime(self.year, step.month, step.day, hour, minute, second, tzinfo=UTC).timestamp()
+        except ValueError:  # 29-Feb in a year that has none, a year 0 in the host table
+            return None
 
     def compile_measurements(self) -> list[Measurement]:
         built: list[Measurement] = []
