@@ -707,7 +707,7 @@ class _CompileLogParse:
         figures = _AMORTIZED_FIGURES.match(found["figures"])
         if figures is None:
             raise ArtifactError.at(
-                self.path, number, f"unreadable Amortized resources figures: {found['figures']!r}"
+                self.path, number, f"unreadable Amortized resources figures: {echo(found['figures'])}"
             )
         scope = found["scope"]
         partition = partition_id(scope) if _PARTITION_NAME.match(scope) else None
@@ -719,7 +719,7 @@ class _CompileLogParse:
             unit = figures[unit_key]
             if unit not in table:
                 raise ArtifactError.at(
-                    self.path, number, f"unknown unit {unit!r} in Amortized resources"
+                    self.path, number, f"unknown unit {echo(unit)} in Amortized resources"
                 )
             return table[unit]
 

@@ -267,7 +267,7 @@ class _RunLogParse:
         for item in message.split("|"):
             found = _STEP_FIELD.match(item)
             if found is None:
-                raise ArtifactError.at(self.path, number, f"unreadable step field {item!r}")
+                raise ArtifactError.at(self.path, number, f"unreadable step field {echo(item)}")
             value = to_number(found["value"], self.path, number, found["key"])
             fields[found["key"]] = int(value) if found["value"].lstrip("-").isdigit() else value
         if "local_step" not in fields:
