@@ -296,6 +296,10 @@ def test_pasted_runs_are_scopes_with_their_own_batch_size_and_records(tmp_path: 
     recovery = ConsoleLogReader(path).read()
     runs = recovery.attributes["runs"]
     assert [(r["run_scope"], r["effective_batch_size"]) for r in runs] == [("run0", 512), ("run1", 2048)]
+    assert [(r["job_ids"], r["compile_hashes"], r["train_steps"]) for r in runs] == [
+        (["wsjob-nwjyttgpfktvyh4kpmmz5n", "wsjob-fhinsqdwzqebojjzgbkwgn"], ["cs_8939750200954608837"], 10),
+        (["wsjob-nw92pqswybcl37chf7rfoq", "wsjob-z2irjuuhjvbundav2p9d56"], ["cs_12842439843636108263"], 10),
+    ]
     processed = named(recovery, "processed_samples")
     assert [(m.attributes["run_scope"], m.value) for m in processed] == [("run0", 512000.0), ("run1", 2048000.0)]
     losses = named(recovery, "train.loss")

@@ -346,6 +346,12 @@ class _LogParser:
             return self.run_facts(record) or apply_rules(_NARRATION, self, _as_line(record)) or warned
         return True
 
+    def scope_fact(self, key: str, value: Any) -> None:
+        """A fact of the current run that several records add to (its jobs, compiles)."""
+        known = self.scopes.current.facts.setdefault(key, [])
+        if value not in known:
+            known.append(value)
+
     def run_start(self, record: LogRecord, fact: str, value: Any) -> None:
         """A fact every run states once: seen again, it starts the next pasted run."""
         scope = self.scopes.current if self.scopes.all else self.scopes.open(record.line)
@@ -582,6 +588,7 @@ class _LogParser:
         )
         if compile_.compile_hash is not None:
             self.attributes["compile_hashes"].append(compile_.compile_hash)
+            self.scope_fact("compile_hashes", compile_.compile_hash)
             if status == "success":
                 self.compile_hash = compile_.compile_hash
 
@@ -607,6 +614,7 @@ class _LogParser:
             job["workflow_id"] = workflow.group(1)
             self.attributes["workflow_ids"].append(workflow.group(1))
         self.attributes["jobs"].append(job)
+        self.scope_fact("job_ids", job_id)
         if kind == "compile" and self.compile is not None:
             self.compile.job_id = job_id
         elif kind == "execute":
@@ -712,6 +720,8 @@ class _LogParser:
                 self.metric(record, f"{mode}.{name}", value, "samples/s", step=step, attributes=common)
         self.step_window(record, mode, step, common)
         self.last_window_step = step
+        facts = self.scopes.current.facts
+        facts[f"{mode}_steps"] = facts.get(f"{mode}_steps", 0) + 1
         return True
 
     def step_window(self, record: LogRecord, mode: str, step: int, common: dict[str, Any]) -> None:

@@ -320,17 +320,12 @@ class ConsoleNoise:
 
 
 def _warning_tail(line: Line) -> bool:
-    """A line that continues a Python warning: the indented source line, or the second
-    line of its message (which starts neither a record nor a path)."""
-    text = line.text
-    if text.startswith((" ", "\t")):
-        return True
-    return (
-        bool(text)
-        and not text.startswith(("[", "/", "(", "*", "Traceback", "Log ID", "Distributed", "Test ", "RUN"))
-        and not text[:1].isdigit()
-        and ": " not in text[:40]
-    )
+    """A line that continues a Python warning: the source line Python echoes (indented),
+    or NumPy's second message line (``Deprecated in NumPy 1.20; for more details ...``)."""
+    return line.text.startswith((" ", "\t")) or _NUMPY_TAIL.match(line.text) is not None
+
+
+_NUMPY_TAIL = re.compile(r"^Deprecated in NumPy \S+; for more details")
 
 
 # --- the compile log -------------------------------------------------------------------
