@@ -415,11 +415,16 @@ def reconstruct(dumps: tuple[Path, ...], backend: str, output: Path, force: bool
     outputs.check(output, "bundle", inputs=dumps, force=force)
     summary = reconstruct_bundle(list(dumps), output, backend)
     recovered = summary["recovered"]
+    groups = f" (in {recovered['partition_groups']} groups)" if recovered.get("partition_groups") else ""
     click.echo(f"wrote {output}: {summary['backend']} ({'detected' if summary['detected'] else 'given'}), "
                f"{recovered['operators']} operators, {recovered['tensors']} tensors, {recovered['partitions']} "
-               f"partitions, {recovered['measurements']} measurements from {len(summary['sources'])} file(s)")
+               f"partitions{groups}, {recovered['measurements']} measurements from {len(summary['sources'])} file(s)")
     for aspect, status in summary["coverage"].items():
         click.echo(f"  {aspect:<22} {status}")
+    unparsed = summary.get("lines", {}).get("unparsed", 0)
+    if unparsed:
+        click.echo(f"  {unparsed} line(s) of {summary['lines']['files_with_unparsed']} file(s) not parsed: "
+                   f"listed under 'lines' in {output / 'coverage.json'}")
 
 
 @main.command()
