@@ -265,7 +265,9 @@ class PerfettoWriter:
         self.stream = stream
         self.namer = _SliceNamer(manifest)
         self.interner = _Interner()
-        self.uuids: dict[Any, int] = {}
+        #: Track uuid by the events' track fields, and by (group, stage, track name).
+        self.uuids: dict[tuple[Any, ...], int] = {}
+        self.tracks: dict[tuple[Any, ...], int] = {}
         self.descriptions: dict[tuple[Any, ...], bytes] = {}
         self._track_event = TrackEvent
         self._trace_packet = TracePacket
@@ -286,28 +288,25 @@ class PerfettoWriter:
         body = packet.SerializeToString()
         self.stream.write(bytes([_TRACE_PACKET]) + _varint(len(body)) + body)
 
-    def _descriptor(self, name: str, parent: int | None) -> int:
-        uuid = len(self.uuids) + 1
-        packet = self._trace_packet()
-        packet.track_descriptor.uuid = uuid
-        packet.track_descriptor.name = name
-        if parent is not None:
-            packet.track_descriptor.parent_uuid = parent
-        self._emit_packet(packet)
-        return uuid
-
-    def _track_uuid(self, group: str | None, stage: str, track: str) -> int:
+    def _track_uuid(self, group: str | None, stage: str, track: str, out: list[bytes]) -> int:
+        """The track's uuid; descriptors of tracks new so far (and their parents) go to ``out``."""
         parent = None
         if group is not None:
-            if ("group", group) not in self.uuids:
-                self.uuids[("group", group)] = self._descriptor(group, None)
-            parent = self.uuids[("group", group)]
-        stage_key = (group, stage)
-        if stage_key not in self.uuids:
-            self.uuids[stage_key] = self._descriptor(f"stage: {stage}", parent)
-        if (group, stage, track) not in self.uuids:
-            self.uuids[(group, stage, track)] = self._descriptor(track, self.uuids[stage_key])
-        return self.uuids[(group, stage, track)]
+            parent = self._track((group,), group, None, out)
+        stage_uuid = self._track((group, stage), f"stage: {stage}", parent, out)
+        return self._track((group, stage, track), track, stage_uuid, out)
+
+    def _track(self, key: tuple[Any, ...], name: str, parent: int | None, out: list[bytes]) -> int:
+        uuid = self.tracks.get(key)
+        if uuid is None:
+            uuid = self.tracks[key] = len(self.tracks) + 1
+            encoded = name.encode()
+            # TrackDescriptor: uuid = 1, name = 2, parent_uuid = 5; TracePacket.track_descriptor = 60.
+            descriptor = b"\x08" + _varint(uuid) + b"\x12" + _varint(len(encoded)) + encoded + \
+                (b"\x28" + _varint(parent) if parent is not None else b"")
+            packet = b"\xe2\x03" + _varint(len(descriptor)) + descriptor
+            out.append(bytes([_TRACE_PACKET]) + _varint(len(packet)) + packet)
+        return uuid
 
     def _description(self, instant: bool, event: dict[str, Any]) -> tuple[bytes, bytes]:
         """(TrackEvent fields of a slice begin or instant, interned data first used by it)."""
@@ -373,14 +372,28 @@ class PerfettoWriter:
         # Tracks: distinct (group, stage, kind, invocation, partition, name), numbered in first-use order.
         track_columns = [_codes(optional(name)) for name in ("track_group", es.STAGE)] + [(kinds, kind_values)] + \
             [_codes(optional(name)) for name in (es.INVOCATION, es.PARTITION, es.NAME)]
+        # An invocation's events share its track whatever their partition; the others, one per operation.
+        (invocations, invocation_values), (partitions, partition_values), (names, name_values) = track_columns[3:]
+        on_invocation = np.array([value in INVOCATION_KINDS for value in kind_values])[kinds] & \
+            (invocations != len(invocation_values) - 1)
+        track_columns[3] = (np.where(on_invocation, invocations, len(invocation_values) - 1), invocation_values)
+        track_columns[4] = (np.where(on_invocation, len(partition_values) - 1, partitions), partition_values)
+        track_columns[5] = (np.where(on_invocation, len(name_values) - 1, names), name_values)
         first, inverse, order = _row_keys(track_columns, count)
         track_of_group = np.zeros(len(first), dtype=np.int64)
-        for group_index in order:
-            row = first[group_index]
-            group, stage, kind, invocation, partition, name = (values[codes[row]] for codes, values in track_columns)
-            stage_name, track = self.namer.track({es.KIND: kind, es.STAGE: stage, es.INVOCATION: invocation,
-                                                  es.PARTITION: partition, es.NAME: name})
-            track_of_group[group_index] = self._track_uuid(group, stage_name, track)
+        rows = first[order]
+        values_of = [[values[code] for code in codes[rows].tolist()] for codes, values in track_columns]
+        descriptors: list[bytes] = []
+        known = self.uuids
+        for group_index, key in zip(order.tolist(), zip(*values_of, strict=True), strict=True):
+            uuid = known.get(key)
+            if uuid is None:
+                group, stage, kind, invocation, partition, name = key
+                stage_name, track = self.namer.track({es.KIND: kind, es.STAGE: stage, es.INVOCATION: invocation,
+                                                      es.PARTITION: partition, es.NAME: name})
+                uuid = known[key] = self._track_uuid(group, stage_name, track, descriptors)
+            track_of_group[group_index] = uuid
+        self.stream.write(b"".join(descriptors))
         tracks = track_of_group[inverse]
 
         # Descriptions: distinct (instant, describing fields), built in first-use order.

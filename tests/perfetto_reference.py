@@ -116,16 +116,3 @@ def _packet(packet: Any, event_type: int) -> Any:
     packet.track_event.type = event_type
     return packet
 
-
-#: Serialized slice packets kept for reuse.
-_PACKET_CACHE = _DESCRIPTION_CACHE
-_PACKETS_PER_WRITE = 4096
-
-
-def _packet(packet: Any, event_type: int) -> Any:
-    """The fields every slice packet shares (the track and timestamp are set per event)."""
-    packet.timestamp_clock_id = CLOCK_MONOTONIC
-    packet.trusted_packet_sequence_id = _SEQUENCE_ID
-    packet.sequence_flags = packet.SEQ_NEEDS_INCREMENTAL_STATE
-    packet.track_event.type = event_type
-    return packet
