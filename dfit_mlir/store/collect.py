@@ -124,7 +124,11 @@ def _run_id(source: _Source) -> str:
     if source.events is not None:
         import pyarrow.parquet as pq
 
-        sessions = pq.read_table(source.events, columns=[es.SESSION]).column(es.SESSION)
+        try:
+            sessions = pq.ParquetFile(source.events).read_row_group(0, columns=[es.SESSION]).column(es.SESSION) \
+                if pq.ParquetFile(source.events).num_row_groups else []
+        except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+            raise InvalidInputError(f"{source.events}: unreadable events ({str(error).splitlines()[0]})") from None
         if len(sessions):
             first = sessions[0].as_py()
             return layout.partition_value(first)
@@ -162,12 +166,15 @@ def _collect_one(path: Path, store: Path, placement: Placement) -> Collected:
     rank = placement.rank if placement.rank is not None else source.summary.get("rank")
     target = layout.bundle_dir(store, backend, model, run)
     with atomic.atomic_directory(target) as tmp:
-        events = _write_events(source, run, tmp / "events.parquet", host, rank)
+        try:
+            events, version = _write_events(source, run, tmp / "events.parquet", host, rank)
+        except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+            raise InvalidInputError(f"{source.events}: unreadable events ({str(error).splitlines()[0]})") from None
         _write_table(tmp / "sites.parquet", "sites", _site_rows(source.manifest))
         _write_table(tmp / "operators.parquet", "operators", _operator_rows(source.manifest))
         _write_table(tmp / "partitions.parquet", "partitions", _partition_rows(source.manifest))
         _write_table(tmp / "coverage.parquet", "coverage", _coverage_rows(source.manifest))
-        _write_table(tmp / "runs.parquet", "runs", [_run_row(source, placement, host, rank, events)])
+        _write_table(tmp / "runs.parquet", "runs", [_run_row(source, placement, host, rank, events, version)])
     return Collected(path, run, backend, model, events, added=True)
 
 
@@ -186,9 +193,10 @@ def _write_table(path: Path, table: str, rows: list[dict[str, Any]]) -> None:
     pq.write_table(pa.table(columns, schema=schema), path, compression="zstd")
 
 
-def _write_events(source: _Source, run: str, path: Path, host: str | None, rank: int | None) -> int:
+def _write_events(source: _Source, run: str, path: Path, host: str | None, rank: int | None) -> tuple[int, str]:
     """Copy the bundle's events batch by batch (memory bounded by the batch), adding where
-    each ran; a compile manifest contributes one ``compile`` event per timed phase."""
+    each ran; a compile manifest contributes one ``compile`` event per timed phase.
+    Returns (events, the event schema version they were written with)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -198,7 +206,7 @@ def _write_events(source: _Source, run: str, path: Path, host: str | None, rank:
         if source.events is None:
             batch = _compile_events(source.manifest, run, schema, host, rank)
             writer.write_batch(batch)
-            return batch.num_rows
+            return batch.num_rows, es.SCHEMA_VERSION
         events = pq.ParquetFile(source.events)
         version = (events.schema_arrow.metadata or {}).get(b"dfit.version", b"1.0").decode()
         if not es.readable(version):
@@ -220,7 +228,7 @@ def _write_events(source: _Source, run: str, path: Path, host: str | None, rank:
                     arrays.append(pa.nulls(count, field.type))
             writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
             written += count
-    return written
+    return written, version
 
 
 def _placement_columns(attributes: Any, count: int, host: str | None, rank: int | None) -> dict[str, Any]:
@@ -309,7 +317,8 @@ def _coverage_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
             for aspect, detail in (capabilities.get("exposes") or {}).items()]
 
 
-def _run_row(source: _Source, placement: Placement, host: str | None, rank: int | None, events: int) -> dict[str, Any]:
+def _run_row(source: _Source, placement: Placement, host: str | None, rank: int | None, events: int,
+             version: str) -> dict[str, Any]:
     toolchain = source.summary.get("toolchain") or (source.manifest.get("producer") or {}).get("toolchain") or {}
     stamp_file = source.path / "summary.json" if source.path.is_dir() else source.path
     recorded = dt.datetime.fromtimestamp(stamp_file.stat().st_mtime, dt.timezone.utc)
@@ -320,6 +329,6 @@ def _run_row(source: _Source, placement: Placement, host: str | None, rank: int 
         "recorded_at": recorded.isoformat(timespec="seconds"),
         "collected_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "source": str(source.path.resolve()), "model_input": (source.manifest.get("input") or {}).get("path"),
-        "events": events, "event_schema": es.SCHEMA_VERSION,
+        "events": events, "event_schema": version,
         "clock_offset_ns": source.summary.get("clock_offset_ns"),
     }
