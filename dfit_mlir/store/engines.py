@@ -88,6 +88,14 @@ class DuckDBEngine:
 
 
 _SPARK_SESSION: Any = None
+#: Store → the bundle listing its views were registered for (one SparkSession per process).
+_SPARK_VIEWS: dict[str, tuple[str, ...] | None] = {}
+
+
+def _listing(store: str) -> tuple[str, ...] | None:
+    if "://" in store:
+        return None  # object stores: register again each time
+    return tuple(str(path) for path in layout.bundle_dirs(Path(store)))
 
 
 def spark_session(master: str | None = None) -> Any:
@@ -109,7 +117,7 @@ def spark_session(master: str | None = None) -> Any:
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.session.timeZone", "UTC")
-               .config("spark.sql.shuffle.partitions", "4")
+               .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
                .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log_config}")
                .config("spark.sql.ansi.enabled", "false"))
@@ -133,13 +141,18 @@ class SparkEngine:
     def __init__(self, store: str, *, master: str | None = None):
         self.session = spark_session(master)
         base = f"{store.rstrip('/')}/{layout.BUNDLES}"
+        listing = _listing(store)
+        if _SPARK_VIEWS.get(store) == listing and listing is not None:
+            return  # the views of this store are registered and its bundles have not changed
         for table in _tables_present(store):
-            frame = (self.session.read.option("basePath", base).option("mergeSchema", "true")
+            # The store's schema, given: no inference job, and columns an older minor's
+            # files lack read as nulls.
+            schema = ", ".join([f"`{key}` STRING" for key in layout.PARTITION_KEYS] +
+                               [f"`{name}` {self.dialect.type_name(kind)}" for name, kind in layout.table_columns(table)])
+            frame = (self.session.read.schema(schema).option("basePath", base)
                      .parquet(layout.table_glob(store, table)))
-            present = set(frame.columns)
-            frame.createOrReplaceTempView(f"_dfit_raw_{table}")
-            self.session.sql(f"SELECT {', '.join(_projection(table, present, self.dialect))} "
-                             f"FROM _dfit_raw_{table}").createOrReplaceTempView(table)
+            frame.createOrReplaceTempView(table)
+        _SPARK_VIEWS[store] = listing
 
     def sql(self, text: str) -> Any:
         from pyspark.errors import PySparkException
