@@ -86,6 +86,8 @@ def _assign_ranks(index: int, path: Path, summary: dict[str, Any], events: Any,
     rank_values = placed["rank"].to_pylist()
     pids = placed["pid"].to_pylist()
     keys = np.zeros(count, dtype=np.int64)
+    # A log whose tasks tag their lines also has lines of no task (the job's compile, its setup).
+    tagged = any(value is not None for value in rank_values) or any(value is not None for value in pids)
     for row in range(count):
         rank, pid = rank_values[row], pids[row]
         if summary.get("rank") is not None:
@@ -99,9 +101,10 @@ def _assign_ranks(index: int, path: Path, summary: dict[str, Any], events: Any,
         found = by_key.get(key)
         if found is None:
             found = by_key[key] = len(ranks)
-            label = {"rank": f"rank {key[2]}", "pid": f"task pid {key[2]}", "bundle": f"rank {key[2]}"}[key[0]]
+            label = {"rank": f"rank {key[2]}", "pid": f"task pid {key[2]}",
+                     "bundle": f"{path.name}: no task" if tagged else f"rank {key[2]}"}[key[0]]
             ranks.append(Rank(group=(f"host {host} · " if host else "") + label, source=str(path), host=host,
-                              rank=key[2] if key[0] in ("rank", "bundle") else None,
+                              rank=key[2] if key[0] == "rank" or (key[0] == "bundle" and not tagged) else None,
                               pid=key[2] if key[0] == "pid" else None, ranked_by=ranked_by, events=0))
         keys[row] = found
     return keys
