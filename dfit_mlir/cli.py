@@ -552,6 +552,88 @@ def export_explorer(bundle: Path, output: Path, metrics: str, key: str, force: b
 
 
 @main.command()
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", "store_path", type=click.Path(path_type=Path), required=True,
+              help="Store directory (created when absent).")
+@click.option("--label", default=None, help="Commit or label of these runs (what `query regressions` compares).")
+@click.option("--host", default=None, help="Host the bundles ran on (default: what the bundle says).")
+@click.option("--rank", type=click.IntRange(min=0), default=None,
+              help="Rank of the bundles in a multi-rank job (default: per event where the bundle says).")
+@click.option("--model", default=None, help="Model name (default: the manifest input's name).")
+@_user_errors
+def collect(bundles: tuple[Path, ...], store_path: Path, label: str | None, host: str | None, rank: int | None,
+            model: str | None) -> None:
+    """Add run / reconstruct bundles and compile manifests to a bundle store (Parquet,
+    Hive-partitioned by backend, model and run); a bundle already there is skipped."""
+    from dfit_mlir.store import Placement
+    from dfit_mlir.store import collect as collect_bundles
+
+    for done in collect_bundles(list(bundles), store_path, Placement(label=label, host=host, rank=rank, model=model)):
+        verb = "added" if done.added else "already in the store:"
+        click.echo(f"{verb} {done.source} → backend={done.backend}/model={done.model}/run={done.run} "
+                   f"({done.events} events)")
+
+
+@main.command()
+@click.argument("store_path", metavar="STORE")
+@click.argument("sql_or_report", metavar="SQL|REPORT")
+@click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True)
+@click.option("--master", default=None, help="Spark master URL (--engine spark; default local[2] or $DFIT_SPARK_MASTER).")
+@click.option("--baseline", default=None, help="regressions: label of the baseline runs.")
+@click.option("--candidate", default=None, help="regressions: label of the candidate runs.")
+@click.option("--min-runs", type=click.IntRange(min=1), default=None, help="regressions: runs needed per side (2).")
+@click.option("--threshold", type=float, default=None, help="regressions: smallest relative change (0.05).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="top-sites: rows (20).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Write the rows to .csv or .parquet.")
+@click.option("--trace", "trace_path", type=click.Path(path_type=Path), default=None,
+              help="Write the selected events (rows with start_ns and kind) as a Perfetto trace.")
+@click.option("--rows", "shown", type=click.IntRange(min=0), default=50, show_default=True, help="Rows printed.")
+@_user_errors
+def query(store_path: str, sql_or_report: str, engine: str, master: str | None, baseline: str | None,
+          candidate: str | None, min_runs: int | None, threshold: float | None, limit: int | None,
+          output: Path | None, trace_path: Path | None, shown: int) -> None:
+    """Run SQL or a named report over a bundle store. Reports: top-sites, regressions,
+    rank-skew, coverage. Tables: events, sites, operators, partitions, coverage, runs."""
+    from dfit_mlir import store
+    from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.store import output as outputs
+
+    parameters = {"baseline": baseline, "candidate": candidate, "min_runs": min_runs, "threshold": threshold,
+                  "limit": limit}
+    is_report = sql_or_report in store.REPORTS
+    if not is_report and any(value is not None for value in parameters.values()):
+        raise InvalidInputError("--baseline/--candidate/--min-runs/--threshold/--limit go with a named report")
+    table = store.query(store_path, None if is_report else sql_or_report,
+                        report=sql_or_report if is_report else None,
+                        parameters={k: v for k, v in parameters.items() if v is not None},
+                        engine=engine, master=master)
+    click.echo(outputs.render(table, shown))
+    if output is not None:
+        outputs.write_table(table, output)
+        click.echo(f"wrote {output} ({table.num_rows} rows)")
+    if trace_path is not None:
+        written = outputs.write_trace(table, trace_path)
+        click.echo(f"wrote {trace_path} ({written} events)")
+
+
+@main.command()
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Merged bundle directory.")
+@click.option("--anchor", default=None, metavar="KIND[:NAME]",
+              help="Event common to all ranks that clocks are aligned on (default: the first step, else the "
+                   "first program invocation).")
+@_user_errors
+def merge(bundles: tuple[Path, ...], output: Path, anchor: str | None) -> None:
+    """Put the runs of one job (ranks, hosts, or the tasks of one data-parallel log) on one
+    timeline: a track group per host/rank, clocks aligned, the same step linked across ranks."""
+    from dfit_mlir.merge import merge_bundles
+
+    summary = merge_bundles(list(bundles), output, anchor=anchor)
+    click.echo(f"wrote {output}: {len(summary['ranks'])} ranks, clocks aligned by {summary['alignment']['method']}"
+               f" (residual {summary['alignment']['residual_ns']} ns), {summary['linked_steps']} steps linked")
+
+
+@main.command()
 @click.argument("manifest_path", type=click.Path(path_type=Path))
 @click.option("--dispatches/--no-dispatches", default=True, help="Also list dispatch call sites.")
 @_user_errors
