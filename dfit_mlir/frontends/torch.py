@@ -122,6 +122,11 @@ def export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None
         raise TypeError(f"dfit_mlir.frontends.torch.compile takes an nn.Module, not {type(model).__name__}")
     try:
         program = torch.export.export(model, tuple(args), kwargs or None, strict=strict)
+        # torch.export gives training IR, with in-place ops (``x += residual``) that the
+        # importer rejects; an empty decomposition table only functionalizes. (IREE 3.13
+        # does not legalize the eval-mode BatchNorm this leaves, so a transformers ResNet
+        # fails in iree-compile; ConvNext, BERT and other LayerNorm models compile.)
+        program = program.run_decompositions({})
     except Exception as error:  # torch.export raises many kinds; say which model failed
         raise CompileError(f"torch.export failed on {type(model).__name__}: {type(error).__name__}: "
                            f"{str(error).splitlines()[0] if str(error) else ''}") from error
