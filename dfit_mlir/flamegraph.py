@@ -56,11 +56,15 @@ class ModuleNode:
         return max(self.classes, key=lambda c: (self.classes[c], c)) if self.classes else None
 
 
-def build_tree(items: Iterable[tuple[str, str | None, str | None, dict[str, float]]]) -> dict[str, ModuleNode]:
-    """``items``: (module path, module class, phase, {ops, flops, bytes, time_ns}) per op.
-    Returns every module path (ancestors included) in depth-first, first-seen order."""
+Item = tuple[str, str | None, str | None, dict[str, float], dict[str, str]]
+
+
+def build_tree(items: Iterable[Item]) -> dict[str, ModuleNode]:
+    """``items``: (module path, module class, phase, {ops, flops, bytes, time_ns},
+    {ancestor path: class}) per op. Returns every module path (ancestors included) in
+    depth-first, first-seen order."""
     nodes: dict[str, ModuleNode] = {}
-    for path, module_class, phase, values in items:
+    for path, module_class, phase, values, classes in items:
         chain = ancestry(path)
         for depth, ancestor in enumerate(chain):
             node = nodes.get(ancestor)
@@ -71,6 +75,8 @@ def build_tree(items: Iterable[tuple[str, str | None, str | None, dict[str, floa
                     nodes[parent].children.append(ancestor)
             for key, value in values.items():
                 node.values[key] += value or 0
+            if ancestor != path and ancestor in classes:
+                node.classes[classes[ancestor]] = node.classes.get(classes[ancestor], 0) + 1
         own = nodes[path]
         for key, value in values.items():
             own.self_values[key] += value or 0

@@ -63,6 +63,10 @@ class Frontend(Protocol):
     def finish(self, operators: Sequence[dict[str, Any]]) -> None:
         """Whole-module corrections after every op has its own source model."""
 
+    def module_classes(self, op: dict[str, Any]) -> dict[str, str]:
+        """Module path → class of the modules enclosing ``op`` where the frontend's
+        locations say (PyTorch: the whole nn.Module stack); may be empty."""
+
 
 # --- model code vs framework code ------------------------------------------------------
 
@@ -219,8 +223,24 @@ class GenericFrontend:
     def finish(self, operators: Sequence[dict[str, Any]]) -> None:
         pass
 
+    def module_classes(self, op: dict[str, Any]) -> dict[str, str]:
+        return {}
+
 
 GENERIC = GenericFrontend()
+
+
+def module_classes(frontend: str | None, op: dict[str, Any]) -> dict[str, str]:
+    """Module path → class of the modules enclosing ``op``, as ``frontend`` reads them
+    (tools call this to name the inner nodes of a module tree)."""
+    if not frontend:
+        return {}
+    try:
+        found = get(frontend)
+    except ValueError:
+        return {}
+    reader = getattr(found, "module_classes", None)
+    return reader(op) if reader is not None else {}
 
 
 def annotate(operators: list[dict[str, Any]], callees: dict[str, str] | None = None,
@@ -244,6 +264,21 @@ def annotate(operators: list[dict[str, Any]], callees: dict[str, str] | None = N
     frontend.finish(operators)
     _inherit_from_call_sites(operators, by_id, function_of, callees or {})
     return frontend
+
+
+def common_module(paths: Iterable[str | None]) -> str | None:
+    """The innermost module that holds every path (``MLP/block1``, ``MLP/block2`` →
+    ``MLP``; the root ``""`` if only that); ``None`` if any path is unknown."""
+    from dfit_mlir.flamegraph import ancestry
+
+    paths = list(paths)
+    if not paths or any(p is None for p in paths):
+        return None
+    chains = [ancestry(p) for p in paths]  # type: ignore[arg-type]
+    common = chains[0]
+    for chain in chains[1:]:
+        common = [a for a, b in zip(common, chain, strict=False) if a == b]
+    return common[-1] if common else ""
 
 
 def _enclosing_functions(operators: list[dict[str, Any]], by_id: dict[str, dict[str, Any]]) -> dict[str, str]:
@@ -282,7 +317,7 @@ def _inherit_from_call_sites(operators: list[dict[str, Any]], by_id: dict[str, d
             values.add((own.get("module_path"), own.get("phase")))
         paths = {v[0] for v in values}
         phases = {v[1] for v in values}
-        result = (paths.pop() if len(paths) == 1 else None, phases.pop() if len(phases) == 1 else None)
+        result = (common_module(paths), phases.pop() if len(phases) == 1 else None)
         resolved[function] = result
         return result
 

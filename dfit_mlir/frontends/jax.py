@@ -140,6 +140,10 @@ class JaxFrontend:
                 op["phase"] = "forward"
 
 
+    def module_classes(self, op: dict[str, Any]) -> dict[str, str]:
+        return {}
+
+
 FRONTEND = JaxFrontend()
 
 

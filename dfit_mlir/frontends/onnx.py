@@ -50,5 +50,8 @@ class OnnxFrontend:
     def finish(self, operators: Sequence[dict[str, Any]]) -> None:
         pass
 
+    def module_classes(self, op: dict[str, Any]) -> dict[str, str]:
+        return {}
+
 
 FRONTEND = OnnxFrontend()

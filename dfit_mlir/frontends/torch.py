@@ -4,8 +4,9 @@ The FX graph ``torch.export`` produces has, per node, ``nn_module_stack`` (every
 the node runs in, outermost first, with its path and class) and ``stack_trace`` (the
 Python frames). The importer turns the stack trace into a call-site location chain
 (``callsite(modeling_bert.py:179 at ... )``) and drops the module stack. :func:`compile`
-carries it over: while importing, each node's location is wrapped in one NameLoc
-``loc("nn.Module:encoder.layer.0.attention.self.query:Linear"(<call sites>))``. A name
+carries it over: while importing, each node's location is wrapped in one NameLoc naming
+the module stack, outermost first, ``path:Class`` entries joined by ``;``:
+``loc("nn.Module::BertModel;encoder:BertEncoder;...;encoder.layer.0.attention.self.query:Linear"(<call sites>))``. A name
 location is debug information only: IDs (assigned afterwards, over op structure) and the
 code IREE generates do not change (``tests/test_frontend_torch.py`` checks that the
 executables equal a plain compile's).
@@ -33,26 +34,31 @@ DEFAULT_FLAGS = (
 )
 
 
-def module_name(path: str, module_class: str) -> str:
-    return f"{MODULE_NAME_PREFIX}{path}:{module_class}"
+def module_name(stack: Sequence[tuple[str, str]]) -> str:
+    """``nn.Module:<path>:<Class>;...`` for a module stack, outermost first."""
+    return MODULE_NAME_PREFIX + ";".join(f"{path}:{module_class}" for path, module_class in stack)
 
 
-def parse_module_name(name: str) -> tuple[str, str] | None:
-    """``nn.Module:encoder.layer.0:BertLayer`` → (``encoder.layer.0``, ``BertLayer``)."""
+def parse_module_name(name: str) -> list[tuple[str, str]] | None:
+    """``nn.Module::BertModel;encoder:BertEncoder`` → ``[("", "BertModel"), ("encoder",
+    "BertEncoder")]`` (outermost first); ``None`` for any other name."""
     if not name.startswith(MODULE_NAME_PREFIX):
         return None
-    path, _, module_class = name[len(MODULE_NAME_PREFIX):].rpartition(":")
-    return path, module_class
+    stack = []
+    for entry in name[len(MODULE_NAME_PREFIX):].split(";"):
+        path, _, module_class = entry.rpartition(":")
+        stack.append((path, module_class))
+    return stack
 
 
-def innermost_module(node: Any) -> tuple[str, str] | None:
-    """(path, short class name) of the innermost module an FX node runs in."""
-    stack = node.meta.get("nn_module_stack")
-    if not stack:
-        return None
-    path, module_type = list(stack.values())[-1]
-    name = module_type if isinstance(module_type, str) else getattr(module_type, "__qualname__", str(module_type))
-    return _clean_path(str(path)), name.rsplit(".", 1)[-1]
+def module_stack(node: Any) -> list[tuple[str, str]]:
+    """(path, short class name) of every module an FX node runs in, outermost first."""
+    stack = node.meta.get("nn_module_stack") or {}
+    found = []
+    for path, module_type in stack.values():
+        name = module_type if isinstance(module_type, str) else getattr(module_type, "__qualname__", str(module_type))
+        found.append((_clean_path(str(path)), name.rsplit(".", 1)[-1]))
+    return found
 
 
 def _clean_path(path: str) -> str:
@@ -73,11 +79,19 @@ class TorchFrontend:
 
     def source_model(self, op: dict[str, Any]) -> SourceModel:
         source_op = op["op"] if op["op"].startswith("torch.") else None
+        stack = self.module_classes(op)
+        if stack:
+            path, module_class = list(stack.items())[-1]
+            return SourceModel(module_path=path, module_class=module_class, source_op=source_op, phase="forward")
+        return SourceModel(source_op=source_op)
+
+    def module_classes(self, op: dict[str, Any]) -> dict[str, str]:
+        """Module path → class of every module the op runs in, outermost first."""
         for name in op.get("name_path") or ():
             found = parse_module_name(name)
-            if found is not None:
-                return SourceModel(module_path=found[0], module_class=found[1], source_op=source_op, phase="forward")
-        return SourceModel(source_op=source_op)
+            if found:
+                return dict(found)
+        return {}
 
     def finish(self, operators: Sequence[dict[str, Any]]) -> None:
         pass
@@ -97,11 +111,11 @@ def module_locations() -> Iterator[None]:
 
     def located(self: Any, node: Any) -> Any:
         loc = original(self, node)
-        found = innermost_module(node)
-        if found is None:
+        stack = module_stack(node)
+        if not stack:
             return loc
         child = loc if loc is not None else ir.Location.unknown(context=self._c)
-        return ir.Location.name(module_name(*found), childLoc=child, context=self._c)
+        return ir.Location.name(module_name(stack), childLoc=child, context=self._c)
 
     fx_importer.ContextCache.get_node_location = located
     try:

@@ -39,7 +39,7 @@ from typing import Any
 
 from dfit_mlir import flamegraph, locations
 from dfit_mlir.errors import InvalidInputError
-from dfit_mlir.frontends import CodeRules, parse_globs
+from dfit_mlir.frontends import CodeRules, module_classes, parse_globs
 from dfit_mlir.lineage import is_constant
 from dfit_mlir.tools.api import Tool, ToolContext
 from dfit_mlir.tools.model import Operator, SemanticModel
@@ -211,7 +211,9 @@ class SemanticAttribution(Tool):
             return {"ops": 1, "flops": op.flops or 0, "bytes": op.bytes or 0, "time_ns": op_time.get(op.id, 0.0)}
 
         located = [(op, path) for op in model.operators.values() if (path := model.module_path(op.id)) is not None]
-        tree = flamegraph.build_tree((path, op.module_class, op.phase, values(op)) for op, path in located)
+        classes = {op.id: module_classes(model.frontend, op.raw) for op, _ in located}
+        tree = flamegraph.build_tree((path, op.module_class, op.phase, values(op), classes[op.id])
+                                     for op, path in located)
 
         def share(ns: float) -> float | None:
             return round(ns / total_time, 6) if total_time else None
@@ -251,9 +253,10 @@ class SemanticAttribution(Tool):
             flamegraph.write_svg(tree, ctx.output_path("flamegraph.svg"), title, weight)
             per_phase = []
             for phase in (r["phase"] for r in phase_rows if r["phase"] != "(none)"):
-                sub = flamegraph.build_tree((path, op.module_class, op.phase, values(op))
+                sub = flamegraph.build_tree((path, op.module_class, op.phase, values(op), classes[op.id])
                                             for op, path in located if op.phase == phase)
-                per_phase.append((f"phase: {phase}", sub))
+                if sub:
+                    per_phase.append((f"phase: {phase}", sub))
             document = flamegraph.speedscope(tree, title, per_phase, weight)
             flamegraph.write_speedscope(document, ctx.output_path("speedscope.json"))
         else:
