@@ -23,6 +23,7 @@ helpers (``log_softmax``, ``_one_hot``) as private functions whose ops carry bar
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -118,9 +119,13 @@ class JaxFrontend:
         return any(op["op"].startswith(("stablehlo.", "chlo.", "mhlo.")) for op in operators) and any(
             is_name_stack(name) for op in operators for name in op.get("name_path") or ())
 
+    @staticmethod
+    def _stack(op: dict[str, Any]) -> str | None:
+        return next((name for name in op.get("name_path") or () if is_name_stack(name)), None)
+
     def source_model(self, op: dict[str, Any]) -> SourceModel:
         names = op.get("name_path") or ()
-        stack = next((name for name in names if is_name_stack(name)), None)
+        stack = self._stack(op)
         is_function = op["op"] in ("func.func", "util.func")
         if stack is None:
             # A private helper's op: a bare primitive name (``loc("sub")``).
@@ -131,8 +136,18 @@ class JaxFrontend:
         return SourceModel(module_path=path, source_op=source_op, phase=phase)
 
     def finish(self, operators: Sequence[dict[str, Any]]) -> None:
-        """An inference function (nothing differentiated): every op with a name stack
-        is ``forward``."""
+        """A call of a jitted helper inside a private function (``loc("jit(_where)")``)
+        looks like a stack of one entry; only the public function's own entry
+        (``jit(train_step)``, the first entry of the stacks) is one. The others say
+        nothing about the module: they take their call sites'. Then, in an inference
+        function (nothing differentiated), every op with a module path is ``forward``."""
+        roots = Counter(split_stack(stack)[0] for op in operators
+                        if (stack := self._stack(op)) and "/" in stack)
+        root = roots.most_common(1)[0][0] if roots else None
+        for op in operators:
+            stack = self._stack(op)
+            if stack and "/" not in stack and stack != root and op["op"] not in ("func.func", "util.func"):
+                op["module_path"] = op["phase"] = None
         if any(op.get("phase") in ("backward", "forward") for op in operators):
             return
         for op in operators:
