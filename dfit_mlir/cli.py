@@ -333,7 +333,7 @@ def diff(bundle_a: Path, bundle_b: Path, out_dir: Path | None, as_json: bool) ->
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="Node data file; with several metrics, one NAME.<metric>.json each.")
 @click.option("--metric", "metrics", default="macs", show_default=True,
-              help="Comma-separated: macs, flops, bytes, time, partition.")
+              help="Comma-separated: macs, flops, bytes, time, partition, module, phase.")
 @click.option("--key", type=click.Choice(["name", "id"]), default="name", show_default=True,
               help="Node key: the op's tensor/location name (TFLite, MLIR graphs) or its dfit ID.")
 @_user_errors
