@@ -108,6 +108,12 @@ def test_private_helpers_take_their_call_sites_phase(train_step: dict[str, Any])
     assert by_function["_one_hot"] == {("loss", "loss")}
     var = {f for f in by_function if f.startswith("_var")}
     assert {p for f in var for p in by_function[f]} == {("ln1", "forward"), ("ln1", "backward")}
+    # Their ops have no file:line of their own: they continue the call site's stack,
+    # whose innermost model-code line is the loss line of the user's script.
+    helper_ops = [op for op in ops if op["id"].startswith("log_softmax") and "/" in op["id"]]
+    assert helper_ops and all(op["source"] is None for op in helper_ops)
+    assert all(any(frame["file"].endswith("tests/frontend_models.py") for frame in op["call_stack"])
+               for op in helper_ops)
 
 
 @pytest.mark.frontends

@@ -249,7 +249,8 @@ def annotate(operators: list[dict[str, Any]], callees: dict[str, str] | None = N
 
     ``callees``: call op ID → callee symbol. Ops of a private function whose own
     location says nothing (JAX emits ``log_softmax`` with bare ``loc("sub")`` names)
-    take the module path and phase of the function's call sites when those agree.
+    take the module path and phase of the function's call sites when those agree, and
+    their call stack (as IREE's inliner gives them ``callsite(op at call)``).
     Initial values (``util.global`` and initializer bodies) are ``initializer``.
     """
     frontend = frontend or detect(operators)
@@ -321,8 +322,25 @@ def _inherit_from_call_sites(operators: list[dict[str, Any]], by_id: dict[str, d
         resolved[function] = result
         return result
 
+    stacks: dict[str, list[dict[str, Any]]] = {}
+
+    def call_stack(function: str, seen: frozenset[str]) -> list[dict[str, Any]]:
+        """The call stack every call site of ``function`` shares (its own op's stack
+        continues there, as when IREE inlines it: ``callsite(op at call)``)."""
+        if function not in stacks:
+            found = []
+            for call_id in callers.get(function, ()):
+                stack = by_id[call_id].get("call_stack") or []
+                if not stack and function_of.get(call_id) not in seen | {None}:
+                    stack = call_stack(function_of[call_id], seen | {function})
+                found.append(stack)
+            stacks[function] = found[0] if found and all(s == found[0] for s in found) else []
+        return stacks[function]
+
     for op in operators:
         function = function_of.get(op["id"])
+        if function is not None and not op.get("call_stack") and not op.get("source") and function in callers:
+            op["call_stack"] = list(call_stack(function, frozenset()))
         if function is None or (op.get("module_path") is not None and op.get("phase") is not None):
             continue
         if function not in callers and by_id.get(function, {}).get("module_path") is None:
