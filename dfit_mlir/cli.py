@@ -209,16 +209,32 @@ def main() -> None:
               help="Manifest path (default: OUTPUT with .manifest.json).")
 @click.option("--driver", type=click.Choice(["in-process", "subprocess"]), default=None,
               help="Phase driver (default: in-process when the toolchain gate passes).")
+@click.option("--model-factory", default="make_model", show_default=True,
+              help="For a PyTorch model file (SOURCE.py): the function returning (nn.Module, example args).")
 @_force_option
 @click.pass_context
 @_user_errors
 def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool | None, tensor_filter: str | None,
-            output: Path, manifest_path: Path | None, driver: str | None, force: bool) -> None:
+            output: Path, manifest_path: Path | None, driver: str | None, model_factory: str, force: bool) -> None:
     """Compile with iree-compile; with --dfit-tag also write the manifest. Any other
-    option is passed to iree-compile."""
+    option is passed to iree-compile. SOURCE may be a PyTorch model file (.py defining
+    make_model() -> (nn.Module, example args)): it is exported with iree-turbine, each op
+    keeping its nn.Module path, to OUTPUT with .mlir first."""
     from dfit_mlir.errors import InvalidInputError
 
     flags = list(ctx.args)
+    if source.suffix == ".py":
+        from dfit_mlir import atomic, outputs
+        from dfit_mlir.frontends import torch as torch_frontend
+
+        exported = output.with_suffix(".mlir")
+        outputs.check(exported, "mlir", inputs=[source], force=force, directory=False)
+        model, args = torch_frontend.load_module_file(source, model_factory)
+        atomic.write_text(exported, torch_frontend.export_mlir(model, args), kind="mlir")
+        click.echo(f"wrote {exported}")
+        source = exported
+        if not any(flag.startswith("--iree-hal-target-device") for flag in flags):
+            flags += list(torch_frontend.DEFAULT_FLAGS)
     if tensor_filter is not None and not tag:
         raise InvalidInputError("--tensors needs --dfit-tag (traces are keyed by dfit IDs)")
     _check_compile_paths(source, output, manifest_path if tag else None, force, tag)
@@ -459,10 +475,16 @@ def backends(as_json: bool) -> None:
               help="Output folder (default: BUNDLE/analysis, or next to a manifest).")
 @click.option("--option", "raw_options", multiple=True, metavar="TOOL.KEY=VALUE",
               help="A tool option, e.g. program-analyzer.profile=my_cpu.yaml (repeatable).")
+@click.option("--framework-code", "framework_code", multiple=True, metavar="GLOB",
+              help="Source files to count as framework code, not model code (path globs, e.g. "
+                   "'mylib/layers/*'; repeatable): semantic-attribution ranks the model-code line "
+                   "that called into them.")
+@click.option("--model-code", "model_code", multiple=True, metavar="GLOB",
+              help="Source files to count as model code even inside a framework package (repeatable).")
 @_force_option
 @_user_errors
 def analyze(bundle: Path, tool_names: tuple[str, ...], out_dir: Path | None, raw_options: tuple[str, ...],
-            force: bool) -> None:
+            framework_code: tuple[str, ...], model_code: tuple[str, ...], force: bool) -> None:
     """Run analysis tools over a run/reconstruct bundle or a compile's manifest."""
     from dfit_mlir.errors import InvalidInputError
     from dfit_mlir.tools import registry
@@ -478,6 +500,10 @@ def analyze(bundle: Path, tool_names: tuple[str, ...], out_dir: Path | None, raw
         options.setdefault(tool, {})[name] = value
     if not bundle.exists():
         raise InvalidInputError(f"{bundle}: no such file or directory")
+    for key, globs in (("framework_code", framework_code), ("model_code", model_code)):
+        if globs:
+            given = options.setdefault("semantic-attribution", {}).get(key)
+            options["semantic-attribution"][key] = ",".join(([given] if given else []) + list(globs))
     if out_dir is None:
         out_dir = bundle / "analysis" if bundle.is_dir() else bundle.with_name(bundle.name.split(".")[0] + ".analysis")
     from dfit_mlir import outputs
@@ -534,7 +560,7 @@ def diff(bundle_a: Path, bundle_b: Path, out_dir: Path | None, as_json: bool, fo
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="Node data file; with several metrics, one NAME.<metric>.json each.")
 @click.option("--metric", "metrics", default="macs", show_default=True,
-              help="Comma-separated: macs, flops, bytes, time, partition.")
+              help="Comma-separated: macs, flops, bytes, time, partition, module, phase.")
 @click.option("--key", type=click.Choice(["name", "id"]), default="name", show_default=True,
               help="Node key: the op's tensor/location name (TFLite, MLIR graphs) or its dfit ID.")
 @_force_option

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from dfit_mlir import atomic, lineage, manifest, toolchain
+from dfit_mlir import atomic, frontends, lineage, manifest, toolchain
 from dfit_mlir.adapters import iree as iree_adapter
 from dfit_mlir.ids import ID_SCHEME_VERSION
 from dfit_mlir.lineage import DispatchRegion, DispatchSite, StageFigures
@@ -157,7 +157,8 @@ def build_manifest(*, source: Path, mode: str, flags: Sequence[str], driver: str
         "version": manifest.MANIFEST_VERSION,
         "id_scheme": ID_SCHEME_VERSION,
         "producer": {"tool": "dfit compile", "toolchain": toolchain.versions(), "python": sys.version.split()[0]},
-        "input": {"path": str(source), "sha256": hashlib.sha256(source.read_bytes()).hexdigest()},
+        "input": {"path": str(source), "sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
+                  "frontend": frontends.detect(operators).name},
         "compile": {
             "mode": mode,
             "driver": driver,
