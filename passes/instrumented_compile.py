@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from dfit_mlir import atomic, lineage, manifest, toolchain
+from dfit_mlir import atomic, lineage, manifest, materialisation, toolchain
 from dfit_mlir.adapters import iree as iree_adapter
 from dfit_mlir.ids import ID_SCHEME_VERSION
 from dfit_mlir.lineage import StageFigures
@@ -90,6 +90,7 @@ def compile_instrumented(
         phase_s: dict[str, float] = {}
         after: str | None = None
         trace_plan = tensor_traces.TracePlan((), ())
+        dispatch_regions = materialisation.RegionLog()  # what carries each ID per dispatch region
         # Stop only where a snapshot is taken or traces are inserted: each stop costs a
         # pipeline set-up.
         inserting = trace_tensors or with_probes
@@ -101,6 +102,7 @@ def compile_instrumented(
             phase_s[phase] = time.perf_counter() - t0
             if phase in SNAPSHOT_PHASES[mode]:
                 stages.append(snapshot.take_snapshot(module, phase, cache))
+                dispatch_regions.observe(module, phase, cache)
             if phase == INSERT_AFTER_PHASE:
                 # After the snapshot: the stage figures describe the module IREE would
                 # build without dfit's runtime hooks.
@@ -129,6 +131,7 @@ def compile_instrumented(
                 probe_sites=probe_sites,
                 trace_plan=trace_plan,
             )
+            document["partitions"] = materialisation.separate_shared(document["partitions"], dispatch_regions.regions, ops)
             manifest.save(document, manifest_path)
     finally:
         driver.close()
