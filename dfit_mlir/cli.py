@@ -45,8 +45,10 @@ def main() -> None:
 @click.option("--probes/--no-probes", default=None,
               help="Function-boundary probes for `dfit run --mode lite` (default: with --mode lite only).")
 @click.option("--tensors", "tensor_filter", default=None, metavar="FILTER",
-              help="Trace the values of source ops matching these comma-separated globs (IDs or op names); "
-                   "changes fusion around them.")
+              help="Trace the values of source ops matching these comma-separated globs, ignoring case: IDs, op "
+                   "names as the frontend shows them (onnx.Softmax, torch.aten.softmax, tosa.conv2d, '*softmax*'), "
+                   "lowered op names (linalg.matmul), module paths; a glob matching nothing is an error. Changes "
+                   "fusion around the traced ops.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Output .vmfb.")
 @click.option("--manifest", "manifest_path", type=click.Path(path_type=Path), default=None,
               help="Manifest path (default: OUTPUT with .manifest.json).")
@@ -134,8 +136,8 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
               help="none: baseline timing only; ids: program events; lite: + function events from probes; "
                    "full: dispatch (joined to IDs), queue and memory events from HAL profiling.")
 @click.option("--tensors", "tensor_filter", default=None, metavar="FILTER",
-              help="Tensor statistics for traced IDs matching these comma-separated globs ('*': all traced); "
-                   "needs a --tensors compile and an in-process mode.")
+              help="Tensor statistics for traced ops matching these comma-separated globs ('*': all traced; "
+                   "matched like compile --tensors); needs a --tensors compile and an in-process mode.")
 @click.option("--tensor-values", type=int, default=0, show_default=True,
               help="Leading values kept per tensor event.")
 @click.option("--input", "inputs", multiple=True, help="iree-run-module form: 1x3xf32=0.5 or @x.npy (default: random).")
@@ -144,7 +146,9 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
 @click.option("--warmup", type=int, default=0, show_default=True, help="Invocations to run first, unrecorded.")
 @click.option("--driver", type=click.Choice(["local-task", "local-sync"]), default="local-task", show_default=True)
 @click.option("--function", default=None, help="Function to run (default: the module's only one).")
-@click.option("--ids", "id_globs", multiple=True, help="Keep only dispatches covering IDs matching this glob.")
+@click.option("--ids", "id_globs", multiple=True,
+              help="Keep only dispatches and events of ops matching this glob (repeatable or comma-separated; IDs, "
+                   "op names such as onnx.Conv, module paths; ignoring case). A glob matching no op is an error.")
 @click.option("--sample", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True,
               help="Share of dispatch and tensor events to keep (deterministic: every round(1/RATE)-th; "
                    "tensors: per ID, so each traced ID is sampled).")
@@ -160,13 +164,18 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
     from dfit_mlir import manifest
     from dfit_mlir.errors import InvalidInputError
     from dfit_mlir.event_pipeline import Policy
+    from dfit_mlir.filters import NameFilter
     from dfit_mlir.runtime_hooks.inputs import inputs_from as read_inputs_dir
     from dfit_mlir.runtime_hooks.run import run_bundle
 
     if inputs and inputs_from:
         raise InvalidInputError("give either --input or --inputs-from, not both")
     sample_every = max(1, round(1 / sample))
-    policy = Policy(mode=mode, ids=id_globs, sample_every=sample_every, max_events=max_events)
+    policy = Policy(mode=mode, ids=NameFilter.parse(id_globs, "--ids").patterns if id_globs else (),
+                    sample_every=sample_every, max_events=max_events)
+    if policy.ids:  # a glob matching no op fails before the module runs
+        manifest_file = manifest_path or manifest.default_path(vmfb)
+        policy.check(manifest.load(manifest_file), str(manifest_file))
     tensors = None
     if tensor_filter is not None:
         from dfit_mlir.passes.tensor_traces import parse_filter

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from dfit_mlir import atomic, lineage, manifest, materialisation, toolchain
+from dfit_mlir import atomic, filters, lineage, manifest, materialisation, toolchain, vmfb
 from dfit_mlir.adapters import iree as iree_adapter
 from dfit_mlir.ids import ID_SCHEME_VERSION
 from dfit_mlir.lineage import StageFigures
@@ -107,7 +107,7 @@ def compile_instrumented(
                 # After the snapshot: the stage figures describe the module IREE would
                 # build without dfit's runtime hooks.
                 if trace_tensors:
-                    trace_plan = tensor_traces.insert_tensor_traces(module, trace_tensors)
+                    trace_plan = tensor_traces.insert_tensor_traces(module, trace_tensors, filters.names_by_id(ops), str(source))
                 if with_probes:
                     probe_sites = function_probes.insert_function_probes(module)
             after = phase
@@ -132,6 +132,7 @@ def compile_instrumented(
                 trace_plan=trace_plan,
             )
             document["partitions"] = materialisation.separate_shared(document["partitions"], dispatch_regions.regions, ops)
+            document["compile"]["codegen"] = vmfb.codegen_facts(tmp_vmfb, driver.flags)  # for `dfit diff`
             manifest.save(document, manifest_path)
     finally:
         driver.close()
