@@ -297,15 +297,20 @@ def tools() -> None:
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Also write diff.csv and diff.json into this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON instead of a table.")
+@click.option("--limit", type=click.IntRange(min=0), default=40, show_default=True,
+              help="Rows shown in the table, most changed first (0: all).")
 @_user_errors
-def diff(bundle_a: Path, bundle_b: Path, out_dir: Path | None, as_json: bool) -> None:
-    """What changed per stable ID between two bundles or manifests: ops, shapes, fusion,
-    lineage, attributed time, bytes (matched by ID, else structural hash, else tensor name)."""
+def diff(bundle_a: Path, bundle_b: Path, out_dir: Path | None, as_json: bool, limit: int) -> None:
+    """What changed per stable ID between two bundles or manifests — ops, shapes, fusion,
+    lineage, attributed time, bytes (matched by ID, else structural hash, else tensor
+    name), most changed first — and in the generated code (target, flags, executables)."""
     from dfit_mlir import diff as bundle_diff
 
     result = bundle_diff.diff_bundles(bundle_a, bundle_b)
-    click.echo(bundle_diff.to_json(result).rstrip() if as_json else bundle_diff.render(result))
-    for path in bundle_diff.write(result, out_dir) if out_dir is not None else []:
+    written = bundle_diff.write(result, out_dir) if out_dir is not None else []
+    click.echo(bundle_diff.to_json(result).rstrip() if as_json
+               else bundle_diff.render(result, limit or None, written[0] if written else None))
+    for path in written:
         click.echo(f"wrote {path}", err=as_json)
 
 

@@ -11,11 +11,15 @@ most dispatches. Listed as fused, they claim fusion that did not happen and take
 of each dispatch's time.
 
 What decides is what carries the ID *in the dispatch region* (the ``dispatch-creation``
-module, before outlining): a non-root ID that only data-making ops carry there
+module, before outlining). A non-root ID that only data-making ops carry there
 (:data:`DATA_OPS`: empties, fills, constants, splats; terminators are neutral) is
-**shared** in that site. An ID that any other op carries — a ``linalg.generic`` doing the
-pooling, the ``arith.cmpf``/``select`` of a fused ReLU — is fused. A site's root IDs are
-never shared.
+**shared** in that site when it was merged across the function: its source op computes
+(an ``onnx.Conv`` whose zero fill another conv's dispatch reuses), or, for a source op
+that itself only makes data (a fill, a constant), when several sites name it — a
+convolution's own accumulator fill, used there only, stays with it. An ID that any
+other op carries — a ``linalg.generic`` doing the pooling, the ``arith.cmpf``/``select``
+of a fused ReLU — is fused, and so is an op nested in a fused op (a ``linalg.yield`` in
+its body). A site's root IDs are never shared.
 
 Shared IDs move from ``fused_ids`` to ``shared_ids`` per call site (and per export: the
 IDs shared in every site it serves) and are listed once under
@@ -118,7 +122,9 @@ def separate_shared(partitions: dict[str, Any], regions: Sequence[RegionEvidence
     materialisation moved from ``fused_ids`` to ``shared_ids``, and listed under
     ``shared_materialisation`` (``[{"id", "op", "sites"}]``, most sites first). A site
     is matched to its region by the IDs it names, in program order."""
+    operators = list(operators)
     kinds = {op["id"]: source_kind(op) for op in operators}
+    parent_of = {op["id"]: op.get("parent") for op in operators}
     sites = partitions.get("dispatch_sites") or []
     queues: defaultdict[frozenset[str], deque[RegionEvidence]] = defaultdict(deque)
     for region in regions:
@@ -133,12 +139,12 @@ def separate_shared(partitions: dict[str, Any], regions: Sequence[RegionEvidence
         fused = list(site.get("fused_ids") or ())
         roots = {site.get("root_id"), *(site.get("ids") or ())}
         queue = queues.get(frozenset(fused))
-        if queue:
-            data_only = queue.popleft().data_only
-            shared = [i for i in fused if i in data_only and i not in roots]
-        else:
-            shared = [i for i in fused if i not in roots and makes_data(kinds.get(i, "")) and sites_naming[i] > 1]
-        new_sites.append({**site, "fused_ids": [i for i in fused if i not in shared], "shared_ids": shared})
+        evidence = queue.popleft().data_only if queue else None
+        shared = {i for i in fused if i not in roots and _merged(i, evidence, makes_data(kinds.get(i, "")),
+                                                                  sites_naming[i])}
+        shared = {i for i in shared if not _inside_fused(i, set(fused) - shared, parent_of)}
+        new_sites.append({**site, "fused_ids": [i for i in fused if i not in shared],
+                          "shared_ids": [i for i in fused if i in shared]})
 
     by_export: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
     for site in new_sites:
@@ -159,6 +165,25 @@ def separate_shared(partitions: dict[str, Any], regions: Sequence[RegionEvidence
     listing = [{"id": op_id, "op": kinds.get(op_id), "sites": indices}
                for op_id, indices in sorted(where.items(), key=lambda item: (-len(item[1]), item[0]))]
     return {**partitions, "dispatch_sites": new_sites, "exports": new_exports, "shared_materialisation": listing}
+
+
+def _merged(op_id: str, data_only: frozenset[str] | None, source_makes_data: bool, sites: int) -> bool:
+    """Whether a non-root ID of a site is there as merged data (module docstring);
+    ``data_only``: the region's evidence, ``None`` when there is none (then only a
+    data-making source op named by several sites is)."""
+    if data_only is None:
+        return source_makes_data and sites > 1
+    return op_id in data_only and (not source_makes_data or sites > 1)
+
+
+def _inside_fused(op_id: str, fused: set[str], parent_of: Mapping[str, str | None]) -> bool:
+    """Whether an enclosing op of ``op_id`` (a ``linalg.generic`` around its ``yield``) is fused."""
+    parent = parent_of.get(op_id)
+    while parent:
+        if parent in fused:
+            return True
+        parent = parent_of.get(parent)
+    return False
 
 
 def shared_ids_of(manifest: Mapping[str, Any]) -> dict[str, list[int]]:

@@ -105,6 +105,18 @@ def test_dfit_show_lists_shared_ids_apart(squeezenet: dict) -> None:
     assert line.endswith(f"fused: -; shared: {PREFIX}onnx.GlobalAveragePool#0")
 
 
+def test_convnet_keeps_each_dispatch_its_own_fill_and_shares_the_zero(iree_bundles: dict[str, Path]) -> None:
+    """examples/models/convnet.mlir: one ``%zero`` (line 13) feeds every fill and ReLU,
+    and the last matmul's 1x10 ``tensor.empty`` (line 65) is reused by the softmax;
+    conv1's accumulator fill (line 19) is used by conv1 alone."""
+    document = manifest_io.load(iree_bundles["manifest"])
+    assert materialisation.shared_ids_of(document) == {"main/arith.constant#2": [0, 1, 3, 4],
+                                                       "main/tensor.empty#4": [4, 5]}
+    site0 = document["partitions"]["dispatch_sites"][0]
+    assert "main/linalg.fill#2" in site0["fused_ids"]
+    assert "main/linalg.conv_2d_nhwc_hwcf#0/linalg.yield#0" in site0["fused_ids"]  # in the conv's body
+
+
 # --- SYNTHETIC: the manifest-level rules, without a compile ---------------------------------
 
 def _site(index: int, export: str, root: str, fused: list[str]) -> dict:
@@ -122,6 +134,19 @@ def test_region_evidence_decides_and_roots_are_never_shared() -> None:
     assert [(s["fused_ids"], s["shared_ids"]) for s in split["dispatch_sites"]] == [(["a", "b"], ["z"]), (["c"], ["z"])]
     assert [e["shared_ids"] for e in split["exports"]] == [["z"], ["z"]]
     assert split["shared_materialisation"] == [{"id": "z", "op": "onnx.MaxPool", "sites": [0, 1]}]
+
+
+def test_a_data_making_source_op_is_shared_only_when_several_sites_name_it() -> None:
+    regions = [materialisation.RegionEvidence(frozenset({"m", "own", "zero", "m/y"}), frozenset({"own", "zero", "m/y"})),
+               materialisation.RegionEvidence(frozenset({"n", "zero"}), frozenset({"zero"}))]
+    operators = [{"id": "m", "op": "linalg.matmul"}, {"id": "n", "op": "linalg.matmul"},
+                 {"id": "own", "op": "linalg.fill"}, {"id": "zero", "op": "arith.constant"},
+                 {"id": "m/y", "op": "linalg.yield", "parent": "m"}]
+    partitions = {"exports": [], "dispatch_sites": [_site(0, "x", "m", ["m", "own", "zero", "m/y"]),
+                                                    _site(1, "y", "n", ["n", "zero"])]}
+    split = materialisation.separate_shared(partitions, regions, operators)
+    assert [(s["fused_ids"], s["shared_ids"]) for s in split["dispatch_sites"]] == [
+        (["m", "own", "m/y"], ["zero"]), (["n"], ["zero"])]
 
 
 def test_without_region_evidence_only_data_making_ops_named_by_several_sites_are_shared() -> None:
