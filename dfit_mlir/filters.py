@@ -97,7 +97,7 @@ class NameFilter:
         return {original for original, pattern in zip(self.patterns, self._folded, strict=True)
                 if any(fnmatch.fnmatchcase(name, pattern) for name in folded)}
 
-    def select(self, candidates: Mapping[str, Iterable[str]], where: str) -> list[str]:
+    def select(self, candidates: Mapping[str, Iterable[str]], where: str, note: str = "") -> list[str]:
         """The keys of ``candidates`` (ID → names) that some glob matches, in order;
         :class:`FilterMatchesNothing` if a glob matches none of them."""
         selected, used = [], set()
@@ -106,11 +106,13 @@ class NameFilter:
             if hit:
                 selected.append(key)
                 used |= hit
-        self.require_all_used(used, candidates.values(), where)
+        self.require_all_used(used, candidates.values(), where, note)
         return selected
 
-    def require_all_used(self, used: set[str], vocabulary: Iterable[Iterable[str]], where: str) -> None:
-        """Raise for the globs not in ``used``, naming the closest of ``vocabulary``."""
+    def require_all_used(self, used: set[str], vocabulary: Iterable[Iterable[str]], where: str,
+                         note: str = "") -> None:
+        """Raise for the globs not in ``used``, naming the closest of ``vocabulary``;
+        ``note`` says what the option never selects."""
         unused = [p for p in self.patterns if p not in used]
         if not unused:
             return
@@ -118,9 +120,10 @@ class NameFilter:
         lines = []
         for pattern in unused:
             close = closest(pattern, names)
-            hint = f"; closest names: {', '.join(close)}" if close else ""
-            lines.append(f"{self.option} {pattern!r} matches no op of {where} (globs are matched, ignoring case, "
-                         f"against IDs, op names such as onnx.Softmax or torch.aten.softmax, and module paths){hint}")
+            hint = f"closest names: {', '.join(close)}" if close else "no name is close"
+            lines.append(f"{self.option} {pattern!r} matches no op of {where}; {hint} (globs match IDs, op names "
+                         f"such as onnx.Softmax or torch.aten.softmax, and module paths, ignoring case"
+                         + (f"; {note})" if note else ")"))
         raise FilterMatchesNothing("\n".join(f"dfit: {line}" for line in lines) if len(lines) > 1 else lines[0])
 
 

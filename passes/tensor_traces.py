@@ -86,7 +86,7 @@ def insert_tensor_traces(module: ir.Operation, patterns: tuple[str, ...],
         if hit:
             used |= hit
             last_op_of[source_id] = op
-    selection.require_all_used(used, vocabulary, f"{where} ({NEVER_TRACED})")
+    selection.require_all_used(used, vocabulary, where, NEVER_TRACED)
     traces: list[TensorTrace] = []
     skipped: list[tuple[str, str]] = []
     for source_id, op in last_op_of.items():

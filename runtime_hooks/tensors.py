@@ -50,7 +50,7 @@ class TensorStatsSink:
                        for key, entry in traced.items()}
         self._filter = filters.NameFilter(tuple(policy.patterns), "--tensors") if policy and policy.patterns else None
         if self._filter is not None:
-            self._filter.select(self._names, "the traced ops of this module (compile with --tensors to trace others)")
+            self._filter.select(self._names, "the traced ops of this module", "compile with --tensors to trace others")
         #: ``None``: no statistics requested; every traced call returns at once.
         self.policy = policy
         self.invocation: int | None = None
