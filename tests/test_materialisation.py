@@ -160,3 +160,48 @@ def test_without_region_evidence_only_data_making_ops_named_by_several_sites_are
 
 def test_a_manifest_from_before_has_no_listing(tmp_path: Path) -> None:
     assert materialisation.shared_ids_of({"partitions": {"dispatch_sites": []}}) == {}
+
+
+# --- a transformer through iree-turbine --------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def bert_manifest(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A 2-layer BERT (random weights, from a config) exported by iree-turbine and
+    compiled: the shape of model the issue saw one embedding in 57 of 99 dispatches."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    aot = pytest.importorskip("iree.turbine.aot")
+    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+
+    root = tmp_path_factory.mktemp("bert")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=500, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                     intermediate_size=128, max_position_embeddings=64)
+    model = transformers.BertModel(config).eval()
+    exported = aot.export(model, args=(torch.randint(0, 500, (1, 16)),))
+    source = root / "bert.mlir"
+    with open(source, "w") as handle:
+        exported.mlir_module.operation.print(file=handle, enable_debug_info=True)
+    return compile_instrumented(source, root / "bert.vmfb", mode="ids").manifest
+
+
+@pytest.mark.slow
+@pytest.mark.frontends
+# Exporting with torch 2.13: transformers' output capturing is a side effect TorchDynamo
+# warns about, and torch's own pytree pickling uses a LeafSpec check it deprecates.
+@pytest.mark.filterwarnings("ignore:While compiling, we found certain side effects:UserWarning")
+@pytest.mark.filterwarnings("ignore:`isinstance\\(treespec, LeafSpec\\)` is deprecated:FutureWarning")
+def test_a_transformers_merged_layer_norm_and_embedding_are_not_fused_everywhere(bert_manifest: dict) -> None:
+    sites = bert_manifest["partitions"]["dispatch_sites"]
+    listing = materialisation.shared_ids_of(bert_manifest)
+    fused_in = {op_id: [s["index"] for s in sites if op_id in s["fused_ids"]] for op_id in listing}
+    # The first layer norm and the word embedding: named by most dispatches through
+    # merged empties and fills, fused only where they compute.
+    layer_norm, embedding = "main/torch.aten.layer_norm#0", "main/torch.aten.embedding#2"
+    assert len(listing[layer_norm]) > len(sites) / 2 and len(listing[embedding]) > len(sites) / 2
+    assert len(fused_in[layer_norm]) <= 2 and len(fused_in[embedding]) == 1
+    for site in sites:
+        assert site["root_id"] in site["fused_ids"], site["index"]
+    # Every linear keeps its own dispatches: the query projection is a batch matmul.
+    q_projection = next(s for s in sites if s["root_id"] == "main/torch.aten.linear#0")
+    assert "batch_matmul" in q_projection["export"] and q_projection["fused_ids"] == ["main/torch.aten.linear#0"]
