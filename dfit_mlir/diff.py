@@ -24,9 +24,8 @@ Only real differences are labelled. A row's constants and structure (``tosa.cons
 ``tensor.empty``, ``func.return``: :func:`is_data_or_structure`) never count for ``op``,
 ``shape`` or ``bytes``. A row matched by name stands for one tensor, so ``shape``
 compares that tensor — the result of the row's last computing op; a dynamic size fits
-any — and ``dtype`` its
-element type up to signedness (a uint8 TFLite tensor is ``i8`` after IREE's TOSA
-import). Across backends ``op`` compares op kinds without dialect, case or ``_``
+any — and ``dtype`` its element type up to signedness (a uint8 TFLite tensor is ``i8``
+after IREE's TOSA import). Across backends ``op`` compares op kinds without dialect, case or ``_``
 (``tosa.depthwise_conv2d`` is ``DEPTHWISE_CONV_2D``) and is a change only when no kind is
 shared, and ``bytes`` only where both sides have as many computing ops (one backend's
 decomposition is not another's) and differ by over 1% (cost models count a shape
