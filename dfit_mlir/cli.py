@@ -202,8 +202,10 @@ def main() -> None:
 @click.option("--probes/--no-probes", default=None,
               help="Function-boundary probes for `dfit run --mode lite` (default: with --mode lite only).")
 @click.option("--tensors", "tensor_filter", default=None, metavar="FILTER",
-              help="Trace the values of source ops matching these comma-separated globs (IDs or op names); "
-                   "changes fusion around them.")
+              help="Trace the values of source ops matching these comma-separated globs, ignoring case: IDs, op "
+                   "names as the frontend shows them (onnx.Softmax, torch.aten.softmax, tosa.conv2d, '*softmax*'), "
+                   "lowered op names (linalg.matmul), module paths; a glob matching nothing is an error. Changes "
+                   "fusion around the traced ops.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Output .vmfb.")
 @click.option("--manifest", "manifest_path", type=click.Path(path_type=Path), default=None,
               help="Manifest path (default: OUTPUT with .manifest.json).")
@@ -341,8 +343,8 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
               help="none: baseline timing only; ids: program events; lite: + function events from probes; "
                    "full: dispatch (joined to IDs), queue and memory events from HAL profiling.")
 @click.option("--tensors", "tensor_filter", default=None, metavar="FILTER",
-              help="Tensor statistics for traced IDs matching these comma-separated globs ('*': all traced); "
-                   "needs a --tensors compile and an in-process mode.")
+              help="Tensor statistics for traced ops matching these comma-separated globs ('*': all traced; "
+                   "matched like compile --tensors); needs a --tensors compile and an in-process mode.")
 @click.option("--tensor-values", type=click.IntRange(0, MAX_TENSOR_VALUES), default=0, show_default=True,
               help="Leading values kept per tensor event.")
 @click.option("--input", "inputs", multiple=True,
@@ -356,7 +358,9 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
 @click.option("--driver", type=click.Choice(["local-task", "local-sync"]), default="local-task", show_default=True)
 @click.option("--function", default=None,
               help="Exported function to run (default: the module's only one; the error lists them).")
-@click.option("--ids", "id_globs", multiple=True, help="Keep only dispatches covering IDs matching this glob.")
+@click.option("--ids", "id_globs", multiple=True,
+              help="Keep only dispatches and events of ops matching this glob (repeatable or comma-separated; IDs, "
+                   "op names such as onnx.Conv, module paths; ignoring case). A glob matching no op is an error.")
 @click.option("--sample", type=_FiniteFloat(MIN_SAMPLE, 1), default=1.0, show_default=True,
               help="Share of dispatch and tensor events to keep (deterministic: every round(1/RATE)-th; "
                    "tensors: per ID, so each traced ID is sampled).")
@@ -373,6 +377,7 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
     from dfit_mlir import manifest
     from dfit_mlir.errors import InvalidInputError
     from dfit_mlir.event_pipeline import Policy
+    from dfit_mlir.filters import NameFilter
     from dfit_mlir.runtime_hooks.inputs import inputs_from as read_inputs_dir
     from dfit_mlir.runtime_hooks.run import run_bundle
 
@@ -387,7 +392,11 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
     input_files = [Path(text[1:]) for text in inputs if text.startswith("@")]
     outputs.check(output, "bundle", inputs=[vmfb, manifest_path, inputs_from, *input_files], force=force)
     sample_every = max(1, round(1 / sample))
-    policy = Policy(mode=mode, ids=id_globs, sample_every=sample_every, max_events=max_events)
+    policy = Policy(mode=mode, ids=NameFilter.parse(id_globs, "--ids").patterns if id_globs else (),
+                    sample_every=sample_every, max_events=max_events)
+    if policy.ids:  # a glob matching no op fails before the module runs
+        manifest_file = manifest_path or manifest.default_path(vmfb)
+        policy.check(manifest.load(manifest_file), str(manifest_file))
     tensors = None
     if tensor_filter is not None:
         from dfit_mlir.passes.tensor_traces import parse_filter
@@ -539,19 +548,24 @@ def tools() -> None:
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Also write diff.csv and diff.json into this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON instead of a table.")
+@click.option("--limit", type=click.IntRange(min=0), default=40, show_default=True,
+              help="Rows shown in the table, most changed first (0: all).")
 @_force_option
 @_user_errors
-def diff(bundle_a: Path, bundle_b: Path, out_dir: Path | None, as_json: bool, force: bool) -> None:
-    """What changed per stable ID between two bundles or manifests: ops, shapes, fusion,
-    lineage, attributed time, bytes (matched by ID, else structural hash, else tensor name)."""
+def diff(bundle_a: Path, bundle_b: Path, out_dir: Path | None, as_json: bool, limit: int, force: bool) -> None:
+    """What changed per stable ID between two bundles or manifests — ops, shapes, fusion,
+    lineage, attributed time, bytes (matched by ID, else structural hash, else tensor
+    name), most changed first — and in the generated code (target, flags, executables)."""
     from dfit_mlir import diff as bundle_diff
     from dfit_mlir import outputs
 
     if out_dir is not None:
         outputs.check(out_dir, "diff", inputs=[bundle_a, bundle_b], force=force)
     result = bundle_diff.diff_bundles(bundle_a, bundle_b)
-    click.echo(bundle_diff.to_json(result).rstrip() if as_json else bundle_diff.render(result))
-    for path in bundle_diff.write(result, out_dir) if out_dir is not None else []:
+    written = bundle_diff.write(result, out_dir) if out_dir is not None else []
+    click.echo(bundle_diff.to_json(result).rstrip() if as_json
+               else bundle_diff.render(result, limit or None, written[0] if written else None))
+    for path in written:
         click.echo(f"wrote {path}", err=as_json)
 
 

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from dfit_mlir import atomic, frontends, lineage, manifest, toolchain
+from dfit_mlir import atomic, filters, frontends, lineage, manifest, materialisation, toolchain, vmfb
 from dfit_mlir.adapters import iree as iree_adapter
 from dfit_mlir.ids import ID_SCHEME_VERSION
 from dfit_mlir.lineage import DispatchRegion, DispatchSite, StageFigures
@@ -95,6 +95,7 @@ def compile_instrumented(
         after: str | None = None
         trace_plan = tensor_traces.TracePlan((), ())
         host_program: dict[str, Any] = {"recordings": [], "functions": {}}
+        dispatch_regions = materialisation.RegionLog()  # what carries each ID per dispatch region
         # Stop only where a snapshot is taken or traces are inserted: each stop costs a
         # pipeline set-up.
         inserting = trace_tensors or with_probes
@@ -106,13 +107,14 @@ def compile_instrumented(
             phase_s[phase] = time.perf_counter() - t0
             if phase in SNAPSHOT_PHASES[mode]:
                 stages.append(snapshot.take_snapshot(module, phase, cache))
+                dispatch_regions.observe(module, phase, cache)
             if phase == HOST_PROGRAM_PHASE:
                 host_program = recordings.host_program(module)
             if phase == INSERT_AFTER_PHASE:
                 # After the snapshot: the stage figures describe the module IREE would
                 # build without dfit's runtime hooks.
                 if trace_tensors:
-                    trace_plan = tensor_traces.insert_tensor_traces(module, trace_tensors)
+                    trace_plan = tensor_traces.insert_tensor_traces(module, trace_tensors, filters.names_by_id(ops), str(source))
                 if with_probes:
                     probe_sites = function_probes.insert_function_probes(module)
             after = phase
@@ -137,6 +139,8 @@ def compile_instrumented(
                 trace_plan=trace_plan,
                 host_program=host_program,
             )
+            document["partitions"] = materialisation.separate_shared(document["partitions"], dispatch_regions.regions, ops)
+            document["compile"]["codegen"] = vmfb.codegen_facts(tmp_vmfb, driver.flags)  # for `dfit diff`
             manifest.save(document, manifest_path, kind="manifest")
     finally:
         driver.close()

@@ -145,7 +145,8 @@ class SemanticModel:
         found = [Partition(id=f"site{site['index']}:{site['export']}", kind="dispatch",
                            operator_ids=tuple(site["fused_ids"] or site["ids"]), root_id=site["root_id"],
                            attributes={"export": site["export"], "site": site["index"],
-                                       "function": site["function"]})
+                                       "function": site["function"],
+                                       "shared_ids": tuple(site.get("shared_ids") or ())})
                  for site in parts.get("dispatch_sites", [])]
         found += [Partition(id=group["id"], kind=group["kind"], operator_ids=tuple(group["operator_ids"]),
                             attributes=dict(group.get("attributes") or {}))
@@ -164,8 +165,9 @@ class SemanticModel:
         """The ops a partition's measured time is split over, evenly: its top-level ops
         (not a region body of another of its ops) that consume a value — constants and
         empty tensors, which IREE copies into every dispatch using them, do no work —
-        or all top-level ops if none qualifies, or all members. One rule for every tool
-        that attributes time to ops."""
+        or all top-level ops if none qualifies, or all members. Shared materialisation
+        (a site's ``shared_ids``, :mod:`dfit_mlir.materialisation`) is not a member. One
+        rule for every tool that attributes time to ops."""
         found = self._compute_ops.get(partition.id)
         if found is None:
             members = [i for i in partition.operator_ids if i in self.operators]
