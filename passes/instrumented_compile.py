@@ -17,7 +17,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from dfit_mlir import atomic, filters, frontends, lineage, manifest, materialisation, toolchain, vmfb
+from dfit_mlir import (
+    atomic,
+    filters,
+    frontends,
+    lineage,
+    manifest,
+    materialisation,
+    toolchain,
+    vmfb,
+)
 from dfit_mlir.adapters import iree as iree_adapter
 from dfit_mlir.ids import ID_SCHEME_VERSION
 from dfit_mlir.lineage import DispatchRegion, DispatchSite, StageFigures
