@@ -464,3 +464,25 @@ def test_a_5000_deep_cirh_dump_is_read_not_crashed(tmp_path: Path) -> None:
     assert summary["recovered"]["operators"] == depth + 1
     [source] = summary["sources"]
     assert source["parser"] == "line-reader"
+
+
+def test_data_parallel_ranks_and_pasted_runs_in_a_run_log(tmp_path: Path) -> None:
+    """SYNTHETIC, shaped on SambaFlow 1.19 (``Rank R, PID P`` in the app logger): two
+    pasted runs of two ranks each; every figure carries its run and rank."""
+    def run(pef: str, losses: tuple[float, float]) -> str:
+        return (
+            f"RUN COMMAND: srun --ntasks=2 python hook.py run --pef={pef}\n"
+            + "".join(
+                f"2024-11-20 08:0{rank}:00,000 - apps.trainer - Rank {rank}, PID {800 + rank} - info     - "
+                f"epoch:0|local_step:1|global_step:1|step_loss:{loss}\n"
+                for rank, loss in enumerate(losses)
+            )
+        )
+
+    path = tmp_path / "run.out"
+    path.write_text(run("a/a.pef", (9.5, 9.6)) + run("b/b.pef", (8.5, 8.6)))
+    recovery = SambaFlowRunLogReader(path).read()
+    assert [(m.attributes["run_scope"], m.attributes["rank"], m.value) for m in named(recovery, "loss")] == [
+        ("run0", 0, 9.5), ("run0", 1, 9.6), ("run1", 0, 8.5), ("run1", 1, 8.6)]
+    assert [r["pef_path"] for r in recovery.attributes["runs"]] == ["a/a.pef", "b/b.pef"]
+    assert recovery.attributes["ranks"] == {"800": 0, "801": 1}
