@@ -301,7 +301,8 @@ def test_pasted_runs_are_scopes_with_their_own_batch_size_and_records(tmp_path: 
         (["wsjob-nw92pqswybcl37chf7rfoq", "wsjob-z2irjuuhjvbundav2p9d56"], ["cs_12842439843636108263"], 10),
     ]
     processed = named(recovery, "processed_samples")
-    assert [(m.attributes["run_scope"], m.value) for m in processed] == [("run0", 512000.0), ("run1", 2048000.0)]
+    assert [(m.attributes["run_scope"], m.value, m.attributes["job_id"]) for m in processed] == [
+        ("run0", 512000.0, "wsjob-fhinsqdwzqebojjzgbkwgn"), ("run1", 2048000.0, "wsjob-z2irjuuhjvbundav2p9d56")]
     losses = named(recovery, "train.loss")
     assert [m.attributes["run_scope"] for m in losses] == ["run0"] * 10 + ["run1"] * 10
     hashes = {m.attributes["run_scope"]: m.attributes["compile_hash"] for m in losses}
