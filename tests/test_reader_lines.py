@@ -487,3 +487,22 @@ def test_data_parallel_ranks_and_pasted_runs_in_a_run_log(tmp_path: Path) -> Non
         ("run0", 0, 9.5), ("run0", 1, 9.6), ("run1", 0, 8.5), ("run1", 1, 8.6)]
     assert [r["pef_path"] for r in recovery.attributes["runs"]] == ["a/a.pef", "b/b.pef"]
     assert recovery.attributes["ranks"] == {"800": 0, "801": 1}
+
+
+def test_a_line_of_another_task_inside_a_traceback_does_not_end_it(tmp_path: Path) -> None:
+    path = tmp_path / "run.out"  # SYNTHETIC: two tasks writing to one log
+    path.write_text(
+        "RUN COMMAND: srun --ntasks=2 python hook.py run --pef=a/a.pef\n"
+        "Traceback (most recent call last):\n"
+        '  File "hook.py", line 10, in <module>\n'
+        "Distributed run: True\n"
+        '  File "hook.py", line 4, in check\n'
+        "    assert ok\n"
+        "AssertionError: Expected throughput to be at least 1500.0, instead found 1234.5\n"
+    )
+    recovery = SambaFlowRunLogReader(path).read()
+    failure = recovery.attributes["run_failure"]
+    assert failure["frames"] == ["hook.py:10 in <module>", "hook.py:4 in check"]
+    assert (failure["exception"], failure["lines"]) == ("AssertionError", [2, 7])
+    assert recovery.attributes["distributed_tasks_reported"] == 1
+    assert account_of(recovery).unparsed == 0
