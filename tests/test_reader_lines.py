@@ -506,3 +506,21 @@ def test_a_line_of_another_task_inside_a_traceback_does_not_end_it(tmp_path: Pat
     assert (failure["exception"], failure["lines"]) == ("AssertionError", [2, 7])
     assert recovery.attributes["distributed_tasks_reported"] == 1
     assert account_of(recovery).unparsed == 0
+
+
+def test_an_op_type_with_two_not_mapped_reasons_keeps_both_with_counts(tmp_path: Path) -> None:
+    path = tmp_path / "m_edgetpu.log"  # SYNTHETIC, shaped on the yolov8 logs
+    path.write_text(
+        "Edge TPU Compiler version 16.0.384591198\nInput: m.tflite\nOutput: m_edgetpu.tflite\n\n"
+        "Operator                       Count      Status\n\n"
+        "RESHAPE                        2          More than one subgraph is not supported\n"
+        "RESHAPE                        3          Operation is otherwise supported, but not mapped due to "
+        "some unspecified limitation\n"
+        "RESHAPE                        4          Mapped to Edge TPU\n"
+    )
+    log = OperationLogReader(path).log()
+    assert log.cpu_status_counts("RESHAPE") == {
+        "More than one subgraph is not supported": 2,
+        "Operation is otherwise supported, but not mapped due to some unspecified limitation": 3,
+    }
+    assert log.cpu_status_counts("ADD") == {}
