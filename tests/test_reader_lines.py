@@ -524,3 +524,16 @@ def test_an_op_type_with_two_not_mapped_reasons_keeps_both_with_counts(tmp_path:
         "Operation is otherwise supported, but not mapped due to some unspecified limitation": 3,
     }
     assert log.cpu_status_counts("ADD") == {}
+
+
+def test_a_second_operation_log_pasted_into_the_file_is_not_added_to_the_first(tmp_path: Path) -> None:
+    one = vendor_fixture("edgetpu/franco_fc_v15/model_edgetpu.log").read_text()
+    path = tmp_path / "model_edgetpu.log"  # a real log pasted twice
+    path.write_text(one + one)
+    log = OperationLogReader(path).log()
+    assert log.counts() == OperationLogReader(vendor_fixture("edgetpu/franco_fc_v15/model_edgetpu.log")).log().counts()
+    assert log.lines is not None
+    total = len(one.splitlines())
+    blank = sum(1 for line in one.splitlines() if not line.strip())  # consumed as blank
+    assert (log.lines.total, log.lines.unparsed) == (2 * total, total - blank)
+    assert log.lines.problems[0] == (total + 1, "a second operation log starts here: not read")
