@@ -273,8 +273,9 @@ class _OpLogState:
             raise ArtifactError.at(
                 self.path, line.number, f"part of a second operation log pasted at line {self.second_log}: not read"
             )
-        if self.version is not None and _VERSION_RE.match(line.text):
+        if self.in_table and _VERSION_RE.match(line.text):
             # One log per compile: the counts of a second one would add to the first's.
+            # (A version line repeated before the table is a duplicated header line.)
             self.second_log = line.number
             raise ArtifactError.at(self.path, line.number, "a second operation log starts here: not read")
         if self.in_table and not _HEADER_RE.match(line.text):
