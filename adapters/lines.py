@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -394,6 +394,3 @@ def count(text: str, what: str, path: Path | str, line: int | None) -> int:
         raise ArtifactError.at(path, line, f"{what}: {echo(stripped, 40)} is not a believable count")
     return int(stripped)
 
-
-def origins(path: Path | str, numbers: Iterable[int]) -> list[str]:
-    return [f"{path}:{n}" for n in numbers]

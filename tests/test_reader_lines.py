@@ -301,7 +301,8 @@ def test_pasted_runs_are_scopes_with_their_own_batch_size_and_records(tmp_path: 
         (["wsjob-nw92pqswybcl37chf7rfoq", "wsjob-z2irjuuhjvbundav2p9d56"], ["cs_12842439843636108263"], 10),
     ]
     processed = named(recovery, "processed_samples")
-    assert [(m.attributes["run_scope"], m.value) for m in processed] == [("run0", 512000.0), ("run1", 2048000.0)]
+    assert [(m.attributes["run_scope"], m.value, m.attributes["job_id"]) for m in processed] == [
+        ("run0", 512000.0, "wsjob-fhinsqdwzqebojjzgbkwgn"), ("run1", 2048000.0, "wsjob-z2irjuuhjvbundav2p9d56")]
     losses = named(recovery, "train.loss")
     assert [m.attributes["run_scope"] for m in losses] == ["run0"] * 10 + ["run1"] * 10
     hashes = {m.attributes["run_scope"]: m.attributes["compile_hash"] for m in losses}
@@ -464,3 +465,75 @@ def test_a_5000_deep_cirh_dump_is_read_not_crashed(tmp_path: Path) -> None:
     assert summary["recovered"]["operators"] == depth + 1
     [source] = summary["sources"]
     assert source["parser"] == "line-reader"
+
+
+def test_data_parallel_ranks_and_pasted_runs_in_a_run_log(tmp_path: Path) -> None:
+    """SYNTHETIC, shaped on SambaFlow 1.19 (``Rank R, PID P`` in the app logger): two
+    pasted runs of two ranks each; every figure carries its run and rank."""
+    def run(pef: str, losses: tuple[float, float]) -> str:
+        return (
+            f"RUN COMMAND: srun --ntasks=2 python hook.py run --pef={pef}\n"
+            + "".join(
+                f"2024-11-20 08:0{rank}:00,000 - apps.trainer - Rank {rank}, PID {800 + rank} - info     - "
+                f"epoch:0|local_step:1|global_step:1|step_loss:{loss}\n"
+                for rank, loss in enumerate(losses)
+            )
+        )
+
+    path = tmp_path / "run.out"
+    path.write_text(run("a/a.pef", (9.5, 9.6)) + run("b/b.pef", (8.5, 8.6)))
+    recovery = SambaFlowRunLogReader(path).read()
+    assert [(m.attributes["run_scope"], m.attributes["rank"], m.value) for m in named(recovery, "loss")] == [
+        ("run0", 0, 9.5), ("run0", 1, 9.6), ("run1", 0, 8.5), ("run1", 1, 8.6)]
+    assert [r["pef_path"] for r in recovery.attributes["runs"]] == ["a/a.pef", "b/b.pef"]
+    assert recovery.attributes["ranks"] == {"800": 0, "801": 1}
+
+
+def test_a_line_of_another_task_inside_a_traceback_does_not_end_it(tmp_path: Path) -> None:
+    path = tmp_path / "run.out"  # SYNTHETIC: two tasks writing to one log
+    path.write_text(
+        "RUN COMMAND: srun --ntasks=2 python hook.py run --pef=a/a.pef\n"
+        "Traceback (most recent call last):\n"
+        '  File "hook.py", line 10, in <module>\n'
+        "Distributed run: True\n"
+        '  File "hook.py", line 4, in check\n'
+        "    assert ok\n"
+        "AssertionError: Expected throughput to be at least 1500.0, instead found 1234.5\n"
+    )
+    recovery = SambaFlowRunLogReader(path).read()
+    failure = recovery.attributes["run_failure"]
+    assert failure["frames"] == ["hook.py:10 in <module>", "hook.py:4 in check"]
+    assert (failure["exception"], failure["lines"]) == ("AssertionError", [2, 7])
+    assert recovery.attributes["distributed_tasks_reported"] == 1
+    assert account_of(recovery).unparsed == 0
+
+
+def test_an_op_type_with_two_not_mapped_reasons_keeps_both_with_counts(tmp_path: Path) -> None:
+    path = tmp_path / "m_edgetpu.log"  # SYNTHETIC, shaped on the yolov8 logs
+    path.write_text(
+        "Edge TPU Compiler version 16.0.384591198\nInput: m.tflite\nOutput: m_edgetpu.tflite\n\n"
+        "Operator                       Count      Status\n\n"
+        "RESHAPE                        2          More than one subgraph is not supported\n"
+        "RESHAPE                        3          Operation is otherwise supported, but not mapped due to "
+        "some unspecified limitation\n"
+        "RESHAPE                        4          Mapped to Edge TPU\n"
+    )
+    log = OperationLogReader(path).log()
+    assert log.cpu_status_counts("RESHAPE") == {
+        "More than one subgraph is not supported": 2,
+        "Operation is otherwise supported, but not mapped due to some unspecified limitation": 3,
+    }
+    assert log.cpu_status_counts("ADD") == {}
+
+
+def test_a_second_operation_log_pasted_into_the_file_is_not_added_to_the_first(tmp_path: Path) -> None:
+    one = vendor_fixture("edgetpu/franco_fc_v15/model_edgetpu.log").read_text()
+    path = tmp_path / "model_edgetpu.log"  # a real log pasted twice
+    path.write_text(one + one)
+    log = OperationLogReader(path).log()
+    assert log.counts() == OperationLogReader(vendor_fixture("edgetpu/franco_fc_v15/model_edgetpu.log")).log().counts()
+    assert log.lines is not None
+    total = len(one.splitlines())
+    blank = sum(1 for line in one.splitlines() if not line.strip())  # consumed as blank
+    assert (log.lines.total, log.lines.unparsed) == (2 * total, total - blank)
+    assert log.lines.problems[0] == (total + 1, "a second operation log starts here: not read")

@@ -410,7 +410,7 @@ class _LogParser:
                         duration_s=duration,
                         step=step,
                         origin=f"{self.path}:{line}",
-                        attributes={"file": message[len("Saved checkpoint ") :]},
+                        attributes={"file": message[len("Saved checkpoint ") :], "job_id": self.execute_job},
                     )
                 )
             else:
@@ -780,7 +780,8 @@ class _LogParser:
                 start_s=start_s,
                 duration_s=seconds,
                 origin=self.origin(record),
-                attributes={"what": match.group("what"), "placed": placed, "last_step": self.last_window_step},
+                attributes={"what": match.group("what"), "placed": placed, "last_step": self.last_window_step,
+                            "job_id": self.execute_job, "compile_hash": self.compile_hash},
             )
         )
 

@@ -256,6 +256,8 @@ class _OpLogState:
     paths: dict[str, str] = field(default_factory=dict)
     rows: list[OperationRow] = field(default_factory=list)
     in_table: bool = False
+    #: Line where a second log pasted into the file starts (its lines are not read).
+    second_log: int | None = None
 
     def version_line(self, found: re.Match[str], line: Line) -> None:
         self.version = found["version"]
@@ -267,6 +269,15 @@ class _OpLogState:
         self.in_table = True
 
     def feed(self, line: Line) -> bool:
+        if self.second_log is not None:
+            raise ArtifactError.at(
+                self.path, line.number, f"part of a second operation log pasted at line {self.second_log}: not read"
+            )
+        if self.in_table and _VERSION_RE.match(line.text):
+            # One log per compile: the counts of a second one would add to the first's.
+            # (A version line repeated before the table is a duplicated header line.)
+            self.second_log = line.number
+            raise ArtifactError.at(self.path, line.number, "a second operation log starts here: not read")
         if self.in_table and not _HEADER_RE.match(line.text):
             self.rows.append(parse_table_row(self.path, line.number, line.text))
             return True

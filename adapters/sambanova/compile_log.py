@@ -143,6 +143,8 @@ def to_int(text: str, path: Path, line: int | None, what: str) -> int:
 
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$')
 _EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*): ?(?P<message>.*)$")
+#: A traceback's last line without a message (``KeyboardInterrupt``).
+_BARE_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*\s*$")
 
 
 @dataclass
@@ -154,6 +156,8 @@ class Traceback:
     exception: str | None = None
     message: str | None = None
     last_line: int | None = None
+    #: Unindented lines of other writers met inside it.
+    interleaved: int = 0
 
     def as_attribute(self) -> dict[str, Any]:
         return {
@@ -198,6 +202,11 @@ class TracebackCollector:
         ending = _EXCEPTION.match(line)
         if ending is not None:
             current.exception, current.message = ending["type"], ending["message"]
+        elif _BARE_EXCEPTION.match(line) is None and current.interleaved < 3:
+            # Another process's line interleaved with the traceback (data-parallel
+            # tasks write to one log): not the traceback's end, not its line.
+            current.interleaved += 1
+            return False
         else:
             current.message = line
         current.last_line = number
