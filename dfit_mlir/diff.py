@@ -169,6 +169,8 @@ class DiffResult:
     #: Ranked by what changed most (see the module docstring).
     rows: tuple[OpDiff, ...]
     codegen: tuple[CodegenChange, ...] = ()
+    #: What makes the comparison less than like for like (shown under the header).
+    notes: tuple[str, ...] = ()
 
     def row(self, key: str) -> OpDiff:
         """The row of ``key`` (an ID of side A, a tensor name, or a one-side ID)."""
@@ -458,7 +460,19 @@ def diff_bundles(bundle_a: str | Path | SemanticModel, bundle_b: str | Path | Se
     rows.sort(key=_rank)
     return DiffResult(BundleInfo(a.source, a.backend, facts_a.invocations),
                       BundleInfo(b.source, b.backend, facts_b.invocations), tuple(rows),
-                      codegen_changes(a.manifest, b.manifest))
+                      codegen_changes(a.manifest, b.manifest), _notes(a, b))
+
+
+def _notes(a: SemanticModel, b: SemanticModel) -> tuple[str, ...]:
+    """A compile manifest from before shared materialisation was separated lists merged
+    empties and fills as fused: fusion compared with a newer one differs for that alone."""
+    separated = {side: "shared_materialisation" in model.manifest.get("partitions", {})
+                 for side, model in (("A", a), ("B", b)) if model.manifest.get("partitions", {}).get("dispatch_sites")}
+    if len(separated) == 2 and len(set(separated.values())) == 2:
+        old = next(side for side, done in separated.items() if not done)
+        return (f"note: {old}'s manifest predates shared materialisation (dfit_mlir/materialisation.py): its fused "
+                f"lists include merged empties, fills and constants; recompile it to compare fusion like for like",)
+    return ()
 
 
 def codegen_changes(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[CodegenChange, ...]:
@@ -535,6 +549,7 @@ def to_csv(result: DiffResult) -> str:
 def to_json(result: DiffResult) -> str:
     document = {"schema": SCHEMA, "version": VERSION, "a": asdict(result.a), "b": asdict(result.b),
                 "counts": result.counts(), "codegen": [asdict(change) for change in result.codegen],
+                "notes": list(result.notes),
                 "rows": [{"key": row.key, "match": row.match, "changes": list(row.changes), "folded": row.folded,
                           "time_delta_ns": row.time_delta_ns, "lineage_changes": list(row.lineage_changes),
                           "a": asdict(row.a) if row.a else None, "b": asdict(row.b) if row.b else None}
@@ -569,6 +584,7 @@ def render(result: DiffResult, limit: int | None = 40, written: Path | None = No
     labels = [f"{label} {counts[f'label:{label}']}" for label in LABELS if counts[f"label:{label}"]]
     if labels:
         lines.append("changes: " + ", ".join(labels))
+    lines += list(result.notes)
     for change in result.codegen:
         lines.append(f"codegen {change.aspect}: {change.note}")
     folded = [row for row in result.rows if row.folded and (row.changes or row.time_delta_ns)]

@@ -267,3 +267,18 @@ def test_another_target_cpu_is_a_codegen_difference(iree_bundles: dict[str, Path
     contents = read_module(generic_cpu_manifest.with_name("generic.vmfb"))
     recorded = [(e["sha256"], e["bytes"]) for e in generic["compile"]["codegen"]["executables"]]
     assert recorded and set(recorded) <= set(zip(contents.executables, contents.executable_sizes, strict=True))
+
+
+def test_a_manifest_from_before_shared_materialisation_is_noted(iree_bundles: dict[str, Path], tmp_path: Path) -> None:
+    from dfit_mlir import manifest
+
+    old = manifest.load(iree_bundles["manifest"])
+    old["partitions"].pop("shared_materialisation")
+    for site in old["partitions"]["dispatch_sites"]:
+        site["fused_ids"] += site.pop("shared_ids")  # as an older dfit wrote them
+    path = tmp_path / "old.manifest.json"
+    manifest.save(old, path)
+    result = diff.diff_bundles(path, iree_bundles["manifest"])
+    assert len(result.notes) == 1 and result.notes[0].startswith("note: A's manifest predates shared materialisation")
+    assert result.notes[0] in diff.render(result).splitlines()
+    assert diff.diff_bundles(iree_bundles["manifest"], iree_bundles["full"]).notes == ()
