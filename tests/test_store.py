@@ -88,6 +88,21 @@ def test_collect_is_idempotent_and_atomic_per_bundle(tmp_path: Path, iree_bundle
     assert leftovers == []
 
 
+def test_timing_only_runs_are_runs_of_their_own(tmp_path: Path, iree_bundles: dict[str, Path]) -> None:
+    """A ``--mode none`` bundle has no events: it is neither its compile's manifest nor
+    another baseline run of the same module (each was skipped as "already in the store")."""
+    from dfit_mlir.runtime_hooks.run import run_bundle
+
+    manifest = iree_bundles["manifest"]
+    second_none = run_bundle(manifest.parent / "full.vmfb", manifest, tmp_path / "run-none-2", mode="none").bundle
+    target = tmp_path / "store"
+    added = bundle_store.collect([manifest, iree_bundles["none"], second_none], target)
+    assert [entry.added for entry in added] == [True, True, True]
+    assert len({entry.run for entry in added}) == 3
+    kinds = sorted((row["kind"], row["mode"]) for row in rows(target, "SELECT kind, mode FROM runs"))
+    assert kinds == [("compile", "full"), ("run", "none"), ("run", "none")]
+
+
 def test_older_minor_still_reads(tmp_path: Path, iree_bundles: dict[str, Path]) -> None:
     """A bundle written with event schema 1.0 (no name/value/step) and a store file
     missing the columns the store added later both read with those columns null."""

@@ -119,8 +119,8 @@ def _json(path: Path) -> dict[str, Any]:
 
 
 def _run_id(source: _Source) -> str:
-    """The bundle's session (every event of one run carries it); a compile manifest's
-    content hash."""
+    """The bundle's session (every event of one run carries it, and summary.json names
+    it when there are none); a compile manifest's content hash."""
     if source.events is not None:
         import pyarrow.parquet as pq
 
@@ -132,6 +132,10 @@ def _run_id(source: _Source) -> str:
         if len(sessions):
             first = sessions[0].as_py()
             return layout.partition_value(first)
+        # A run with no events (``--mode none``: timing only) still has its own session;
+        # the manifest hash would make it the compile's run and every such run the same.
+        if source.summary.get("session"):
+            return layout.partition_value(str(source.summary["session"]))
     digest = hashlib.sha256(json.dumps(source.manifest, sort_keys=True).encode()).hexdigest()[:12]
     return f"m{digest}"
 
