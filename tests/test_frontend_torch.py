@@ -256,3 +256,24 @@ def test_cli_compiles_a_pytorch_module_file(tmp_path: Path) -> None:
     bad.write_text("x = 1\n")
     result = CliRunner().invoke(main, ["compile", str(bad), "--dfit-tag", "-o", str(tmp_path / "bad.vmfb")])
     assert result.exit_code == 2 and "defines no make_model()" in result.output
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("def make_model():\n    raise ValueError('weights missing')\n",
+     "model.py:2: make_model() raised ValueError: weights missing"),
+    ("import a_package_nobody_installed\n",
+     "model.py:1: running the file raised ModuleNotFoundError: No module named 'a_package_nobody_installed'"),
+])
+def test_cli_model_file_that_raises_is_a_model_failure_not_a_dfit_bug(tmp_path: Path, text: str,
+                                                                      expected: str) -> None:
+    """The user's code failing is exit 3 with the file and line, not "internal error" (70)."""
+    from click.testing import CliRunner
+
+    from dfit_mlir.cli import main
+
+    source = tmp_path / "model.py"
+    source.write_text(text)
+    result = CliRunner().invoke(main, ["compile", str(source), "--dfit-tag", "-o", str(tmp_path / "m.vmfb")])
+    assert result.exit_code == 3, result.output
+    assert expected in result.output and "internal error" not in result.output
+    assert not (tmp_path / "m.vmfb").exists()

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from dfit_mlir.errors import EXIT_TOOLCHAIN_FAILED, DfitError
 from dfit_mlir.frontends import SourceModel
 
 #: Prefix of the NameLoc carrying a node's innermost nn.Module: ``nn.Module:<path>:<Class>``.
@@ -174,6 +175,27 @@ def compile(model: Any, args: tuple[Any, ...] | Any, *, output: str | Path, mode
                                 trace_tensors=trace_tensors)
 
 
+class ModelCodeError(DfitError):
+    """The user's model file raised while dfit imported it or called its factory: the
+    model failed (exit 3), not dfit; the message names the file and line that raised."""
+
+    exit_code = EXIT_TOOLCHAIN_FAILED
+
+
+def _model_code_failure(path: Path, what: str, error: BaseException) -> str:
+    """``model.py:12: make_model() raised ValueError: ...`` (the innermost frame in the
+    model file; the file alone when the error came from elsewhere)."""
+    import traceback
+
+    where = str(path)
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        if Path(frame.filename).resolve() == path.resolve():
+            where = f"{path}:{frame.lineno}"
+            break
+    detail = str(error).splitlines()[0] if str(error) else ""
+    return f"{where}: {what} raised {type(error).__name__}" + (f": {detail}" if detail else "")
+
+
 def load_module_file(path: str | Path, factory: str | None = None) -> tuple[Any, tuple[Any, ...]]:
     """A PyTorch model file for ``dfit compile model.py``: the file defines
     ``make_model()`` (or ``factory``) returning ``(module, example_args)``."""
@@ -193,10 +215,15 @@ def load_module_file(path: str | Path, factory: str | None = None) -> tuple[Any,
         raise InvalidInputError(f"{path}: no such file") from None
     except SyntaxError as error:
         raise InvalidInputError(f"{path}:{error.lineno}: {error.msg}") from None
+    except Exception as error:  # the user's code failed, not dfit: exit 3 with where
+        raise ModelCodeError(_model_code_failure(path, "running the file", error)) from None
     make = getattr(module, name, None)
     if not callable(make):
         raise InvalidInputError(f"{path}: defines no {name}() returning (nn.Module, example args)")
-    made = make()
+    try:
+        made = make()
+    except Exception as error:
+        raise ModelCodeError(_model_code_failure(path, f"{name}()", error)) from None
     if not (isinstance(made, tuple) and len(made) == 2):
         raise InvalidInputError(f"{path}: {name}() must return (nn.Module, example args), got {type(made).__name__}")
     model, args = made
