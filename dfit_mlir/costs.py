@@ -127,8 +127,18 @@ _ELEMENTWISE_SUFFIXES = frozenset(
     "add sub mul div addf subf mulf divf addi subi muli maximumf minimumf maxsi minsi "
     "maximum minimum negate negf exp log tanh sigmoid logistic rsqrt sqrt abs absf pow "
     "relu clamp select erf reciprocal floor ceil cmpf cmpi and or xor max min rescale cast "
-    "truncf extf sitofp fptosi mul_scalar add_scalar".split()
+    "truncf extf sitofp fptosi mul_scalar add_scalar "
+    # StableHLO spells the arithmetic out (stablehlo.multiply, not .mul).
+    "subtract multiply divide exponential power remainder sine cosine gelu silu".split()
 )
+
+
+def _elementwise_kind(name: str) -> str:
+    """The kind an op name says, for the elementwise rule: its last segment, except
+    that torch ops carry an overload after it (``torch.aten.add.Tensor`` → ``add``)."""
+    if name.startswith(("torch.aten.", "torch.prims.")):
+        return name.split(".")[2]
+    return name.rsplit(".", 1)[-1]
 
 
 def op_cost(name: str, operands: Sequence[str], results: Sequence[str], body_ops: int = 0,
@@ -159,7 +169,7 @@ def op_cost(name: str, operands: Sequence[str], results: Sequence[str], body_ops
     elif _is_pool(name) and not _is_reduction(name) and outs and outs[0] is not None and len(ins) > 1 and ins[1] is not None:
         window = ins[1].elements
         flops = outs[0].elements * window if outs[0].elements and window else None
-    elif name.rsplit(".", 1)[-1] in _ELEMENTWISE_SUFFIXES and outs and outs[0] is not None:
+    elif _elementwise_kind(name) in _ELEMENTWISE_SUFFIXES and outs and outs[0] is not None:
         flops = outs[0].elements
     return Cost(None, flops, nbytes)
 

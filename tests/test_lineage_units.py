@@ -87,3 +87,21 @@ def test_bytes_and_types() -> None:
     assert costs.parse_shaped("tensor<4xi1>").nbytes == 4
     assert costs.parse_shaped("f32") is None
     assert costs.op_cost("linalg.add", ["tensor<4xf32>", "tensor<4xf32>", "tensor<4xf32>"], ["tensor<4xf32>"]).flops == 4
+
+
+@pytest.mark.parametrize(("name", "operand", "flops"), [
+    # StableHLO spells arithmetic out; a JAX optimizer update is multiply + subtract.
+    ("stablehlo.multiply", "tensor<8x16xf32>", 128),
+    ("stablehlo.subtract", "tensor<16x1xf32>", 16),
+    ("stablehlo.divide", "tensor<4xf32>", 4),
+    ("stablehlo.exponential", "tensor<4xf32>", 4),
+    # torch ops end in an overload name: the residual add of every transformer block.
+    ("torch.aten.add.Tensor", "!torch.vtensor<[2,32],f32>", 64),
+    ("torch.aten.mul.Scalar", "!torch.vtensor<[2,32],f32>", 64),
+    ("torch.aten.gelu", "!torch.vtensor<[2,64],f32>", 128),
+    # Not arithmetic: no FLOPs.
+    ("stablehlo.broadcast_in_dim", "tensor<4xf32>", None),
+    ("torch.aten.view", "!torch.vtensor<[2,32],f32>", None),
+])
+def test_elementwise_flops_of_every_frontend_spelling(name: str, operand: str, flops: int | None) -> None:
+    assert costs.op_cost(name, [operand, operand], [operand]).flops == flops
