@@ -308,9 +308,13 @@ class SemanticAttribution(Tool):
             return ""
         time_part = (f", {summary['attributed_time_pct']}% of {_duration_text(summary['event_time_ns'])} measured"
                      if summary["attributed_time_pct"] is not None else ", no measured time")
+        phases = ", ".join(f"{phase} {count}" for phase, count in summary["operators_by_phase"].items())
+        modules = (f"{summary['modules']} modules (top: {', '.join(p or '(root)' for p in summary['top_modules'][:3])})"
+                   if summary["modules"] else "no module paths")
         return (f"{summary['attributed_operators']}/{summary['operators']} ops attributed "
                 f"({summary['attributed_operators_pct']}%){time_part}; top sites: "
-                f"{', '.join(summary['top_sites'][:3]) or 'none'}\nanalysis took {ctx.state['busy_s'] * 1e3:.1f} ms")
+                f"{', '.join(summary['top_sites'][:3]) or 'none'}\n"
+                f"{modules}; ops by phase: {phases}\nanalysis took {ctx.state['busy_s'] * 1e3:.1f} ms")
 
 
 def _pct(part: int, whole: int) -> float | None:
