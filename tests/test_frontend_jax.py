@@ -17,6 +17,7 @@ import pytest
 
 from dfit_mlir.frontends import jax as jax_frontend
 from dfit_mlir.lineage import is_constant
+from dfit_mlir.manifest import validate
 from dfit_mlir.tools.session import analyze
 from tests import frontend_models
 from tests.conftest import read_csv
@@ -72,6 +73,7 @@ def _stack(op: dict[str, Any]) -> str | None:
 @pytest.mark.slow
 def test_train_step_phases(train_step: dict[str, Any]) -> None:
     manifest = train_step["compiled"].manifest
+    validate(manifest)  # phases loss/optimizer and the source-model fields are in the schema
     assert manifest["input"]["frontend"] == "jax"
     ops = manifest["operators"]
     # Every op whose own name stack is a transpose is backward; every backward op of
