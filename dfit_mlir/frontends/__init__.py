@@ -146,8 +146,11 @@ class CodeRules:
             return False
         relative = package_relative(path)
         for rule in self.rules:
+            # ``*/x.py`` also matches a bare ``x.py`` (frames of files given relatively).
+            bare = rule.pattern[2:] if rule.pattern.startswith("*/") else None
             if fnmatch.fnmatchcase(relative, rule.pattern) or fnmatch.fnmatchcase(path, rule.pattern) \
-                    or fnmatch.fnmatchcase(path, "*/" + rule.pattern):
+                    or fnmatch.fnmatchcase(path, "*/" + rule.pattern) \
+                    or (bare is not None and fnmatch.fnmatchcase(path, bare)):
                 return rule.model_code
         return True
 
