@@ -141,7 +141,18 @@ class CodeRules:
             pass
         return tuple(str(root) + "/" for root in roots)
 
+    @cached_property
+    def _verdicts(self) -> dict[str, bool]:
+        """Per file: a model has a few dozen files and many thousand frames."""
+        return {}
+
     def is_model_code(self, path: str) -> bool:
+        verdict = self._verdicts.get(path)
+        if verdict is None:
+            verdict = self._verdicts[path] = self._decide(path)
+        return verdict
+
+    def _decide(self, path: str) -> bool:
         if path.startswith(self._dfit_roots):
             return False
         relative = package_relative(path)
