@@ -176,3 +176,19 @@ def test_cli_framework_code_option(iree_bundles: dict[str, Path], tmp_path: Path
     assert sites and not [row for row in sites if "convnet.py:" in row["site"]]
     assert {row["site"].rsplit(":", 1)[0].rsplit("/", 1)[-1] for row in sites if row["site_kind"] == "source"} \
         == {"convnet.mlir"}
+
+
+def test_reconstructed_training_step_rolls_up_by_module_and_phase(cerebras_bundle: Path, tmp_path: Path) -> None:
+    """A closed backend's module paths and phases (Cerebras BERT-large training step,
+    real run logs) give the same module tree and phase table as the open stack."""
+    from dfit_mlir.tools.session import analyze
+    from tests.conftest import read_csv
+
+    analyze(cerebras_bundle, ["semantic-attribution"], tmp_path)
+    out = tmp_path / "semantic-attribution"
+    phases = {row["phase"] for row in read_csv(out / "phases.csv")}
+    assert {"forward", "backward", "optimizer"} <= phases
+    modules = {row["module_path"]: row for row in read_csv(out / "modules.csv")}
+    assert modules["bert.encoder.layer.3"]["parent"] == "bert.encoder.layer"
+    assert set(modules["bert.encoder.layer.3.attention.self.query"]["phases"].replace(":", ";").split(";")[::2]) \
+        >= {"forward"}
