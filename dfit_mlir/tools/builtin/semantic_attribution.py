@@ -211,6 +211,9 @@ class SemanticAttribution(Tool):
             return {"ops": 1, "flops": op.flops or 0, "bytes": op.bytes or 0, "time_ns": op_time.get(op.id, 0.0)}
 
         located = [(op, path) for op in model.operators.values() if (path := model.module_path(op.id)) is not None]
+        # Children appear in the order the model computes them: importers hoist what does
+        # no arithmetic (constants, weight loads, shape lists), so those do not decide it.
+        located.sort(key=lambda item: not item[0].flops)
         classes = {op.id: module_classes(model.frontend, op.raw) for op, _ in located}
         tree = flamegraph.build_tree((path, op.module_class, op.phase, values(op), classes[op.id])
                                      for op, path in located)
