@@ -37,6 +37,7 @@ MACs known, no time attributed).
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -101,7 +102,11 @@ def node_data(model: SemanticModel, metric: str, key: str = "name") -> dict[str,
         colours = {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(dict.fromkeys(labels.values()))}
         document["results"] = {k: {"value": label, "bgColor": colours[label]} for k, label in labels.items()}
     else:
-        document["results"] = {k: {"value": _number(sum(values))} for k, values in grouped.items()}
+        # A non-finite total (a NaN or inf that slipped into a metric) is no node value:
+        # Model Explorer's JSON has no NaN, and a colour scale over inf shows nothing.
+        totals = {k: sum(values) for k, values in grouped.items()}
+        document["results"] = {k: {"value": _number(total)} for k, total in totals.items()
+                               if not isinstance(total, float) or math.isfinite(total)}
         document["gradient"] = [dict(item) for item in GRADIENT]
     return document
 
@@ -111,15 +116,25 @@ def export(bundle_or_model: str | Path | SemanticModel, out_path: str | Path,
     """Write one node data file per metric: ``out_path`` itself for one metric, else
     ``<stem>.<metric><suffix>`` beside it (atomic writes)."""
     model = bundle_or_model if isinstance(bundle_or_model, SemanticModel) else SemanticModel.open(bundle_or_model)
-    names = parse_metrics(metrics)
-    out_path = Path(out_path)
     written = []
-    for metric in names:
-        path = out_path if len(names) == 1 else out_path.with_name(f"{out_path.stem}.{metric}{out_path.suffix}")
+    for metric, path in output_paths(out_path, metrics).items():
         document = node_data(model, metric, key)
-        atomic.write_text(path, json.dumps(document, indent=1) + "\n")
+        atomic.write_text(path, json.dumps(document, indent=1, allow_nan=False) + "\n", kind=OUTPUT_KIND)
         written.append(Exported(metric, path, len(document["results"])))
     return written
+
+
+#: The output kind of a node data file (see dfit_mlir.outputs).
+OUTPUT_KIND = "node-data"
+
+
+def output_paths(out_path: str | Path, metrics: str | Iterable[str]) -> dict[str, Path]:
+    """metric → the file it is written to: ``out_path`` itself for one metric, else
+    ``<stem>.<metric><suffix>`` beside it."""
+    names = parse_metrics(metrics)
+    out_path = Path(out_path)
+    return {metric: out_path if len(names) == 1 else out_path.with_name(f"{out_path.stem}.{metric}{out_path.suffix}")
+            for metric in names}
 
 
 def _value_getter(model: SemanticModel, metric: str) -> Callable[[Operator], Any]:
