@@ -16,7 +16,6 @@ from dfit_mlir.errors import (
     EXIT_INVALID_INPUT,
     EXIT_TABLE,
     DfitError,
-    Interrupted,
 )
 
 # --- the CLI contract: one exit-status table, one line per error, no traceback ---------
@@ -103,25 +102,23 @@ def _save_traceback(command: str) -> str:
 
 
 def _route_sigterm() -> Any:
-    """SIGTERM raises :class:`Interrupted` (a KeyboardInterrupt) in the main thread, so
-    that atomic writers remove their temporaries exactly as on SIGINT."""
+    """SIGINT and SIGTERM raise in the main thread (KeyboardInterrupt, :class:`Interrupted`)
+    so that every ``finally`` removes its temporaries, except while an output's temporary
+    is being created or swapped into place, which the signal waits for."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         return None
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise Interrupted(f"signal {signum}")
-
-    return signal.signal(signal.SIGTERM, interrupt)
+    wanted = [sig for sig in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(sig) != signal.SIG_IGN]
+    return {sig: signal.signal(sig, atomic.on_signal) for sig in wanted}
 
 
 def _restore_sigterm(previous: Any) -> None:
     import signal
 
-    if previous is not None:
-        signal.signal(signal.SIGTERM, previous)
+    for sig, handler in (previous or {}).items():
+        signal.signal(sig, handler)
 
 
 def _force_option(command: Callable[..., Any]) -> Callable[..., Any]:

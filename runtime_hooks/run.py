@@ -19,13 +19,13 @@ Modes:
 from __future__ import annotations
 
 import json
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
+from dfit_mlir import atomic
 from dfit_mlir import manifest as manifest_io
 from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.event_pipeline import EventPipeline, EventRow, Policy
@@ -68,7 +68,7 @@ def run_bundle(vmfb: Path, manifest_path: Path, bundle: Path, *, mode: str = "fu
     policy = policy or Policy(mode=mode)
     function = entry_function(manifest, function)
     arguments = signature(manifest, function)
-    with tempfile.TemporaryDirectory(prefix="dfit-run-") as scratch:
+    with atomic.scratch_directory("dfit-run-") as scratch:
         if inputs:
             check_inputs(inputs, arguments)
         else:

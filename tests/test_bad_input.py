@@ -9,11 +9,12 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
-from tests.badinput_cases import Artifacts, Case, all_cases, owned_elsewhere
+from tests.badinput_cases import Artifacts, Case, all_cases, owned_elsewhere, vmfb_pair
 from tests.conftest import CONVNET, vendor_fixture
 
 CASES = all_cases()
@@ -115,3 +116,75 @@ def test_bad_input(case: Case, art: Artifacts, tmp_path: Path) -> None:
 def test_the_suite_is_large_enough() -> None:
     commands = {c.build.__name__ for c in CASES}
     assert len(CASES) >= 250 and commands
+
+
+# --- signals: a child `dfit` interrupted mid-way leaves nothing behind and exits 130 -------
+
+def _interrupt(argv: list[str], work: Path, scratch: Path, signum: int, ready: Any) -> Any:
+    """Start ``dfit argv`` in ``work`` (temporary files under ``scratch``), send ``signum``
+    once ``ready()`` holds (polled every millisecond), return the finished process."""
+    import signal  # noqa: F401 — signum comes from it
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    child = subprocess.Popen([sys.executable, "-m", "dfit_mlir.cli", *argv], cwd=work, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while child.poll() is None and not ready() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert child.poll() is None, f"dfit ended before the signal could be sent: {child.communicate()}"
+    child.send_signal(signum)
+    stdout, stderr = child.communicate(timeout=120)
+    return child.returncode, stdout, stderr
+
+
+SIGNAL_CASES = {
+    # SIGTERM while the reconstructed bundle is being written (its temporary folder exists).
+    "sigterm-reconstruct-bundle-write": ("SIGTERM", lambda w, a: ["reconstruct", put_dump(w), "-o", "b"],
+                                         lambda w, s: lambda: any(p.name.startswith(".b.") for p in w.iterdir())),
+    # SIGINT while a long in-process run is going (its scratch folder of inputs exists).
+    "sigint-run-ids": ("SIGINT", lambda w, a: ["run", vmfb_pair(w, a), "--mode", "ids", "--repeat", "1000000",
+                                               "-o", "b"],
+                       lambda w, s: lambda: any(p.name.startswith("dfit-run-") for p in s.iterdir())),
+    # SIGTERM while iree-run-module profiles the module (a child process of dfit).
+    "sigterm-run-full": ("SIGTERM", lambda w, a: ["run", vmfb_pair(w, a), "--mode", "full", "--repeat", "100000",
+                                                  "-o", "b"],
+                         lambda w, s: lambda: any(p.name.startswith("dfit-run-") for p in s.iterdir())),
+    # SIGTERM in the middle of an instrumented compile (between IREE phases).
+    "sigterm-compile": ("SIGTERM", lambda w, a: ["compile", "--dfit-tag", put_mlir(w, a), "-o", "m2.vmfb"],
+                        lambda w, s: lambda: any(p.name.startswith(".m2.vmfb.") for p in w.iterdir())),
+}
+
+
+def put_dump(work: Path) -> str:
+    import shutil
+
+    shutil.copytree(vendor_fixture("edgetpu/goalbuddy_yolov8_v16"), work / "dump")
+    return "dump"
+
+
+def put_mlir(work: Path, art: Artifacts) -> str:
+    import shutil
+
+    shutil.copyfile(art.mlir, work / "model.mlir")
+    return "model.mlir"
+
+
+@pytest.mark.parametrize("name", sorted(SIGNAL_CASES))
+def test_interrupted(name: str, art: Artifacts, tmp_path: Path) -> None:
+    import signal
+
+    signame, build, ready = SIGNAL_CASES[name]
+    work, scratch = tmp_path / "work", tmp_path / "scratch"
+    work.mkdir()
+    scratch.mkdir()
+    argv = build(work, art)
+    before = tree(work)
+    status, stdout, stderr = _interrupt(argv, work, scratch, getattr(signal, signame), ready(work, scratch))
+    shown = f"dfit {' '.join(argv)}\nexit {status}\nstderr: {stderr[-2000:]}"
+    assert status == 130, shown
+    assert "Traceback" not in stderr and "interrupted" in stderr, shown
+    assert tree(work) == before, shown  # no output, no temporary file or folder
+    assert not list(scratch.iterdir()), shown  # the scratch inputs and phase files are gone too
