@@ -361,7 +361,8 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
     _require_file(vmfb, "vmfb")
     manifest_path = manifest_path or manifest.default_path(vmfb)
     input_files = [Path(text[1:]) for text in inputs if text.startswith("@")]
-    outputs.check(output, "bundle", inputs=[vmfb, manifest_path, inputs_from, *input_files], force=force)
+    # Resolved: `-o .` names the folder itself, which is renamed away when it is replaced.
+    output = outputs.check(output, "bundle", inputs=[vmfb, manifest_path, inputs_from, *input_files], force=force)
     sample_every = max(1, round(1 / sample))
     policy = Policy(mode=mode, ids=id_globs, sample_every=sample_every, max_events=max_events)
     tensors = None
@@ -404,7 +405,7 @@ def reconstruct(dumps: tuple[Path, ...], backend: str, output: Path, force: bool
     missing = [path for path in dumps if not path.exists()]
     if missing:  # the input's error first: it is the one the user came for
         raise InvalidInputError(f"{missing[0]}: no such file or directory")
-    outputs.check(output, "bundle", inputs=dumps, force=force)
+    output = outputs.check(output, "bundle", inputs=dumps, force=force)
     summary = reconstruct_bundle(list(dumps), output, backend)
     recovered = summary["recovered"]
     click.echo(f"wrote {output}: {summary['backend']} ({'detected' if summary['detected'] else 'given'}), "

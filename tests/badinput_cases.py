@@ -549,10 +549,13 @@ def source_cases() -> list[Case]:
                 return [part.replace("{IN}", source) for part in argv]
 
             cases.append(Case(f"source-{kind}-{command}", build, status, names))
-    for depth in (500, 1000):
+    import pytest
+
+    for depth in (500, 1000):  # deeper than Python's recursion limit; iree-compile takes 2000
         cases.append(Case(f"source-nested-{depth}-opt",
                           lambda w, a, d=depth: (w.joinpath("deep.mlir").write_text(_deep_mlir(d)) and None) or
-                          ["opt", "--dfit-tag", "deep.mlir", "-o", "deep.tagged.mlir"], 0))
+                          ["opt", "--dfit-tag", "deep.mlir", "-o", "deep.tagged.mlir"], 0,
+                          marks=(pytest.mark.slow,) if depth > 500 else ()))
     cases.append(Case("compile-flag-unknown", lambda w, a: ["compile", put(a.mlir, w), "-o", "o.vmfb",
                                                             "--iree-no-such-flag"], 2, "no-such-flag"))
     cases.append(Case("compile-bad-target-triple",

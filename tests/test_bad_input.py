@@ -188,3 +188,71 @@ def test_interrupted(name: str, art: Artifacts, tmp_path: Path) -> None:
     assert "Traceback" not in stderr and "interrupted" in stderr, shown
     assert tree(work) == before, shown  # no output, no temporary file or folder
     assert not list(scratch.iterdir()), shown  # the scratch inputs and phase files are gone too
+
+
+# --- the catch-all and the atomic writer -------------------------------------------------
+
+def test_an_unexpected_exception_is_one_line_and_a_traceback_file(art: Artifacts, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug (here: a RuntimeError planted in the manifest summary) exits 70 with one line
+    naming the command and the input, and the traceback in the file it names."""
+    import re
+
+    import dfit_mlir.report
+
+    def broken(document: object) -> str:
+        raise RuntimeError("planted\nbug")
+
+    monkeypatch.setattr(dfit_mlir.report, "attribution_summary", broken)
+    status, stdout, stderr, escaped = invoke(["show", str(art.manifest)], tmp_path)
+    assert escaped is None and status == 70, stderr
+    [line] = stderr.strip().splitlines()
+    found = re.fullmatch(rf"dfit show: internal error on {re.escape(str(art.manifest))}: RuntimeError: planted bug "
+                         r"\(traceback: (.+)\)", line)
+    assert found, line
+    saved = Path(found.group(1)).read_text()
+    assert "Traceback (most recent call last)" in saved and "planted" in saved and "dfit show" in saved
+
+
+def test_output_dot_replaces_the_bundle_it_names_and_leaves_nothing_beside_it(art: Artifacts,
+                                                                             tmp_path: Path) -> None:
+    """`-o .` inside a previous bundle rewrites that bundle (resolved to its own name):
+    no `..XXXX.old` or `.tmp` is left, in it or beside it."""
+    import shutil
+
+    shutil.copyfile(art.vmfb, tmp_path / "m.vmfb")
+    shutil.copyfile(art.manifest, tmp_path / "m.manifest.json")
+    shutil.copytree(art.bundle, tmp_path / "b")
+    status, _, stderr, escaped = invoke(["run", "../m.vmfb", "--mode", "ids", "-o", "."], tmp_path / "b")
+    assert escaped is None and status == 0, stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "m.manifest.json", "m.vmfb"]
+    assert not [p for p in (tmp_path / "b").iterdir() if p.name.endswith((".old", ".tmp"))]
+    assert (tmp_path / "b" / "events.parquet").is_file()
+
+
+def test_the_atomic_writer_never_replaces_what_dfit_did_not_write(tmp_path: Path) -> None:
+    from dfit_mlir import atomic, outputs
+    from dfit_mlir.errors import OutputRefusedError
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine\n")
+    with pytest.raises(OutputRefusedError, match="no dfit marker"):
+        with atomic.atomic_directory(mine, kind="bundle") as tmp:
+            (tmp / "x").write_text("x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"] and (mine / "notes.txt").read_text() == "mine\n"
+    # A dfit folder of the same kind is replaced; one of another kind is not.
+    with atomic.atomic_directory(tmp_path / "out", kind="bundle") as tmp:
+        (tmp / "a").write_text("1")
+    assert outputs.read_marker(tmp_path / "out")["files"] == ["a"]
+    with atomic.atomic_directory(tmp_path / "out", kind="bundle") as tmp:
+        (tmp / "b").write_text("2")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [outputs.MARKER, "b"]
+    with pytest.raises(OutputRefusedError, match="dfit bundle output, not a analysis"):
+        with atomic.atomic_directory(tmp_path / "out", kind="analysis"):
+            pass
+    # A file written with a kind is recognised until someone edits it.
+    atomic.write_text(tmp_path / "n.json", "{}\n", kind="node-data")
+    assert outputs.refusal(outputs.resolve(tmp_path / "n.json"), "node-data", directory=False) is None
+    (tmp_path / "n.json").write_text("edited by hand\n")
+    assert outputs.refusal(outputs.resolve(tmp_path / "n.json"), "node-data", directory=False) is not None
