@@ -45,12 +45,14 @@ def atomic_path(target: str | os.PathLike[str], kind: str | None = None) -> Iter
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
+        if kind is not None:
+            # Recorded first: the moment the file appears it is known as dfit's (another
+            # dfit writing the same path concurrently must not take it for the user's).
+            outputs.record_file(target, kind, content=tmp)
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
         LIVE_TEMPORARIES.discard(tmp)
-    if kind is not None:
-        outputs.record_file(target, kind)
 
 
 def write_text(target: str | os.PathLike[str], text: str, kind: str | None = None) -> None:
@@ -86,16 +88,7 @@ def atomic_directory(target: str | os.PathLike[str], kind: str = "output") -> It
         os.chmod(tmp, 0o777 & ~_umask())
         _require(target, kind, directory=True)  # again: something may have appeared meanwhile
         with _signals_held():  # the swap is not interrupted half-way
-            if target.exists() or target.is_symlink():
-                old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
-                LIVE_TEMPORARIES.add(old)
-                os.replace(target, old / target.name)
-            try:
-                os.replace(tmp, target)
-            except BaseException:
-                if old is not None and not target.exists():
-                    os.replace(old / target.name, target)  # put the previous output back
-                raise
+            old = _swap_in(tmp, target)
     finally:
         for leftover in (tmp, old):
             if leftover is not None:
@@ -158,6 +151,44 @@ def _raise_for(signum: int) -> None:
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise Interrupted(f"signal {signum}")
+
+
+def _swap_in(tmp: Path, target: Path, attempts: int = 5) -> Path | None:
+    """Rename ``tmp`` to ``target``, moving a previous ``target`` aside first; returns
+    the folder holding the previous one (removed by the caller). Several dfit processes
+    writing one output race here: a target that vanished or reappeared meanwhile is
+    retried, and the last writer's output stands, complete."""
+    old: Path | None = None
+    for attempt in range(attempts):
+        if target.exists() or target.is_symlink():
+            if old is None:
+                old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
+                LIVE_TEMPORARIES.add(old)
+            aside = old / f"{target.name}.{attempt}"
+            try:
+                os.replace(target, aside)
+            except FileNotFoundError:
+                pass  # another writer moved it first
+        try:
+            os.replace(tmp, target)
+            return old
+        except OSError as error:
+            if attempt == attempts - 1 or not (target.exists() or target.is_symlink()):
+                _restore(old, target)
+                if old is not None:
+                    shutil.rmtree(old, ignore_errors=True)
+                    LIVE_TEMPORARIES.discard(old)
+                raise OutputRefusedError(f"{target}: cannot put the new output in place: {error.strerror}") from None
+    return old
+
+
+def _restore(old: Path | None, target: Path) -> None:
+    """Put the most recent previous output back where the new one could not go."""
+    if old is None or target.exists():
+        return
+    previous = sorted(old.iterdir(), key=lambda p: int(p.name.rsplit(".", 1)[1]))
+    if previous:
+        os.replace(previous[-1], target)
 
 
 def remove_temporaries() -> None:

@@ -139,14 +139,15 @@ def is_dfit_file(path: Path, kind: str | None) -> bool:
     return False
 
 
-def record_file(path: str | os.PathLike[str], kind: str) -> None:
-    """Remember that dfit wrote ``path`` (best effort: a read-only cache only means the
-    file is not recognised later, and replacing it then needs ``--force``)."""
+def record_file(path: str | os.PathLike[str], kind: str, content: Path | None = None) -> None:
+    """Remember that dfit wrote ``path`` (with the bytes of ``content``, default: of
+    ``path`` itself). Best effort: a read-only cache only means the file is not
+    recognised later, and replacing it then needs ``--force``."""
     path = resolve(path)
     try:
         folder = _ledger_dir()
         folder.mkdir(parents=True, exist_ok=True)
-        entry = {"path": str(path), "kind": kind, "sha256": _sha256(path)}
+        entry = {"path": str(path), "kind": kind, "sha256": _sha256(content or path)}
         from dfit_mlir import atomic
 
         atomic.write_text(folder / _ledger_name(path), json.dumps(entry) + "\n")

@@ -256,3 +256,27 @@ def test_the_atomic_writer_never_replaces_what_dfit_did_not_write(tmp_path: Path
     assert outputs.refusal(outputs.resolve(tmp_path / "n.json"), "node-data", directory=False) is None
     (tmp_path / "n.json").write_text("edited by hand\n")
     assert outputs.refusal(outputs.resolve(tmp_path / "n.json"), "node-data", directory=False) is not None
+
+
+@pytest.mark.slow
+def test_concurrent_writers_of_one_bundle_all_succeed(tmp_path: Path) -> None:
+    """Six `dfit reconstruct` of one dump into one bundle at once: each ends 0, and the
+    bundle left is one complete bundle with nothing beside it."""
+    import shutil
+    import subprocess
+    import sys
+
+    from dfit_mlir.tools.model import SemanticModel
+
+    shutil.copytree(vendor_fixture("edgetpu/franco_fc_v15"), tmp_path / "dump")
+    children = [subprocess.Popen([sys.executable, "-m", "dfit_mlir.cli", "reconstruct", "dump", "-o", "b"],
+                                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for _ in range(6)]
+    results = [(child.wait(timeout=300), child.stderr.read()) for child in children]
+    for child in children:
+        child.stdout.close()
+        child.stderr.close()
+    assert [status for status, _ in results] == [0] * 6, results
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "dump"]
+    model = SemanticModel.open(tmp_path / "b")
+    assert model.events().num_rows == model.summary["counts"]["kept"]
