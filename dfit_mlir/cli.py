@@ -38,7 +38,7 @@ def _user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             return command(*args, **kwargs)
         except DfitError as error:
             # One `dfit:` line says what failed; a toolchain's own diagnostics follow it.
-            click.echo(f"dfit: {error}", err=True)
+            click.echo(_capped(f"dfit: {error}"), err=True)
             sys.exit(error.exit_code)
         except KeyboardInterrupt:
             atomic.remove_temporaries()
@@ -65,6 +65,22 @@ def _user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             _restore_sigterm(previous)
 
     return wrapper
+
+
+#: What an error message may echo of a pathological input: characters per line, lines.
+MAX_LINE_CHARS = 1000
+MAX_LINES = 60
+
+
+def _capped(message: str) -> str:
+    """``message`` with each line and the line count bounded (a 1 MB line in an input
+    must not come back whole in the error about it)."""
+    lines = message.splitlines() or [""]
+    shown = [line if len(line) <= MAX_LINE_CHARS else
+             f"{line[:MAX_LINE_CHARS]}… ({len(line) - MAX_LINE_CHARS} more characters)" for line in lines[:MAX_LINES]]
+    if len(lines) > MAX_LINES:
+        shown.append(f"… ({len(lines) - MAX_LINES} more lines)")
+    return "\n".join(shown)
 
 
 def _main_input(kwargs: dict[str, Any]) -> str | None:

@@ -135,6 +135,7 @@ MANIFEST_CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
     "version-2": _edit_json(_set(("version",), "2.0")),
     "version-garbage": _edit_json(_set(("version",), "x" * 10_000)),
     "operators-not-a-list": _edit_json(_set(("operators",), "conv")),
+    "operators-a-1mb-string": _edit_json(_set(("operators",), "conv" * 250_000)),
     "no-operators": _edit_json(lambda d: d.pop("operators")),
     "no-partitions": _edit_json(lambda d: d.pop("partitions")),
     "number-5000-digits": _number_text("9" * 5000),

@@ -104,6 +104,7 @@ def test_bad_input(case: Case, art: Artifacts, tmp_path: Path) -> None:
         assert first.startswith("dfit"), shown
         if case.names is not None:
             assert case.names in stderr, shown
+        assert len(stderr) < 20_000, f"the message echoes too much of the input ({len(stderr)} characters)\n{shown}"
         assert after == before, f"the tree changed: {sorted(set(after.items()) ^ set(before.items()))[:6]}\n{shown}"
     else:
         replaced = [f"work/{r}" for r in case.replaces]
