@@ -374,6 +374,11 @@ def option_cases() -> list[Case]:
     for name, extra, names in analyze_options:
         cases.append(Case(f"analyze-option-{name}",
                           lambda w, a, e=extra: ["analyze", put(a.bundle, w, "run"), *e, "--out", "out"], 2, names))
+    for name, argv, names in [("backends-extra-argument", ["backends", "edgetpu"], "edgetpu"),
+                              ("tools-unknown-option", ["tools", "--all"], "--all"),
+                              ("unknown-command", ["analyse", "run"], "analyse"),
+                              ("show-no-argument", ["show"], "MANIFEST_PATH")]:
+        cases.append(Case(f"usage-{name}", lambda w, a, argv=argv: list(argv), 2, names))
     explorer = [("metric-unknown", ["--metric", "speed"], "speed"), ("metric-empty", ["--metric", ","], "metric"),
                 ("key-unknown", ["--key", "hash"], "hash")]
     for name, extra, names in explorer:
