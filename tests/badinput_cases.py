@@ -632,6 +632,7 @@ def reconstruct_cases() -> list[Case]:
                                                         "--backend", "sambanova", "-o", "b"], 2, "dump"),
         Case("reconstruct-a-bundle", lambda w, a: ["reconstruct", put(a.bundle, w, "run"), "-o", "b"], 2, "run"),
         Case("reconstruct-unrelated-tflite-pair", _unrelated_pair, 2, "model_edgetpu.tflite"),
+        Case("analyze-second-tool-fails", _analysis_fails_late, 2, "bad.yaml"),
     ]
     return cases
 
@@ -690,6 +691,21 @@ def _diff_folder_twice(work: Path, art: Artifacts) -> list[str]:
     (work / "d" / "diff.csv").write_text("old\n")
     outputs.write_marker(work / "d", "diff")
     return ["diff", "run", "run", "-o", "d"]
+
+
+def _analysis_fails_late(work: Path, art: Artifacts) -> list[str]:
+    """A previous analysis in the bundle; now the first tool runs and the second fails
+    on its (bad) profile: nothing of the first may be written, the old one stays."""
+    from dfit_mlir import outputs
+
+    put(art.bundle, work, "run")
+    analysis = work / "run" / "analysis"
+    (analysis / "compile-metrics").mkdir(parents=True)
+    (analysis / "compile-metrics" / "stages.csv").write_text("old,analysis\n")
+    outputs.write_marker(analysis, "analysis")
+    (work / "bad.yaml").write_text("name: x\nbackend: x\n")
+    return ["analyze", "run", "--tool", "compile-metrics", "--tool", "program-analyzer",
+            "--option", "program-analyzer.profile=bad.yaml"]
 
 
 def success_cases() -> list[Case]:
