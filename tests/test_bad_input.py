@@ -281,3 +281,18 @@ def test_concurrent_writers_of_one_bundle_all_succeed(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "dump"]
     model = SemanticModel.open(tmp_path / "b")
     assert model.events().num_rows == model.summary["counts"]["kept"]
+
+
+def test_a_bundle_of_an_earlier_dfit_is_replaced_but_not_with_a_note_in_it(art: Artifacts, tmp_path: Path) -> None:
+    """Bundles written before markers existed are recognised by their run summary."""
+    import shutil
+
+    from dfit_mlir import outputs
+
+    legacy = tmp_path / "old"
+    shutil.copytree(art.bundle, legacy)
+    (legacy / outputs.MARKER).unlink()
+    assert outputs.refusal(outputs.resolve(legacy), "bundle") is None
+    assert outputs.refusal(outputs.resolve(legacy), "analysis") is not None
+    (legacy / "notes.txt").write_text("mine\n")
+    assert "notes.txt" in outputs.refusal(outputs.resolve(legacy), "bundle")
