@@ -296,3 +296,37 @@ def test_a_bundle_of_an_earlier_dfit_is_replaced_but_not_with_a_note_in_it(art: 
     assert outputs.refusal(outputs.resolve(legacy), "analysis") is not None
     (legacy / "notes.txt").write_text("mine\n")
     assert "notes.txt" in outputs.refusal(outputs.resolve(legacy), "bundle")
+
+
+def test_xdsl_tagging_walks_any_depth() -> None:
+    """dfit's xDSL walk and tagging do not recurse: a 1000-deep module (parsed in a
+    thread with a deep stack, as xDSL's own parser recurses) is tagged under Python's
+    default recursion limit."""
+    import sys
+    import threading
+
+    from dfit_mlir.passes import xdsl_engine
+    from tests.badinput_cases import _deep_mlir
+
+    parsed: dict[str, object] = {}
+
+    def parse() -> None:
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(100_000)
+        try:
+            parsed["module"] = xdsl_engine.parse(_deep_mlir(1000))
+        finally:
+            sys.setrecursionlimit(limit)
+
+    previous = threading.stack_size(256 * 1024 * 1024)
+    try:
+        thread = threading.Thread(target=parse)
+        thread.start()
+        thread.join()
+    finally:
+        threading.stack_size(previous)
+    module = parsed["module"]
+    assert sys.getrecursionlimit() < 1000 * 3
+    tagged = xdsl_engine.tag_module(module)
+    assert len(tagged) == sum(1 for _ in xdsl_engine.walk_ops(module)) == 2 * 1000 + 3
+    assert len({item.id for item in tagged}) == len(tagged)
