@@ -44,6 +44,7 @@ bench: $(STAMP)  ## every benchmark; each rewrites its section of benchmarks/RES
 	$(PY) benchmarks/tag_scale.py
 	$(PY) benchmarks/event_pipeline.py
 	$(PY) benchmarks/runtime_overhead.py
+	$(PY) benchmarks/runtime_join.py
 	$(PY) benchmarks/reconstruct_scale.py --runs 5
 
 clean:  ## remove build outputs (keeps .venv)

@@ -215,23 +215,41 @@ def main() -> None:
 @click.option("--probes/--no-probes", default=None,
               help="Function-boundary probes for `dfit run --mode lite` (default: with --mode lite only).")
 @click.option("--tensors", "tensor_filter", default=None, metavar="FILTER",
-              help="Trace the values of source ops matching these comma-separated globs (IDs or op names); "
-                   "changes fusion around them.")
+              help="Trace the values of source ops matching these comma-separated globs, ignoring case: IDs, op "
+                   "names as the frontend shows them (onnx.Softmax, torch.aten.softmax, tosa.conv2d, '*softmax*'), "
+                   "lowered op names (linalg.matmul), module paths; a glob matching nothing is an error. Changes "
+                   "fusion around the traced ops.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Output .vmfb.")
 @click.option("--manifest", "manifest_path", type=click.Path(path_type=Path), default=None,
               help="Manifest path (default: OUTPUT with .manifest.json).")
 @click.option("--driver", type=click.Choice(["in-process", "subprocess"]), default=None,
               help="Phase driver (default: in-process when the toolchain gate passes).")
+@click.option("--model-factory", default="make_model", show_default=True,
+              help="For a PyTorch model file (SOURCE.py): the function returning (nn.Module, example args).")
 @_force_option
 @click.pass_context
 @_user_errors
 def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool | None, tensor_filter: str | None,
-            output: Path, manifest_path: Path | None, driver: str | None, force: bool) -> None:
+            output: Path, manifest_path: Path | None, driver: str | None, model_factory: str, force: bool) -> None:
     """Compile with iree-compile; with --dfit-tag also write the manifest. Any other
-    option is passed to iree-compile."""
+    option is passed to iree-compile. SOURCE may be a PyTorch model file (.py defining
+    make_model() -> (nn.Module, example args)): it is exported with iree-turbine, each op
+    keeping its nn.Module path, to OUTPUT with .mlir first."""
     from dfit_mlir.errors import InvalidInputError
 
     flags = list(ctx.args)
+    if source.suffix == ".py":
+        from dfit_mlir import atomic, outputs
+        from dfit_mlir.frontends import torch as torch_frontend
+
+        exported = output.with_suffix(".mlir")
+        outputs.check(exported, "mlir", inputs=[source], force=force, directory=False)
+        model, args = torch_frontend.load_module_file(source, model_factory)
+        atomic.write_text(exported, torch_frontend.export_mlir(model, args), kind="mlir")
+        click.echo(f"wrote {exported}")
+        source = exported
+        if not any(flag.startswith("--iree-hal-target-device") for flag in flags):
+            flags += list(torch_frontend.DEFAULT_FLAGS)
     if tensor_filter is not None and not tag:
         raise InvalidInputError("--tensors needs --dfit-tag (traces are keyed by dfit IDs)")
     _check_compile_paths(source, output, manifest_path if tag else None, force, tag)
@@ -338,19 +356,24 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
               help="none: baseline timing only; ids: program events; lite: + function events from probes; "
                    "full: dispatch (joined to IDs), queue and memory events from HAL profiling.")
 @click.option("--tensors", "tensor_filter", default=None, metavar="FILTER",
-              help="Tensor statistics for traced IDs matching these comma-separated globs ('*': all traced); "
-                   "needs a --tensors compile and an in-process mode.")
+              help="Tensor statistics for traced ops matching these comma-separated globs ('*': all traced; "
+                   "matched like compile --tensors); needs a --tensors compile and an in-process mode.")
 @click.option("--tensor-values", type=click.IntRange(0, MAX_TENSOR_VALUES), default=0, show_default=True,
               help="Leading values kept per tensor event.")
-@click.option("--input", "inputs", multiple=True, help="iree-run-module form: 1x3xf32=0.5 or @x.npy (default: random).")
+@click.option("--input", "inputs", multiple=True,
+              help="iree-run-module form: 1x3xf32=0.5 or @x.npy (default: floats random, integers that index a "
+                   "table below its size, other integers 0; summary.json says how each was made).")
 @click.option("--inputs-from", type=click.Path(path_type=Path), default=None, help="A directory of .npy inputs, in name order.")
 @click.option("--repeat", type=click.IntRange(1, MAX_REPEAT), default=1, show_default=True,
               help="Invocations to record.")
 @click.option("--warmup", type=click.IntRange(0, MAX_REPEAT), default=0, show_default=True,
               help="Invocations to run first, unrecorded.")
 @click.option("--driver", type=click.Choice(["local-task", "local-sync"]), default="local-task", show_default=True)
-@click.option("--function", default=None, help="Function to run (default: the module's only one).")
-@click.option("--ids", "id_globs", multiple=True, help="Keep only dispatches covering IDs matching this glob.")
+@click.option("--function", default=None,
+              help="Exported function to run (default: the module's only one; the error lists them).")
+@click.option("--ids", "id_globs", multiple=True,
+              help="Keep only dispatches and events of ops matching this glob (repeatable or comma-separated; IDs, "
+                   "op names such as onnx.Conv, module paths; ignoring case). A glob matching no op is an error.")
 @click.option("--sample", type=_FiniteFloat(MIN_SAMPLE, 1), default=1.0, show_default=True,
               help="Share of dispatch and tensor events to keep (deterministic: every round(1/RATE)-th; "
                    "tensors: per ID, so each traced ID is sampled).")
@@ -367,11 +390,14 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
     from dfit_mlir import manifest
     from dfit_mlir.errors import InvalidInputError
     from dfit_mlir.event_pipeline import Policy
+    from dfit_mlir.filters import NameFilter
     from dfit_mlir.runtime_hooks.inputs import inputs_from as read_inputs_dir
     from dfit_mlir.runtime_hooks.run import run_bundle
 
     if inputs and inputs_from:
         raise InvalidInputError("give either --input or --inputs-from, not both")
+    if manifest_path is not None and not manifest_path.is_file():
+        raise InvalidInputError(f"{manifest_path}: no such file (--manifest)")
     from dfit_mlir import outputs
 
     _require_file(vmfb, "vmfb")
@@ -380,7 +406,11 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
     # Resolved: `-o .` names the folder itself, which is renamed away when it is replaced.
     output = outputs.check(output, "bundle", inputs=[vmfb, manifest_path, inputs_from, *input_files], force=force)
     sample_every = max(1, round(1 / sample))
-    policy = Policy(mode=mode, ids=id_globs, sample_every=sample_every, max_events=max_events)
+    policy = Policy(mode=mode, ids=NameFilter.parse(id_globs, "--ids").patterns if id_globs else (),
+                    sample_every=sample_every, max_events=max_events)
+    if policy.ids:  # a glob matching no op fails before the module runs
+        manifest_file = manifest_path or manifest.default_path(vmfb)
+        policy.check(manifest.load(manifest_file), str(manifest_file))
     tensors = None
     if tensor_filter is not None:
         from dfit_mlir.passes.tensor_traces import parse_filter
@@ -424,11 +454,16 @@ def reconstruct(dumps: tuple[Path, ...], backend: str, output: Path, force: bool
     output = outputs.check(output, "bundle", inputs=dumps, force=force)
     summary = reconstruct_bundle(list(dumps), output, backend)
     recovered = summary["recovered"]
+    groups = f" (in {recovered['partition_groups']} groups)" if recovered.get("partition_groups") else ""
     click.echo(f"wrote {output}: {summary['backend']} ({'detected' if summary['detected'] else 'given'}), "
                f"{recovered['operators']} operators, {recovered['tensors']} tensors, {recovered['partitions']} "
-               f"partitions, {recovered['measurements']} measurements from {len(summary['sources'])} file(s)")
+               f"partitions{groups}, {recovered['measurements']} measurements from {len(summary['sources'])} file(s)")
     for aspect, status in summary["coverage"].items():
         click.echo(f"  {aspect:<22} {status}")
+    unparsed = summary.get("lines", {}).get("unparsed", 0)
+    if unparsed:
+        click.echo(f"  {unparsed} line(s) of {summary['lines']['files_with_unparsed']} file(s) not parsed: "
+                   f"listed under 'lines' in {output / 'coverage.json'}")
 
 
 @main.command()
@@ -463,10 +498,16 @@ def backends(as_json: bool) -> None:
               help="Output folder (default: BUNDLE/analysis, or next to a manifest).")
 @click.option("--option", "raw_options", multiple=True, metavar="TOOL.KEY=VALUE",
               help="A tool option, e.g. program-analyzer.profile=my_cpu.yaml (repeatable).")
+@click.option("--framework-code", "framework_code", multiple=True, metavar="GLOB",
+              help="Source files to count as framework code, not model code (path globs, e.g. "
+                   "'mylib/layers/*'; repeatable): semantic-attribution ranks the model-code line "
+                   "that called into them.")
+@click.option("--model-code", "model_code", multiple=True, metavar="GLOB",
+              help="Source files to count as model code even inside a framework package (repeatable).")
 @_force_option
 @_user_errors
 def analyze(bundle: Path, tool_names: tuple[str, ...], out_dir: Path | None, raw_options: tuple[str, ...],
-            force: bool) -> None:
+            framework_code: tuple[str, ...], model_code: tuple[str, ...], force: bool) -> None:
     """Run analysis tools over a run/reconstruct bundle or a compile's manifest."""
     from dfit_mlir.errors import InvalidInputError
     from dfit_mlir.tools import registry
@@ -482,6 +523,10 @@ def analyze(bundle: Path, tool_names: tuple[str, ...], out_dir: Path | None, raw
         options.setdefault(tool, {})[name] = value
     if not bundle.exists():
         raise InvalidInputError(f"{bundle}: no such file or directory")
+    for key, globs in (("framework_code", framework_code), ("model_code", model_code)):
+        if globs:
+            given = options.setdefault("semantic-attribution", {}).get(key)
+            options["semantic-attribution"][key] = ",".join(([given] if given else []) + list(globs))
     if out_dir is None:
         out_dir = bundle / "analysis" if bundle.is_dir() else bundle.with_name(bundle.name.split(".")[0] + ".analysis")
     from dfit_mlir import outputs
@@ -517,19 +562,24 @@ def tools() -> None:
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Also write diff.csv and diff.json into this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON instead of a table.")
+@click.option("--limit", type=click.IntRange(min=0), default=40, show_default=True,
+              help="Rows shown in the table, most changed first (0: all).")
 @_force_option
 @_user_errors
-def diff(bundle_a: Path, bundle_b: Path, out_dir: Path | None, as_json: bool, force: bool) -> None:
-    """What changed per stable ID between two bundles or manifests: ops, shapes, fusion,
-    lineage, attributed time, bytes (matched by ID, else structural hash, else tensor name)."""
+def diff(bundle_a: Path, bundle_b: Path, out_dir: Path | None, as_json: bool, limit: int, force: bool) -> None:
+    """What changed per stable ID between two bundles or manifests — ops, shapes, fusion,
+    lineage, attributed time, bytes (matched by ID, else structural hash, else tensor
+    name), most changed first — and in the generated code (target, flags, executables)."""
     from dfit_mlir import diff as bundle_diff
     from dfit_mlir import outputs
 
     if out_dir is not None:
         outputs.check(out_dir, "diff", inputs=[bundle_a, bundle_b], force=force)
     result = bundle_diff.diff_bundles(bundle_a, bundle_b)
-    click.echo(bundle_diff.to_json(result).rstrip() if as_json else bundle_diff.render(result))
-    for path in bundle_diff.write(result, out_dir) if out_dir is not None else []:
+    written = bundle_diff.write(result, out_dir) if out_dir is not None else []
+    click.echo(bundle_diff.to_json(result).rstrip() if as_json
+               else bundle_diff.render(result, limit or None, written[0] if written else None))
+    for path in written:
         click.echo(f"wrote {path}", err=as_json)
 
 
@@ -538,7 +588,7 @@ def diff(bundle_a: Path, bundle_b: Path, out_dir: Path | None, as_json: bool, fo
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="Node data file; with several metrics, one NAME.<metric>.json each.")
 @click.option("--metric", "metrics", default="macs", show_default=True,
-              help="Comma-separated: macs, flops, bytes, time, partition.")
+              help="Comma-separated: macs, flops, bytes, time, partition, module, phase.")
 @click.option("--key", type=click.Choice(["name", "id"]), default="name", show_default=True,
               help="Node key: the op's tensor/location name (TFLite, MLIR graphs) or its dfit ID.")
 @_force_option
@@ -553,6 +603,88 @@ def export_explorer(bundle: Path, output: Path, metrics: str, key: str, force: b
     for exported in model_explorer.export(bundle, output, metrics=metrics, key=key):
         empty = "" if exported.nodes else f" (the bundle has no {exported.metric} values)"
         click.echo(f"wrote {exported.path}: {exported.metric} for {exported.nodes} nodes{empty}")
+
+
+@main.command()
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", "store_path", type=click.Path(path_type=Path), required=True,
+              help="Store directory (created when absent).")
+@click.option("--label", default=None, help="Commit or label of these runs (what `query regressions` compares).")
+@click.option("--host", default=None, help="Host the bundles ran on (default: what the bundle says).")
+@click.option("--rank", type=click.IntRange(min=0), default=None,
+              help="Rank of the bundles in a multi-rank job (default: per event where the bundle says).")
+@click.option("--model", default=None, help="Model name (default: the manifest input's name).")
+@_user_errors
+def collect(bundles: tuple[Path, ...], store_path: Path, label: str | None, host: str | None, rank: int | None,
+            model: str | None) -> None:
+    """Add run / reconstruct bundles and compile manifests to a bundle store (Parquet,
+    Hive-partitioned by backend, model and run); a bundle already there is skipped."""
+    from dfit_mlir.store import Placement
+    from dfit_mlir.store import collect as collect_bundles
+
+    for done in collect_bundles(list(bundles), store_path, Placement(label=label, host=host, rank=rank, model=model)):
+        verb = "added" if done.added else "already in the store:"
+        click.echo(f"{verb} {done.source} → backend={done.backend}/model={done.model}/run={done.run} "
+                   f"({done.events} events)")
+
+
+@main.command()
+@click.argument("store_path", metavar="STORE")
+@click.argument("sql_or_report", metavar="SQL|REPORT")
+@click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True)
+@click.option("--master", default=None, help="Spark master URL (--engine spark; default local[2] or $DFIT_SPARK_MASTER).")
+@click.option("--baseline", default=None, help="regressions: label of the baseline runs.")
+@click.option("--candidate", default=None, help="regressions: label of the candidate runs.")
+@click.option("--min-runs", type=click.IntRange(min=1), default=None, help="regressions: runs needed per side (2).")
+@click.option("--threshold", type=float, default=None, help="regressions: smallest relative change (0.05).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="top-sites: rows (20).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Write the rows to .csv or .parquet.")
+@click.option("--trace", "trace_path", type=click.Path(path_type=Path), default=None,
+              help="Write the selected events (rows with start_ns and kind) as a Perfetto trace.")
+@click.option("--rows", "shown", type=click.IntRange(min=0), default=50, show_default=True, help="Rows printed.")
+@_user_errors
+def query(store_path: str, sql_or_report: str, engine: str, master: str | None, baseline: str | None,
+          candidate: str | None, min_runs: int | None, threshold: float | None, limit: int | None,
+          output: Path | None, trace_path: Path | None, shown: int) -> None:
+    """Run SQL or a named report over a bundle store. Reports: top-sites, regressions,
+    rank-skew, coverage. Tables: events, sites, operators, partitions, coverage, runs."""
+    from dfit_mlir import store
+    from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.store import output as outputs
+
+    parameters = {"baseline": baseline, "candidate": candidate, "min_runs": min_runs, "threshold": threshold,
+                  "limit": limit}
+    is_report = sql_or_report in store.REPORTS
+    if not is_report and any(value is not None for value in parameters.values()):
+        raise InvalidInputError("--baseline/--candidate/--min-runs/--threshold/--limit go with a named report")
+    table = store.query(store_path, None if is_report else sql_or_report,
+                        report=sql_or_report if is_report else None,
+                        parameters={k: v for k, v in parameters.items() if v is not None},
+                        engine=engine, master=master)
+    click.echo(outputs.render(table, shown))
+    if output is not None:
+        outputs.write_table(table, output)
+        click.echo(f"wrote {output} ({table.num_rows} rows)")
+    if trace_path is not None:
+        written = outputs.write_trace(table, trace_path)
+        click.echo(f"wrote {trace_path} ({written} events)")
+
+
+@main.command()
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Merged bundle directory.")
+@click.option("--anchor", default=None, metavar="KIND[:NAME]",
+              help="Event common to all ranks that clocks are aligned on (default: the first step, else the "
+                   "first program invocation).")
+@_user_errors
+def merge(bundles: tuple[Path, ...], output: Path, anchor: str | None) -> None:
+    """Put the runs of one job (ranks, hosts, or the tasks of one data-parallel log) on one
+    timeline: a track group per host/rank, clocks aligned, the same step linked across ranks."""
+    from dfit_mlir.merge import merge_bundles
+
+    summary = merge_bundles(list(bundles), output, anchor=anchor)
+    click.echo(f"wrote {output}: {len(summary['ranks'])} ranks, clocks aligned by {summary['alignment']['method']}"
+               f" (residual {summary['alignment']['residual_ns']} ns), {summary['linked_steps']} steps linked")
 
 
 @main.command()

@@ -17,7 +17,7 @@ from dfit_mlir import atomic
 from dfit_mlir.errors import InvalidInputError
 
 SCHEMA_NAME = "dfit.manifest"
-MANIFEST_VERSION = "1.1"
+MANIFEST_VERSION = "1.2"
 SUPPORTED_MAJORS = frozenset({1})
 
 

@@ -27,7 +27,10 @@ partition (an Edge TPU custom op) are left out: their numbers are their members'
 **Metrics.** ``macs``, ``flops``, ``bytes`` (static, from the manifest), ``time`` (mean
 attributed ns per invocation: each dispatch event split evenly over the ops doing work
 in its partition, as in :mod:`dfit_mlir.diff`), ``partition`` (the partition IDs an op
-lands in, as text, one colour per partition). Ops without a value are left out (no
+lands in, as text, one colour per partition), ``module`` (the op's module path from its
+frontend, ``encoder.layer.0.attention.self.query``; ``(root)`` for the model's root)
+and ``phase`` (forward, backward, optimizer, loss, initializer), as text, one colour
+per value. Ops without a value are left out (no
 MACs known, no time attributed).
 """
 
@@ -45,14 +48,16 @@ from dfit_mlir import atomic, diff
 from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.tools.model import Operator, SemanticModel
 
-METRICS = ("macs", "flops", "bytes", "time", "partition")
+METRICS = ("macs", "flops", "bytes", "time", "partition", "module", "phase")
+#: Metrics whose values are text (coloured per value, not on a gradient).
+TEXT_METRICS = frozenset({"partition", "module", "phase"})
 KEYS = ("name", "id")
 #: White (smallest) to red (largest): hot ops stand out.
 GRADIENT = ({"stop": 0, "bgColor": "#ffffff"}, {"stop": 1, "bgColor": "#e53935"})
 #: Light colours for text values (partitions), assigned in order of first appearance.
 PALETTE = ("#bbdefb", "#c8e6c9", "#ffe0b2", "#e1bee7", "#b2ebf2", "#f8bbd0", "#dcedc8", "#d7ccc8")
 TITLES = {"macs": "dfit macs", "flops": "dfit flops", "bytes": "dfit bytes", "time": "dfit time (ns per invocation)",
-          "partition": "dfit partition"}
+          "partition": "dfit partition", "module": "dfit module path", "phase": "dfit phase"}
 
 
 @dataclass(frozen=True)
@@ -92,7 +97,7 @@ def node_data(model: SemanticModel, metric: str, key: str = "name") -> dict[str,
         if value is not None and value != ():
             grouped[node_key(op, key)].append(value)
     document: dict[str, Any] = {"name": TITLES[metric]}
-    if metric == "partition":
+    if metric in TEXT_METRICS:
         labels = {k: "; ".join(dict.fromkeys(p for parts in values for p in parts)) for k, values in grouped.items()}
         colours = {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(dict.fromkeys(labels.values()))}
         document["results"] = {k: {"value": label, "bgColor": colours[label]} for k, label in labels.items()}
@@ -138,6 +143,10 @@ def _value_getter(model: SemanticModel, metric: str) -> Callable[[Operator], Any
     if metric == "time":
         times, _ = diff.attributed_time(model)
         return lambda op: times.get(op.id)  # ops outside every timed partition: no value
+    if metric == "module":
+        return lambda op: () if (path := model.module_path(op.id)) is None else (path or "(root)",)
+    if metric == "phase":
+        return lambda op: (op.phase,) if op.phase else ()
     partitions = diff.partitions_by_op(model)
     return lambda op: tuple(p.id for p in partitions.get(op.id, ()))
 

@@ -105,3 +105,119 @@ def elf_sections(blob: bytes) -> dict[str, str]:
         if name:
             sections[name] = hashlib.sha256(blob[offset : offset + size]).hexdigest()
     return sections
+
+
+_EXPORT_RE = re.compile(r"^\s*\[\s*\d+\]\s+(?P<name>[^\s(]+)\(")
+_DECLARATION_RE = re.compile(r"^\s*iree\.abi\.declaration:\s*(?P<text>.*)$")
+_MODEL_RE = re.compile(r"^\s*iree\.abi\.model:\s*(?P<text>\S+)")
+_TENSOR_RE = re.compile(r"tensor<(?P<body>[^>]*)>")
+
+
+@dataclass(frozen=True)
+class ExportedFunction:
+    """A function of the vmfb's export table (what ``iree-run-module --function`` takes)."""
+
+    name: str
+    #: ``iree.abi.declaration`` reflection (``sync func @main(%input0: tensor<…>) -> …``).
+    declaration: str | None
+    #: ``iree.abi.model`` reflection: ``coarse-fences`` for async functions (they take a
+    #: wait and a signal fence after their arguments).
+    abi_model: str | None = None
+
+    @property
+    def arguments(self) -> list[dict[str, object]] | None:
+        """Argument tensors (``shape`` with ``None`` for dynamic dims, ``dtype``) from the
+        declaration; ``None`` when there is none or an argument is not a tensor."""
+        if not self.declaration or "(" not in self.declaration:
+            return None
+        head = self.declaration.split("->", 1)[0]
+        inside = head[head.index("(") + 1: head.rindex(")")] if ")" in head else ""
+        if not inside.strip():
+            return []
+        arguments = []
+        for part in re.split(r",\s*(?=%)", inside):
+            match = _TENSOR_RE.search(part)
+            if match is None:
+                return None
+            *dims, dtype = match["body"].split("x") if "x" in match["body"] else ["", match["body"]]
+            arguments.append({"shape": [None if d == "?" else int(d) for d in dims if d != ""], "dtype": dtype})
+        return arguments
+
+
+def exported_functions(path: Path) -> list[ExportedFunction]:
+    """The functions a caller can run: the export table, without IREE's internal ones
+    (``__init`` and other ``__``-prefixed entries)."""
+    dump = subprocess.run([runtime_tool("iree-dump-module"), str(path)], capture_output=True, text=True)
+    if dump.returncode != 0:
+        raise InvalidInputError(f"{path}: not an IREE module (iree-dump-module: "
+                                f"{(dump.stderr.strip().splitlines() or ['failed'])[-1]})")
+    functions: list[ExportedFunction] = []
+    in_table = False
+    for line in dump.stdout.splitlines():
+        if line.startswith("Exported Functions:"):
+            in_table = True
+            continue
+        if in_table:
+            match = _EXPORT_RE.match(line)
+            if match:
+                functions.append(ExportedFunction(match["name"], None))
+                continue
+            match = _DECLARATION_RE.match(line)
+            if match and functions:
+                functions[-1] = ExportedFunction(functions[-1].name, match["text"].strip(), functions[-1].abi_model)
+                continue
+            match = _MODEL_RE.match(line)
+            if match and functions:
+                functions[-1] = ExportedFunction(functions[-1].name, functions[-1].declaration, match["text"])
+                continue
+            if not line.strip() or line.startswith("//"):
+                if functions or line.startswith("//"):
+                    break
+    return [f for f in functions if not f.name.startswith("__")]
+#: Flags that choose what code IREE generates for, by name in ``codegen.target``.
+TARGET_FLAGS = {
+    "--iree-hal-target-device": "device",
+    "--iree-hal-target-backends": "backends",
+    "--iree-hal-local-target-device-backends": "backends",
+    "--iree-llvmcpu-target-cpu": "cpu",
+    "--iree-llvmcpu-target-cpu-features": "cpu_features",
+    "--iree-llvmcpu-target-triple": "triple",
+    "--iree-opt-level": "opt_level",
+    "--iree-opt-data-tiling": "data_tiling",
+}
+
+
+def embedded_elfs(data: bytes) -> list[bytes]:
+    """The ELF64 images a vmfb embeds (llvm-cpu executables), found by their headers: an
+    image ends where its section header table does. Needs no tool, so a compile can
+    record it for nothing."""
+    found = []
+    position = data.find(_ELF_MAGIC)
+    while position != -1:
+        header = data[position:position + 64]
+        if len(header) == 64 and header[4] == 2 and header[5] == 1:
+            phoff, shoff = struct.unpack_from("<QQ", header, 0x20)
+            ehsize, phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHHH", header, 0x34)
+            end = max(shoff + shentsize * shnum, phoff + phentsize * phnum)
+            if ehsize == 64 and shentsize == 64 and shnum and position + end <= len(data):
+                found.append(data[position:position + end])
+                position = data.find(_ELF_MAGIC, position + end)
+                continue
+        position = data.find(_ELF_MAGIC, position + 1)
+    return found
+
+
+def codegen_facts(path: Path, flags: list[str] | tuple[str, ...]) -> dict:
+    """What the code generator was asked for and what it produced: the target flags,
+    and per embedded executable its size and hashes (whole image, ``.text``). Two
+    compiles with the same dispatch structure but another CPU differ here."""
+    target: dict[str, str] = {}
+    for flag in flags:
+        name, _, value = flag.partition("=")
+        if name in TARGET_FLAGS:
+            target[TARGET_FLAGS[name]] = value
+    executables = []
+    for blob in embedded_elfs(path.read_bytes()):
+        text = elf_sections(blob).get(".text")
+        executables.append({"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(), "text_sha256": text})
+    return {"target": target, "executables": executables}

@@ -17,11 +17,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from dfit_mlir import atomic, lineage, manifest, toolchain
+from dfit_mlir import (
+    atomic,
+    filters,
+    frontends,
+    lineage,
+    manifest,
+    materialisation,
+    toolchain,
+    vmfb,
+)
 from dfit_mlir.adapters import iree as iree_adapter
 from dfit_mlir.ids import ID_SCHEME_VERSION
-from dfit_mlir.lineage import StageFigures
-from dfit_mlir.passes import mlir_engine, operators, phases, snapshot, tensor_traces
+from dfit_mlir.lineage import DispatchRegion, DispatchSite, StageFigures
+from dfit_mlir.passes import mlir_engine, operators, phases, recordings, snapshot, tensor_traces
 from dfit_mlir.passes import probes as function_probes
 
 MODES = ("ids", "lite", "full")
@@ -44,6 +53,9 @@ SOURCE_STAGE = "source"
 PROBE_MODES = ("lite",)
 #: Runtime hooks (tensor traces, probes) go in once the input dialects are lowered.
 INSERT_AFTER_PHASE = "input"
+#: The phase whose host code gives the command-buffer recordings the runtime join
+#: matches (``passes/recordings.py``): every mode snapshots it.
+HOST_PROGRAM_PHASE = "hal"
 
 
 @dataclass(frozen=True)
@@ -91,6 +103,8 @@ def compile_instrumented(
         phase_s: dict[str, float] = {}
         after: str | None = None
         trace_plan = tensor_traces.TracePlan((), ())
+        host_program: dict[str, Any] = {"recordings": [], "functions": {}}
+        dispatch_regions = materialisation.RegionLog()  # what carries each ID per dispatch region
         # Stop only where a snapshot is taken or traces are inserted: each stop costs a
         # pipeline set-up.
         inserting = trace_tensors or with_probes
@@ -102,11 +116,14 @@ def compile_instrumented(
             phase_s[phase] = time.perf_counter() - t0
             if phase in SNAPSHOT_PHASES[mode]:
                 stages.append(snapshot.take_snapshot(module, phase, cache))
+                dispatch_regions.observe(module, phase, cache)
+            if phase == HOST_PROGRAM_PHASE:
+                host_program = recordings.host_program(module)
             if phase == INSERT_AFTER_PHASE:
                 # After the snapshot: the stage figures describe the module IREE would
                 # build without dfit's runtime hooks.
                 if trace_tensors:
-                    trace_plan = tensor_traces.insert_tensor_traces(module, trace_tensors)
+                    trace_plan = tensor_traces.insert_tensor_traces(module, trace_tensors, filters.names_by_id(ops), str(source))
                 if with_probes:
                     probe_sites = function_probes.insert_function_probes(module)
             after = phase
@@ -129,7 +146,10 @@ def compile_instrumented(
                 output=output,
                 probe_sites=probe_sites,
                 trace_plan=trace_plan,
+                host_program=host_program,
             )
+            document["partitions"] = materialisation.separate_shared(document["partitions"], dispatch_regions.regions, ops)
+            document["compile"]["codegen"] = vmfb.codegen_facts(tmp_vmfb, driver.flags)  # for `dfit diff`
             manifest.save(document, manifest_path, kind="manifest")
     finally:
         driver.close()
@@ -140,16 +160,18 @@ def build_manifest(*, source: Path, mode: str, flags: Sequence[str], driver: str
                    tensors: list[dict], stages: list[StageFigures], phase_s: dict[str, float],
                    total_s: float, vmfb_bytes: int, vmfb_sha256: str, output: Path,
                    probe_sites: Sequence[function_probes.ProbeSite] = (),
-                   trace_plan: tensor_traces.TracePlan | None = None) -> dict[str, Any]:
+                   trace_plan: tensor_traces.TracePlan | None = None,
+                   host_program: dict[str, Any] | None = None) -> dict[str, Any]:
     source_ids = [op["id"] for op in operators]
     by_name = {figures.stage: figures for figures in stages}
-    partitions = dispatch_table(by_name)
+    partitions = dispatch_table(by_name, host_program)
     return {
         "schema": manifest.SCHEMA_NAME,
         "version": manifest.MANIFEST_VERSION,
         "id_scheme": ID_SCHEME_VERSION,
         "producer": {"tool": "dfit compile", "toolchain": toolchain.versions(), "python": sys.version.split()[0]},
-        "input": {"path": str(source), "sha256": hashlib.sha256(source.read_bytes()).hexdigest()},
+        "input": {"path": str(source), "sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
+                  "frontend": frontends.detect(operators).name},
         "compile": {
             "mode": mode,
             "driver": driver,
@@ -195,41 +217,24 @@ def _stage_row(figures: StageFigures, source_ids: list[str], phase_s: float | No
     }
 
 
-def dispatch_table(by_stage: dict[str, StageFigures]) -> dict[str, Any]:
-    """Exports and dispatch call sites in program order, each with its root and fused IDs.
+def dispatch_table(by_stage: dict[str, StageFigures], host_program: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Exports and dispatch call sites in program order, each with its root and fused IDs,
+    and the host program the runtime join matches (``passes/recordings.py``).
 
     Sites come from the last snapshot that has them (``hal``: the order the runtime
-    records). A site's fused IDs come from its dispatch region before outlining, matched
-    by root ID in program order, because after deduplication one export body serves many
-    sites and only carries the first site's IDs.
+    records). A site's fused IDs come from its own dispatch region before outlining
+    (:func:`site_regions`), never from the export body: after deduplication one export
+    body serves many sites and only carries the first site's IDs.
     """
     sites_stage = next((s for s in reversed(list(by_stage.values())) if s.sites), None)
     exports_stage = next((s for s in reversed(list(by_stage.values())) if s.exports), None)
     regions = list(by_stage["dispatch-creation"].regions) if "dispatch-creation" in by_stage else []
     exports = exports_stage.exports if exports_stage else []
-    body_of = {export.name: export.body_ids for export in exports}
-    used = [False] * len(regions)
-    site_rows = []
-    for index, site in enumerate(sites_stage.sites if sites_stage else []):
-        fused: tuple[str, ...] = ()
-        for region_index, region in enumerate(regions):
-            if not used[region_index] and site.ids and region.root_ids[:1] == site.ids[:1]:
-                used[region_index] = True
-                fused = region.ids
-                break
-        if not fused:
-            fused = body_of.get(site.export, ())
-        site_rows.append(
-            {
-                "index": index,
-                "function": site.function,
-                "executable": site.executable,
-                "export": site.export,
-                "root_id": site.ids[0] if site.ids else None,
-                "ids": list(site.ids),
-                "fused_ids": list(fused),
-            }
-        )
+    sites = list(sites_stage.sites) if sites_stage else []
+    host_program = host_program or {"recordings": [], "functions": {}}
+    placement = site_placement(host_program)
+    fused_of = site_regions(sites, regions)
+    site_rows = [site_row(index, site, fused_of[index], placement.get(index)) for index, site in enumerate(sites)]
     export_rows = [
         {
             "executable": export.executable,
@@ -246,6 +251,79 @@ def dispatch_table(by_stage: dict[str, StageFigures]) -> dict[str, Any]:
         "exports_stage": exports_stage.stage if exports_stage else None,
         "exports": export_rows,
         "dispatch_sites": site_rows,
+        "recordings": host_program["recordings"],
+        "host_functions": host_program["functions"],
         "unattributed_exports": [row["name"] for row in export_rows if not row["ids"] and not row["fused_ids"]],
         "unattributed_sites": [row["index"] for row in site_rows if not row["ids"] and not row["fused_ids"]],
     }
+
+
+#: Export names of the dispatches IREE adds to change a tensor's layout under data
+#: tiling (``--iree-opt-data-tiling``): they move the tensor their site's IDs name.
+ENCODING_MARKERS = ("set_encoding", "unset_encoding", "encoding")
+
+
+def site_row(index: int, site: DispatchSite, fused: tuple[str, ...],
+             placement: tuple[int, int, bool] | None) -> dict[str, Any]:
+    """One manifest call-site row. ``placement``: (recording, command index, load time)."""
+    recording, command_index, load_time = placement if placement else (None, None, False)
+    encoding = any(marker in site.export for marker in ENCODING_MARKERS)
+    return {
+        "index": index,
+        "function": site.function,
+        "executable": site.executable,
+        "export": site.export,
+        "root_id": site.ids[0] if site.ids else None,
+        "ids": list(site.ids),
+        "fused_ids": list(fused),
+        "recording": recording,
+        "command_index": command_index,
+        # load: run once by an initializer when the module is loaded; invocation: by a
+        # call of a function.
+        "phase": "load" if load_time else "invocation",
+        # encoding: a data-tiling layout change of the tensors its IDs name.
+        "kind": "encoding" if encoding else "compute",
+    }
+
+
+def site_placement(host_program: dict[str, Any]) -> dict[int, tuple[int, int, bool]]:
+    """Site index -> (recording, command index in it, load time)."""
+    placement = {}
+    for recording in host_program["recordings"]:
+        for position, command in enumerate(recording["commands"]):
+            if command.get("site") is not None:
+                placement[command["site"]] = (recording["index"], position, recording["load_time"])
+    return placement
+
+
+def site_regions(sites: Sequence[DispatchSite], regions: Sequence[DispatchRegion]) -> list[tuple[str, ...]]:
+    """Fused IDs of each site from the dispatch region it was outlined from.
+
+    A site and its region share their root (the first ID of their locations); regions
+    are taken in program order, each once, so that sites of one deduplicated export each
+    get their own region. A site whose root starts no region (data tiling outlines
+    encodings and moves ops around) takes the region that holds its root; failing that,
+    its own location's IDs. Either way its root is among its fused IDs."""
+    used = [False] * len(regions)
+    by_root: dict[str, list[int]] = {}
+    holding: dict[str, list[int]] = {}
+    for position, region in enumerate(regions):
+        if region.root_ids:
+            by_root.setdefault(region.root_ids[0], []).append(position)
+        for source_id in region.ids:
+            holding.setdefault(source_id, []).append(position)
+    fused_of = []
+    for site in sites:
+        root = site.ids[0] if site.ids else None
+        fused: tuple[str, ...] = tuple(site.ids)
+        if root is not None:
+            first = next((p for p in by_root.get(root, ()) if not used[p]), None)
+            if first is not None:
+                used[first] = True
+                fused = regions[first].ids
+            elif root in holding:
+                # Prefer a region that also holds the site's other IDs.
+                best = max(holding[root], key=lambda p: (len(set(site.ids) & set(regions[p].ids)), -p))
+                fused = (root, *(i for i in regions[best].ids if i != root))
+        fused_of.append(fused)
+    return fused_of

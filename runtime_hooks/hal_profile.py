@@ -4,12 +4,15 @@ Capture goes through the shipped ``iree-run-module`` (the Python runtime binding
 capture a profile, RUNTIME-NOTES.md) with ``--device_profiling_mode=host-execution``,
 and decoding through ``iree-profile dispatch --dispatch_events --format=jsonl``.
 
-The join is positional: the runtime records dispatches in the order of the call sites
-in host code, which the manifest lists in program order
-(``partitions.dispatch_sites``). Export names alone cannot do it: after IREE
-deduplicates executables one export serves many sites. Each event must land on a site
-that runs its export; anything else is an error that shows the event and the sites that
-could have produced it, never a silent drop.
+The join is structural (:func:`join_structural`): each runtime command buffer's
+records are matched to the one command-buffer recording of the ``hal``-phase host code
+that explains them (``partitions.recordings``, ``passes/recordings.py``), and each
+record to the command of that recording — hence to the call site that issued it,
+however often the recording runs (loops), whether it runs at all (branches), and
+whichever call site of a deduplicated export it is. Submissions are split into
+invocations by the host code's structure too (:func:`invocation_starts`), never by
+time. A record nothing explains, or that two recordings explain equally, is an error
+that shows the record and the candidates — never a guess, never a silent drop.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dfit_mlir import atomic
-from dfit_mlir.errors import DfitError, UnresolvedRecordError
+from dfit_mlir.errors import EXIT_TOOLCHAIN_FAILED, DfitError, UnresolvedRecordError
+from dfit_mlir.perf import paused_gc
 from dfit_mlir.toolchain import runtime_tool
 
 #: ``command_index`` value when the driver does not number commands (local-sync).
@@ -41,7 +45,15 @@ NON_MODEL_OPERATIONS = frozenset({
 class ProfileError(DfitError):
     """Capturing or decoding a HAL profile failed."""
 
-    exit_code = 1
+    exit_code = EXIT_TOOLCHAIN_FAILED
+
+
+class ToolFault(ProfileError):
+    """An IREE tool died of a signal (or reported one) while running the module."""
+
+    def __init__(self, message: str, tool: str, returncode: int, stderr: str):
+        super().__init__(message)
+        self.tool, self.returncode, self.stderr = tool, returncode, stderr
 
 
 class UnresolvedDispatchError(UnresolvedRecordError):
@@ -86,6 +98,8 @@ class JoinedDispatch:
     site_index: int
     root_id: str | None
     fused_ids: tuple[str, ...]
+    #: ``load`` (an initializer's work when the module is loaded) or ``invocation``.
+    phase: str = "invocation"
 
 
 def capture(vmfb: Path, inputs: Sequence[str], *, driver: str = "local-sync",
@@ -127,7 +141,8 @@ def capture_profile(vmfb: Path, inputs: Sequence[str], *, driver: str = "local-s
         run = subprocess.run(command, capture_output=True, text=True)
         if run.returncode != 0:
             reason = run.stderr.strip().splitlines()
-            raise ProfileError(f"{tool} failed on {vmfb}: {reason[-1] if reason else f'exit {run.returncode}'}")
+            message = f"{tool} failed on {vmfb}: {reason[-1] if reason else f'exit {run.returncode}'}"
+            raise ToolFault(message, tool, run.returncode, run.stderr)
         return Profile(
             wall_ns_per_invocation=_benchmark_real_time_ns(run.stdout) if tool == "iree-benchmark-module" else None,
             dispatches=decode(profile),
@@ -204,21 +219,229 @@ def _event(record: dict[str, Any]) -> DispatchEvent:
     )
 
 
-def join(events: Sequence[DispatchEvent], manifest: dict[str, Any]) -> list[JoinedDispatch]:
-    """Give every event the IDs of its call site: the k-th dispatch of an invocation is
-    the k-th site in program order; its export must match."""
-    sites = manifest["partitions"]["dispatch_sites"]
-    if events and not sites:
-        raise UnresolvedDispatchError(f"{len(events)} dispatch events but the manifest lists no call sites")
-    joined = []
-    for position, event in enumerate(events):
-        site = sites[position % len(sites)]
-        if site["export"] != event.key:
-            candidates = [f"#{s['index']} {s['root_id']}" for s in sites if s["export"] == event.key]
+@dataclass(frozen=True)
+class Join:
+    """Dispatches per recorded invocation, load-time dispatches, and where each
+    invocation starts (its first submission id)."""
+
+    invocations: list[list[JoinedDispatch]]
+    load_time: list[JoinedDispatch]
+    starts: list[int]
+    #: command_buffer_id -> recording index, as matched.
+    recording_of_buffer: dict[int, int]
+
+    def invocation_of_submission(self, submission_id: int) -> int:
+        """Index of the invocation a submission belongs to; -1 for load time."""
+        import bisect
+
+        return bisect.bisect_right(self.starts, submission_id) - 1
+
+
+def candidate_recordings(manifest: dict[str, Any], function: str) -> tuple[list[int], list[int]]:
+    """(recordings an invocation of ``function`` may execute, load-time recordings).
+    Only the function run — and what it calls — executes; initializers run at load."""
+    from dfit_mlir.passes.recordings import reachable
+
+    partitions = manifest["partitions"]
+    functions = partitions.get("host_functions") or {}
+    if function not in functions:
+        raise UnresolvedDispatchError(
+            f"the manifest's host program has no function {function!r} "
+            f"(it has {', '.join(n for n, f in functions.items() if f['public']) or 'none'})")
+    reach = reachable([function], {name: f["calls"] for name, f in functions.items()})
+    invocation, load = [], []
+    for recording in partitions["recordings"]:
+        if recording["load_time"]:
+            load.append(recording["index"])
+        elif reach.intersection(recording["executors"]):
+            invocation.append(recording["index"])
+    return invocation, load
+
+
+def _explains(recording: dict[str, Any], block: Sequence[DispatchEvent], numbered: bool) -> list[int] | None:
+    """Command positions of ``recording`` that issued ``block`` (one command buffer's
+    dispatch records, in order), or ``None`` if the recording cannot have issued them.
+
+    ``numbered`` (local-task): each record's ``command_index`` is its command's position.
+    Otherwise (local-sync) the records are the recording's dispatches in order."""
+    commands = recording["commands"]
+    dispatches = [i for i, c in enumerate(commands) if c["op"].startswith("dispatch")]
+    if numbered:
+        positions = [e.command_index for e in block]
+        if any(p is None or p >= len(commands) for p in positions) or len(set(positions)) != len(positions):
+            return None
+    else:
+        if len(block) != len(dispatches):
+            return None
+        positions = dispatches
+    for position, event in zip(positions, block, strict=True):
+        command = commands[position]  # type: ignore[index]
+        if not command["op"].startswith("dispatch") or command.get("export") != event.key:
+            return None
+        wanted = command.get("workgroups")
+        if wanted is not None and event.workgroup_count and tuple(wanted) != tuple(event.workgroup_count):
+            return None
+    return positions  # type: ignore[return-value]
+
+
+@paused_gc()
+def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], function: str,
+                    invocations: int, execute_submissions: Sequence[tuple[int, int]] = ()) -> Join:
+    """Give every dispatch record the call site that issued it (see the module doc).
+
+    ``events``: the dispatch records of a run of ``invocations`` calls of ``function``;
+    ``execute_submissions``: (submission_id, command_buffer_id) of every command-buffer
+    execution (host-execution ``execute`` records), which places the invocations of a
+    function whose anchor recording issued no dispatch record."""
+    partitions = manifest["partitions"]
+    if "recordings" not in partitions:
+        raise UnresolvedDispatchError(
+            "the manifest has no command-buffer recordings (it predates the structural join): recompile with "
+            "`dfit compile --dfit-tag`")
+    recordings = partitions["recordings"]
+    sites = partitions["dispatch_sites"]
+    invocation_ids, load_ids = candidate_recordings(manifest, function)
+    numbered = any(e.command_index is not None for e in events)
+    # Records of one command-buffer execution: same submission and command buffer.
+    blocks: dict[tuple[int, int], list[DispatchEvent]] = {}
+    for event in events:
+        blocks.setdefault((event.submission_id, event.command_buffer_id), []).append(event)
+    recording_of_buffer: dict[int, int] = {}
+    placed: dict[tuple[int, int], tuple[int, list[int]]] = {}
+    # A command buffer replays the same commands: a block already explained (same
+    # buffer, same exports, indices and workgroups) needs no second match.
+    explained: dict[tuple[Any, ...], tuple[int, list[int]]] = {}
+    keys = sorted(blocks)
+    for key in keys:
+        block = blocks[key]
+        if numbered and len(block) > 1:
+            block.sort(key=lambda e: (e.command_index if e.command_index is not None else -1, e.start_ns))
+        buffer = key[1]
+        signature = (buffer, *((e.command_index, e.key, e.workgroup_count) for e in block))
+        fit = explained.get(signature)
+        if fit is None:
+            known = recording_of_buffer.get(buffer)
+            pool = [known] if known is not None else load_ids + invocation_ids
+            fits = [(index, positions) for index in pool
+                    if (positions := _explains(recordings[index], block, numbered)) is not None]
+            if len(fits) != 1:
+                raise UnresolvedDispatchError(_unresolved(block, fits, pool, recordings, function))
+            fit = explained[signature] = fits[0]
+            recording_of_buffer[buffer] = fit[0]
+        placed[key] = fit
+    starts = invocation_starts(manifest, function, invocations, recording_of_buffer, execute_submissions or keys)
+    result = Join([[] for _ in range(invocations)], [], starts, recording_of_buffer)
+    load = set(load_ids)
+    # (site index, root, fused IDs) of each recording's commands, built once.
+    site_of: dict[tuple[int, int], tuple[int, str | None, tuple[str, ...]]] = {}
+    for recording in recordings:
+        for position, command in enumerate(recording["commands"]):
+            if command.get("site") is not None:
+                site = sites[command["site"]]
+                site_of[recording["index"], position] = (site["index"], site["root_id"], tuple(site["fused_ids"]))
+    first = starts[0] if starts else None
+    for key in keys:
+        index, positions = placed[key]
+        invocation = result.invocation_of_submission(key[0])
+        phase = "load" if index in load else "invocation"
+        if index in load and invocation >= 0 or index not in load and invocation < 0:
+            recording = recordings[index]
+            where = f"invocation {invocation}" if invocation >= 0 else f"load time (before submission {first})"
             raise UnresolvedDispatchError(
-                f"dispatch event {position} (export {event.key}, submission {event.submission_id}, "
-                f"command {event.command_index}) does not match call site #{site['index']} "
-                f"(export {site['export']}); sites running {event.key}: {', '.join(candidates) or 'none'}"
-            )
-        joined.append(JoinedDispatch(event, site["index"], site["root_id"], tuple(site["fused_ids"])))
-    return joined
+                f"dispatch record {_describe(blocks[key][0])} of {phase}-phase recording #{index} "
+                f"({recording['function']}) was submitted in {where} of {function}")
+        target = result.load_time if phase == "load" else result.invocations[invocation]
+        for event, position in zip(blocks[key], positions, strict=True):
+            site_index, root, fused = site_of[index, position]
+            target.append(JoinedDispatch(event, site_index, root, fused, phase))
+    for block in result.invocations:
+        block.sort(key=lambda j: (j.event.submission_id, j.event.command_index or 0, j.event.start_ns))
+    return result
+
+
+def invocation_starts(manifest: dict[str, Any], function: str, invocations: int,
+                      recording_of_buffer: dict[int, int], executions: Sequence[tuple[int, int]]) -> list[int]:
+    """First submission id of each invocation, from the host code's structure.
+
+    The anchor of ``function`` is the first command-buffer execution in its entry block:
+    it runs exactly once per call, after a fixed number of queue operations (one
+    submission each). So the k-th execution of the anchor's recording is submission
+    ``a_k``, and invocation k starts at ``a_k - queue_ops_before``. Without an anchor
+    (no execution in the entry block) one invocation starts after the load-time work;
+    several cannot be told apart and are an error."""
+    from dfit_mlir.passes.recordings import anchor as entry_anchor
+
+    functions = manifest["partitions"]["host_functions"]
+    found = entry_anchor(functions, function)
+    if found is not None:
+        wanted, issued_before = set(found[0]), found[1]
+        # The anchor's recordings must run nowhere else in the function, or their
+        # executions would not count calls.
+        others = [e for e in _executions_reachable(manifest, function) if e is None or wanted.intersection(e)]
+        if len(others) == 1:
+            anchored = sorted(s for s, buffer in executions if recording_of_buffer.get(buffer) in wanted)
+            if len(anchored) == invocations:
+                return [s - issued_before for s in anchored]
+            if anchored:
+                raise UnresolvedDispatchError(
+                    f"{len(anchored)} executions of {function}'s first command buffer (recording "
+                    f"{'/'.join(map(str, sorted(wanted)))}) for {invocations} invocation(s)")
+    if invocations == 1:
+        return [_first_after_load(manifest, recording_of_buffer, executions)]
+    raise UnresolvedDispatchError(
+        f"cannot split {invocations} invocations of {function}: its entry block executes no command buffer "
+        f"of its own; run it with --repeat 1")
+
+
+def _executions_reachable(manifest: dict[str, Any], function: str) -> list[list[int] | None]:
+    from dfit_mlir.passes.recordings import reachable
+
+    functions = manifest["partitions"]["host_functions"]
+    reach = reachable([function], {name: f["calls"] for name, f in functions.items()})
+    return [executed for name in sorted(reach) if name in functions for executed in functions[name]["executes"]]
+
+
+def _first_after_load(manifest: dict[str, Any], recording_of_buffer: dict[int, int],
+                      executions: Sequence[tuple[int, int]]) -> int:
+    """The submission after the last load-time execution (1 when there is none)."""
+    recordings = manifest["partitions"]["recordings"]
+    load = [s for s, buffer in executions
+            if buffer in recording_of_buffer and recordings[recording_of_buffer[buffer]]["load_time"]]
+    return max(load) + 1 if load else 0
+
+
+def _describe(event: DispatchEvent) -> str:
+    index = "unnumbered" if event.command_index is None else event.command_index
+    return (f"(export {event.key}, submission {event.submission_id}, command buffer {event.command_buffer_id}, "
+            f"command {index}, workgroups {'x'.join(map(str, event.workgroup_count)) or '?'})")
+
+
+def _unresolved(block: Sequence[DispatchEvent], fits: list[tuple[int, list[int]]], pool: list[int],
+                recordings: list[dict[str, Any]], function: str) -> str:
+    shown = "; ".join(_describe(e) for e in block[:4]) + ("; …" if len(block) > 4 else "")
+    records = f"({len(block)} dispatch record{'s' if len(block) != 1 else ''}: {shown})"
+
+    def show(index: int) -> str:
+        r = recordings[index]
+        dispatches = [f"{c.get('export')}@{position}" for position, c in enumerate(r["commands"])
+                      if c["op"].startswith("dispatch")]
+        return f"#{index} {r['function']} [{', '.join(dispatches)}]"
+
+    if fits:
+        return (f"command buffer {block[0].command_buffer_id} of submission {block[0].submission_id} {records} is "
+                f"explained equally by recordings {', '.join(show(i) for i, _ in fits)}")
+    return (f"command buffer {block[0].command_buffer_id} of submission {block[0].submission_id} {records} is "
+            f"explained by no command-buffer recording that {function} or an initializer executes; candidates: "
+            f"{', '.join(show(i) for i in pool) or 'none'}")
+
+
+def join(events: Sequence[DispatchEvent], manifest: dict[str, Any], function: str | None = None,
+         invocations: int = 1) -> list[JoinedDispatch]:
+    """The invocation-time dispatches of :func:`join_structural`, in runtime order (the
+    function defaults to the module's only public one)."""
+    if function is None:
+        from dfit_mlir.runtime_hooks.inputs import entry_function
+
+        function = entry_function(manifest, None)
+    result = join_structural(events, manifest, function, invocations)
+    return [j for block in result.invocations for j in block]

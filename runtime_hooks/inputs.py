@@ -4,6 +4,7 @@ function signature they must fit (from the manifest), and random inputs drawn fo
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -16,6 +17,8 @@ DTYPES = {
     "f32": ("f32", "float32"), "f16": ("f16", "float16"), "f64": ("f64", "float64"),
     "i8": ("i8", "int8"), "si8": ("i8", "int8"), "ui8": ("ui8", "uint8"),
     "i32": ("i32", "int32"), "si32": ("i32", "int32"), "i64": ("i64", "int64"), "si64": ("i64", "int64"),
+    "i16": ("i16", "int16"), "si16": ("i16", "int16"), "ui16": ("ui16", "uint16"), "ui32": ("ui32", "uint32"),
+    "ui64": ("ui64", "uint64"), "i1": ("i1", "bool"),
 }
 #: numpy dtype of each ``iree-run-module`` element type.
 ELEMENT_NUMPY = {element: numpy for element, numpy in DTYPES.values()}
@@ -23,8 +26,18 @@ INPUT_RE = re.compile(r"^(?P<shape>(?:\d+x)*)(?P<dtype>[a-z]+\d+)=(?P<value>.*)$
 
 
 def entry_function(manifest: dict[str, Any], requested: str | None) -> str:
-    functions = [op["id"] for op in manifest["operators"]
-                 if op["parent"] is None and op["op"] in ("func.func", "util.func")]
+    """The function to run: ``requested``, or the module's only public one. Public
+    functions come from the compiled host program (private helpers such as JAX's
+    ``log_softmax`` are not entry points; ``$async`` twins of a sync function are not
+    offered by default)."""
+    host = manifest.get("partitions", {}).get("host_functions")
+    if host:
+        functions = [name for name, f in host.items() if f["public"] and not f["initializer"]]
+        if requested is None:
+            functions = [name for name in functions if not (name.endswith("$async") and name[:-6] in functions)]
+    else:
+        functions = [op["id"] for op in manifest["operators"]
+                     if op["parent"] is None and op["op"] in ("func.func", "util.func")]
     if requested:
         if requested not in functions:
             raise InvalidInputError(f"function {requested!r} is not in the manifest (it has {', '.join(functions)})")
@@ -58,6 +71,95 @@ def check_inputs(inputs: Sequence[str], arguments: list[dict[str, Any]]) -> None
         if shape != wanted or match["dtype"] != dtype:
             expected = "x".join("?" if d is None else str(d) for d in argument["shape"]) + f"x{dtype}"
             raise InvalidInputError(f"input {index} is {match['shape']}{match['dtype']}, the function takes {expected}")
+
+
+#: Source ops that index a table with an integer tensor, and the table's operand.
+GATHER_OPS = {
+    "torch.aten.embedding": 0, "torch.aten.index_select": 0, "torch.aten.gather": 0, "torch.aten.take": 0,
+    "onnx.Gather": 0, "onnx.GatherElements": 0, "onnx.GatherND": 0, "stablehlo.gather": 0, "mhlo.gather": 0,
+    "stablehlo.torch_index_select": 0, "tosa.gather": 0, "tensor.extract": 0, "tensor.gather": 0,
+}
+#: Op name fragments that pass an integer tensor on unchanged in value (casts, shape ops).
+PASS_THROUGH = ("cast", "convert", "reshape", "view", "squeeze", "expand", "broadcast", "slice", "transpose",
+                "to.dtype", "flatten", "clone", "contiguous", "collapse", "tosa.identity", "extsi", "trunci")
+
+
+@dataclass(frozen=True)
+class InputPlan:
+    """How a default input is made: ``random-normal`` (floats), ``integers-below``
+    (``bound``: a table the input indexes, named by ``reason``), ``zeros`` (integers
+    that index nothing the manifest shows)."""
+
+    made: str
+    bound: int | None = None
+    reason: str | None = None
+
+
+def integer_bounds(manifest: dict[str, Any] | None, function: str) -> dict[int, tuple[int, str]]:
+    """Argument index -> (exclusive bound, why) for integer inputs that reach a gather,
+    embedding or one-hot table through casts and shape ops: the smallest dimension of
+    every table they index (an embedding: its row count)."""
+    if not manifest:
+        return {}
+    operators = {op["id"]: op for op in manifest.get("operators", [])}
+    tensors = manifest.get("tensors", [])
+    results: dict[str, list[dict[str, Any]]] = {}
+    for tensor in tensors:
+        results.setdefault(tensor["producer"], []).append(tensor)
+    bounds: dict[int, tuple[int, str]] = {}
+    for argument in signature(manifest, function):
+        if argument["dtype"] not in DTYPES or np.dtype(DTYPES[argument["dtype"]][1]).kind == "f":
+            continue
+        index = int(argument["id"].rsplit("arg", 1)[1])
+        seen: set[str] = set()
+        frontier = [argument]
+        found: list[tuple[int, str]] = []
+        while frontier:
+            tensor = frontier.pop()
+            for consumer in tensor.get("consumers", ()):
+                if consumer in seen or consumer not in operators:
+                    continue
+                seen.add(consumer)
+                op = operators[consumer]
+                if op["op"] in GATHER_OPS:
+                    table = (op.get("operands") or [{}])[GATHER_OPS[op["op"]]]
+                    shape = table.get("shape") or []
+                    if shape and table.get("shape") != tensor.get("shape") and all(d for d in shape):
+                        rows = shape[0] if op["op"] == "torch.aten.embedding" else min(shape)
+                        found.append((rows, f"{consumer} indexes a {'x'.join(map(str, shape))} table"))
+                elif any(fragment in op["op"] for fragment in PASS_THROUGH):
+                    frontier.extend(results.get(consumer, ()))
+        if found:
+            bounds[index] = min(found)
+    return bounds
+
+
+def default_inputs(arguments: list[dict[str, Any]], workdir: Path, *, manifest: dict[str, Any] | None = None,
+                   function: str | None = None, seed: int = 0) -> tuple[list[str], list[InputPlan]]:
+    """``@file.npy`` inputs a model can take (dynamic dims as 1): floats random normal;
+    integers below the bound of the table they index (:func:`integer_bounds`), else 0 —
+    random integers index outside every table and crash the module."""
+    bounds = integer_bounds(manifest, function) if function else {}
+    generator = np.random.default_rng(seed)
+    inputs, plans = [], []
+    for index, argument in enumerate(arguments):
+        if argument["dtype"] not in DTYPES:
+            raise InvalidInputError(f"cannot make a default input of dtype {argument['dtype']}; give --input")
+        dtype = np.dtype(DTYPES[argument["dtype"]][1])
+        shape = [dim or 1 for dim in argument["shape"]]
+        if dtype.kind == "f":
+            values, plan = generator.standard_normal(shape).astype(dtype), InputPlan("random-normal")
+        elif index in bounds:
+            bound, reason = bounds[index]
+            values = generator.integers(0, bound, size=shape, dtype=dtype)
+            plan = InputPlan("integers-below", bound, reason)
+        else:
+            values, plan = np.zeros(shape, dtype=dtype), InputPlan("zeros")
+        path = workdir / f"input{index}.npy"
+        np.save(path, values)
+        inputs.append(f"@{path}")
+        plans.append(plan)
+    return inputs, plans
 
 
 def random_inputs(arguments: list[dict[str, Any]], workdir: Path, seed: int = 0) -> list[str]:

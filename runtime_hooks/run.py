@@ -19,29 +19,25 @@ Modes:
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
-
 from dfit_mlir import atomic
 from dfit_mlir import manifest as manifest_io
-from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.errors import DfitError, InvalidInputError, ModuleFaultError
 from dfit_mlir.event_pipeline import EventPipeline, EventRow, Policy
 from dfit_mlir.runtime_hooks import hal_profile
-from dfit_mlir.runtime_hooks.bundle import write_bundle
-from dfit_mlir.runtime_hooks.inputs import (
-    check_inputs,
-    entry_function,
-    load_input,
-    random_inputs,
-    signature,
-)
+from dfit_mlir.runtime_hooks.bundle import BUNDLE_KIND, write_bundle
+from dfit_mlir.runtime_hooks.inputs import check_inputs, default_inputs, load_input, signature
 from dfit_mlir.runtime_hooks.instrument import InstrumentedModule, duration_stats
 from dfit_mlir.runtime_hooks.tensors import TensorPolicy
+from dfit_mlir.vmfb import exported_functions
 
 MODES = ("none", "ids", "lite", "full")
+#: Modes that read the compile's manifest (IDs, probes, call sites); the others run any vmfb.
+MANIFEST_MODES = ("lite", "full")
 
 
 @dataclass(frozen=True)
@@ -50,10 +46,16 @@ class RunResult:
     summary: dict[str, Any]
 
 
-def run_bundle(vmfb: Path, manifest_path: Path, bundle: Path, *, mode: str = "full", inputs: Sequence[str] = (),
-               repeat: int = 1, warmup: int = 0, driver: str = "local-task", function: str | None = None,
-               policy: Policy | None = None, tensors: TensorPolicy | None = None) -> RunResult:
-    """Run ``vmfb`` ``warmup + repeat`` times, record the last ``repeat``, write the bundle."""
+def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: str = "full",
+               inputs: Sequence[str] = (), repeat: int = 1, warmup: int = 0, driver: str = "local-task",
+               function: str | None = None, policy: Policy | None = None,
+               tensors: TensorPolicy | None = None) -> RunResult:
+    """Run ``vmfb`` ``warmup + repeat`` times, record the last ``repeat``, write the bundle.
+
+    The module runs in a child process (the IREE tools for ``full``, a spawned Python
+    for the in-process modes): a fault in it (SIGSEGV, SIGABRT) becomes a
+    :class:`ModuleFaultError` naming the module, function, invocation, signal and saved
+    inputs, and no bundle is written."""
     if mode not in MODES:
         raise InvalidInputError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     if not vmfb.is_file():
@@ -63,42 +65,220 @@ def run_bundle(vmfb: Path, manifest_path: Path, bundle: Path, *, mode: str = "fu
     if tensors is not None and mode == "full":
         raise InvalidInputError("--tensors needs an in-process mode (ids or lite): full runs under iree-run-module, "
                                 "which prints traced tensors instead of handing them to dfit")
-    manifest = manifest_io.load(manifest_path)
-    manifest_io.check_belongs(manifest, vmfb, str(manifest_path))
+    manifest_path = manifest_path or manifest_io.default_path(vmfb)
+    manifest: dict[str, Any] | None = None
+    if manifest_path.is_file():
+        manifest = manifest_io.load(manifest_path)
+        manifest_io.check_belongs(manifest, vmfb, str(manifest_path))
+    elif mode in MANIFEST_MODES:
+        raise InvalidInputError(
+            f"{manifest_path}: no such file; --mode {mode} needs the manifest of a `dfit compile --dfit-tag` "
+            f"(--mode none and ids run any vmfb)")
     policy = policy or Policy(mode=mode)
-    function = entry_function(manifest, function)
-    arguments = signature(manifest, function)
+    function, arguments, abi_model = entry_point(vmfb, manifest, function)
+    if abi_model == "coarse-fences" and mode != "full":
+        raise InvalidInputError(f"{vmfb}: {function} is an async (coarse-fences) function, which the in-process "
+                                f"modes cannot call; run it with --mode full (the IREE tools pass its fences)")
     with atomic.scratch_directory("dfit-run-") as scratch:
         if inputs:
             check_inputs(inputs, arguments)
+            made = [{"shape": a["shape"], "dtype": a["dtype"], "made": "given", "value": text}
+                    for a, text in zip(arguments, inputs, strict=True)]
         else:
-            inputs = random_inputs(arguments, Path(scratch))
+            inputs, plans = default_inputs(arguments, Path(scratch), manifest=manifest, function=function)
+            made = [{"shape": a["shape"], "dtype": a["dtype"], "made": plan.made,
+                     **({"bound": plan.bound, "reason": plan.reason} if plan.bound is not None else {})}
+                    for a, plan in zip(arguments, plans, strict=True)]
         summary = {
             "mode": mode, "driver": driver, "function": function, "repeat": repeat, "warmup": warmup,
-            "inputs": [{"shape": a["shape"], "dtype": a["dtype"]} for a in arguments],
-            "vmfb": {"path": str(vmfb), "sha256": manifest["compile"]["vmfb_sha256"]},
+            "inputs": made,
+            "vmfb": {"path": str(vmfb), "sha256": manifest["compile"]["vmfb_sha256"] if manifest else _sha256(vmfb)},
+            "manifest": str(manifest_path) if manifest else None,
         }
+        fault = FaultContext(vmfb, function, inputs, bundle, warmup + repeat)
         if mode == "full":
-            profile = _profiled_run(vmfb, manifest, inputs, driver, function, repeat, warmup)
+            assert manifest is not None
+            profile = _profiled_run(vmfb, manifest, inputs, driver, function, repeat, warmup, fault=fault)
             write_bundle(bundle, manifest, lambda sink: profile.pipeline(manifest, policy, sink),
                          {**summary, **profile.summary()})
         else:
-            arrays = [load_input(text) for text in inputs]
-            with InstrumentedModule(vmfb, manifest, mode=mode, driver=driver, tensors=tensors,
-                                    check_vmfb=False, max_events=policy.max_events) as module:
-                for index in range(warmup + repeat):
-                    module.call(function, *arrays, wait=True, record=index >= warmup)
-                if mode == "lite":
-                    summary["queue_pass"] = _queue_pass(module, vmfb, manifest, inputs, driver, function, repeat,
-                                                        warmup)
-                module.write_bundle(bundle, policy, **summary)
+            _in_child(InProcessRun(vmfb, manifest or plain_manifest(vmfb), mode, driver, function, tuple(inputs),
+                                   repeat, warmup, policy, tensors, summary, Path(scratch) / "bundle"), fault)
+            with atomic.atomic_directory(bundle, kind=BUNDLE_KIND) as tmp:
+                for entry in (Path(scratch) / "bundle").iterdir():
+                    shutil.move(str(entry), tmp / entry.name)
     return RunResult(bundle, json.loads((bundle / "summary.json").read_text()))
+
+
+def entry_point(vmfb: Path, manifest: dict[str, Any] | None,
+                requested: str | None) -> tuple[str, list[dict[str, Any]], str | None]:
+    """The function to run and its argument tensors. Candidates are the vmfb's exported
+    functions (``__init`` and private helpers are not); ``$async`` twins of a sync
+    function are not chosen by default (the tools cannot pass their fences)."""
+    exports = {f.name: f for f in exported_functions(vmfb)}
+    names = list(exports)
+    if requested is not None:
+        if requested not in exports:
+            raise InvalidInputError(f"{vmfb} exports no function {requested!r} (it exports {', '.join(names) or 'none'})")
+        function = requested
+    else:
+        offered = [n for n in names if not (n.endswith("$async") and n[:-6] in exports)]
+        if len(offered) != 1:
+            raise InvalidInputError(f"{vmfb} exports {len(offered)} functions ({', '.join(offered) or 'none'}); "
+                                    f"choose one with --function")
+        function = offered[0]
+    arguments = signature(manifest, function) if manifest else []
+    if not arguments:
+        declared = exports[function].arguments
+        if declared is None:
+            raise InvalidInputError(f"{vmfb}: cannot read the arguments of {function} from its export table "
+                                    f"({exports[function].declaration or 'no declaration'}); give --input")
+        arguments = [{"id": f"{function}/arg{i}", **a} for i, a in enumerate(declared)]
+    return function, arguments, exports[function].abi_model
+
+
+def plain_manifest(vmfb: Path) -> dict[str, Any]:
+    """Stand-in for a vmfb compiled without ``--dfit-tag`` (``none``/``ids`` runs): no
+    operators, no call sites — the bundle's events carry no IDs."""
+    return {"schema": manifest_io.SCHEMA_NAME, "version": manifest_io.MANIFEST_VERSION, "plain_vmfb": True,
+            "compile": {"output": str(vmfb), "vmfb_sha256": _sha256(vmfb)}, "operators": [], "tensors": [],
+            "partitions": {"exports": [], "dispatch_sites": []}, "probes": [], "tensor_traces": []}
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@dataclass(frozen=True)
+class FaultContext:
+    """What a fault message names: the module, function, invocation count, inputs."""
+
+    vmfb: Path
+    function: str
+    inputs: Sequence[str]
+    bundle: Path
+    invocations: int
+
+    def raise_for(self, signal_number: int, tool: str, detail: str = "", invocation: int | None = None) -> None:
+        import signal as signals
+
+        try:
+            name = signals.Signals(signal_number).name
+        except ValueError:
+            name = f"signal {signal_number}"
+        saved = self.save_inputs()
+        when = (f"in invocation {invocation} of {self.invocations}" if invocation is not None
+                else f"during invocations 1..{self.invocations}" if self.invocations > 1 else "in invocation 1 of 1")
+        raise ModuleFaultError(
+            f"{self.vmfb}: {self.function} faulted with {name} in {tool} {when} "
+            f"(no bundle written); inputs used: {saved}{f' ({detail})' if detail else ''}")
+
+    def save_inputs(self) -> str:
+        """Copy generated ``@file.npy`` inputs beside the bundle (they live in a scratch
+        directory that is about to go); given inputs are named as given."""
+        files = [Path(text[1:]) for text in self.inputs if text.startswith("@")]
+        scratch = [f for f in files if f.name.startswith("input") and "dfit-run-" in str(f.parent)]
+        if not scratch:
+            return " ".join(self.inputs)
+        target = self.bundle.with_name(self.bundle.name + ".fault-inputs")
+        with atomic.atomic_directory(target, kind="fault-inputs") as tmp:
+            for path in scratch:
+                shutil.copy2(path, tmp / path.name)
+        return str(target)
+
+
+#: Signals a crashing module dies of (and tools that catch them exit with 128+n or 256-n).
+FAULT_SIGNALS = (4, 6, 7, 8, 11)
+
+
+def fault_signal(returncode: int) -> int | None:
+    """The signal a child process died of (or reported), or ``None``."""
+    if returncode < 0:
+        return -returncode
+    for offset in (128, 256):
+        if returncode > offset - 64 and abs(returncode - offset) in FAULT_SIGNALS:
+            return abs(returncode - offset)
+    return None
+
+
+@dataclass(frozen=True)
+class InProcessRun:
+    vmfb: Path
+    manifest: dict[str, Any]
+    mode: str
+    driver: str
+    function: str
+    inputs: tuple[str, ...]
+    repeat: int
+    warmup: int
+    policy: Policy
+    tensors: TensorPolicy | None
+    summary: dict[str, Any]
+    bundle: Path
+
+
+def _in_child(run: InProcessRun, fault: FaultContext) -> None:
+    """Run ``run`` in a spawned Python: the module's faults kill that process, not dfit."""
+    import multiprocessing
+    import pickle
+
+    context = multiprocessing.get_context("spawn")
+    error_file = run.bundle.with_name("error.pickle")
+    progress_file = run.bundle.with_name("progress")
+    child = context.Process(target=_child_main, args=(run, error_file, progress_file), daemon=True)
+    child.start()
+    try:
+        child.join()
+    except BaseException:
+        child.terminate()
+        child.join()
+        raise
+    if error_file.is_file():
+        raise pickle.loads(error_file.read_bytes())
+    if child.exitcode:
+        signal_number = fault_signal(child.exitcode)
+        if signal_number is not None:
+            reached = progress_file.read_text().strip() if progress_file.is_file() else ""
+            fault.raise_for(signal_number, "the in-process runtime (a child Python)",
+                            invocation=int(reached) if reached else None)
+        raise ModuleFaultError(f"{run.vmfb}: the child process running {run.function} exited with {child.exitcode}")
+
+
+def _child_main(run: InProcessRun, error_file: Path, progress_file: Path) -> None:
+    import pickle
+
+    try:
+        _run_in_process(run, progress_file)
+    except DfitError as error:
+        error_file.write_bytes(pickle.dumps(error))
+    except Exception as error:  # the runtime refused the call: the model failed, not dfit
+        message = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        error_file.write_bytes(pickle.dumps(ModuleFaultError(f"{run.vmfb}: {run.function} failed: {message}")))
+
+
+def _run_in_process(run: InProcessRun, progress_file: Path | None = None) -> None:
+    arrays = [load_input(text) for text in run.inputs]
+    summary = dict(run.summary)
+    with InstrumentedModule(run.vmfb, run.manifest, mode=run.mode, driver=run.driver, tensors=run.tensors,
+                            check_vmfb=False, max_events=run.policy.max_events) as module:
+        for index in range(run.warmup + run.repeat):
+            if progress_file is not None:  # outside the timed span: which call a fault hit
+                progress_file.write_text(str(index + 1))
+            module.call(run.function, *arrays, wait=True, record=index >= run.warmup)
+        if run.mode == "lite":
+            summary["queue_pass"] = _queue_pass(module, run.vmfb, run.manifest, run.inputs, run.driver, run.function,
+                                                run.repeat, run.warmup)
+            summary["function_spans"] = function_span_coverage(run.manifest)
+        module.write_bundle(run.bundle, run.policy, **summary)
 
 
 @dataclass
 class ProfiledRun:
-    """A ``full`` run's records: joined dispatches per recorded invocation, and the queue,
-    host-operation and memory records assigned to invocations by time."""
+    """A ``full`` run's records: joined dispatches per recorded invocation, load-time
+    dispatches (initializers), and the queue, host-operation and memory records, each in
+    the invocation its submission belongs to (:meth:`hal_profile.Join.invocation_of_submission`)."""
 
     dispatches: list[list[hal_profile.JoinedDispatch]]
     queue_rows: list[EventRow]
@@ -106,11 +286,18 @@ class ProfiledRun:
     warmup_records: int
     #: The benchmark tool's real time per invocation (several invocations only).
     wall_ns_per_invocation: float | None = None
+    load_time: list[hal_profile.JoinedDispatch] | None = None
+    #: Records of load time (initializers) and of no submission, counted.
+    load_records: int = 0
+    unsubmitted_records: int = 0
 
     def pipeline(self, manifest: dict[str, Any], policy: Policy, sink: Any) -> EventPipeline:
         import uuid
 
         pipeline = EventPipeline(manifest, policy, sink, session=uuid.uuid4().hex[:12])
+        # Load-time dispatches (initializers, run once when the module is loaded) carry
+        # invocation -1: they are no invocation's work. Their sites say phase "load".
+        pipeline.add_joined(self.load_time or [], LOAD_INVOCATION)
         for invocation, block in enumerate(self.dispatches):
             pipeline.add_joined(block, invocation)
         pipeline.add_rows("queue", self.queue_rows)
@@ -119,10 +306,13 @@ class ProfiledRun:
 
     def summary(self) -> dict[str, Any]:
         totals = [sum(j.event.duration_ns for j in block) for block in self.dispatches]
-        spans = [block[-1].event.end_ns - block[0].event.start_ns for block in self.dispatches if block]
+        spans = [max(j.event.end_ns for j in block) - min(j.event.start_ns for j in block)
+                 for block in self.dispatches if block]
         wall = self.wall_ns_per_invocation
+        load = self.load_time or []
         return {
             "profiling_families": list(hal_profile.FULL_FAMILIES),
+            "join": "structural: command-buffer recordings of the hal-phase host code; invocations by submission",
             "dispatch_ns_per_invocation": duration_stats(totals),
             # First dispatch start to last dispatch end: the device-side window.
             "dispatch_window_ns": duration_stats(spans),
@@ -131,60 +321,77 @@ class ProfiledRun:
             "invocation_ns": None if wall is None else {"count": len(self.dispatches), "min": wall, "median": wall,
                                                         "mean": wall, "max": wall},
             "timing_harness": "iree-benchmark-module" if wall is not None else "iree-run-module",
-            "records": {"dispatch": sum(len(b) for b in self.dispatches), "queue": len(self.queue_rows),
-                        "memory": len(self.memory_rows), "warmup_records_dropped": self.warmup_records},
+            "load_time": {"dispatches": len(load), "dispatch_ns": sum(j.event.duration_ns for j in load),
+                          "invocation": LOAD_INVOCATION},
+            "records": {"dispatch": sum(len(b) for b in self.dispatches), "load_dispatch": len(load),
+                        "queue": len(self.queue_rows), "memory": len(self.memory_rows),
+                        "warmup_records_dropped": self.warmup_records, "load_records": self.load_records,
+                        "unsubmitted_records": self.unsubmitted_records},
         }
 
 
+#: ``invocation`` of the events of load-time work (initializers).
+LOAD_INVOCATION = -1
+
+
 def _profiled_run(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], driver: str, function: str,
-                  repeat: int, warmup: int, families: Sequence[str] = hal_profile.FULL_FAMILIES) -> ProfiledRun:
+                  repeat: int, warmup: int, families: Sequence[str] = hal_profile.FULL_FAMILIES,
+                  fault: FaultContext | None = None) -> ProfiledRun:
     invocations = warmup + repeat
-    profile = hal_profile.capture_profile(vmfb, inputs, driver=driver, function=function, invocations=invocations,
-                                          families=families)
-    joined = hal_profile.join(profile.dispatches, manifest)
-    per_invocation = len(manifest["partitions"]["dispatch_sites"])
-    if len(joined) != invocations * per_invocation:
-        raise hal_profile.UnresolvedDispatchError(
-            f"{len(joined)} dispatch events for {invocations} invocation(s) of {per_invocation} call sites")
-    blocks = [joined[i * per_invocation:(i + 1) * per_invocation] for i in range(invocations)]
-    # An invocation owns the records up to the end of its last dispatch (allocations come
-    # before the dispatches, deallocations after the previous invocation's).
-    ends = np.array([block[-1].event.end_ns if block else 0 for block in blocks], dtype=np.int64)
+    try:
+        profile = hal_profile.capture_profile(vmfb, inputs, driver=driver, function=function,
+                                              invocations=invocations, families=families)
+    except hal_profile.ToolFault as error:
+        signal_number = fault_signal(error.returncode)
+        if fault is not None and signal_number is not None:
+            fault.raise_for(signal_number, error.tool, (error.stderr.strip().splitlines() or [""])[-1])
+        raise
+    executions = [(r["submission_id"], r["command_buffer_id"]) for r in profile.host_operations
+                  if r.get("op") == "execute"]
+    joined = hal_profile.join_structural(profile.dispatches, manifest, function, invocations, executions)
 
-    def invocation_of(stamp: int) -> int:
-        return min(int(np.searchsorted(ends, stamp, side="left")), invocations - 1) - warmup
-
-    def submission(record: dict[str, Any], k: int) -> EventRow:
+    def submission(record: dict[str, Any], k: int | None) -> EventRow:
         return EventRow(k, f"submit {record['op']}", None, record["host_time_ns"],
                         record["ready_host_time_ns"] - record["host_time_ns"], bytes=record.get("payload_length") or None,
-                        attributes=_pick(record, "submission_id", "dependency_strategy", "wait_count", "signal_count",
-                                         "operation_count"))
+                        attributes=_pick(record, "submission_id", "command_buffer_id", "dependency_strategy",
+                                         "wait_count", "signal_count", "operation_count"))
 
-    def host_operation(record: dict[str, Any], k: int) -> EventRow:
+    def host_operation(record: dict[str, Any], k: int | None) -> EventRow:
         return EventRow(k, f"host {record['op']}", None, record["start_host_time_ns"], record["duration_ns"],
                         bytes=record.get("payload_length") or None,
                         attributes=_pick(record, "submission_id", "command_buffer_id", "allocation_id"))
 
-    def memory(record: dict[str, Any], k: int) -> EventRow:
+    def memory(record: dict[str, Any], k: int | None) -> EventRow:
         return EventRow(k, record["event_type"], None, record["host_time_ns"], 0, bytes=record.get("length"),
                         attributes=_pick(record, "allocation_id", "pool_id", "pool_bytes_reserved",
                                          "pool_bytes_committed", "submission_id"))
 
     queue_rows: list[EventRow] = []
     memory_rows: list[EventRow] = []
-    warmup_records = 0
-    for records, stamp, rows, row_of in (
-        (profile.queue_events, "host_time_ns", queue_rows, submission),
-        (profile.host_operations, "start_host_time_ns", queue_rows, host_operation),
-        (profile.memory_events, "host_time_ns", memory_rows, memory),
+    counts = {"warmup": 0, "load": 0, "unsubmitted": 0}
+    for records, rows, row_of in (
+        (profile.queue_events, queue_rows, submission),
+        (profile.host_operations, queue_rows, host_operation),
+        (profile.memory_events, memory_rows, memory),
     ):
         for record in records:
-            k = invocation_of(record[stamp])
+            submission_id = record.get("submission_id") or 0
+            if not submission_id:
+                # Released outside any submission (pool trims at teardown): no
+                # invocation's, kept with a null invocation and counted.
+                counts["unsubmitted"] += 1
+                rows.append(row_of(record, None))
+                continue
+            k = joined.invocation_of_submission(submission_id)
             if k < 0:
-                warmup_records += 1
+                counts["load"] += 1
+                rows.append(row_of(record, LOAD_INVOCATION))
+            elif k < warmup:
+                counts["warmup"] += 1
             else:
-                rows.append(row_of(record, k))
-    return ProfiledRun(blocks[warmup:], queue_rows, memory_rows, warmup_records, profile.wall_ns_per_invocation)
+                rows.append(row_of(record, k - warmup))
+    return ProfiledRun(joined.invocations[warmup:], queue_rows, memory_rows, counts["warmup"],
+                       profile.wall_ns_per_invocation, joined.load_time, counts["load"], counts["unsubmitted"])
 
 
 #: Queue events of a lite run come from a second pass under HAL profiling: Python cannot
@@ -202,6 +409,18 @@ def _queue_pass(module: InstrumentedModule, vmfb: Path, manifest: dict[str, Any]
     module.add_rows("queue", rows)
     return {"families": list(LITE_QUEUE_FAMILIES), "tool": "iree-benchmark-module" if warmup + repeat > 1
             else "iree-run-module", "queue_events": len(rows), "warmup_records_dropped": profiled.warmup_records}
+
+
+def function_span_coverage(manifest: dict[str, Any]) -> str:
+    """What a lite ``function`` event spans. Probes sit at the function's boundaries in
+    host code: where a public function has an ``$async`` twin, the sync function awaits
+    its work before returning, so the span covers it; otherwise the span closes when
+    the work is issued, not when it completes."""
+    public = [n for n, f in (manifest.get("partitions", {}).get("host_functions") or {}).items() if f["public"]]
+    if any(name.endswith("$async") for name in public):
+        return "covers the work issued (the sync wrapper awaits its $async function)"
+    return ("issue only: the module has no $async wrappers, so function events close when their work is issued, "
+            "not when it completes; program events time each call to completion")
 
 
 def _pick(record: dict[str, Any], *names: str) -> dict[str, Any]:

@@ -194,6 +194,28 @@ def test_corrupt_artifact_names_file_and_line(tmp_path: Path) -> None:
     lines[-1] = lines[-1].replace(" 2 ", " two ", 1)  # synthetic corruption of a count
     log.write_text("\n".join(lines) + "\n")
     result = dfit("reconstruct", str(dump), "-o", str(tmp_path / "b"))
-    assert result.returncode == 2, result.stdout
-    assert f"{log}:{len(lines)}" in result.stderr and "Traceback" not in result.stderr
+    # One bad row does not lose the dump: the bundle is written, the CLI says how many
+    # lines were not parsed, and coverage.json names the file, the line and the reason.
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "1 line(s) of 1 file(s) not parsed" in result.stdout
+    coverage = json.loads((tmp_path / "b" / "coverage.json").read_text())
+    account = coverage["lines"][str(log)]
+    assert (account["total"], account["consumed"], account["unparsed"]) == (len(lines), len(lines) - 1, 1)
+    assert account["examples"] == [[len(lines), lines[-1]]]
+    assert account["problems"][0][0] == len(lines)
+    assert account["problems"][0][1].startswith("malformed operation table row")
+    assert any(f"{log}:{len(lines)}: malformed" in d for d in coverage["notes"]["lines"]["details"])
+    # Every other text file of the dump is accounted for in full.
+    assert all(a["unparsed"] == 0 for path, a in coverage["lines"].items() if path != str(log))
+
+
+def test_file_with_nothing_recognisable_is_an_error_naming_it(tmp_path: Path) -> None:
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    log = dump / "synthetic_edgetpu.log"  # SYNTHETIC: a header and nothing readable after it
+    log.write_text("Edge TPU Compiler version 16.0.384591198\nInput: m.tflite\n")
+    result = dfit("reconstruct", str(log), "-o", str(tmp_path / "b"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert str(log) in result.stderr
     assert not (tmp_path / "b").exists()

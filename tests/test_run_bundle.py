@@ -59,7 +59,7 @@ def test_bundle_contents(bundle: Path, convnet) -> None:
     summary = json.loads((bundle / "summary.json").read_text())
     assert summary["counts"]["seen"] == summary["counts"]["kept"] == len(everything)
     assert summary["records"]["dispatch"] == REPEAT * len(sites)
-    assert summary["dropped_events"] == 0 and summary["inputs"] == [{"shape": [1, 32, 32, 3], "dtype": "f32"}]
+    assert summary["dropped_events"] == 0 and summary["inputs"] == [{"shape": [1, 32, 32, 3], "dtype": "f32", "made": "random-normal"}]
     # Non-model runtime records: each invocation submits and executes its command
     # buffer and allocates its transients; every one is kept, with its invocation.
     by_kind: dict[str, set[str]] = {}

@@ -1,10 +1,12 @@
 """The manifest's dispatch call sites, checked against the runtime: HAL host-execution
-profiling of the compiled module records one event per dispatch, in the manifest's
-program order, on both CPU drivers — also when one deduplicated export serves many sites.
-And the instrumented module computes what the plain one computes."""
+profiling of a straight-line module records one event per dispatch, in the manifest's
+program order, on both CPU drivers, and the structural join gives each its own site —
+also when one deduplicated export serves many sites. And the instrumented module
+computes what the plain one computes. (Programs of other shapes: test_runtime_shapes.py.)"""
 
 from __future__ import annotations
 
+import copy
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,10 +67,12 @@ def test_deduplicated_export_joins_per_site(tmp_path: Path) -> None:
 def test_a_record_no_site_explains_is_an_error(compiled: Compiled) -> None:
     result = compiled.result
     events = hal_profile.capture(result.vmfb, compiled.inputs)
-    wrong = dict(result.manifest, partitions=dict(result.manifest["partitions"]))
-    wrong["partitions"]["dispatch_sites"] = [dict(site, export="other_export") for site in
-                                             result.manifest["partitions"]["dispatch_sites"]]
-    with pytest.raises(hal_profile.UnresolvedDispatchError, match=r"dispatch event 0 \(export .*\) does not match call site #0"):
+    wrong = copy.deepcopy(result.manifest)
+    for recording in wrong["partitions"]["recordings"]:
+        recording["commands"] = [dict(c, export="other_export") if "export" in c else c for c in recording["commands"]]
+    with pytest.raises(hal_profile.UnresolvedDispatchError,
+                       match=r"\(\d+ dispatch records: \(export \w+, submission \d+, .*\) is explained by no command-buffer recording that main "
+                             r"or an initializer executes; candidates: #0 \S+ \[other_export@"):
         hal_profile.join(events, wrong)
 
 

@@ -323,10 +323,10 @@ def _read_all(paths: Iterable[Path | str]) -> _Inputs:
             inputs.sources.append(source_artifact(path, reader.format, TFLiteModelReader.parser))
         elif reader is OperationLogReader:
             inputs.logs.append(OperationLogReader(path).log())
-            inputs.sources.append(source_artifact(path, reader.format))
+            inputs.sources.append(source_artifact(path, reader.format, lines=inputs.logs[-1].lines))
         elif reader is ConsoleSummaryReader:
             inputs.consoles.append(ConsoleSummaryReader(path).summary())
-            inputs.sources.append(source_artifact(path, reader.format))
+            inputs.sources.append(source_artifact(path, reader.format, lines=inputs.consoles[-1].lines))
     return inputs
 
 
@@ -424,15 +424,20 @@ class _Parts:
     problems: list[str] = field(default_factory=list)
 
 
-def _cpu_status(log: OperationLog | None, op_type: str) -> tuple[str, dict[str, Any]]:
+def _cpu_status(log: OperationLog | None, op_type: str) -> tuple[str | None, dict[str, Any]]:
     """The status of a CPU op: its type's one non-mapped status in the log when there is
-    one, else ``cpu`` with the candidate statuses in the attributes."""
+    one. When the log gives the type several, the counts cannot tell which op got which:
+    no status, and the candidates with their counts in the attributes."""
     if log is None:
         return CPU, {}
-    statuses = log.cpu_statuses(op_type)
-    if len(statuses) == 1:
-        return statuses[0], {"status_source": "operation log (the only non-mapped status of this op type)"}
-    return CPU, {"possible_statuses": list(statuses)}
+    candidates = log.cpu_status_counts(op_type)
+    if len(candidates) == 1:
+        return next(iter(candidates)), {"status_source": "operation log (the only non-mapped status of this op type)"}
+    if not candidates:
+        return CPU, {}
+    return None, {"status_candidates": candidates,
+                  "status_source": "operation log: several non-mapped statuses for this op type; "
+                                   "which op got which is not in the log"}
 
 
 def _compare_with_log(
@@ -672,7 +677,7 @@ def _render_original(group: ModelGroup, scopes: dict[Path, str], parts: _Parts) 
             if status is not None:
                 extra["status_source"] = "operation log (the only status of this op type)"
             elif len(statuses) > 1:
-                extra["possible_statuses"] = list(statuses)
+                extra["status_candidates"] = dict(statuses)
             parts.operators.append(build_operator(op, graph, scope, status=status, attributes=extra))
         parts.tensors.extend(build_tensors(graph, scope))
     if log is not None:

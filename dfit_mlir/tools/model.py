@@ -34,6 +34,12 @@ class Operator:
     results: tuple[dict[str, Any], ...]
     #: Backend partition this op runs in, where the backend says (reconstructions).
     partition: str | None = None
+    #: The frontend's source model (``dfit_mlir.frontends``): where in the model the op
+    #: sits (``""``: the root), the module's class, the op as the frontend names it.
+    #: ``None`` where the manifest does not say (older manifests, reconstructions).
+    module_path: str | None = None
+    module_class: str | None = None
+    source_op: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -115,7 +121,9 @@ class SemanticModel:
             id=op["id"], op=op["op"], source=op.get("source"), name_path=tuple(op.get("name_path") or ()),
             call_stack=tuple(op.get("call_stack") or ()), phase=op.get("phase"), macs=op.get("macs"),
             flops=op.get("flops"), bytes=op.get("bytes"), operands=tuple(op.get("operands") or ()),
-            results=tuple(op.get("results") or ()), partition=op.get("partition"), raw=op,
+            results=tuple(op.get("results") or ()), partition=op.get("partition"),
+            module_path=op.get("module_path"), module_class=op.get("module_class"),
+            source_op=op.get("source_op"), raw=op,
         ) for op in self.manifest["operators"]}
 
     def operator(self, op_id: str) -> Operator | None:
@@ -137,7 +145,8 @@ class SemanticModel:
         found = [Partition(id=f"site{site['index']}:{site['export']}", kind="dispatch",
                            operator_ids=tuple(site["fused_ids"] or site["ids"]), root_id=site["root_id"],
                            attributes={"export": site["export"], "site": site["index"],
-                                       "function": site["function"]})
+                                       "function": site["function"],
+                                       "shared_ids": tuple(site.get("shared_ids") or ())})
                  for site in parts.get("dispatch_sites", [])]
         found += [Partition(id=group["id"], kind=group["kind"], operator_ids=tuple(group["operator_ids"]),
                             attributes=dict(group.get("attributes") or {}))
@@ -156,8 +165,9 @@ class SemanticModel:
         """The ops a partition's measured time is split over, evenly: its top-level ops
         (not a region body of another of its ops) that consume a value — constants and
         empty tensors, which IREE copies into every dispatch using them, do no work —
-        or all top-level ops if none qualifies, or all members. One rule for every tool
-        that attributes time to ops."""
+        or all top-level ops if none qualifies, or all members. Shared materialisation
+        (a site's ``shared_ids``, :mod:`dfit_mlir.materialisation`) is not a member. One
+        rule for every tool that attributes time to ops."""
         found = self._compute_ops.get(partition.id)
         if found is None:
             members = [i for i in partition.operator_ids if i in self.operators]
@@ -196,8 +206,21 @@ class SemanticModel:
         return f"{op.source['file']}:{op.source['line']}:{op.source['col']}"
 
     def module_path(self, op_id: str) -> str | None:
+        """The op's module path as its frontend wrote it in the manifest (``""``: the
+        model's root), else its location names joined with ``.`` (reconstructions,
+        manifests older than 1.2), else ``None``."""
         op = self.operator(op_id)
-        return ".".join(op.name_path) if op is not None and op.name_path else None
+        if op is None:
+            return None
+        if op.module_path is not None:
+            return op.module_path
+        return ".".join(op.name_path) if op.name_path else None
+
+    @property
+    def frontend(self) -> str | None:
+        """The frontend the compiled source came from (``torch``, ``jax``, ``onnx``,
+        ``tflite``, ``mlir``), where the manifest says."""
+        return self.manifest.get("input", {}).get("frontend")
 
     def static_cost(self, op_id: str) -> tuple[int | None, int | None, int | None]:
         """(MACs, FLOPs, bytes) of an op, each ``None`` where not derivable."""

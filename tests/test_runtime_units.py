@@ -1,0 +1,88 @@
+"""Declarative input → expected output tests of the runtime join's small readers: the
+signal a child died of, the entry anchor that splits invocations, the bound of integer
+inputs, the export table's declarations. SYNTHETIC inputs (written for the tests); the
+same code runs on real modules in test_runtime_shapes.py and test_runtime_realmodels.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from dfit_mlir.passes.recordings import anchor
+from dfit_mlir.runtime_hooks.inputs import integer_bounds
+from dfit_mlir.runtime_hooks.run import fault_signal
+from dfit_mlir.vmfb import ExportedFunction
+
+
+@pytest.mark.parametrize("returncode, signal", [
+    (-11, 11), (-6, 6), (139, 11), (134, 6), (245, 11),  # killed; shell-style 128+n; exit(-n) as 256-n
+    (0, None), (1, None), (2, None), (3, None), (255, None),
+])
+def test_fault_signal(returncode: int, signal: int | None) -> None:
+    assert fault_signal(returncode) == signal
+
+
+def _function(entry: list, queue_ops: int = 0, calls: tuple[str, ...] = ()) -> dict:
+    return {"public": True, "initializer": False, "calls": list(calls), "executes": [], "entry": entry,
+            "queue_ops": queue_ops}
+
+
+@pytest.mark.parametrize("functions, name, expected", [
+    # Straight into an execution after two allocas.
+    ({"main": _function([["queue"], ["queue"], ["execute", [0]]], 3)}, "main", ([0], 2)),
+    # A sync wrapper calling its $async body first (PyTorch/ONNX imports).
+    ({"main": _function([["call", "main$async"]], 0, ("main$async",)),
+      "main$async": _function([["queue"], ["execute", [1, 2]]], 2)}, "main", ([1, 2], 1)),
+    # A call to a helper that issues nothing is skipped.
+    ({"main": _function([["call", "h"], ["queue"], ["execute", [0]]], 2, ("h",)), "h": _function([], 0)},
+     "main", ([0], 1)),
+    # A call that issues queue operations but has no anchor of its own: unknown.
+    ({"main": _function([["call", "h"], ["execute", [0]]], 1, ("h",)), "h": _function([["queue"]], 3)},
+     "main", None),
+    # No execution in the entry block (all under control flow), or one that cannot be traced.
+    ({"main": _function([["queue"]], 4)}, "main", None),
+    ({"main": _function([["execute", None]], 1)}, "main", None),
+])
+def test_entry_anchor(functions: dict, name: str, expected: tuple | None) -> None:
+    assert anchor(functions, name) == expected
+
+
+def _manifest(*chain: tuple[str, list]) -> dict:
+    """main(arg0: 1x8xsi64) feeding ops in a chain; each (op, operands)."""
+    operators, tensors = [], [{"id": "main/arg0", "producer": "main", "consumers": [], "shape": [1, 8],
+                               "dtype": "si64"}]
+    previous = tensors[0]
+    for position, (op, operands) in enumerate(chain):
+        op_id = f"main/{op}#{position}"
+        operators.append({"id": op_id, "op": op, "operands": operands})
+        previous["consumers"].append(op_id)
+        previous = {"id": f"{op_id}:0", "producer": op_id, "consumers": [], "shape": [1, 8], "dtype": "si64"}
+        tensors.append(previous)
+    return {"operators": operators, "tensors": tensors}
+
+
+TABLE = {"shape": [500, 16], "dtype": "f32"}
+IDS = {"shape": [1, 8], "dtype": "si64"}
+
+
+@pytest.mark.parametrize("manifest, expected", [
+    (_manifest(("torch.aten.embedding", [TABLE, IDS])), {0: 500}),
+    (_manifest(("torch.aten.to.dtype", [IDS]), ("torch.aten.embedding", [TABLE, IDS])), {0: 500}),
+    (_manifest(("onnx.Gather", [{"shape": [30, 40, 7]}, IDS])), {0: 7}),  # any axis: the smallest dim
+    (_manifest(("torch.aten.add.Tensor", [IDS, IDS]), ("torch.aten.embedding", [TABLE, IDS])), {}),  # not an index
+    (_manifest(("torch.aten.mul.Tensor", [IDS, IDS])), {}),
+])
+def test_integer_bounds(manifest: dict, expected: dict[int, int]) -> None:
+    assert {k: bound for k, (bound, _) in integer_bounds(manifest, "main").items()} == expected
+
+
+@pytest.mark.parametrize("declaration, arguments", [
+    ("sync func @main(%input0: tensor<1x?x3xf32>, %input1: tensor<i64>) -> (%output0: tensor<f32>)",
+     [{"shape": [1, None, 3], "dtype": "f32"}, {"shape": [], "dtype": "i64"}]),
+    ("async func @second(%input0: tensor<32x32xf32>) -> (%output0: tensor<32x32xf32>)",
+     [{"shape": [32, 32], "dtype": "f32"}]),
+    ("sync func @f() -> (%output0: tensor<2xf32>)", []),
+    ("sync func @f(%input0: !torch.int)", None),
+    (None, None),
+])
+def test_export_declarations(declaration: str | None, arguments: list | None) -> None:
+    assert ExportedFunction("f", declaration).arguments == arguments
