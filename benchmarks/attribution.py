@@ -176,7 +176,8 @@ def _png_from_analysis(manifest: dict[str, Any], analysis: Path, target: Path, l
     items = [(path, op.module_class, op.phase,
               {"ops": 1, "flops": op.flops or 0, "bytes": op.bytes or 0, "time_ns": 0.0},
               module_classes(model.frontend, op.raw))
-             for op in model.operators.values() if (path := model.module_path(op.id)) is not None]
+             for op in model.operators.values() if (path := model.module_path(op.id)) is not None
+             and op.flops]  # computing ops: hoisted constants, loads, shape lists would reorder the tree
     tree = flamegraph.build_tree(items)
     flamegraph.write_png(tree, target, f"{label}: module tree (dfit semantic-attribution)", "flops")
     print(f"wrote {target}")

@@ -7,19 +7,11 @@ model. Sizes are tiny so that export + compile stay within seconds.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 BERT_LAYERS = 3
 BERT_HIDDEN = 64
 BERT_SEQ = 8
-
-
-def quiet_torch() -> None:
-    """torch.export and transformers warn about internals we do not control."""
-    warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\..*")
-    warnings.filterwarnings("ignore", category=FutureWarning)
-    warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
 def bert() -> tuple[Any, tuple[Any, ...]]:

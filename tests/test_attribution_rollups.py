@@ -158,3 +158,37 @@ def test_model_explorer_module_and_phase(iree_bundles: dict[str, Path]) -> None:
     assert len({entry["bgColor"] for entry in document["results"].values()}) > 1
     # The convnet says no phase: the phase file is empty, not wrong.
     assert model_explorer.node_data(model, "phase")["results"] == {}
+
+
+def test_cli_framework_code_option(iree_bundles: dict[str, Path], tmp_path: Path) -> None:
+    """``--framework-code`` puts the user's globs in front of the rules: with the
+    convnet's own Python file counted as framework, its ops rank by their .mlir lines."""
+    from click.testing import CliRunner
+
+    from dfit_mlir.cli import main
+    from tests.conftest import read_csv
+
+    result = CliRunner().invoke(main, ["analyze", str(iree_bundles["manifest"]), "--tool", "semantic-attribution",
+                                       "--framework-code", "*/convnet.py", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "modules" in result.output and "ops by phase" in result.output
+    sites = read_csv(tmp_path / "semantic-attribution" / "sites.csv")
+    assert sites and not [row for row in sites if "convnet.py:" in row["site"]]
+    assert {row["site"].rsplit(":", 1)[0].rsplit("/", 1)[-1] for row in sites if row["site_kind"] == "source"} \
+        == {"convnet.mlir"}
+
+
+def test_reconstructed_training_step_rolls_up_by_module_and_phase(cerebras_bundle: Path, tmp_path: Path) -> None:
+    """A closed backend's module paths and phases (Cerebras BERT-large training step,
+    real run logs) give the same module tree and phase table as the open stack."""
+    from dfit_mlir.tools.session import analyze
+    from tests.conftest import read_csv
+
+    analyze(cerebras_bundle, ["semantic-attribution"], tmp_path)
+    out = tmp_path / "semantic-attribution"
+    phases = {row["phase"] for row in read_csv(out / "phases.csv")}
+    assert {"forward", "backward", "optimizer"} <= phases
+    modules = {row["module_path"]: row for row in read_csv(out / "modules.csv")}
+    assert modules["bert.encoder.layer.3"]["parent"] == "bert.encoder.layer"
+    assert set(modules["bert.encoder.layer.3.attention.self.query"]["phases"].replace(":", ";").split(";")[::2]) \
+        >= {"forward"}

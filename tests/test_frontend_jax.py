@@ -17,6 +17,7 @@ import pytest
 
 from dfit_mlir.frontends import jax as jax_frontend
 from dfit_mlir.lineage import is_constant
+from dfit_mlir.manifest import validate
 from dfit_mlir.tools.session import analyze
 from tests import frontend_models
 from tests.conftest import read_csv
@@ -72,6 +73,7 @@ def _stack(op: dict[str, Any]) -> str | None:
 @pytest.mark.slow
 def test_train_step_phases(train_step: dict[str, Any]) -> None:
     manifest = train_step["compiled"].manifest
+    validate(manifest)  # phases loss/optimizer and the source-model fields are in the schema
     assert manifest["input"]["frontend"] == "jax"
     ops = manifest["operators"]
     # Every op whose own name stack is a transpose is backward; every backward op of
@@ -168,3 +170,18 @@ def test_jax_compile_writes_the_stablehlo_beside_the_vmfb(train_step: dict[str, 
     compiled = train_step["compiled"]
     source = Path(compiled.manifest["input"]["path"])
     assert source == compiled.vmfb.with_suffix(".mlir") and "stablehlo" in source.read_text()
+
+
+@pytest.mark.frontends
+def test_a_function_that_does_not_trace_is_a_clear_error(tmp_path: Path) -> None:
+    import jax.numpy as jnp
+
+    from dfit_mlir.errors import CompileError
+
+    def reshape_to_seven(x: Any) -> Any:
+        return x.reshape(7)
+
+    with pytest.raises(CompileError, match="jax could not lower .*reshape_to_seven: TypeError") as caught:
+        jax_frontend.compile(reshape_to_seven, jnp.ones((2, 8)), output=tmp_path / "bad.vmfb")
+    assert caught.value.exit_code == 3
+    assert list(tmp_path.iterdir()) == []  # nothing written

@@ -17,7 +17,8 @@ from dfit_mlir.tools.session import analyze
 from tests.conftest import bundle_path, read_csv
 
 BUNDLES = ("iree-full", "iree-lite", "iree-ids", "iree-none", "iree-manifest", "edgetpu", "sambanova", "cerebras")
-OUTPUTS = ("partitions.csv", "sites.csv", "unattributed.csv", "summary.json")
+OUTPUTS = ("partitions.csv", "sites.csv", "unattributed.csv", "summary.json", "modules.csv", "phases.csv", "flamegraph.svg",
+           "speedscope.json")
 
 
 def manifest_of(bundle: Path) -> dict[str, Any]:

@@ -141,13 +141,27 @@ class CodeRules:
             pass
         return tuple(str(root) + "/" for root in roots)
 
+    @cached_property
+    def _verdicts(self) -> dict[str, bool]:
+        """Per file: a model has a few dozen files and many thousand frames."""
+        return {}
+
     def is_model_code(self, path: str) -> bool:
+        verdict = self._verdicts.get(path)
+        if verdict is None:
+            verdict = self._verdicts[path] = self._decide(path)
+        return verdict
+
+    def _decide(self, path: str) -> bool:
         if path.startswith(self._dfit_roots):
             return False
         relative = package_relative(path)
         for rule in self.rules:
+            # ``*/x.py`` also matches a bare ``x.py`` (frames of files given relatively).
+            bare = rule.pattern[2:] if rule.pattern.startswith("*/") else None
             if fnmatch.fnmatchcase(relative, rule.pattern) or fnmatch.fnmatchcase(path, rule.pattern) \
-                    or fnmatch.fnmatchcase(path, "*/" + rule.pattern):
+                    or fnmatch.fnmatchcase(path, "*/" + rule.pattern) \
+                    or (bare is not None and fnmatch.fnmatchcase(path, bare)):
                 return rule.model_code
         return True
 

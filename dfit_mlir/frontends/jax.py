@@ -164,9 +164,19 @@ FRONTEND = JaxFrontend()
 
 def lower_text(fn: Any, *args: Any, static_argnums: int | Sequence[int] = (), **kwargs: Any) -> str:
     """StableHLO text of ``jax.jit(fn)`` at these arguments, with debug info."""
-    import jax
+    from dfit_mlir.errors import CompileError, ToolchainError
 
-    return jax.jit(fn, static_argnums=static_argnums).lower(*args, **kwargs).as_text(debug_info=True)
+    try:
+        import jax
+    except ImportError as error:
+        raise ToolchainError(f"the JAX frontend needs jax ({error}); pip install 'dfit-mlir[frontends]'") from None
+    try:
+        lowered = jax.jit(fn, static_argnums=static_argnums).lower(*args, **kwargs)
+    except Exception as error:  # tracing errors come in many types; say which function failed
+        name = getattr(fn, "__qualname__", type(fn).__name__)
+        raise CompileError(f"jax could not lower {name}: {type(error).__name__}: "
+                           f"{str(error).splitlines()[0] if str(error) else ''}") from error
+    return lowered.as_text(debug_info=True)
 
 
 def compile(fn: Any, *args: Any, output: str | Path, mode: str = "full", flags: Sequence[str] | None = None,

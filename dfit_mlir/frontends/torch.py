@@ -127,10 +127,14 @@ def module_locations() -> Iterator[None]:
 def export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None, *,
                 strict: bool = False) -> str:
     """The model as torch-dialect MLIR text with locations and module names."""
-    import torch
-    from iree.turbine import aot
+    from dfit_mlir.errors import CompileError, ToolchainError
 
-    from dfit_mlir.errors import CompileError
+    try:
+        import torch
+        from iree.turbine import aot
+    except ImportError as error:
+        raise ToolchainError(f"the PyTorch frontend needs torch and iree-turbine ({error}); "
+                             "pip install 'dfit-mlir[frontends]'") from None
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"dfit_mlir.frontends.torch.compile takes an nn.Module, not {type(model).__name__}")
@@ -145,7 +149,11 @@ def export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None
         raise CompileError(f"torch.export failed on {type(model).__name__}: {type(error).__name__}: "
                            f"{str(error).splitlines()[0] if str(error) else ''}") from error
     with module_locations():
-        output = aot.export(program)
+        try:
+            output = aot.export(program)
+        except Exception as error:  # the importer's verifier names the op it rejects
+            raise CompileError(f"iree-turbine could not import {type(model).__name__}: {type(error).__name__}: "
+                               f"{str(error).splitlines()[0] if str(error) else ''}") from error
         return output.mlir_module.operation.get_asm(enable_debug_info=True)
 
 

@@ -211,6 +211,9 @@ class SemanticAttribution(Tool):
             return {"ops": 1, "flops": op.flops or 0, "bytes": op.bytes or 0, "time_ns": op_time.get(op.id, 0.0)}
 
         located = [(op, path) for op in model.operators.values() if (path := model.module_path(op.id)) is not None]
+        # Children appear in the order the model computes them: importers hoist what does
+        # no arithmetic (constants, weight loads, shape lists), so those do not decide it.
+        located.sort(key=lambda item: not item[0].flops)
         classes = {op.id: module_classes(model.frontend, op.raw) for op, _ in located}
         tree = flamegraph.build_tree((path, op.module_class, op.phase, values(op), classes[op.id])
                                      for op, path in located)
@@ -308,9 +311,13 @@ class SemanticAttribution(Tool):
             return ""
         time_part = (f", {summary['attributed_time_pct']}% of {_duration_text(summary['event_time_ns'])} measured"
                      if summary["attributed_time_pct"] is not None else ", no measured time")
+        phases = ", ".join(f"{phase} {count}" for phase, count in summary["operators_by_phase"].items())
+        modules = (f"{summary['modules']} modules (top: {', '.join(p or '(root)' for p in summary['top_modules'][:3])})"
+                   if summary["modules"] else "no module paths")
         return (f"{summary['attributed_operators']}/{summary['operators']} ops attributed "
                 f"({summary['attributed_operators_pct']}%){time_part}; top sites: "
-                f"{', '.join(summary['top_sites'][:3]) or 'none'}\nanalysis took {ctx.state['busy_s'] * 1e3:.1f} ms")
+                f"{', '.join(summary['top_sites'][:3]) or 'none'}\n"
+                f"{modules}; ops by phase: {phases}\nanalysis took {ctx.state['busy_s'] * 1e3:.1f} ms")
 
 
 def _pct(part: int, whole: int) -> float | None:
