@@ -252,7 +252,9 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
         "linked_steps": len(common),
         "events": merged.num_rows,
     }
-    with atomic.atomic_directory(output) as tmp:
+    from dfit_mlir.runtime_hooks.bundle import BUNDLE_KIND
+
+    with atomic.atomic_directory(output, kind=BUNDLE_KIND) as tmp:
         import pyarrow.csv as pacsv
         import pyarrow.parquet as pq
 

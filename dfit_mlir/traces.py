@@ -210,14 +210,6 @@ def _put_varints(out: np.ndarray, positions: np.ndarray, values: np.ndarray, len
         rest = rest >> np.uint64(7)
 
 
-def _put_bytes(out: np.ndarray, positions: np.ndarray, data: bytes) -> None:
-    """The same ``data`` at every one of ``positions``."""
-    if not len(positions) or not data:
-        return
-    pattern = np.frombuffer(data, dtype=np.uint8)
-    out[positions[:, None] + np.arange(len(pattern))] = pattern
-
-
 def _codes(column: Any) -> tuple[np.ndarray, list[Any]]:
     """(code per row, value per code) of an Arrow column; null is a value like any other."""
     import pyarrow as pa
@@ -421,7 +413,13 @@ class PerfettoWriter:
     def _encode(self, starts: np.ndarray, durations: np.ndarray, instant: np.ndarray, tracks: np.ndarray,
                 descriptions: np.ndarray, fields_of: list[bytes], interned_at: dict[int, bytes],
                 flows: dict[int, bytes]) -> None:
-        """Every event's packets (begin, then end unless an instant), laid out and filled column-wise."""
+        """Every event's packets (begin, then end unless an instant), laid out column-wise.
+
+        A packet is seven segments: [Trace.packet tag, length, timestamp tag, timestamp],
+        the shared fields, interned data (first use only), [TrackEvent tag, length], the
+        description's fields, a flow (merged traces), [track_uuid tag, uuid]. The varying
+        ones are written into small per-packet byte matrices, the constant ones exist once;
+        the output is one gather over all of them (``np.repeat`` of segment starts)."""
         count = len(starts)
         packets_per_event = np.where(instant, 1, 2)
         first_packet = np.concatenate([[0], np.cumsum(packets_per_event)[:-1]])
@@ -430,53 +428,65 @@ class PerfettoWriter:
         is_end = np.zeros(total, dtype=bool)
         is_end[first_packet[~instant] + 1] = True
         timestamp = starts[event_of] + np.where(is_end, durations[event_of], 0)
+        blobs = [*fields_of, _SLICE_END]
         description_of = np.where(is_end, len(fields_of), descriptions[event_of])
-        fields_length = np.array([len(f) for f in fields_of] + [len(_SLICE_END)], dtype=np.int64)[description_of]
-        extra_interned = np.zeros(total, dtype=np.int64)
-        extra_flow = np.zeros(total, dtype=np.int64)
+        fields_length = np.array([len(blob) for blob in blobs], dtype=np.int64)[description_of]
+        interned_length = np.zeros(total, dtype=np.int64)
+        flow_length = np.zeros(total, dtype=np.int64)
         for row, data in interned_at.items():
-            extra_interned[first_packet[row]] = len(data)
+            interned_length[first_packet[row]] = len(data)
         for row, data in flows.items():
-            extra_flow[first_packet[row]] = len(data)
+            flow_length[first_packet[row]] = len(data)
         uuid = tracks[event_of]
         uuid_length = _varint_lengths(uuid)
-        event_length = fields_length + extra_flow + 1 + uuid_length
+        event_length = fields_length + flow_length + 1 + uuid_length
         event_length_length = _varint_lengths(event_length)
         timestamp_length = _varint_lengths(timestamp)
-        body = 1 + timestamp_length + len(self.common) + extra_interned + 1 + event_length_length + event_length
+        body = 1 + timestamp_length + len(self.common) + interned_length + 1 + event_length_length + event_length
         body_length_length = _varint_lengths(body)
-        size = 1 + body_length_length + body
-        offset = np.concatenate([[0], np.cumsum(size)[:-1]])
-        out = np.empty(int(size.sum()), dtype=np.uint8)
-        position = offset
-        out[position] = _TRACE_PACKET
-        _put_varints(out, position + 1, body, body_length_length)
-        position = position + 1 + body_length_length
-        out[position] = _TIMESTAMP
-        _put_varints(out, position + 1, timestamp, timestamp_length)
-        position = position + 1 + timestamp_length
-        _put_bytes(out, position, self.common)
-        position = position + len(self.common)
-        for row, data in interned_at.items():
-            at = int(position[first_packet[row]])
-            out[at:at + len(data)] = np.frombuffer(data, dtype=np.uint8)
-        position = position + extra_interned
-        out[position] = _TRACK_EVENT
-        _put_varints(out, position + 1, event_length, event_length_length)
-        position = position + 1 + event_length_length
-        fields_all = [*fields_of, _SLICE_END]
-        order = np.argsort(description_of, kind="stable")
-        bounds = np.searchsorted(description_of[order], np.arange(len(fields_all) + 1))
-        for index, fields in enumerate(fields_all):
-            _put_bytes(out, position[order[bounds[index]:bounds[index + 1]]], fields)
-        position = position + fields_length
-        for row, data in flows.items():
-            at = int(position[first_packet[row]])
-            out[at:at + len(data)] = np.frombuffer(data, dtype=np.uint8)
-        position = position + extra_flow
-        out[position] = _TRACK_UUID
-        _put_varints(out, position + 1, uuid, uuid_length)
-        self.stream.write(out.tobytes())
+
+        rows = np.arange(total)
+        head = np.zeros((total, 14), dtype=np.uint8)  # tag, length (<= 3), tag, timestamp (<= 10)
+        head[:, 0] = _TRACE_PACKET
+        _put_varints(head.reshape(-1), rows * 14 + 1, body, body_length_length)
+        head.reshape(-1)[rows * 14 + 1 + body_length_length] = _TIMESTAMP
+        _put_varints(head.reshape(-1), rows * 14 + 2 + body_length_length, timestamp, timestamp_length)
+        head_length = 2 + body_length_length + timestamp_length
+        event_head = np.zeros((total, 4), dtype=np.uint8)
+        event_head[:, 0] = _TRACK_EVENT
+        _put_varints(event_head.reshape(-1), rows * 4 + 1, event_length, event_length_length)
+        tail = np.zeros((total, 11), dtype=np.uint8)
+        tail[:, 0] = _TRACK_UUID
+        _put_varints(tail.reshape(-1), rows * 11 + 1, uuid, uuid_length)
+
+        sparse = [interned_at[row] for row in sorted(interned_at)] + [flows[row] for row in sorted(flows)]
+        parts = [head.reshape(-1), event_head.reshape(-1), tail.reshape(-1),
+                 np.frombuffer(self.common + b"".join(blobs) + b"".join(sparse), dtype=np.uint8)]
+        base = np.cumsum([0] + [len(part) for part in parts])
+        common_at = base[3]
+        blob_at = common_at + len(self.common) + np.concatenate([[0], np.cumsum([len(b) for b in blobs])[:-1]])
+        sparse_at = common_at + len(self.common) + sum(len(b) for b in blobs)
+        interned_start = np.zeros(total, dtype=np.int64)
+        flow_start = np.zeros(total, dtype=np.int64)
+        for row in sorted(interned_at):
+            interned_start[first_packet[row]] = sparse_at
+            sparse_at += len(interned_at[row])
+        for row in sorted(flows):
+            flow_start[first_packet[row]] = sparse_at
+            sparse_at += len(flows[row])
+        segment_starts = np.stack([
+            base[0] + rows * 14, np.full(total, common_at), interned_start, base[1] + rows * 4,
+            blob_at[description_of], flow_start, base[2] + rows * 11], axis=1).reshape(-1)
+        segment_lengths = np.stack([
+            head_length, np.full(total, len(self.common)), interned_length, 1 + event_length_length,
+            fields_length, flow_length, 1 + uuid_length], axis=1).reshape(-1)
+        ends = np.cumsum(segment_lengths)
+        source = np.concatenate(parts)
+        # Output byte k comes from source[k + shift of its segment]; int32 halves the index traffic.
+        kind = np.int32 if max(len(source), int(ends[-1])) < 2**31 else np.int64
+        index = np.repeat((segment_starts - (ends - segment_lengths)).astype(kind), segment_lengths)
+        index += np.arange(len(index), dtype=kind)
+        self.stream.write(source.take(index).tobytes())
 
 
 def write_chrome_json(parquet: Path, manifest: dict[str, Any], path: Path) -> int:

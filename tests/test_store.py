@@ -84,7 +84,9 @@ def test_collect_is_idempotent_and_atomic_per_bundle(tmp_path: Path, iree_bundle
         bundle_store.collect([iree_bundles["lite"], broken], target)
     # The good bundle is in, nothing of the broken one, no temporary directories left.
     assert len(rows(target, "SELECT run FROM runs")) == 2
-    leftovers = [p for p in target.rglob("*") if p.name.startswith(".")]
+    from dfit_mlir.outputs import MARKER
+
+    leftovers = [p for p in target.rglob("*") if p.name.startswith(".") and p.name != MARKER]
     assert leftovers == []
 
 
@@ -114,7 +116,10 @@ def test_older_minor_still_reads(tmp_path: Path, iree_bundles: dict[str, Path]) 
 def test_top_sites_is_time_by_source_line_across_runs(store: Path, store_bundles: dict[str, Any]) -> None:
     iree, convnet = store_bundles["iree"], store_bundles["convnet"]
     manifest = json.loads(iree["manifest"].read_text())
-    lines = {op["id"]: f"{op['source']['file']}:{op['source']['line']}" for op in manifest["operators"] if op["source"]}
+    # A location is the op's module path where the frontend gave one, else its source line.
+    lines = {op["id"]: op.get("module_path") or f"{op['source']['file']}:{op['source']['line']}"
+             for op in manifest["operators"] if op.get("module_path") or op["source"]}
+    located_by = {op["id"]: "module_path" if op.get("module_path") else "source_line" for op in manifest["operators"]}
     expected: dict[str, int] = defaultdict(int)
     runs: dict[str, set[str]] = defaultdict(set)
     for bundle in (iree["full"], convnet["rerun0"], convnet["slow0"], convnet["slow1"], convnet["same0"],
@@ -127,7 +132,8 @@ def test_top_sites_is_time_by_source_line_across_runs(store: Path, store_bundles
     assert {r["location"]: r["total_ns"] for r in got} == dict(expected)
     assert {r["location"]: r["runs"] for r in got} == {k: len(v) for k, v in runs.items()}
     assert [r["total_ns"] for r in got] == sorted(expected.values(), reverse=True)
-    assert all(r["located_by"] == "source_line" for r in got)
+    expected_by = {lines[i]: located_by[i] for i in lines}
+    assert {r["location"]: r["located_by"] for r in got} == {k: expected_by[k] for k in expected}
     assert sum(r["share"] for r in got) == pytest.approx(1.0, abs=1e-3)
     squeezenet = [r for r in rows(store, report="top-sites", limit=1000) if r["model"] == "onnx_squeezenet"]
     assert squeezenet and all(r["runs"] == 1 for r in squeezenet)  # only the full run has per-dispatch times

@@ -29,11 +29,11 @@ def normalized(table: Any) -> list[dict[str, Any]]:
     ("coverage", {}),
 ])
 def test_spark_returns_the_rows_duckdb_returns(store: Path, report: str, parameters: dict[str, Any]) -> None:
-    duckdb_rows = normalized(bundle_store.query(store, report=report, parameters=parameters))
+    duckdb = bundle_store.query(store, report=report, parameters=parameters)
     spark = bundle_store.query(store, report=report, parameters=parameters, engine="spark")
+    duckdb_rows = normalized(duckdb)
     assert duckdb_rows and normalized(spark) == duckdb_rows
-    duckdb_types = [field.type for field in bundle_store.query(store, report=report, parameters=parameters).schema]
-    assert [field.type for field in spark.schema] == duckdb_types
+    assert [field.type for field in spark.schema] == [field.type for field in duckdb.schema]
     if report == "regressions" and parameters["candidate"] == "slow":
         assert [row["root_id"] for row in duckdb_rows] == [SLOWED_ID]
 

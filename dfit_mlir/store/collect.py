@@ -22,6 +22,8 @@ from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.store import layout
 
 _BATCH_ROWS = 262_144
+#: Output-ownership kind of one bundle's directory in a store (``dfit_mlir.outputs``).
+STORE_BUNDLE_KIND = "store-bundle"
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,7 @@ def _collect_one(path: Path, store: Path, placement: Placement) -> Collected:
     host = placement.host if placement.host is not None else source.summary.get("host")
     rank = placement.rank if placement.rank is not None else source.summary.get("rank")
     target = layout.bundle_dir(store, backend, model, run)
-    with atomic.atomic_directory(target) as tmp:
+    with atomic.atomic_directory(target, kind=STORE_BUNDLE_KIND) as tmp:
         try:
             events, version = _write_events(source, run, tmp / "events.parquet", host, rank)
         except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError

@@ -3,22 +3,27 @@
 -- file:line, else its stable ID; an event's time goes to its root op (a dispatch's
 -- time to the root of its fusion group). share: of the model's timed events on that backend.
 -- Parameters: limit (rows).
-WITH located AS (
-    SELECT e.backend, e.model, e.run, e.root_id, e.duration_ns,
-           COALESCE(o.module_path, o.source_file || ':' || CAST(o.source_line AS STRING), e.root_id) AS location,
+WITH per_op AS (  -- events are many, ops few: aggregate before joining
+    SELECT backend, model, run, root_id, COUNT(*) AS events, CAST(SUM(duration_ns) AS BIGINT) AS total_ns
+    FROM events
+    WHERE duration_ns IS NOT NULL AND root_id IS NOT NULL
+    GROUP BY backend, model, run, root_id
+),
+located AS (
+    SELECT p.backend, p.model, p.run, p.root_id, p.events, p.total_ns,
+           COALESCE(o.module_path, o.source_file || ':' || CAST(o.source_line AS STRING), p.root_id) AS location,
            CASE WHEN o.module_path IS NOT NULL THEN 'module_path'
                 WHEN o.source_file IS NOT NULL AND o.source_line IS NOT NULL THEN 'source_line'
                 ELSE 'op' END AS located_by
-    FROM events e
-    LEFT JOIN operators o ON o.run = e.run AND o.backend = e.backend AND o.model = e.model AND o.id = e.root_id
-    WHERE e.duration_ns IS NOT NULL AND e.root_id IS NOT NULL
+    FROM per_op p
+    LEFT JOIN operators o ON o.run = p.run AND o.backend = p.backend AND o.model = p.model AND o.id = p.root_id
 ),
 per_location AS (
     SELECT backend, model, location, located_by,
            COUNT(DISTINCT run) AS runs,
-           COUNT(*) AS events,
+           CAST(SUM(events) AS BIGINT) AS events,
            COUNT(DISTINCT root_id) AS ops,
-           CAST(SUM(duration_ns) AS BIGINT) AS total_ns
+           CAST(SUM(total_ns) AS BIGINT) AS total_ns
     FROM located
     GROUP BY backend, model, location, located_by
 )
