@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from dfit_mlir import atomic
 from dfit_mlir.errors import EXIT_TOOLCHAIN_FAILED, DfitError, UnresolvedRecordError
 from dfit_mlir.perf import paused_gc
 from dfit_mlir.toolchain import runtime_tool
@@ -118,7 +118,7 @@ def capture_profile(vmfb: Path, inputs: Sequence[str], *, driver: str = "local-s
     ``function``)."""
     if driver not in DRIVERS:
         raise ProfileError(f"driver {driver!r} is not one of {', '.join(DRIVERS)}")
-    with tempfile.TemporaryDirectory(prefix="dfit-profile-") as tmp:
+    with atomic.scratch_directory("dfit-profile-") as tmp:
         profile = Path(tmp) / "profile.bin"
         if invocations == 1:
             tool, extra = "iree-run-module", []

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -80,7 +79,7 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
     if abi_model == "coarse-fences" and mode != "full":
         raise InvalidInputError(f"{vmfb}: {function} is an async (coarse-fences) function, which the in-process "
                                 f"modes cannot call; run it with --mode full (the IREE tools pass its fences)")
-    with tempfile.TemporaryDirectory(prefix="dfit-run-") as scratch:
+    with atomic.scratch_directory("dfit-run-") as scratch:
         if inputs:
             check_inputs(inputs, arguments)
             made = [{"shape": a["shape"], "dtype": a["dtype"], "made": "given", "value": text}
