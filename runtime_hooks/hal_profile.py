@@ -17,6 +17,7 @@ that shows the record and the candidates — never a guess, never a silent drop.
 
 from __future__ import annotations
 
+import bisect
 import json
 import subprocess
 import tempfile
@@ -314,10 +315,16 @@ def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], f
     keys = sorted(blocks)
     for key in keys:
         block = blocks[key]
-        if numbered and len(block) > 1:
-            block.sort(key=lambda e: (e.command_index if e.command_index is not None else -1, e.start_ns))
+        if len(block) > 1:
+            # local-task: command order; local-sync (unnumbered): execution order.
+            block.sort(key=(lambda e: (e.command_index if e.command_index is not None else -1, e.start_ns))
+                       if numbered else (lambda e: e.start_ns))
         buffer = key[1]
-        signature = (buffer, *((e.command_index, e.key, e.workgroup_count) for e in block))
+        if len(block) == 1:
+            only = block[0]
+            signature: tuple[Any, ...] = (buffer, only.command_index, only.key, only.workgroup_count)
+        else:
+            signature = (buffer, *((e.command_index, e.key, e.workgroup_count) for e in block))
         fit = explained.get(signature)
         if fit is None:
             known = recording_of_buffer.get(buffer)
@@ -340,9 +347,10 @@ def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], f
                 site = sites[command["site"]]
                 site_of[recording["index"], position] = (site["index"], site["root_id"], tuple(site["fused_ids"]))
     first = starts[0] if starts else None
+    locate = bisect.bisect_right
     for key in keys:
         index, positions = placed[key]
-        invocation = result.invocation_of_submission(key[0])
+        invocation = locate(starts, key[0]) - 1
         phase = "load" if index in load else "invocation"
         if index in load and invocation >= 0 or index not in load and invocation < 0:
             recording = recordings[index]
@@ -351,11 +359,13 @@ def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], f
                 f"dispatch record {_describe(blocks[key][0])} of {phase}-phase recording #{index} "
                 f"({recording['function']}) was submitted in {where} of {function}")
         target = result.load_time if phase == "load" else result.invocations[invocation]
-        for event, position in zip(blocks[key], positions, strict=True):
-            site_index, root, fused = site_of[index, position]
-            target.append(JoinedDispatch(event, site_index, root, fused, phase))
-    for block in result.invocations:
-        block.sort(key=lambda j: (j.event.submission_id, j.event.command_index or 0, j.event.start_ns))
+        block = blocks[key]
+        if len(block) == 1:
+            target.append(JoinedDispatch(block[0], *site_of[index, positions[0]], phase))
+            continue
+        for event, position in zip(block, positions, strict=True):
+            target.append(JoinedDispatch(event, *site_of[index, position], phase))
+    # Blocks went in submission order, each in command order: runtime order already.
     return result
 
 
