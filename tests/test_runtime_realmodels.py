@@ -126,6 +126,11 @@ def test_data_tiled_tflite_with_load_time_encodings(franco_tiled: CompileResult,
     # the matmuls run per call.
     load = [s for s in sites if s["phase"] == "load"]
     assert load and all(s["kind"] == "encoding" and s["export"].startswith("_encoding_") for s in load)
+    # The two fully-connected layers' weight matrices, each encoded once at load time.
+    weights = [t for s in load for t in s["encodes"] if t.startswith("main/tosa.const")]
+    assert len(weights) == len(set(weights)) == 2
+    for s in load:
+        assert all(t.split(":")[0] in s["fused_ids"] for t in s["encodes"])
     assert {s["kind"] for s in sites if s["phase"] == "invocation"} == {"encoding", "compute"}
     result = run_bundle(franco_tiled.vmfb, franco_tiled.manifest_path, tmp_path / "b", driver=driver, repeat=3)
     events = events_of(result.bundle)
