@@ -312,6 +312,8 @@ def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], f
     # A command buffer replays the same commands: a block already explained (same
     # buffer, same exports, indices and workgroups) needs no second match.
     explained: dict[tuple[Any, ...], tuple[int, list[int]]] = {}
+    # Blocks of memoized buffers that several recordings explain equally, per buffer.
+    pending: dict[int, list[tuple[tuple[int, int], list[tuple[int, list[int]]], list[int]]]] = {}
     keys = sorted(blocks)
     for key in keys:
         block = blocks[key]
@@ -331,11 +333,16 @@ def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], f
             pool = [known] if known is not None else load_ids + invocation_ids
             fits = [(index, positions) for index in pool
                     if (positions := _explains(recordings[index], block, numbered)) is not None]
+            if len(fits) > 1 and all(recordings[index].get("global_name") for index, _ in fits):
+                pending.setdefault(buffer, []).append((key, fits, pool))  # decided by creation order
+                continue
             if len(fits) != 1:
                 raise UnresolvedDispatchError(_unresolved(block, fits, pool, recordings, function))
             fit = explained[signature] = fits[0]
             recording_of_buffer[buffer] = fit[0]
         placed[key] = fit
+    if pending:
+        _by_creation_order(pending, recording_of_buffer, recordings, placed, blocks, function)
     starts = invocation_starts(manifest, function, invocations, recording_of_buffer, execute_submissions or keys)
     result = Join([[] for _ in range(invocations)], [], starts, recording_of_buffer)
     load = set(load_ids)
@@ -367,6 +374,48 @@ def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], f
             target.append(JoinedDispatch(event, *site_of[index, position], phase))
     # Blocks went in submission order, each in command order: runtime order already.
     return result
+
+
+def _by_creation_order(pending: dict[int, list[tuple[tuple[int, int], list[tuple[int, list[int]]], list[int]]]],
+                       recording_of_buffer: dict[int, int], recordings: list[dict[str, Any]],
+                       placed: dict[tuple[int, int], tuple[int, list[int]]],
+                       blocks: dict[tuple[int, int], list[DispatchEvent]], function: str) -> None:
+    """Decide between recordings with the same commands (a deduplicated export at two
+    places, on local-sync where commands are not numbered) by when their buffers were
+    created: memoized command buffers are recorded once at load, by the initializers in
+    module order, so their ``command_buffer_id`` grows with the recording's index. A
+    buffer takes the one candidate between its neighbours' recordings, and no recording
+    another buffer has; anything still open is the ambiguity error."""
+    memoized = {r["index"] for r in recordings if r.get("global_name")}
+    known = {buffer: index for buffer, index in recording_of_buffer.items() if index in memoized}
+    candidates = {buffer: set.intersection(*({index for index, _ in fits} for _, fits, _ in entries))
+                  for buffer, entries in pending.items()}
+    # Every assignment of recordings to these buffers that grows with the buffer id and
+    # gives no recording two buffers; exactly one must remain.
+    order = sorted({*known, *candidates})
+    options = [[known[b]] if b in known else sorted(candidates[b]) for b in order]
+    solutions: list[list[int]] = []
+
+    def extend(position: int, chosen: list[int]) -> None:
+        if len(solutions) > 1:
+            return
+        if position == len(order):
+            solutions.append(list(chosen))
+            return
+        for index in options[position]:
+            if not chosen or index > chosen[-1]:
+                extend(position + 1, [*chosen, index])
+
+    extend(0, [])
+    if len(solutions) == 1:
+        for buffer, index in zip(order, solutions[0], strict=True):
+            known[buffer] = recording_of_buffer[buffer] = index
+    for buffer, entries in pending.items():
+        for key, fits, pool in entries:
+            chosen = [fit for fit in fits if fit[0] == known.get(buffer)]
+            if len(chosen) != 1:
+                raise UnresolvedDispatchError(_unresolved(blocks[key], fits, pool, recordings, function))
+            placed[key] = chosen[0]
 
 
 def invocation_starts(manifest: dict[str, Any], function: str, invocations: int,

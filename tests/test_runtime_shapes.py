@@ -27,7 +27,8 @@ DRIVERS = hal_profile.DRIVERS
 #: Each program's compile flags (the initializer must survive compile-time evaluation).
 FLAGS = {"initializer": ("--iree-opt-const-eval=false",), "async": ("--iree-execution-model=async-external",)}
 SOURCES = {"loop": "loop.mlir", "branch": "branch.mlir", "two": "two_functions.mlir",
-           "initializer": "initializer.mlir", "async": "two_functions.mlir", "fault": "gather_fault.mlir"}
+           "initializer": "initializer.mlir", "async": "two_functions.mlir", "fault": "gather_fault.mlir",
+           "shared": "loop_shared_export.mlir"}
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,19 @@ def test_loop_trip_count_from_an_input(compiled, tmp_path: Path, driver: str, tr
         assert [e["root_id"] for e in events] == ["main/linalg.generic#0", *["main/scf.for#0/linalg.matmul#0"] * trips,
                                                    "main/linalg.generic#1"]
         # 16x16x16 matmul: 2 workgroups; the 256-element elementwise ops: 1.
+        assert [e["workgroups"] for e in events] == [1, *[2] * trips, 1]
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("trips", [0, 2])
+def test_one_export_in_two_command_buffers(compiled, tmp_path: Path, driver: str, trips: int) -> None:
+    recordings = compiled["shared"].manifest["partitions"]["recordings"]
+    exports = [c["export"] for r in recordings for c in r["commands"] if "export" in c]
+    assert exports[0] == exports[-1] and len(set(exports)) == 2  # exp before and after: one export
+    bundle = run(compiled["shared"], tmp_path / "b", "16x16xf32=0.1", f"i32={trips}", driver=driver, repeat=2)
+    for events in by_invocation(dispatches(bundle)).values():
+        assert [e["root_id"] for e in events] == ["main/linalg.generic#0", *["main/scf.for#0/linalg.matmul#0"] * trips,
+                                                   "main/linalg.generic#1"]
         assert [e["workgroups"] for e in events] == [1, *[2] * trips, 1]
 
 
@@ -162,7 +176,8 @@ def test_unexplained_and_ambiguous_records_are_errors(compiled) -> None:
         hal_profile.join_structural(events, wrong, "main", 1)
     twin = copy.deepcopy(result.manifest)
     recordings = twin["partitions"]["recordings"]
-    recordings.append({**copy.deepcopy(recordings[1]), "index": len(recordings)})
+    # A twin recorded where it runs (no memoized buffer, so no creation order to go by).
+    recordings.append({**copy.deepcopy(recordings[1]), "index": len(recordings), "global_name": None})
     with pytest.raises(hal_profile.UnresolvedDispatchError, match=r"explained equally by recordings #1 .*, #3 "):
         hal_profile.join_structural(events, twin, "main", 1)
 
