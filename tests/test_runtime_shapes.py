@@ -214,3 +214,27 @@ def test_a_module_fault_is_one_line_exit_3_and_no_bundle(compiled, tmp_path: Pat
     # Default inputs of the same module: the index defaults to 0, which the model can take.
     ok = run_bundle(result.vmfb, result.manifest_path, tmp_path / "ok", mode=mode)
     assert [i["made"] for i in ok.summary["inputs"]] == ["random-normal", "zeros"]
+
+
+@pytest.mark.frontends
+def test_jax_program_with_private_helpers_and_a_one_hot(tmp_path: Path) -> None:
+    """A JAX program (one public main; private _one_hot and log_softmax helpers) runs
+    with default inputs: main is the entry point, and the labels are below the one-hot
+    depth."""
+    import jax
+    import jax.numpy as jnp
+
+    def loss(x, labels):
+        logits = x @ jnp.ones((8, 4))
+        return -(jax.nn.log_softmax(logits) * jax.nn.one_hot(labels, 4)).sum()
+
+    source = tmp_path / "loss.mlir"
+    source.write_text(jax.jit(loss).lower(jnp.ones((2, 8)), jnp.zeros((2,), jnp.int32)).as_text(debug_info=True))
+    assert "func.func private @log_softmax" in source.read_text()
+    compiled = compile_instrumented(source, tmp_path / "loss.vmfb", mode="ids")
+    result = run_bundle(compiled.vmfb, compiled.manifest_path, tmp_path / "b", repeat=2)
+    assert result.summary["function"] == "main"
+    assert [(i["made"], i.get("bound")) for i in result.summary["inputs"]] == [("random-normal", None),
+                                                                               ("integers-below", 4)]
+    events = dispatches(result.bundle)
+    assert events and all(e["site"] is not None and e["root_id"] for e in events)

@@ -60,6 +60,20 @@ def _manifest(*chain: tuple[str, list]) -> dict:
     return {"operators": operators, "tensors": tensors}
 
 
+def _one_hot_manifest() -> dict:
+    """main(arg0) compared with a broadcast iota of 10, as JAX's one_hot lowers."""
+    manifest = _manifest(("stablehlo.broadcast_in_dim", [IDS]), ("stablehlo.compare", [IDS, IDS]))
+    manifest["operators"] += [{"id": "main/stablehlo.iota#0", "op": "stablehlo.iota", "operands": []},
+                              {"id": "main/stablehlo.broadcast_in_dim#9", "op": "stablehlo.broadcast_in_dim",
+                               "operands": [{"shape": [1, 10]}]}]
+    manifest["tensors"] += [
+        {"id": "main/stablehlo.iota#0:0", "producer": "main/stablehlo.iota#0",
+         "consumers": ["main/stablehlo.broadcast_in_dim#9"], "shape": [1, 10], "dtype": "si64"},
+        {"id": "main/stablehlo.broadcast_in_dim#9:0", "producer": "main/stablehlo.broadcast_in_dim#9",
+         "consumers": ["main/stablehlo.compare#1"], "shape": [8, 10], "dtype": "si64"}]
+    return manifest
+
+
 TABLE = {"shape": [500, 16], "dtype": "f32"}
 IDS = {"shape": [1, 8], "dtype": "si64"}
 
@@ -70,6 +84,7 @@ IDS = {"shape": [1, 8], "dtype": "si64"}
     (_manifest(("onnx.Gather", [{"shape": [30, 40, 7]}, IDS])), {0: 7}),  # any axis: the smallest dim
     (_manifest(("torch.aten.add.Tensor", [IDS, IDS]), ("torch.aten.embedding", [TABLE, IDS])), {}),  # not an index
     (_manifest(("torch.aten.mul.Tensor", [IDS, IDS])), {}),
+    (_one_hot_manifest(), {0: 10}),
 ])
 def test_integer_bounds(manifest: dict, expected: dict[int, int]) -> None:
     assert {k: bound for k, (bound, _) in integer_bounds(manifest, "main").items()} == expected
