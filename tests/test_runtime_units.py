@@ -101,3 +101,22 @@ def test_integer_bounds(manifest: dict, expected: dict[int, int]) -> None:
 ])
 def test_export_declarations(declaration: str | None, arguments: list | None) -> None:
     assert ExportedFunction("f", declaration).arguments == arguments
+
+
+def test_a_fault_saves_the_generated_inputs(tmp_path) -> None:
+    """Generated inputs live in a scratch directory that goes with the run: a fault
+    copies them beside the (unwritten) bundle and names that directory."""
+    import numpy as np
+
+    from dfit_mlir.errors import ModuleFaultError
+    from dfit_mlir.runtime_hooks.run import FaultContext
+
+    scratch = tmp_path / "dfit-run-abc"
+    scratch.mkdir()
+    np.save(scratch / "input0.npy", np.arange(4))
+    fault = FaultContext(tmp_path / "m.vmfb", "main", [f"@{scratch / 'input0.npy'}", "2xf32=1"], tmp_path / "b", 1)
+    with pytest.raises(ModuleFaultError, match=r"m\.vmfb: main faulted with SIGABRT in iree-run-module in invocation 1 "
+                                               r"of 1 \(no bundle written\); inputs used: .*/b\.fault-inputs$"):
+        fault.raise_for(6, "iree-run-module")
+    assert np.array_equal(np.load(tmp_path / "b.fault-inputs" / "input0.npy"), np.arange(4))
+    assert not (tmp_path / "b").exists()
