@@ -98,6 +98,7 @@ def test_bert_with_default_inputs(bert: CompileResult, tmp_path: Path, driver: s
         "shape": [1, SEQUENCE], "dtype": "si64", "made": "integers-below", "bound": BERT_CONFIG["vocab_size"],
         "reason": "main/torch.aten.embedding#0 indexes a 1000x64 table"}]
     sites = bert.manifest["partitions"]["dispatch_sites"]
+    assert all(s["root_id"] in s["fused_ids"] for s in sites)
     events = events_of(result.bundle)
     dispatches = [e for e in events if e["kind"] == "dispatch"]
     # One straight-line command buffer: each invocation runs every site once, and the

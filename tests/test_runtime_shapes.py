@@ -238,3 +238,12 @@ def test_jax_program_with_private_helpers_and_a_one_hot(tmp_path: Path) -> None:
                                                                                ("integers-below", 4)]
     events = dispatches(result.bundle)
     assert events and all(e["site"] is not None and e["root_id"] for e in events)
+
+
+def test_every_site_has_its_root_among_its_fused_ids(compiled) -> None:
+    for name, result in compiled.items():
+        sites = result.manifest["partitions"]["dispatch_sites"]
+        assert sites, name
+        for site in sites:
+            assert site["root_id"] in site["fused_ids"], (name, site)
+            assert site["recording"] is not None and site["command_index"] is not None, (name, site)
