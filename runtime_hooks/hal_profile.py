@@ -439,6 +439,8 @@ def invocation_starts(manifest: dict[str, Any], function: str, invocations: int,
         others = [e for e in _executions_reachable(manifest, function) if e is None or wanted.intersection(e)]
         if len(others) == 1:
             anchored = sorted(s for s, buffer in executions if recording_of_buffer.get(buffer) in wanted)
+            if not anchored:
+                anchored = _dispatchless_anchor(manifest, wanted, invocations, recording_of_buffer, executions)
             if len(anchored) == invocations:
                 return [s - issued_before for s in anchored]
             if anchored:
@@ -448,8 +450,25 @@ def invocation_starts(manifest: dict[str, Any], function: str, invocations: int,
     if invocations == 1:
         return [_first_after_load(manifest, recording_of_buffer, executions)]
     raise UnresolvedDispatchError(
-        f"cannot split {invocations} invocations of {function}: its entry block executes no command buffer "
-        f"of its own; run it with --repeat 1")
+        f"cannot split {invocations} invocations of {function}: no command-buffer execution in its entry "
+        f"block could be found in the records once per call; run it with --repeat 1")
+
+
+def _dispatchless_anchor(manifest: dict[str, Any], wanted: set[int], invocations: int,
+                         recording_of_buffer: dict[int, int], executions: Sequence[tuple[int, int]]) -> list[int]:
+    """Executions of an anchor recording that issues no dispatch (copies, fills): no
+    dispatch record names its buffer. A memoized one is the only buffer no dispatch
+    explains that runs exactly once per invocation; else none is found."""
+    recordings = manifest["partitions"]["recordings"]
+    if any(c["op"].startswith("dispatch") for index in wanted for c in recordings[index]["commands"]) or \
+            not all(recordings[index].get("global_name") for index in wanted):
+        return []
+    counts: dict[int, list[int]] = {}
+    for submission, buffer in executions:
+        if buffer not in recording_of_buffer:
+            counts.setdefault(buffer, []).append(submission)
+    fitting = [sorted(subs) for subs in counts.values() if len(subs) == invocations]
+    return fitting[0] if len(fitting) == 1 else []
 
 
 def _executions_reachable(manifest: dict[str, Any], function: str) -> list[list[int] | None]:

@@ -120,3 +120,20 @@ def test_a_fault_saves_the_generated_inputs(tmp_path) -> None:
         fault.raise_for(6, "iree-run-module")
     assert np.array_equal(np.load(tmp_path / "b.fault-inputs" / "input0.npy"), np.arange(4))
     assert not (tmp_path / "b").exists()
+
+
+def test_an_anchor_that_dispatches_nothing_is_found_by_its_executions() -> None:
+    """The entry block's first command buffer only copies (no dispatch record names its
+    buffer): it is the one buffer nothing else explains that runs once per call."""
+    from dfit_mlir.runtime_hooks.hal_profile import invocation_starts
+
+    manifest = {"partitions": {
+        "recordings": [
+            {"index": 0, "function": "__main_memoize_apply", "commands": [{"op": "copy_buffer"}],
+             "global_name": "g0", "executors": ["main"], "load_time": False},
+            {"index": 1, "function": "__main_memoize_apply_0", "commands": [{"op": "dispatch", "site": 0}],
+             "global_name": "g1", "executors": ["main"], "load_time": False}],
+        "host_functions": {"main": _function([["queue"], ["execute", [0]]], 4) | {"executes": [[0], [1]]}},
+    }}
+    executions = [(4, 1), (6, 2), (9, 1), (11, 2)]  # (submission, command buffer) of each execute
+    assert invocation_starts(manifest, "main", 2, {2: 1}, executions) == [3, 8]
