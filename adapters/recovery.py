@@ -24,7 +24,7 @@ Conventions every reader follows:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -37,10 +37,18 @@ class ArtifactError(InvalidInputError):
     """An artifact a reader recognised but cannot read; the message names the file and
     the line (or record) at fault."""
 
+    #: A message longer than this is cut: a pathological line must not flood the error.
+    MAX_MESSAGE = 400
+
     @classmethod
     def at(cls, path: str | Path, line: int | None, message: str) -> ArtifactError:
         where = f"{path}:{line}" if line is not None else str(path)
-        return cls(f"{where}: {message}")
+        if len(message) > cls.MAX_MESSAGE:
+            message = message[: cls.MAX_MESSAGE] + "…"
+        error = cls(f"{where}: {message}")
+        #: The message without its ``path:line:`` (what a line account lists).
+        error.reason = message
+        return error
 
 
 @dataclass(frozen=True)
@@ -157,6 +165,75 @@ class CoverageNote:
 
 
 @dataclass(frozen=True)
+class LineAccount:
+    """What became of every line of one text file a reader read: consumed by a rule
+    (records and decoration alike) or unparsed. ``problems`` are the unparsed lines a
+    rule recognised but could not read, with the reason; ``examples`` the first few
+    unparsed lines with their numbers; ``unparsed_ranges`` all of them, as inclusive
+    ``(first, last)`` line ranges (so the accounts of two readers of one file merge)."""
+
+    total: int
+    consumed: int
+    unparsed: int
+    examples: tuple[tuple[int, str], ...] = ()
+    problems: tuple[tuple[int, str], ...] = ()
+    problem_count: int = 0
+    unparsed_ranges: tuple[tuple[int, int], ...] = ()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "total": self.total,
+            "consumed": self.consumed,
+            "unparsed": self.unparsed,
+            "examples": [[number, text] for number, text in self.examples],
+            "problems": [[number, text] for number, text in self.problems],
+        }
+
+    @staticmethod
+    def merged(accounts: Sequence[LineAccount]) -> LineAccount:
+        """One file read by several readers: a line is unparsed when no reader took it."""
+        if len(accounts) == 1:
+            return accounts[0]
+        unparsed = _intersect([a.unparsed_ranges for a in accounts])
+        inside = _membership(unparsed)
+        examples = sorted({e for a in accounts for e in a.examples if inside(e[0])})
+        problems = sorted({p for a in accounts for p in a.problems if inside(p[0])})
+        count = sum(last - first + 1 for first, last in unparsed)
+        total = max(a.total for a in accounts)
+        return LineAccount(total, total - count, count, tuple(examples[:8]), tuple(problems[:8]),
+                           len(problems), tuple(unparsed))
+
+
+def _intersect(range_lists: Sequence[tuple[tuple[int, int], ...]]) -> tuple[tuple[int, int], ...]:
+    result = list(range_lists[0])
+    for other in range_lists[1:]:
+        merged: list[tuple[int, int]] = []
+        i = j = 0
+        while i < len(result) and j < len(other):
+            first, last = max(result[i][0], other[j][0]), min(result[i][1], other[j][1])
+            if first <= last:
+                merged.append((first, last))
+            if result[i][1] < other[j][1]:
+                i += 1
+            else:
+                j += 1
+        result = merged
+    return tuple(result)
+
+
+def _membership(ranges: tuple[tuple[int, int], ...]) -> Any:
+    import bisect
+
+    starts = [first for first, _ in ranges]
+
+    def inside(number: int) -> bool:
+        at = bisect.bisect_right(starts, number) - 1
+        return at >= 0 and ranges[at][0] <= number <= ranges[at][1]
+
+    return inside
+
+
+@dataclass(frozen=True)
 class SourceArtifact:
     """One file a reconstruction read."""
 
@@ -166,6 +243,8 @@ class SourceArtifact:
     sha256: str
     #: How it was parsed when there is a choice (``mlir-bindings`` / ``line-reader``).
     parser: str | None = None
+    #: What became of each line, for a text file read by the line-reader engine.
+    lines: LineAccount | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -213,5 +292,7 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def source_artifact(path: Path, format: str, parser: str | None = None) -> SourceArtifact:
-    return SourceArtifact(path=str(path), format=format, sha256=sha256_of(path), parser=parser)
+def source_artifact(
+    path: Path, format: str, parser: str | None = None, lines: LineAccount | None = None
+) -> SourceArtifact:
+    return SourceArtifact(path=str(path), format=format, sha256=sha256_of(path), parser=parser, lines=lines)

@@ -18,6 +18,14 @@ and imports included); ``--traced`` adds the peak of Python allocations
 replaces its section of ``benchmarks/RESULTS.md`` (and prints it).
 
     python benchmarks/reconstruct_scale.py [--ops 150000] [--runs 3] [--traced] [--keep DIR]
+
+``--run-log-gb G`` measures the text-log side instead: a synthetic SambaFlow run log of
+G GiB (and one of G/10 GiB, to show how time and memory scale) with many data-parallel
+tasks is written to a temporary file and read by the SambaFlow run-log reader on the
+line-reader engine, each in a fresh process; the section ``reconstruct_runlog`` of
+``RESULTS.md`` gets its time and peak RSS. The log is never committed.
+
+    python benchmarks/reconstruct_scale.py --run-log-gb 1
 """
 
 from __future__ import annotations
@@ -43,6 +51,13 @@ sys.path.insert(0, str(REPO))
 
 BEGIN = "<!-- reconstruct_scale:begin -->"
 END = "<!-- reconstruct_scale:end -->"
+RUN_LOG_BEGIN = "<!-- reconstruct_runlog:begin -->"
+RUN_LOG_END = "<!-- reconstruct_runlog:end -->"
+#: Tasks of the synthetic data-parallel run, and tqdm redraws per step line (tqdm's
+#: default ``mininterval`` of 0.1 s redraws a bar ~40 times over a 4 s step; each
+#: redraw is ``\r`` + the bar, on the line the step record then ends).
+RUN_LOG_TASKS = 8
+RUN_LOG_REDRAWS = 40
 TARGET_S = 10.0
 COMPILE_HASH = "cs_1527682024040800001"
 
@@ -494,6 +509,147 @@ def measure_in_child(dump: Path, traced: bool) -> dict[str, Any]:
     return json.loads(done.stdout)
 
 
+def write_run_log(path: Path, size: int) -> dict[str, int]:
+    """A SambaFlow 1.17-style run log of about ``size`` bytes: the job header and SLURM
+    environment, then steps of ``RUN_LOG_TASKS`` interleaved tasks, each step line a run
+    of tqdm redraws ending in the app logger's step record, a Python warning with its
+    source echo now and then, and per task the final throughput dictionary."""
+    header = (
+        "Model:  BertLarge\nDate:  04/07/24\nTime:  09:52\n\n"
+        "sambaflow/focal,focal,now 1.17.7-27 amd64 [installed]\nMachine State Before: \n"
+        "Platform: DataScale SN30-8\n\nRUN\nSLURM_NTASKS=8\nSLURM_JOB_ID=40123\n"
+        "RUN COMMAND: srun --ntasks=8 python hook.py run --pef=/home/u/bertlrg/bertlrg.pef\n"
+    )
+    total_steps = 0
+    records = 0
+    with path.open("w", encoding="utf-8") as stream:
+        stream.write(header)
+        written = len(header)
+        step = 0
+        while written < size:
+            step += 1
+            chunk = []
+            for task in range(RUN_LOG_TASKS):
+                pid = 3613040 + task
+                bars = "".join(
+                    f"\rIteration:  {step * 100 // 2549 % 100:2d}%|██▍       | {step - 1}/2549 "
+                    f"[{step // 60:02d}:{step % 60:02d}<34:20,  {1.18 + r / 1000:.2f}it/s]"
+                    for r in range(RUN_LOG_REDRAWS)
+                )
+                second = step % 60
+                chunk.append(
+                    f"{bars}2024-04-07 10:{step // 60 % 60:02d}:{second:02d},226 - apps.trainer - "
+                    f"Process ID {pid} - info     - epoch:0|local_step:{step}|global_step:{step}|"
+                    f"average_loss:{9 + task / 10:.5f}|step_loss:{9 + step % 7 / 10:.5f}|step_ns_loss:0.66190\n"
+                )
+                records += 1
+            if step % 500 == 0:
+                chunk.append(
+                    "/usr/local/lib/python3.8/site-packages/torch/overrides.py:1349: DeprecationWarning: "
+                    "Defining your `__torch_function__ as a plain method is deprecated\n"
+                    '  warnings.warn("Defining your `__torch_function__ as a plain method is deprecated")\n'
+                )
+            text = "".join(chunk)
+            stream.write(text)
+            written += len(text.encode())
+            total_steps = step
+        tail = "".join(
+            f"2024-04-07 11:00:00,000 - apps.trainer - Process ID {3613040 + task} - info     - "
+            "{'e2e_train_time': 4403.3, 'training_sequences_per_second': 1234.5}\n"
+            for task in range(RUN_LOG_TASKS)
+        )
+        stream.write(tail)
+    return {"steps": total_steps, "step_records": records, "bytes": path.stat().st_size}
+
+
+def measure_run_log(path: Path) -> dict[str, Any]:
+    """Read the run log once (in this process): first the engine alone (every line
+    decoded, cleaned and accounted for, nothing kept), then the run-log reader."""
+    from dfit_mlir.adapters.lines import read_file
+    from dfit_mlir.adapters.sambanova.run_log import SambaFlowRunLogReader
+
+    started = time.perf_counter()
+    engine_cpu = time.process_time()
+    read_file(path, lambda line: True)
+    engine_s, engine_cpu = time.perf_counter() - started, time.process_time() - engine_cpu
+    engine_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    started = time.perf_counter()
+    cpu = time.process_time()
+    recovery = SambaFlowRunLogReader(path).read()
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    [source] = recovery.sources
+    assert source.lines is not None
+    return {
+        "seconds": elapsed,
+        "cpu_seconds": cpu,
+        "engine_seconds": engine_s,
+        "engine_cpu_seconds": engine_cpu,
+        "engine_peak_rss_mib": engine_rss,
+        "lines": source.lines.total,
+        "unparsed": source.lines.unparsed,
+        "measurements": len(recovery.measurements),
+        "tasks": len(recovery.attributes.get("task_pids", [])),
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def run_log_section(gigabytes: float, command: str) -> list[str]:
+    started = dt.datetime.now(dt.timezone.utc)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in (gigabytes / 10, gigabytes):
+            path = Path(tmp) / "BertLarge.out"
+            t0 = time.perf_counter()
+            shape = write_run_log(path, int(size * 2**30))
+            generate_s = time.perf_counter() - t0
+            done = subprocess.run(
+                [sys.executable, __file__, "--measure-run-log", str(path)], check=True, capture_output=True, text=True
+            )
+            rows.append({**shape, **json.loads(done.stdout), "generate_s": generate_s})
+            path.unlink()
+    lines = [
+        RUN_LOG_BEGIN,
+        "## SambaFlow run log scale: a synthetic 1 GB data-parallel run log, streamed",
+        "",
+        f"Measured {started.strftime('%Y-%m-%d %H:%M UTC')} on {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}. The log (written by the script to a temporary file, then "
+        f"deleted) has the SN30 job header, {RUN_LOG_TASKS} data-parallel tasks interleaving their step "
+        f"records, each behind {RUN_LOG_REDRAWS} tqdm redraws on its line, a Python warning every 500 steps "
+        "and the tasks' throughput dictionaries. In a fresh process it is read first by the line-reader "
+        "engine alone (each line read in a bounded piece, decoded, cleaned and accounted for; nothing kept: "
+        "the streaming bound), then by `SambaFlowRunLogReader` (the engine plus its rules, keeping every "
+        "figure). Wall and CPU seconds are given (the machine is shared); peak memory is the process's peak "
+        "resident set (interpreter and imports included). Command:",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        "| log (MiB) | lines | step records | engine alone: s (CPU s) | peak RSS (MiB) "
+        "| run-log reader: s (CPU s) | MiB/s (CPU) | measurements | unparsed | peak RSS (MiB) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        mib = row["bytes"] / 2**20
+        lines.append(
+            f"| {mib:,.0f} | {row['lines']:,} | {row['step_records']:,} | "
+            f"{row['engine_seconds']:.1f} ({row['engine_cpu_seconds']:.1f}) | {row['engine_peak_rss_mib']:,.0f} | "
+            f"{row['seconds']:.1f} ({row['cpu_seconds']:.1f}) | {mib / row['cpu_seconds']:,.0f} | "
+            f"{row['measurements']:,} | {row['unparsed']:,} | {row['peak_rss_mib']:,.0f} |"
+        )
+    small, large = rows
+    lines += [
+        "",
+        f"10x the log: the engine alone {large['engine_cpu_seconds'] / small['engine_cpu_seconds']:.1f}x the CPU "
+        f"time at a peak RSS of {small['engine_peak_rss_mib']:,.0f} → {large['engine_peak_rss_mib']:,.0f} MiB "
+        f"(bounded); the reader {large['cpu_seconds'] / small['cpu_seconds']:.1f}x the CPU time, its peak RSS "
+        f"{small['peak_rss_mib']:,.0f} → {large['peak_rss_mib']:,.0f} MiB following the figures it keeps "
+        "(two per step record), not the size of the file.",
+        "",
+    ]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", type=int, default=150_000, help="operators in the dump (default 150000)")
@@ -501,9 +657,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="timed runs, each in a fresh process (default 3)")
     parser.add_argument("--traced", action="store_true", help="also measure tracemalloc's peak (slower)")
     parser.add_argument("--measure", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--run-log-gb", type=float, default=None,
+                        help="measure the run-log reader on a synthetic log of this many GiB instead")
+    parser.add_argument("--measure-run-log", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure is not None:
         print(json.dumps(measure(args.measure, traced=args.traced)))
+        return 0
+    if args.measure_run_log is not None:
+        print(json.dumps(measure_run_log(args.measure_run_log)))
+        return 0
+    if args.run_log_gb is not None:
+        if args.run_log_gb <= 0:
+            parser.error("--run-log-gb must be positive")
+        command = shlex.join(
+            ["python", "benchmarks/reconstruct_scale.py", *(sys.argv[1:] if argv is None else argv)]
+        )
+        from benchmarks.compile_overhead import publish
+
+        publish(run_log_section(args.run_log_gb, command), begin=RUN_LOG_BEGIN, end=RUN_LOG_END)
         return 0
     if args.ops < OPS_PER_LAYER + 2:
         parser.error(f"--ops must be at least {OPS_PER_LAYER + 2}")

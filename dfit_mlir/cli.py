@@ -9,29 +9,186 @@ from typing import Any, Callable
 
 import click
 
-from dfit_mlir.errors import DfitError
+from dfit_mlir import atomic
+from dfit_mlir.errors import (
+    EXIT_INTERNAL_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID_INPUT,
+    EXIT_TABLE,
+    DfitError,
+    Interrupted,
+)
+
+# --- the CLI contract: one exit-status table, one line per error, no traceback ---------
+
+#: Parameters naming a command's main input, in the order the internal-error line looks.
+_INPUT_PARAMETERS = ("source", "vmfb", "dumps", "bundle", "bundle_a", "manifest_path")
 
 
 def _user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn :class:`DfitError` into its message on stderr and its exit status."""
+    """Every way a command ends, mapped to the exit-status table of ``dfit --help``:
+    :class:`DfitError` → its one-line message and status; SIGINT/SIGTERM → 130 with
+    temporaries removed; anything unexpected → one line naming the command and the
+    input plus a traceback file, status 70."""
 
     @functools.wraps(command)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        name = click.get_current_context().info_name or command.__name__
+        previous = _route_sigterm()
         try:
             return command(*args, **kwargs)
         except DfitError as error:
-            click.echo(f"dfit: {error}" if "\n" not in str(error) else str(error), err=True)
+            # One `dfit:` line says what failed; a toolchain's own diagnostics follow it.
+            click.echo(f"dfit: {error}", err=True)
             sys.exit(error.exit_code)
+        except KeyboardInterrupt:
+            atomic.remove_temporaries()
+            click.echo(f"dfit {name}: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
         except BrokenPipeError:  # `dfit backends | head`
             sys.exit(0)
+        except click.exceptions.Exit:
+            raise
         except OSError as error:
-            click.echo(f"dfit: {error.filename or ''}: {error.strerror}", err=True)
-            sys.exit(2)
+            where = error.filename or _main_input(kwargs) or ""
+            click.echo(f"dfit: {where}: {error.strerror or error}", err=True)
+            sys.exit(EXIT_INVALID_INPUT)
+        except (SystemExit, click.ClickException):
+            raise
+        except Exception as error:  # noqa: BLE001 — the catch-all of the exit-status table
+            atomic.remove_temporaries()
+            saved = _save_traceback(name)
+            message = " ".join(str(error).split())[:300]
+            click.echo(f"dfit {name}: internal error on {_main_input(kwargs) or '(no input)'}: "
+                       f"{type(error).__name__}: {message} (traceback: {saved})", err=True)
+            sys.exit(EXIT_INTERNAL_ERROR)
+        finally:
+            _restore_sigterm(previous)
 
     return wrapper
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def _main_input(kwargs: dict[str, Any]) -> str | None:
+    for parameter in _INPUT_PARAMETERS:
+        value = kwargs.get(parameter)
+        if isinstance(value, (tuple, list)):
+            return ", ".join(map(str, value)) if value else None
+        if value is not None:
+            return str(value)
+    return None
+
+
+def _save_traceback(command: str) -> str:
+    """Write the current exception's traceback to a file; returns its path."""
+    import os
+    import tempfile
+    import time
+    import traceback
+
+    from dfit_mlir.tools.calibration import CACHE_DIR_ENV
+
+    base = os.environ.get(CACHE_DIR_ENV) or os.path.join(tempfile.gettempdir(), f"dfit-{os.getuid()}")
+    folder = Path(base) / "tracebacks"
+    text = f"dfit {command} ({' '.join(sys.argv)})\n" + traceback.format_exc()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{command}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
+        path.write_text(text, encoding="utf-8")
+        return str(path)
+    except OSError:
+        handle, name = tempfile.mkstemp(prefix=f"dfit-{command}-", suffix=".txt")
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        return name
+
+
+def _route_sigterm() -> Any:
+    """SIGTERM raises :class:`Interrupted` (a KeyboardInterrupt) in the main thread, so
+    that atomic writers remove their temporaries exactly as on SIGINT."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise Interrupted(f"signal {signum}")
+
+    return signal.signal(signal.SIGTERM, interrupt)
+
+
+def _restore_sigterm(previous: Any) -> None:
+    import signal
+
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _force_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--force", is_flag=True,
+                        help="Replace an existing output dfit does not recognise as its own (never an input).")(command)
+
+
+class _FiniteFloat(click.ParamType):
+    """A finite float in [low, high] (``nan``, ``inf`` and out-of-range values refused)."""
+
+    name = "float"
+
+    def __init__(self, low: float, high: float, *, low_open: bool = False):
+        self.low, self.high, self.low_open = low, high, low_open
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        import math
+
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number) or number > self.high or number < self.low or (
+                self.low_open and number == self.low):
+            low = f"({self.low}" if self.low_open else f"[{self.low}"
+            self.fail(f"{value} is not in {low}, {self.high}]", param, ctx)
+        return number
+
+
+#: Bounds of the numeric options of `dfit run` (beyond them a run would not end, or
+#: would keep nothing).
+MAX_REPEAT = 1_000_000
+MIN_SAMPLE = 1e-6
+MAX_TENSOR_VALUES = 1 << 20
+
+EPILOG = "\b\nExit status (every command):\n" + "\n".join(
+    f"  {status:<4} {meaning}" for status, meaning in EXIT_TABLE)
+
+
+class _DfitGroup(click.Group):
+    """Usage errors as one ``dfit <command>: ...`` line (exit 2), like every other error,
+    with the pointer to ``--help`` after it; Ctrl-C while click parses → 130."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as error:
+            error.show()
+            sys.exit(error.exit_code)
+        except click.UsageError as error:
+            command = error.ctx.command_path if error.ctx is not None else "dfit"
+            click.echo(f"{command}: {' '.join(error.format_message().split())}", err=True)
+            click.echo(f"  (see `{command} --help`)", err=True)
+            sys.exit(error.exit_code)
+        except click.ClickException as error:
+            click.echo(f"dfit: {error.format_message()}", err=True)
+            sys.exit(error.exit_code)
+        except click.exceptions.Abort:
+            click.echo("dfit: interrupted", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+        except click.exceptions.Exit as error:
+            sys.exit(error.exit_code)
+
+
+@click.group(cls=_DfitGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EPILOG)
 @click.version_option(package_name="dfit-mlir")
 def main() -> None:
     """dfit-mlir: stable semantic IDs and lineage for ML compilers."""
@@ -45,24 +202,44 @@ def main() -> None:
 @click.option("--probes/--no-probes", default=None,
               help="Function-boundary probes for `dfit run --mode lite` (default: with --mode lite only).")
 @click.option("--tensors", "tensor_filter", default=None, metavar="FILTER",
-              help="Trace the values of source ops matching these comma-separated globs (IDs or op names); "
-                   "changes fusion around them.")
+              help="Trace the values of source ops matching these comma-separated globs, ignoring case: IDs, op "
+                   "names as the frontend shows them (onnx.Softmax, torch.aten.softmax, tosa.conv2d, '*softmax*'), "
+                   "lowered op names (linalg.matmul), module paths; a glob matching nothing is an error. Changes "
+                   "fusion around the traced ops.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Output .vmfb.")
 @click.option("--manifest", "manifest_path", type=click.Path(path_type=Path), default=None,
               help="Manifest path (default: OUTPUT with .manifest.json).")
 @click.option("--driver", type=click.Choice(["in-process", "subprocess"]), default=None,
               help="Phase driver (default: in-process when the toolchain gate passes).")
+@click.option("--model-factory", default="make_model", show_default=True,
+              help="For a PyTorch model file (SOURCE.py): the function returning (nn.Module, example args).")
+@_force_option
 @click.pass_context
 @_user_errors
 def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool | None, tensor_filter: str | None,
-            output: Path, manifest_path: Path | None, driver: str | None) -> None:
+            output: Path, manifest_path: Path | None, driver: str | None, model_factory: str, force: bool) -> None:
     """Compile with iree-compile; with --dfit-tag also write the manifest. Any other
-    option is passed to iree-compile."""
+    option is passed to iree-compile. SOURCE may be a PyTorch model file (.py defining
+    make_model() -> (nn.Module, example args)): it is exported with iree-turbine, each op
+    keeping its nn.Module path, to OUTPUT with .mlir first."""
     from dfit_mlir.errors import InvalidInputError
 
     flags = list(ctx.args)
+    if source.suffix == ".py":
+        from dfit_mlir import atomic, outputs
+        from dfit_mlir.frontends import torch as torch_frontend
+
+        exported = output.with_suffix(".mlir")
+        outputs.check(exported, "mlir", inputs=[source], force=force, directory=False)
+        model, args = torch_frontend.load_module_file(source, model_factory)
+        atomic.write_text(exported, torch_frontend.export_mlir(model, args), kind="mlir")
+        click.echo(f"wrote {exported}")
+        source = exported
+        if not any(flag.startswith("--iree-hal-target-device") for flag in flags):
+            flags += list(torch_frontend.DEFAULT_FLAGS)
     if tensor_filter is not None and not tag:
         raise InvalidInputError("--tensors needs --dfit-tag (traces are keyed by dfit IDs)")
+    _check_compile_paths(source, output, manifest_path if tag else None, force, tag)
     if not tag:
         from dfit_mlir.passes.plain_compile import plain_compile
 
@@ -88,6 +265,34 @@ def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool
                    + "; ".join(f"{s['id']}: {s['reason']}" for s in skipped[:3]) + ")" if skipped else ""))
 
 
+def _check_compile_paths(source: Path, output: Path, manifest_path: Path | None, force: bool, tag: bool) -> None:
+    """The source must be a readable MLIR file; the vmfb and manifest outputs must not
+    be the source or each other, nor files dfit did not write."""
+    from dfit_mlir import outputs
+    from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.manifest import default_path
+
+    _require_file(source, "MLIR source")
+    outputs.check(output, "vmfb", inputs=[source], force=force, directory=False)
+    if tag:
+        manifest_out = manifest_path or default_path(output)
+        if outputs.resolve(manifest_out) == outputs.resolve(output):
+            raise InvalidInputError(f"{manifest_out}: the manifest cannot be the vmfb output too")
+        outputs.check(manifest_out, "manifest", inputs=[source], force=force, directory=False)
+
+
+def _require_file(path: Path, what: str) -> None:
+    """An input that must be a regular, readable, non-empty file."""
+    from dfit_mlir.errors import InvalidInputError
+
+    if not path.exists():
+        raise InvalidInputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InvalidInputError(f"{path}: is a directory, not a {what} file")
+    if path.stat().st_size == 0:
+        raise InvalidInputError(f"{path}: the {what} file is empty")
+
+
 @main.command()
 @click.argument("source", type=click.Path(path_type=Path))
 @click.option("--dfit-tag", "tag", is_flag=True, help="Short form of --pass-pipeline='builtin.module(dfit-tag)'.")
@@ -95,9 +300,10 @@ def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Output file (default: stdout).")
 @click.option("--debuginfo/--no-debuginfo", default=True, show_default=True, help="Print locations.")
 @click.option("--allow-unregistered-dialect", is_flag=True, help="Accept ops of dialects IREE does not know.")
+@_force_option
 @_user_errors
 def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None, debuginfo: bool,
-        allow_unregistered_dialect: bool) -> None:
+        allow_unregistered_dialect: bool, force: bool) -> None:
     """Run a pass pipeline mixing dfit passes with the bundled MLIR/IREE passes."""
     from iree.compiler import ir
 
@@ -108,6 +314,11 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
     if tag and pass_pipeline:
         raise InvalidInputError("give either --dfit-tag or --pass-pipeline, not both")
     pipeline = pass_pipeline or ("builtin.module(dfit-tag)" if tag else "builtin.module()")
+    _require_file(source, "MLIR source")
+    if output is not None:
+        from dfit_mlir import outputs
+
+        outputs.check(output, "mlir", inputs=[source], force=force, directory=False)
     session, context = compiler_context(allow_unregistered_dialect)
     module = parse_file(context, source)
     manager = build_pass_manager(pipeline, context)
@@ -120,9 +331,7 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
     if output is None:
         click.echo(text, nl=False)
     else:
-        from dfit_mlir import atomic
-
-        atomic.write_text(output, text)
+        atomic.write_text(output, text, kind="mlir")
     session.close()
 
 
@@ -134,35 +343,41 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
               help="none: baseline timing only; ids: program events; lite: + function events from probes; "
                    "full: dispatch (joined to IDs), queue and memory events from HAL profiling.")
 @click.option("--tensors", "tensor_filter", default=None, metavar="FILTER",
-              help="Tensor statistics for traced IDs matching these comma-separated globs ('*': all traced); "
-                   "needs a --tensors compile and an in-process mode.")
-@click.option("--tensor-values", type=int, default=0, show_default=True,
+              help="Tensor statistics for traced ops matching these comma-separated globs ('*': all traced; "
+                   "matched like compile --tensors); needs a --tensors compile and an in-process mode.")
+@click.option("--tensor-values", type=click.IntRange(0, MAX_TENSOR_VALUES), default=0, show_default=True,
               help="Leading values kept per tensor event.")
 @click.option("--input", "inputs", multiple=True,
               help="iree-run-module form: 1x3xf32=0.5 or @x.npy (default: floats random, integers that index a "
                    "table below its size, other integers 0; summary.json says how each was made).")
 @click.option("--inputs-from", type=click.Path(path_type=Path), default=None, help="A directory of .npy inputs, in name order.")
-@click.option("--repeat", type=int, default=1, show_default=True, help="Invocations to record.")
-@click.option("--warmup", type=int, default=0, show_default=True, help="Invocations to run first, unrecorded.")
+@click.option("--repeat", type=click.IntRange(1, MAX_REPEAT), default=1, show_default=True,
+              help="Invocations to record.")
+@click.option("--warmup", type=click.IntRange(0, MAX_REPEAT), default=0, show_default=True,
+              help="Invocations to run first, unrecorded.")
 @click.option("--driver", type=click.Choice(["local-task", "local-sync"]), default="local-task", show_default=True)
 @click.option("--function", default=None,
               help="Exported function to run (default: the module's only one; the error lists them).")
-@click.option("--ids", "id_globs", multiple=True, help="Keep only dispatches covering IDs matching this glob.")
-@click.option("--sample", type=click.FloatRange(0, 1, min_open=True), default=1.0, show_default=True,
+@click.option("--ids", "id_globs", multiple=True,
+              help="Keep only dispatches and events of ops matching this glob (repeatable or comma-separated; IDs, "
+                   "op names such as onnx.Conv, module paths; ignoring case). A glob matching no op is an error.")
+@click.option("--sample", type=_FiniteFloat(MIN_SAMPLE, 1), default=1.0, show_default=True,
               help="Share of dispatch and tensor events to keep (deterministic: every round(1/RATE)-th; "
                    "tensors: per ID, so each traced ID is sampled).")
-@click.option("--max-events", type=click.IntRange(min=0), default=None,
+@click.option("--max-events", type=click.IntRange(0, 1 << 62), default=None,
               help="Event budget: events past it are dropped and counted in summary.json.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Bundle directory.")
+@_force_option
 @_user_errors
 def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | None, tensor_values: int,
         inputs: tuple[str, ...], inputs_from: Path | None, repeat: int, warmup: int, driver: str,
         function: str | None, id_globs: tuple[str, ...], sample: float, max_events: int | None,
-        output: Path) -> None:
+        output: Path, force: bool) -> None:
     """Run a compiled module, join runtime events to IDs, write a run bundle."""
     from dfit_mlir import manifest
     from dfit_mlir.errors import InvalidInputError
     from dfit_mlir.event_pipeline import Policy
+    from dfit_mlir.filters import NameFilter
     from dfit_mlir.runtime_hooks.inputs import inputs_from as read_inputs_dir
     from dfit_mlir.runtime_hooks.run import run_bundle
 
@@ -170,8 +385,18 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
         raise InvalidInputError("give either --input or --inputs-from, not both")
     if manifest_path is not None and not manifest_path.is_file():
         raise InvalidInputError(f"{manifest_path}: no such file (--manifest)")
+    from dfit_mlir import outputs
+
+    _require_file(vmfb, "vmfb")
+    manifest_path = manifest_path or manifest.default_path(vmfb)
+    input_files = [Path(text[1:]) for text in inputs if text.startswith("@")]
+    outputs.check(output, "bundle", inputs=[vmfb, manifest_path, inputs_from, *input_files], force=force)
     sample_every = max(1, round(1 / sample))
-    policy = Policy(mode=mode, ids=id_globs, sample_every=sample_every, max_events=max_events)
+    policy = Policy(mode=mode, ids=NameFilter.parse(id_globs, "--ids").patterns if id_globs else (),
+                    sample_every=sample_every, max_events=max_events)
+    if policy.ids:  # a glob matching no op fails before the module runs
+        manifest_file = manifest_path or manifest.default_path(vmfb)
+        policy.check(manifest.load(manifest_file), str(manifest_file))
     tensors = None
     if tensor_filter is not None:
         from dfit_mlir.passes.tensor_traces import parse_filter
@@ -181,7 +406,7 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
             tensors = TensorPolicy(parse_filter(tensor_filter), sample_every, tensor_values)
         except ValueError as error:
             raise InvalidInputError(str(error)) from None
-    result = run_bundle(vmfb, manifest_path or manifest.default_path(vmfb), output, mode=mode,
+    result = run_bundle(vmfb, manifest_path, output, mode=mode,
                         inputs=read_inputs_dir(inputs_from) if inputs_from else inputs, repeat=repeat,
                         warmup=warmup, driver=driver, function=function, policy=policy, tensors=tensors)
     counts = result.summary["counts"]
@@ -200,19 +425,31 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
 @click.option("--backend", default="auto", show_default=True,
               help="auto (detect from the files' content) or a backend name (see `dfit backends`).")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Bundle directory.")
+@_force_option
 @_user_errors
-def reconstruct(dumps: tuple[Path, ...], backend: str, output: Path) -> None:
+def reconstruct(dumps: tuple[Path, ...], backend: str, output: Path, force: bool) -> None:
     """Rebuild the semantic model from a closed backend's artifacts (files or directories)
     and write the same bundle an IREE run writes, with a coverage report."""
+    from dfit_mlir import outputs
+    from dfit_mlir.errors import InvalidInputError
     from dfit_mlir.reconstruct import reconstruct_bundle
 
+    missing = [path for path in dumps if not path.exists()]
+    if missing:  # the input's error first: it is the one the user came for
+        raise InvalidInputError(f"{missing[0]}: no such file or directory")
+    outputs.check(output, "bundle", inputs=dumps, force=force)
     summary = reconstruct_bundle(list(dumps), output, backend)
     recovered = summary["recovered"]
+    groups = f" (in {recovered['partition_groups']} groups)" if recovered.get("partition_groups") else ""
     click.echo(f"wrote {output}: {summary['backend']} ({'detected' if summary['detected'] else 'given'}), "
                f"{recovered['operators']} operators, {recovered['tensors']} tensors, {recovered['partitions']} "
-               f"partitions, {recovered['measurements']} measurements from {len(summary['sources'])} file(s)")
+               f"partitions{groups}, {recovered['measurements']} measurements from {len(summary['sources'])} file(s)")
     for aspect, status in summary["coverage"].items():
         click.echo(f"  {aspect:<22} {status}")
+    unparsed = summary.get("lines", {}).get("unparsed", 0)
+    if unparsed:
+        click.echo(f"  {unparsed} line(s) of {summary['lines']['files_with_unparsed']} file(s) not parsed: "
+                   f"listed under 'lines' in {output / 'coverage.json'}")
 
 
 @main.command()
@@ -247,8 +484,16 @@ def backends(as_json: bool) -> None:
               help="Output folder (default: BUNDLE/analysis, or next to a manifest).")
 @click.option("--option", "raw_options", multiple=True, metavar="TOOL.KEY=VALUE",
               help="A tool option, e.g. program-analyzer.profile=my_cpu.yaml (repeatable).")
+@click.option("--framework-code", "framework_code", multiple=True, metavar="GLOB",
+              help="Source files to count as framework code, not model code (path globs, e.g. "
+                   "'mylib/layers/*'; repeatable): semantic-attribution ranks the model-code line "
+                   "that called into them.")
+@click.option("--model-code", "model_code", multiple=True, metavar="GLOB",
+              help="Source files to count as model code even inside a framework package (repeatable).")
+@_force_option
 @_user_errors
-def analyze(bundle: Path, tool_names: tuple[str, ...], out_dir: Path | None, raw_options: tuple[str, ...]) -> None:
+def analyze(bundle: Path, tool_names: tuple[str, ...], out_dir: Path | None, raw_options: tuple[str, ...],
+            framework_code: tuple[str, ...], model_code: tuple[str, ...], force: bool) -> None:
     """Run analysis tools over a run/reconstruct bundle or a compile's manifest."""
     from dfit_mlir.errors import InvalidInputError
     from dfit_mlir.tools import registry
@@ -262,8 +507,18 @@ def analyze(bundle: Path, tool_names: tuple[str, ...], out_dir: Path | None, raw
         if not sep or not dot or not name:
             raise InvalidInputError(f"--option {raw!r}: expected TOOL.KEY=VALUE")
         options.setdefault(tool, {})[name] = value
+    if not bundle.exists():
+        raise InvalidInputError(f"{bundle}: no such file or directory")
+    for key, globs in (("framework_code", framework_code), ("model_code", model_code)):
+        if globs:
+            given = options.setdefault("semantic-attribution", {}).get(key)
+            options["semantic-attribution"][key] = ",".join(([given] if given else []) + list(globs))
     if out_dir is None:
         out_dir = bundle / "analysis" if bundle.is_dir() else bundle.with_name(bundle.name.split(".")[0] + ".analysis")
+    from dfit_mlir import outputs
+
+    option_files = [Path(value) for values in options.values() for value in values.values() if Path(value).exists()]
+    outputs.check(out_dir, "analysis", inputs=[bundle, *option_files], force=force, inside_input_ok=True)
     _, reports, session = run_tools(bundle, names, out_dir, options)
     for name in names:
         ctx = session.contexts.get(name)
@@ -293,15 +548,24 @@ def tools() -> None:
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Also write diff.csv and diff.json into this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON instead of a table.")
+@click.option("--limit", type=click.IntRange(min=0), default=40, show_default=True,
+              help="Rows shown in the table, most changed first (0: all).")
+@_force_option
 @_user_errors
-def diff(bundle_a: Path, bundle_b: Path, out_dir: Path | None, as_json: bool) -> None:
-    """What changed per stable ID between two bundles or manifests: ops, shapes, fusion,
-    lineage, attributed time, bytes (matched by ID, else structural hash, else tensor name)."""
+def diff(bundle_a: Path, bundle_b: Path, out_dir: Path | None, as_json: bool, limit: int, force: bool) -> None:
+    """What changed per stable ID between two bundles or manifests — ops, shapes, fusion,
+    lineage, attributed time, bytes (matched by ID, else structural hash, else tensor
+    name), most changed first — and in the generated code (target, flags, executables)."""
     from dfit_mlir import diff as bundle_diff
+    from dfit_mlir import outputs
 
+    if out_dir is not None:
+        outputs.check(out_dir, "diff", inputs=[bundle_a, bundle_b], force=force)
     result = bundle_diff.diff_bundles(bundle_a, bundle_b)
-    click.echo(bundle_diff.to_json(result).rstrip() if as_json else bundle_diff.render(result))
-    for path in bundle_diff.write(result, out_dir) if out_dir is not None else []:
+    written = bundle_diff.write(result, out_dir) if out_dir is not None else []
+    click.echo(bundle_diff.to_json(result).rstrip() if as_json
+               else bundle_diff.render(result, limit or None, written[0] if written else None))
+    for path in written:
         click.echo(f"wrote {path}", err=as_json)
 
 
@@ -310,17 +574,103 @@ def diff(bundle_a: Path, bundle_b: Path, out_dir: Path | None, as_json: bool) ->
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="Node data file; with several metrics, one NAME.<metric>.json each.")
 @click.option("--metric", "metrics", default="macs", show_default=True,
-              help="Comma-separated: macs, flops, bytes, time, partition.")
+              help="Comma-separated: macs, flops, bytes, time, partition, module, phase.")
 @click.option("--key", type=click.Choice(["name", "id"]), default="name", show_default=True,
               help="Node key: the op's tensor/location name (TFLite, MLIR graphs) or its dfit ID.")
+@_force_option
 @_user_errors
-def export_explorer(bundle: Path, output: Path, metrics: str, key: str) -> None:
+def export_explorer(bundle: Path, output: Path, metrics: str, key: str, force: bool) -> None:
     """Per-op metrics as Model Explorer node data (load it beside the model's graph)."""
-    from dfit_mlir import model_explorer
+    from dfit_mlir import model_explorer, outputs
+
+    for path in model_explorer.output_paths(output, metrics).values():
+        outputs.check(path, model_explorer.OUTPUT_KIND, inputs=[bundle], force=force, directory=False)
 
     for exported in model_explorer.export(bundle, output, metrics=metrics, key=key):
         empty = "" if exported.nodes else f" (the bundle has no {exported.metric} values)"
         click.echo(f"wrote {exported.path}: {exported.metric} for {exported.nodes} nodes{empty}")
+
+
+@main.command()
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", "store_path", type=click.Path(path_type=Path), required=True,
+              help="Store directory (created when absent).")
+@click.option("--label", default=None, help="Commit or label of these runs (what `query regressions` compares).")
+@click.option("--host", default=None, help="Host the bundles ran on (default: what the bundle says).")
+@click.option("--rank", type=click.IntRange(min=0), default=None,
+              help="Rank of the bundles in a multi-rank job (default: per event where the bundle says).")
+@click.option("--model", default=None, help="Model name (default: the manifest input's name).")
+@_user_errors
+def collect(bundles: tuple[Path, ...], store_path: Path, label: str | None, host: str | None, rank: int | None,
+            model: str | None) -> None:
+    """Add run / reconstruct bundles and compile manifests to a bundle store (Parquet,
+    Hive-partitioned by backend, model and run); a bundle already there is skipped."""
+    from dfit_mlir.store import Placement
+    from dfit_mlir.store import collect as collect_bundles
+
+    for done in collect_bundles(list(bundles), store_path, Placement(label=label, host=host, rank=rank, model=model)):
+        verb = "added" if done.added else "already in the store:"
+        click.echo(f"{verb} {done.source} → backend={done.backend}/model={done.model}/run={done.run} "
+                   f"({done.events} events)")
+
+
+@main.command()
+@click.argument("store_path", metavar="STORE")
+@click.argument("sql_or_report", metavar="SQL|REPORT")
+@click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True)
+@click.option("--master", default=None, help="Spark master URL (--engine spark; default local[2] or $DFIT_SPARK_MASTER).")
+@click.option("--baseline", default=None, help="regressions: label of the baseline runs.")
+@click.option("--candidate", default=None, help="regressions: label of the candidate runs.")
+@click.option("--min-runs", type=click.IntRange(min=1), default=None, help="regressions: runs needed per side (2).")
+@click.option("--threshold", type=float, default=None, help="regressions: smallest relative change (0.05).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="top-sites: rows (20).")
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Write the rows to .csv or .parquet.")
+@click.option("--trace", "trace_path", type=click.Path(path_type=Path), default=None,
+              help="Write the selected events (rows with start_ns and kind) as a Perfetto trace.")
+@click.option("--rows", "shown", type=click.IntRange(min=0), default=50, show_default=True, help="Rows printed.")
+@_user_errors
+def query(store_path: str, sql_or_report: str, engine: str, master: str | None, baseline: str | None,
+          candidate: str | None, min_runs: int | None, threshold: float | None, limit: int | None,
+          output: Path | None, trace_path: Path | None, shown: int) -> None:
+    """Run SQL or a named report over a bundle store. Reports: top-sites, regressions,
+    rank-skew, coverage. Tables: events, sites, operators, partitions, coverage, runs."""
+    from dfit_mlir import store
+    from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.store import output as outputs
+
+    parameters = {"baseline": baseline, "candidate": candidate, "min_runs": min_runs, "threshold": threshold,
+                  "limit": limit}
+    is_report = sql_or_report in store.REPORTS
+    if not is_report and any(value is not None for value in parameters.values()):
+        raise InvalidInputError("--baseline/--candidate/--min-runs/--threshold/--limit go with a named report")
+    table = store.query(store_path, None if is_report else sql_or_report,
+                        report=sql_or_report if is_report else None,
+                        parameters={k: v for k, v in parameters.items() if v is not None},
+                        engine=engine, master=master)
+    click.echo(outputs.render(table, shown))
+    if output is not None:
+        outputs.write_table(table, output)
+        click.echo(f"wrote {output} ({table.num_rows} rows)")
+    if trace_path is not None:
+        written = outputs.write_trace(table, trace_path)
+        click.echo(f"wrote {trace_path} ({written} events)")
+
+
+@main.command()
+@click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Merged bundle directory.")
+@click.option("--anchor", default=None, metavar="KIND[:NAME]",
+              help="Event common to all ranks that clocks are aligned on (default: the first step, else the "
+                   "first program invocation).")
+@_user_errors
+def merge(bundles: tuple[Path, ...], output: Path, anchor: str | None) -> None:
+    """Put the runs of one job (ranks, hosts, or the tasks of one data-parallel log) on one
+    timeline: a track group per host/rank, clocks aligned, the same step linked across ranks."""
+    from dfit_mlir.merge import merge_bundles
+
+    summary = merge_bundles(list(bundles), output, anchor=anchor)
+    click.echo(f"wrote {output}: {len(summary['ranks'])} ranks, clocks aligned by {summary['alignment']['method']}"
+               f" (residual {summary['alignment']['residual_ns']} ns), {summary['linked_steps']} steps linked")
 
 
 @main.command()

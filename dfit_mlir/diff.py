@@ -15,11 +15,30 @@ Rows are matched in three passes, each over what the previous left unmatched:
 Per row and side: op names, result types, partitions (IREE dispatch call sites, or a
 reconstruction's groups) and their kinds, the rows it is fused with, lineage per stage,
 attributed time and static bytes. The change labels are ``added`` / ``removed`` (one side
-only), ``renamed``, ``op``, ``shape``, ``fusion`` (the rows sharing each of its partitions
-differ), ``placement`` (the partition kinds differ: dispatch vs Edge TPU custom op vs
-CPU, or in vs out of any partition), ``lineage`` (a class differs at a stage both sides
-have) and ``bytes``. Time is not a label, runs always differ a little; rows are sorted by
-the absolute change in time instead.
+only), ``renamed``, ``op``, ``shape``, ``dtype``, ``fusion`` (the rows sharing each of its
+partitions differ), ``placement`` (the partition kinds differ: dispatch vs Edge TPU custom
+op vs CPU, or in vs out of any partition), ``lineage`` (a class differs at a stage both
+sides have) and ``bytes``. Time is not a label, runs always differ a little.
+
+Only real differences are labelled. A row's constants and structure (``tosa.const``,
+``tensor.empty``, ``func.return``: :func:`is_data_or_structure`) never count for ``op``,
+``shape`` or ``bytes``. A row matched by name stands for one tensor, so ``shape``
+compares that tensor — the result of the row's last computing op; a dynamic size fits
+any — and ``dtype`` its element type up to signedness (a uint8 TFLite tensor is ``i8``
+after IREE's TOSA import). Across backends ``op`` compares op kinds without dialect, case or ``_``
+(``tosa.depthwise_conv2d`` is ``DEPTHWISE_CONV_2D``) and is a change only when no kind is
+shared, and ``bytes`` only where both sides have as many computing ops (one backend's
+decomposition is not another's) and differ by over 1% (cost models count a shape
+operand or a zero point differently).
+
+Rows are ranked by what changed most: attributed time, then bytes, then how many rows
+the fusion change touches, then the number of labels. Rows made only of constants and
+structure are *folded*: kept in the CSV and JSON, summed up in one line of the table.
+
+*Codegen*: two compiles with the same dispatch structure can still differ in code —
+another target CPU or flags, other executables, another vmfb. Those differences come
+from the manifests' ``compile`` sections (``codegen`` is written by ``dfit compile``)
+and are reported whatever the rows say.
 
 *Fused with* is, per partition of the row, the other rows whose ops do work in it (see
 below): an op split over two dispatches has two groups, and constants or empty tensors,
@@ -44,15 +63,20 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from dfit_mlir import atomic
+from dfit_mlir import atomic, costs
+from dfit_mlir.lineage import is_constant
+from dfit_mlir.materialisation import makes_data
 from dfit_mlir.tools.model import Operator, Partition, SemanticModel
 
 SCHEMA = "dfit.diff"
-VERSION = "1.0"
+VERSION = "1.1"
 MATCHES = ("id", "hash", "name", "only-a", "only-b")
-CSV_COLUMNS = ("key", "match", "changes", "time_delta_ns", "time_a_ns", "time_b_ns", "ids_a", "ids_b", "op_a", "op_b",
-               "shape_a", "shape_b", "partitions_a", "partitions_b", "placement_a", "placement_b", "fused_with_a",
+LABELS = ("added", "removed", "renamed", "op", "shape", "dtype", "fusion", "placement", "lineage", "bytes")
+CSV_COLUMNS = ("key", "match", "changes", "folded", "time_delta_ns", "time_a_ns", "time_b_ns", "ids_a", "ids_b", "op_a",
+               "op_b", "shape_a", "shape_b", "partitions_a", "partitions_b", "placement_a", "placement_b", "fused_with_a",
                "fused_with_b", "lineage_changes", "bytes_a", "bytes_b")
+#: Op kinds that are a program's structure, not its computation.
+STRUCTURE_KINDS = frozenset({"func.func", "util.func", "builtin.module", "func.call", "util.call"})
 
 
 @dataclass(frozen=True)
@@ -73,6 +97,18 @@ class Side:
     #: Mean attributed nanoseconds per invocation; ``None`` without dispatch events.
     time_ns: float | None
     bytes: int | None
+    #: Per op: whether it computes (not a constant, empty, fill or structure).
+    computing: tuple[bool, ...] = ()
+
+    @property
+    def compute_ops(self) -> tuple[str, ...]:
+        return tuple(op for op, computes in zip(self.ops, self.computing, strict=False) if computes)
+
+    @property
+    def output_type(self) -> str | None:
+        """The result type of the row's last computing op (the tensor a name stands for)."""
+        types = [shape for shape, computes in zip(self.shapes, self.computing, strict=False) if computes]
+        return types[-1].split(",")[0] if types else None
 
 
 @dataclass(frozen=True)
@@ -89,6 +125,22 @@ class OpDiff:
     time_delta_ns: float | None
     #: ``stage: a→b`` for every stage both sides have whose class differs.
     lineage_changes: tuple[str, ...] = ()
+    #: Only constants and structure on both sides: summed up, not listed, in the table.
+    folded: bool = False
+
+    @property
+    def bytes_delta(self) -> int:
+        """|B − A| static bytes where ``bytes`` is a change, else 0 (for ranking)."""
+        if "bytes" not in self.changes:
+            return 0
+        return abs((self.b.bytes if self.b and self.b.bytes else 0) - (self.a.bytes if self.a and self.a.bytes else 0))
+
+    @property
+    def fusion_delta(self) -> int:
+        """How many rows the fusion change touches (joined or left the row's partitions)."""
+        if "fusion" not in self.changes or self.a is None or self.b is None:
+            return 0
+        return len({k for g in self.a.fused_with for k in g} ^ {k for g in self.b.fused_with for k in g})
 
 
 @dataclass(frozen=True)
@@ -100,11 +152,25 @@ class BundleInfo:
 
 
 @dataclass(frozen=True)
+class CodegenChange:
+    """One code-generation difference: ``aspect`` (``flags``, ``target.cpu``,
+    ``executables``, ``vmfb``), what A and B have, and a short reading."""
+
+    aspect: str
+    a: Any
+    b: Any
+    note: str
+
+
+@dataclass(frozen=True)
 class DiffResult:
     a: BundleInfo
     b: BundleInfo
-    #: Sorted by absolute time change, largest first, then by key.
+    #: Ranked by what changed most (see the module docstring).
     rows: tuple[OpDiff, ...]
+    codegen: tuple[CodegenChange, ...] = ()
+    #: What makes the comparison less than like for like (shown under the header).
+    notes: tuple[str, ...] = ()
 
     def row(self, key: str) -> OpDiff:
         """The row of ``key`` (an ID of side A, a tensor name, or a one-side ID)."""
@@ -117,14 +183,28 @@ class DiffResult:
         return [row for row in self.rows if row.changes]
 
     def counts(self) -> dict[str, int]:
+        """Rows per match kind, ``changed`` and ``folded`` rows, and unfolded rows per
+        change label (``label:fusion``, ...)."""
         counts = {match: 0 for match in MATCHES}
         for row in self.rows:
             counts[row.match] += 1
         counts["changed"] = len(self.changed())
+        counts["folded"] = sum(1 for row in self.rows if row.folded)
+        counts["folded_changed"] = sum(1 for row in self.rows if row.folded and row.changes)
+        for label in LABELS:
+            counts[f"label:{label}"] = sum(1 for row in self.rows if label in row.changes and not row.folded)
         return counts
 
 
 # --- per-bundle facts ---------------------------------------------------------------------
+
+def is_data_or_structure(op: Operator) -> bool:
+    """Constants, empties, fills and splats (data IREE materialises and clones freely),
+    and a program's structure (functions, returns, yields)."""
+    kind = op.op
+    return (is_constant(kind) or makes_data(kind) or kind in STRUCTURE_KINDS
+            or kind.rsplit(".", 1)[-1] in ("return", "yield") or "#" not in op.id.rsplit("/", 1)[-1])
+
 
 def tensor_name(op: Operator) -> str | None:
     """The name an op is matched by across backends (see the module docstring)."""
@@ -268,17 +348,20 @@ class _SideFacts:
         for op_id in ids:
             for stage, klass in self.model.lineage(op_id).items():
                 lineage[stage].add(klass)
-        sizes = [op.bytes for op in ops if op.bytes is not None]
+        computing = tuple(not is_data_or_structure(op) for op in ops)
+        counted = [op for op, computes in zip(ops, computing, strict=True) if computes] or ops
+        sizes = [op.bytes for op in counted if op.bytes is not None]
         return Side(
             ids=ids, ops=tuple(op.op for op in ops),
             shapes=tuple(",".join(str(r.get("type", "?")) for r in op.results) for op in ops),
             partitions=tuple(p.id for p in partitions), placement=tuple(sorted({p.kind for p in partitions})),
             fused_with=tuple(fused), lineage={stage: "/".join(sorted(c)) for stage, c in lineage.items()},
             time_ns=sum(self.time.get(i, 0.0) for i in ids) if self.invocations else None,
-            bytes=sum(sizes) if sizes else None)
+            bytes=sum(sizes) if sizes else None, computing=computing)
 
 
-def _changes(match: str, a: Side | None, b: Side | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _changes(match: str, a: Side | None, b: Side | None,
+             same_backend: bool = True) -> tuple[tuple[str, ...], tuple[str, ...]]:
     if a is None:
         return ("added",), ()
     if b is None:
@@ -286,9 +369,19 @@ def _changes(match: str, a: Side | None, b: Side | None) -> tuple[tuple[str, ...
     changes = []
     if match == "hash" and a.ids != b.ids:
         changes.append("renamed")
-    if sorted(set(a.ops)) != sorted(set(b.ops)):
+    ops_a, ops_b = a.compute_ops, b.compute_ops
+    if same_backend:
+        if sorted(set(ops_a)) != sorted(set(ops_b)):
+            changes.append("op")
+    elif ops_a and ops_b and not {_kind(op) for op in ops_a} & {_kind(op) for op in ops_b}:
         changes.append("op")
-    if sorted(set(a.shapes)) != sorted(set(b.shapes)):
+    if match == "name":
+        shape_a, shape_b = _shaped(a.output_type), _shaped(b.output_type)
+        if shape_a and shape_b and not _compatible(shape_a.shape, shape_b.shape):
+            changes.append("shape")
+        if shape_a and shape_b and _element(shape_a.dtype) != _element(shape_b.dtype):
+            changes.append("dtype")
+    elif sorted(set(_computing(a.shapes, a))) != sorted(set(_computing(b.shapes, b))):
         changes.append("shape")
     if a.fused_with != b.fused_with:
         changes.append("fusion")
@@ -298,9 +391,48 @@ def _changes(match: str, a: Side | None, b: Side | None) -> tuple[tuple[str, ...
                     if stage in b.lineage and a.lineage[stage] != b.lineage[stage])
     if lineage:
         changes.append("lineage")
-    if a.bytes != b.bytes:
+    if a.bytes != b.bytes and (same_backend or (len(ops_a) == len(ops_b) and _apart(a.bytes, b.bytes))):
         changes.append("bytes")
     return tuple(changes), lineage
+
+
+def _apart(a: int | None, b: int | None) -> bool:
+    """Static bytes of two backends' cost models differ by more than operand bookkeeping
+    (a shape operand, a zero point): over 1%."""
+    if a is None or b is None:
+        return a != b
+    return abs(a - b) > 0.01 * max(a, b)
+
+
+def _computing(values: tuple[str, ...], side: Side) -> list[str]:
+    return [v for v, computes in zip(values, side.computing, strict=False) if computes] or list(values)
+
+
+def _kind(op: str) -> str:
+    """``tosa.depthwise_conv2d`` and ``tflite.DEPTHWISE_CONV_2D`` → ``depthwiseconv2d``."""
+    return op.rsplit(".", 1)[-1].lower().replace("_", "").replace("average", "avg")
+
+
+def _shaped(type_text: str | None) -> costs.ShapedType | None:
+    return costs.parse_shaped(type_text) if type_text else None
+
+
+def _compatible(a: tuple[int | None, ...], b: tuple[int | None, ...]) -> bool:
+    """Same rank, and equal where both know the size (a dynamic batch fits any)."""
+    return len(a) == len(b) and all(x is None or y is None or x == y for x, y in zip(a, b, strict=True))
+
+
+def _element(dtype: str) -> str:
+    """An element type up to signedness: ``ui8``, ``si8`` and ``i8`` are one width."""
+    return dtype[1:] if dtype[:2] in ("ui", "si") else dtype
+
+
+def _folded(a: Side | None, b: Side | None) -> bool:
+    return not any(side.compute_ops for side in (a, b) if side is not None)
+
+
+def _rank(row: OpDiff) -> tuple[Any, ...]:
+    return (-abs(row.time_delta_ns or 0.0), -row.bytes_delta, -row.fusion_delta, -len(row.changes), row.key)
 
 
 def _time_of(side: Side | None) -> float:
@@ -318,15 +450,65 @@ def diff_bundles(bundle_a: str | Path | SemanticModel, bundle_b: str | Path | Se
     facts_a = _SideFacts(a, {i: m.key for m in matches for i in m.ids_a})
     facts_b = _SideFacts(b, {i: m.key for m in matches for i in m.ids_b})
     timed = facts_a.invocations > 0 and facts_b.invocations > 0
+    same_backend = a.backend == b.backend
     rows = []
     for m in matches:
         side_a, side_b = facts_a.side(m.ids_a, m.key), facts_b.side(m.ids_b, m.key)
-        changes, lineage = _changes(m.match, side_a, side_b)
+        changes, lineage = _changes(m.match, side_a, side_b, same_backend)
         delta = _time_of(side_b) - _time_of(side_a) if timed else None
-        rows.append(OpDiff(m.key, m.match, side_a, side_b, changes, delta, lineage))
-    rows.sort(key=lambda row: (-abs(row.time_delta_ns or 0.0), row.key))
+        rows.append(OpDiff(m.key, m.match, side_a, side_b, changes, delta, lineage, _folded(side_a, side_b)))
+    rows.sort(key=_rank)
     return DiffResult(BundleInfo(a.source, a.backend, facts_a.invocations),
-                      BundleInfo(b.source, b.backend, facts_b.invocations), tuple(rows))
+                      BundleInfo(b.source, b.backend, facts_b.invocations), tuple(rows),
+                      codegen_changes(a.manifest, b.manifest), _notes(a, b))
+
+
+def _notes(a: SemanticModel, b: SemanticModel) -> tuple[str, ...]:
+    """A compile manifest from before shared materialisation was separated lists merged
+    empties and fills as fused: fusion compared with a newer one differs for that alone."""
+    separated = {side: "shared_materialisation" in model.manifest.get("partitions", {})
+                 for side, model in (("A", a), ("B", b)) if model.manifest.get("partitions", {}).get("dispatch_sites")}
+    if len(separated) == 2 and len(set(separated.values())) == 2:
+        old = next(side for side, done in separated.items() if not done)
+        return (f"note: {old}'s manifest predates shared materialisation (dfit_mlir/materialisation.py): its fused "
+                f"lists include merged empties, fills and constants; recompile it to compare fusion like for like",)
+    return ()
+
+
+def codegen_changes(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[CodegenChange, ...]:
+    """What the two manifests' ``compile`` sections say differs in generated code (only
+    what both sides record: a reconstruction has no IREE flags or executables)."""
+    compile_a, compile_b = a.get("compile") or {}, b.get("compile") or {}
+    found: list[CodegenChange] = []
+    flags_a, flags_b = compile_a.get("flags"), compile_b.get("flags")
+    if flags_a is not None and flags_b is not None and sorted(flags_a) != sorted(flags_b):
+        only_a = [f for f in flags_a if f not in flags_b]
+        only_b = [f for f in flags_b if f not in flags_a]
+        found.append(CodegenChange("flags", only_a, only_b, "; ".join(
+            part for part in (f"only in A: {' '.join(only_a)}" if only_a else "",
+                              f"only in B: {' '.join(only_b)}" if only_b else "") if part) or "reordered"))
+    gen_a, gen_b = compile_a.get("codegen"), compile_b.get("codegen")
+    if gen_a is not None and gen_b is not None:
+        target_a, target_b = gen_a.get("target") or {}, gen_b.get("target") or {}
+        for key in sorted(set(target_a) | set(target_b)):
+            if target_a.get(key) != target_b.get(key):
+                found.append(CodegenChange(f"target.{key}", target_a.get(key), target_b.get(key),
+                                           f"{target_a.get(key, '(default)')} → {target_b.get(key, '(default)')}"))
+        exes_a, exes_b = gen_a.get("executables") or [], gen_b.get("executables") or []
+        if [e["sha256"] for e in exes_a] != [e["sha256"] for e in exes_b]:
+            bytes_a, bytes_b = sum(e["bytes"] for e in exes_a), sum(e["bytes"] for e in exes_b)
+            pairs = list(zip(exes_a, exes_b, strict=False))
+            differing = sum(1 for x, y in pairs if x["sha256"] != y["sha256"])
+            in_code = sum(1 for x, y in pairs if x.get("text_sha256") != y.get("text_sha256"))
+            note = (f"{len(exes_a)} → {len(exes_b)}, {bytes_a:,} → {bytes_b:,} bytes ({bytes_b - bytes_a:+,}); "
+                    f"{differing} of {len(pairs)} differ" + (f", {in_code} in code (.text)" if in_code else ""))
+            found.append(CodegenChange("executables", [e["bytes"] for e in exes_a], [e["bytes"] for e in exes_b], note))
+    size_a, size_b = compile_a.get("vmfb_bytes"), compile_b.get("vmfb_bytes")
+    sha_a, sha_b = compile_a.get("vmfb_sha256"), compile_b.get("vmfb_sha256")
+    if size_a is not None and size_b is not None and (size_a != size_b or (sha_a and sha_b and sha_a != sha_b)):
+        found.append(CodegenChange("vmfb", size_a, size_b, f"{size_a:,} → {size_b:,} bytes ({size_b - size_a:+,})"
+                                   + ("" if size_a != size_b else ", same size, other content")))
+    return tuple(found)
 
 
 # --- output -----------------------------------------------------------------------------------
@@ -343,7 +525,7 @@ def _flat(row: OpDiff) -> dict[str, Any]:
         return None if value is None else round(value, 1) if isinstance(value, float) else value
 
     return {
-        "key": row.key, "match": row.match, "changes": ";".join(row.changes),
+        "key": row.key, "match": row.match, "changes": ";".join(row.changes), "folded": int(row.folded),
         "time_delta_ns": number(row.time_delta_ns), "time_a_ns": number(row.a.time_ns if row.a else None),
         "time_b_ns": number(row.b.time_ns if row.b else None),
         **{f"{field}_{name}": joined(side, plural)
@@ -366,8 +548,9 @@ def to_csv(result: DiffResult) -> str:
 
 def to_json(result: DiffResult) -> str:
     document = {"schema": SCHEMA, "version": VERSION, "a": asdict(result.a), "b": asdict(result.b),
-                "counts": result.counts(),
-                "rows": [{"key": row.key, "match": row.match, "changes": list(row.changes),
+                "counts": result.counts(), "codegen": [asdict(change) for change in result.codegen],
+                "notes": list(result.notes),
+                "rows": [{"key": row.key, "match": row.match, "changes": list(row.changes), "folded": row.folded,
                           "time_delta_ns": row.time_delta_ns, "lineage_changes": list(row.lineage_changes),
                           "a": asdict(row.a) if row.a else None, "b": asdict(row.b) if row.b else None}
                          for row in result.rows]}
@@ -375,43 +558,87 @@ def to_json(result: DiffResult) -> str:
 
 
 def write(result: DiffResult, out_dir: str | Path) -> list[Path]:
-    """``diff.csv`` and ``diff.json`` in ``out_dir`` (atomic writes)."""
+    """``diff.csv`` and ``diff.json`` in ``out_dir``, written as one dfit ``diff``
+    directory (atomically; an existing folder is replaced only if it is a previous diff)."""
     out_dir = Path(out_dir)
-    written = []
-    for name, text in (("diff.csv", to_csv(result)), ("diff.json", to_json(result))):
-        atomic.write_text(out_dir / name, text)
-        written.append(out_dir / name)
-    return written
+    names = (("diff.csv", to_csv(result)), ("diff.json", to_json(result)))
+    with atomic.atomic_directory(out_dir, kind="diff") as tmp:
+        for name, text in names:
+            (tmp / name).write_text(text, encoding="utf-8")
+    return [out_dir / name for name, _ in names]
 
 
-def render(result: DiffResult, limit: int | None = 40) -> str:
-    """The changed or re-timed rows as a table (the first ``limit``; ``None``: all)."""
+def render(result: DiffResult, limit: int | None = 40, written: Path | None = None) -> str:
+    """The header (counts, codegen differences, folded rows), then the changed or
+    re-timed rows, most changed first (the first ``limit``; ``None``: all), each with
+    where it runs on either side. ``written``: the ``diff.csv`` written, if one was (the
+    footer points there and nowhere else)."""
     counts = result.counts()
+    matched = counts["id"] + counts["hash"] + counts["name"]
     lines = [f"A: {result.a.source} ({result.a.backend}, {result.a.invocations} invocations)",
              f"B: {result.b.source} ({result.b.backend}, {result.b.invocations} invocations)",
-             "matched: " + ", ".join(f"{counts[m]} by {m}" for m in ("id", "hash", "name"))
-             + f"; only in A: {counts['only-a']}, only in B: {counts['only-b']}; changed: {counts['changed']}"]
-    shown = [row for row in result.rows if row.changes or row.time_delta_ns]
+             f"rows: {len(result.rows)}; matched {matched} ({counts['id']} by id, {counts['hash']} by hash, "
+             f"{counts['name']} by name); only in A: {counts['only-a']}, only in B: {counts['only-b']}; "
+             f"changed: {counts['changed']}"
+             + (f" ({counts['folded_changed']} of them constants or structure, folded)" if counts["folded_changed"] else "")]
+    labels = [f"{label} {counts[f'label:{label}']}" for label in LABELS if counts[f"label:{label}"]]
+    if labels:
+        lines.append("changes: " + ", ".join(labels))
+    lines += list(result.notes)
+    for change in result.codegen:
+        lines.append(f"codegen {change.aspect}: {change.note}")
+    folded = [row for row in result.rows if row.folded and (row.changes or row.time_delta_ns)]
+    if folded:
+        lines.append(_folded_line(folded))
+    shown = [row for row in result.rows if (row.changes or row.time_delta_ns) and not row.folded]
+    unchanged = len(result.rows) - len(shown) - len(folded)
     if not shown:
-        return "\n".join([*lines, "no differences"])
-    header = f"{'key':<44} {'match':<6} {'Δtime ns':>10} {'A ns':>10} {'B ns':>10}  {'partitions A → B':<44} changes"
-    lines += ["", header]
+        lines.append("no differences" if not result.codegen and not folded
+                     else "no differences in computing ops" if not result.codegen
+                     else "no differences per op: the same dispatch structure, other code")
+        return "\n".join(lines)
+    lines += ["", f"{'key':<48} {'match':<6} {'Δtime ns':>10} {'A ns':>10} {'B ns':>10}  changes"]
     for row in shown[:limit]:
-        parts = f"{_short(row.a.partitions if row.a else ())} → {_short(row.b.partitions if row.b else ())}"
-        lines.append(f"{_clip(row.key, 44):<44} {row.match:<6} {_ns(row.time_delta_ns, signed=True):>10} "
+        lines.append(f"{_clip(row.key, 48):<48} {row.match:<6} {_ns(row.time_delta_ns, signed=True):>10} "
                      f"{_ns(row.a.time_ns if row.a else None):>10} {_ns(row.b.time_ns if row.b else None):>10}  "
-                     f"{_clip(parts, 44):<44} {','.join(row.changes)}")
+                     f"{','.join(row.changes)}")
+        lines.append(f"    {_where(row.a)} → {_where(row.b)}")
     if limit is not None and len(shown) > limit:
-        lines.append(f"... {len(shown) - limit} more rows in diff.csv")
-    unchanged = len(result.rows) - len(shown)
+        rest = len(shown) - limit
+        lines.append(f"... {rest} more rows in {written}" if written is not None
+                     else f"... {rest} more rows (all of them: --limit 0; -o DIR writes diff.csv)")
     if unchanged:
         lines.append(f"({unchanged} unchanged rows not shown)")
     return "\n".join(lines)
 
 
-def _short(partitions: tuple[str, ...]) -> str:
-    """``site3, site4`` for dispatches (the export names are in diff.csv)."""
-    return ", ".join(p.split(":", 1)[0] if p.startswith("site") else p for p in partitions) or "-"
+def _folded_line(rows: list[OpDiff]) -> str:
+    kinds: defaultdict[str, int] = defaultdict(int)
+    for row in rows:
+        for side in (row.a, row.b):
+            for op in side.ops if side else ():
+                kinds[op] += 1
+    ranked = sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))
+    top = ", ".join(f"{kind} {count}" for kind, count in ranked[:4]) + (", …" if len(ranked) > 4 else "")
+    only_a = sum(1 for row in rows if row.match == "only-a")
+    only_b = sum(1 for row in rows if row.match == "only-b")
+    return (f"folded: {len(rows)} rows of constants and structure ({top}): only in A {only_a}, "
+            f"only in B {only_b}, on both sides {len(rows) - only_a - only_b}")
+
+
+def _where(side: Side | None) -> str:
+    """``site48 main_dispatch_48_conv_… (+1)``: the first partition, with its export name."""
+    if side is None:
+        return "-"
+    if not side.partitions:
+        return "no partition"
+    first = side.partitions[0]
+    if first.startswith("site") and ":" in first:
+        site, export = first.split(":", 1)
+        text = f"{site} {_clip(export, 56)}"
+    else:
+        text = first.rsplit("/", 1)[-1]
+    return text + (f" (+{len(side.partitions) - 1})" if len(side.partitions) > 1 else "")
 
 
 def _clip(text: str, width: int) -> str:

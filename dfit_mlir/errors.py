@@ -62,3 +62,25 @@ class ModuleFaultError(DfitError):
 class UnresolvedRecordError(DfitError):
     """A runtime record (dispatch, probe call, traced tensor) that the manifest does not
     explain; the message shows the record and the candidates. Never dropped silently."""
+
+
+class OutputRefusedError(DfitError):
+    """An output path dfit will not write: it is, contains or lies inside one of the
+    command's inputs, or it exists and dfit did not write it (``--force`` overrides the
+    latter only)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like SIGINT's KeyboardInterrupt so that every
+    ``finally`` (temporary files and directories) runs before dfit exits 130."""
+
+
+#: The exit-status table as (status, meaning) rows: ``dfit --help`` and the README show it.
+EXIT_TABLE = (
+    (EXIT_OK, "success"),
+    (EXIT_INVALID_INPUT, "bad input or usage: a file, flag or option dfit refuses (the message names it)"),
+    (EXIT_TOOLCHAIN_FAILED, "the toolchain or the model failed: IREE rejected the input, the module faulted, "
+                            "a vendor tool or a child process died (its diagnostics follow the dfit: line)"),
+    (EXIT_INTERNAL_ERROR, "internal error: a bug in dfit (the traceback is written to a file whose path is printed)"),
+    (EXIT_INTERRUPTED, "interrupted (SIGINT / SIGTERM); nothing partial is left behind"),
+)

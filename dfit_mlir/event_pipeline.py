@@ -9,7 +9,7 @@ from the manifest. Memory is bounded by the batch size, whatever the run's lengt
 
 from __future__ import annotations
 
-import fnmatch
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
@@ -17,11 +17,14 @@ from typing import Any, Iterable, Protocol, Sequence
 import numpy as np
 
 from dfit_mlir import event_schema as es
+from dfit_mlir import filters
 
 
 @dataclass(frozen=True)
 class Policy:
-    """What to keep. ``ids``: glob patterns over root and fused IDs (empty: all);
+    """What to keep. ``ids``: globs over the names of root and fused ops — IDs, op names
+    as the frontend shows them, module paths, ignoring case (``dfit_mlir/filters.py``;
+    empty: all);
     ``sample_every``: keep one dispatch event in k, deterministically by event index;
     ``max_events``: a budget, events past it are dropped and counted."""
 
@@ -37,8 +40,21 @@ class Policy:
         if self.batch_size < 1:
             raise ValueError("batch_size must be >= 1")
 
-    def selects(self, ids: Sequence[str]) -> bool:
-        return not self.ids or any(fnmatch.fnmatchcase(i, pattern) for i in ids for pattern in self.ids)
+    def selects(self, ids: Sequence[str], names: Mapping[str, Iterable[str]] | None = None) -> bool:
+        """Whether any of ``ids`` matches; ``names``: each ID's names (else the ID and its
+        op name)."""
+        if not self.ids:
+            return True
+        selection = filters.NameFilter(self.ids, "--ids")
+        return any(selection.matches((names or {}).get(i) or filters.id_names(i)) for i in ids)
+
+    def check(self, manifest: dict[str, Any], where: str = "the manifest") -> dict[str, tuple[str, ...]]:
+        """Each operator's names; :class:`~dfit_mlir.filters.FilterMatchesNothing` if an
+        ``ids`` glob matches no operator of ``manifest``."""
+        names = filters.names_by_id(manifest.get("operators") or ())
+        if self.ids:
+            filters.NameFilter(self.ids, "--ids").select(names, where)
+        return names
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +149,8 @@ class _SiteTable:
     selected: np.ndarray
 
 
-def _site_table(manifest: dict[str, Any], policy: Policy) -> _SiteTable:
+def _site_table(manifest: dict[str, Any], policy: Policy,
+                names: Mapping[str, Iterable[str]] | None = None) -> _SiteTable:
     import pyarrow as pa
 
     operators = {op["id"]: op for op in manifest["operators"]}
@@ -148,7 +165,7 @@ def _site_table(manifest: dict[str, Any], policy: Policy) -> _SiteTable:
         partitions=pa.array([s["export"] for s in sites], pa.string()).dictionary_encode(),
         macs=pa.array([total(s, "macs") for s in sites], pa.int64()),
         flops=pa.array([total(s, "flops") for s in sites], pa.int64()),
-        selected=np.array([policy.selects(s["fused_ids"] or s["ids"]) for s in sites], dtype=bool),
+        selected=np.array([policy.selects(s["fused_ids"] or s["ids"], names) for s in sites], dtype=bool),
     )
 
 
@@ -165,7 +182,8 @@ class EventPipeline:
     counts: Counts = field(default_factory=Counts)
 
     def __post_init__(self) -> None:
-        self._sites = _site_table(self.manifest, self.policy)
+        self._names = self.policy.check(self.manifest) if self.policy.ids else {}
+        self._sites = _site_table(self.manifest, self.policy, self._names)
         self._pending: list[dict[str, np.ndarray]] = []
         self._pending_rows = 0
 
@@ -223,7 +241,7 @@ class EventPipeline:
         if kind not in es.EVENT_KINDS:
             raise ValueError(f"unknown event kind {kind!r}")
         self.counts.seen += len(rows)
-        kept = [row for row in rows if row.root_id is None or self.policy.selects((row.root_id,))]
+        kept = [row for row in rows if row.root_id is None or self.policy.selects((row.root_id,), self._names)]
         self.counts.filtered += len(rows) - len(kept)
         if self.policy.max_events is not None:
             room = max(0, self.policy.max_events - self.counts.kept - self._pending_rows)

@@ -61,7 +61,7 @@ import hashlib
 import heapq
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Generic, Hashable, Iterable, Protocol, Sequence, TypeVar
+from typing import Any, Generic, Hashable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
 ID_SCHEME_VERSION = 1
 ID_ATTR = "dfit.id"
@@ -168,7 +168,31 @@ class _Hasher(Generic[OpT]):
         self.aliases: dict[Hashable, Hashable] = {}
 
     def node(self, op: OpT) -> _Node[OpT] | None:
-        """The op's node, or None for a transparent op (:data:`TRANSPARENT_PREFIX`)."""
+        """The op's node, or None for a transparent op (:data:`TRANSPARENT_PREFIX`).
+
+        Iterative (an explicit stack of open ops): the nesting depth of the IR is the
+        input's, and must not be bounded by Python's recursion limit. Tokens are set in
+        the order a recursive post-order walk would set them, so hashes do not depend
+        on how the walk is written."""
+        root = self._open(op)
+        if root is None:
+            return None
+        stack = [root]
+        while True:
+            frame = stack[-1]
+            child = frame.next_op(self)
+            if child is not None:
+                opened = self._open(child)
+                if opened is not None:
+                    stack.append(opened)
+                continue
+            stack.pop()
+            node = self._close(frame)
+            if not stack:
+                return node
+            stack[-1].children.append(node)
+
+    def _open(self, op: OpT) -> _OpenOp[OpT] | None:
         engine = self.engine
         name = engine.op_name(op)
         operand_keys = [self.aliases.get(key, key) for key in engine.operand_keys(op)]
@@ -177,23 +201,54 @@ class _Hasher(Generic[OpT]):
                 self.aliases[key] = operand
             return None
         operand_tokens = [self.tokens.get(key, "?") for key in operand_keys]
-        uses = set(operand_keys)
-        blocks: list[list[_Node[OpT]]] = []
-        region_parts: list[str] = []
-        for block_index, (arguments, ops) in enumerate(engine.blocks(op)):
-            for arg_index, (key, type_text) in enumerate(arguments):
-                self.tokens[key] = f"arg{block_index}.{arg_index}:{type_text}"
-            children = [node for node in map(self.node, ops) if node is not None]
-            for child in children:
-                uses |= child.uses
-            blocks.append(children)
-            # Sorted: each child hash already encodes its use-def cone, and printing order
-            # of independent ops must not matter.
-            region_parts.append("{" + ";".join(sorted(child.hash for child in children)) + "}")
-        op_hash = _digest(name, engine.signature(op), ",".join(operand_tokens), "".join(region_parts))
-        for number, key in enumerate(engine.result_keys(op)):
+        return _OpenOp(op, name, operand_tokens, set(operand_keys), iter(engine.blocks(op)))
+
+    def _close(self, frame: _OpenOp[OpT]) -> _Node[OpT]:
+        engine = self.engine
+        op_hash = _digest(frame.name, engine.signature(frame.op), ",".join(frame.operand_tokens),
+                          "".join(frame.region_parts))
+        for number, key in enumerate(engine.result_keys(frame.op)):
             self.tokens[key] = f"{op_hash}.{number}"
-        return _Node(op, name, engine.symbol_name(op), op_hash, uses, blocks)
+        return _Node(frame.op, frame.name, engine.symbol_name(frame.op), op_hash, frame.uses, frame.blocks)
+
+
+class _OpenOp(Generic[OpT]):
+    """An op whose nested ops are being hashed: where in its blocks the walk is."""
+
+    def __init__(self, op: OpT, name: str, operand_tokens: list[str], uses: set[Hashable],
+                 blocks: Iterator[tuple[Sequence[tuple[Hashable, str]], Sequence[OpT]]]):
+        self.op, self.name, self.operand_tokens, self.uses = op, name, operand_tokens, uses
+        self.block_iter = blocks
+        self.block_index = -1
+        self.ops: Sequence[OpT] | None = None
+        self.position = 0
+        self.children: list[_Node[OpT]] = []
+        self.blocks: list[list[_Node[OpT]]] = []
+        self.region_parts: list[str] = []
+
+    def next_op(self, hasher: _Hasher[OpT]) -> OpT | None:
+        """The next nested op to hash, entering and closing blocks on the way (``None``:
+        every block is done)."""
+        while True:
+            if self.ops is not None:
+                if self.position < len(self.ops):
+                    self.position += 1
+                    return self.ops[self.position - 1]
+                for child in self.children:
+                    self.uses |= child.uses
+                self.blocks.append(self.children)
+                # Sorted: each child hash already encodes its use-def cone, and printing
+                # order of independent ops must not matter.
+                self.region_parts.append("{" + ";".join(sorted(child.hash for child in self.children)) + "}")
+                self.ops = None
+            entered = next(self.block_iter, None)
+            if entered is None:
+                return None
+            self.block_index += 1
+            arguments, ops = entered
+            for arg_index, (key, type_text) in enumerate(arguments):
+                hasher.tokens[key] = f"arg{self.block_index}.{arg_index}:{type_text}"
+            self.ops, self.position, self.children = list(ops), 0, []
 
 
 def canonical_order(nodes: Sequence[_Node[OpT]], produced: dict[Hashable, int]) -> list[int]:
@@ -229,7 +284,10 @@ def assign_ids(engine: IREngine[OpT], module: OpT) -> list[TaggedOp[OpT]]:
     assert root is not None, "the root must not be a dfit op"
     tagged: list[TaggedOp[OpT]] = []
 
-    def visit(blocks: list[list[_Node[OpT]]], scope: str, symbol_scope: str | None) -> None:
+    def visit(blocks: list[list[_Node[OpT]]], scope: str, symbol_scope: str | None) -> Iterator[tuple[Any, ...]]:
+        """Tag the ops of ``blocks``; yields each op's own (blocks, scope, symbol scope)
+        for the driver below to visit before going on (a pre-order walk without Python
+        recursion: the nesting depth is the input's)."""
         counters: dict[str, int] = defaultdict(int)
         for nodes in blocks:
             produced = {}
@@ -241,12 +299,18 @@ def assign_ids(engine: IREngine[OpT], module: OpT) -> list[TaggedOp[OpT]]:
                 if node.symbol is not None:
                     op_id = node.symbol if symbol_scope is None else f"{symbol_scope}/{node.symbol}"
                     tagged.append(TaggedOp(node.op, op_id, node.hash))
-                    visit(node.blocks, op_id, op_id)
+                    yield node.blocks, op_id, op_id
                     continue
                 op_id = f"{scope}/{node.name}#{counters[node.name]}"
                 counters[node.name] += 1
                 tagged.append(TaggedOp(node.op, op_id, node.hash))
-                visit(node.blocks, op_id, symbol_scope)
+                yield node.blocks, op_id, symbol_scope
 
-    visit(root.blocks, MODULE_SCOPE, None)
+    walks = [visit(root.blocks, MODULE_SCOPE, None)]
+    while walks:
+        nested = next(walks[-1], None)
+        if nested is None:
+            walks.pop()
+        else:
+            walks.append(visit(*nested))
     return tagged

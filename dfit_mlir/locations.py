@@ -9,7 +9,7 @@ original location, e.g. ``loc("dfit:main/linalg.matmul#0"("model.py":15:9))``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Union
+from typing import Callable, Iterator, Union
 
 DFIT_NAME_PREFIX = "dfit:"
 
@@ -176,3 +176,24 @@ def render(loc: Loc) -> str:
 
 def _quote(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+# --- the source model's frames ---------------------------------------------------------
+
+#: Files that name a model artifact, not source code: converters give their ops
+#: ``loc("<tensor>"("model.tflite":0:0))``; such a frame has no line to read.
+ARTIFACT_SUFFIXES = (".tflite", ".onnx", ".pb", ".mlirbc")
+
+
+def is_source_line(frame: dict | FileLoc | None) -> bool:
+    """Whether a frame points at a line of source code (not line 0 of a model file)."""
+    if frame is None:
+        return False
+    file, line = (frame.get("file"), frame.get("line")) if isinstance(frame, dict) else (frame.file, frame.line)
+    return bool(file) and (line or 0) > 0 and not str(file).endswith(ARTIFACT_SUFFIXES)
+
+
+def model_frame(frames: list[dict] | tuple[dict, ...], is_model_code: Callable[[str], bool]) -> dict | None:
+    """The innermost frame of ``frames`` (innermost first) that is model code: a source
+    line whose file ``is_model_code`` accepts (see :class:`dfit_mlir.frontends.CodeRules`)."""
+    return next((frame for frame in frames if is_source_line(frame) and is_model_code(frame["file"])), None)

@@ -17,7 +17,7 @@ from dfit_mlir import atomic
 from dfit_mlir.errors import InvalidInputError
 
 SCHEMA_NAME = "dfit.manifest"
-MANIFEST_VERSION = "1.1"
+MANIFEST_VERSION = "1.2"
 SUPPORTED_MAJORS = frozenset({1})
 
 
@@ -47,26 +47,68 @@ def validate(manifest: dict[str, Any], source: str = "<manifest>") -> None:
 
 
 def load(path: str | Path) -> dict[str, Any]:
+    """Read and validate a manifest; every way it can be wrong is one
+    :class:`InvalidInputError` naming the file (and line:column for JSON errors)."""
     path = Path(path)
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        data = path.read_bytes()
     except FileNotFoundError:
         raise InvalidInputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        hint = " (a bundle directory: give it to analyze/diff, or its manifest.json)" \
+            if (path / "manifest.json").is_file() else ""
+        raise InvalidInputError(f"{path}: is a directory, not a manifest{hint}") from None
+    except OSError as error:
+        raise InvalidInputError(f"{path}: cannot read: {error.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InvalidInputError(f"{path}: not a dfit manifest (not UTF-8 text: byte {error.start} is "
+                                f"0x{data[error.start]:02x}){_kind_hint(path, data)}") from None
+    if not text.strip():
+        raise InvalidInputError(f"{path}: not a dfit manifest (the file is empty)")
+    try:
+        manifest = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as error:
         raise InvalidInputError(f"{path}:{error.lineno}:{error.colno}: invalid JSON: {error.msg}") from None
+    except RecursionError:
+        raise InvalidInputError(f"{path}: not a dfit manifest (JSON nested too deeply)") from None
+    except ValueError as error:  # a number of thousands of digits, NaN / Infinity
+        raise InvalidInputError(f"{path}: invalid manifest: {str(error).split(';')[0][:200]}") from None
     if not isinstance(manifest, dict):
-        raise InvalidInputError(f"{path}: a manifest is a JSON object")
-    validate(manifest, str(path))
+        raise InvalidInputError(f"{path}: not a dfit manifest (a manifest is a JSON object, "
+                                f"this is a JSON {type(manifest).__name__})")
+    try:
+        validate(manifest, str(path))
+    except RecursionError:
+        raise InvalidInputError(f"{path}: invalid manifest (values nested too deeply)") from None
     return manifest
 
 
-def save(manifest: dict[str, Any], path: str | Path, *, check: bool = False) -> None:
+def _refuse_constant(name: str) -> Any:
+    """``NaN``, ``Infinity``: Python's json reads them, JSON has no such numbers."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _kind_hint(path: Path, data: bytes) -> str:
+    """What a binary file given as a manifest probably is, and what to give instead."""
+    if data[4:8] == b"IREE" or path.suffix == ".vmfb":
+        return f"; it looks like a compiled module: its manifest is {default_path(path)}"
+    if data[:4] == b"PAR1":
+        return "; it is a Parquet file"
+    if data[4:8] == b"TFL3":
+        return "; it is a .tflite model"
+    return ""
+
+
+def save(manifest: dict[str, Any], path: str | Path, *, check: bool = False, kind: str | None = None) -> None:
     """Write atomically. ``check`` validates against the schema first; producers leave it
     off on the hot path (it costs ~0.5 s on a 250-op model) and the tests validate every
-    manifest they produce through :func:`load`."""
+    manifest they produce through :func:`load`. ``kind``: ``"manifest"`` for a manifest
+    at a path the user named (recorded as dfit's, see :mod:`dfit_mlir.outputs`)."""
     if check:
         validate(manifest, str(path))
-    atomic.write_text(path, json.dumps(manifest, indent=1) + "\n")
+    atomic.write_text(path, json.dumps(manifest, indent=1) + "\n", kind=kind)
 
 
 def default_path(vmfb: str | Path) -> Path:

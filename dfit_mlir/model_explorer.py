@@ -27,13 +27,17 @@ partition (an Edge TPU custom op) are left out: their numbers are their members'
 **Metrics.** ``macs``, ``flops``, ``bytes`` (static, from the manifest), ``time`` (mean
 attributed ns per invocation: each dispatch event split evenly over the ops doing work
 in its partition, as in :mod:`dfit_mlir.diff`), ``partition`` (the partition IDs an op
-lands in, as text, one colour per partition). Ops without a value are left out (no
+lands in, as text, one colour per partition), ``module`` (the op's module path from its
+frontend, ``encoder.layer.0.attention.self.query``; ``(root)`` for the model's root)
+and ``phase`` (forward, backward, optimizer, loss, initializer), as text, one colour
+per value. Ops without a value are left out (no
 MACs known, no time attributed).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -44,14 +48,16 @@ from dfit_mlir import atomic, diff
 from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.tools.model import Operator, SemanticModel
 
-METRICS = ("macs", "flops", "bytes", "time", "partition")
+METRICS = ("macs", "flops", "bytes", "time", "partition", "module", "phase")
+#: Metrics whose values are text (coloured per value, not on a gradient).
+TEXT_METRICS = frozenset({"partition", "module", "phase"})
 KEYS = ("name", "id")
 #: White (smallest) to red (largest): hot ops stand out.
 GRADIENT = ({"stop": 0, "bgColor": "#ffffff"}, {"stop": 1, "bgColor": "#e53935"})
 #: Light colours for text values (partitions), assigned in order of first appearance.
 PALETTE = ("#bbdefb", "#c8e6c9", "#ffe0b2", "#e1bee7", "#b2ebf2", "#f8bbd0", "#dcedc8", "#d7ccc8")
 TITLES = {"macs": "dfit macs", "flops": "dfit flops", "bytes": "dfit bytes", "time": "dfit time (ns per invocation)",
-          "partition": "dfit partition"}
+          "partition": "dfit partition", "module": "dfit module path", "phase": "dfit phase"}
 
 
 @dataclass(frozen=True)
@@ -91,12 +97,16 @@ def node_data(model: SemanticModel, metric: str, key: str = "name") -> dict[str,
         if value is not None and value != ():
             grouped[node_key(op, key)].append(value)
     document: dict[str, Any] = {"name": TITLES[metric]}
-    if metric == "partition":
+    if metric in TEXT_METRICS:
         labels = {k: "; ".join(dict.fromkeys(p for parts in values for p in parts)) for k, values in grouped.items()}
         colours = {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(dict.fromkeys(labels.values()))}
         document["results"] = {k: {"value": label, "bgColor": colours[label]} for k, label in labels.items()}
     else:
-        document["results"] = {k: {"value": _number(sum(values))} for k, values in grouped.items()}
+        # A non-finite total (a NaN or inf that slipped into a metric) is no node value:
+        # Model Explorer's JSON has no NaN, and a colour scale over inf shows nothing.
+        totals = {k: sum(values) for k, values in grouped.items()}
+        document["results"] = {k: {"value": _number(total)} for k, total in totals.items()
+                               if not isinstance(total, float) or math.isfinite(total)}
         document["gradient"] = [dict(item) for item in GRADIENT]
     return document
 
@@ -106,15 +116,25 @@ def export(bundle_or_model: str | Path | SemanticModel, out_path: str | Path,
     """Write one node data file per metric: ``out_path`` itself for one metric, else
     ``<stem>.<metric><suffix>`` beside it (atomic writes)."""
     model = bundle_or_model if isinstance(bundle_or_model, SemanticModel) else SemanticModel.open(bundle_or_model)
-    names = parse_metrics(metrics)
-    out_path = Path(out_path)
     written = []
-    for metric in names:
-        path = out_path if len(names) == 1 else out_path.with_name(f"{out_path.stem}.{metric}{out_path.suffix}")
+    for metric, path in output_paths(out_path, metrics).items():
         document = node_data(model, metric, key)
-        atomic.write_text(path, json.dumps(document, indent=1) + "\n")
+        atomic.write_text(path, json.dumps(document, indent=1, allow_nan=False) + "\n", kind=OUTPUT_KIND)
         written.append(Exported(metric, path, len(document["results"])))
     return written
+
+
+#: The output kind of a node data file (see dfit_mlir.outputs).
+OUTPUT_KIND = "node-data"
+
+
+def output_paths(out_path: str | Path, metrics: str | Iterable[str]) -> dict[str, Path]:
+    """metric → the file it is written to: ``out_path`` itself for one metric, else
+    ``<stem>.<metric><suffix>`` beside it."""
+    names = parse_metrics(metrics)
+    out_path = Path(out_path)
+    return {metric: out_path if len(names) == 1 else out_path.with_name(f"{out_path.stem}.{metric}{out_path.suffix}")
+            for metric in names}
 
 
 def _value_getter(model: SemanticModel, metric: str) -> Callable[[Operator], Any]:
@@ -123,6 +143,10 @@ def _value_getter(model: SemanticModel, metric: str) -> Callable[[Operator], Any
     if metric == "time":
         times, _ = diff.attributed_time(model)
         return lambda op: times.get(op.id)  # ops outside every timed partition: no value
+    if metric == "module":
+        return lambda op: () if (path := model.module_path(op.id)) is None else (path or "(root)",)
+    if metric == "phase":
+        return lambda op: (op.phase,) if op.phase else ()
     partitions = diff.partitions_by_op(model)
     return lambda op: tuple(p.id for p in partitions.get(op.id, ()))
 

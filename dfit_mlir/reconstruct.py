@@ -23,11 +23,22 @@ from dfit_mlir import event_schema as es
 from dfit_mlir import manifest as manifest_io
 from dfit_mlir import toolchain
 from dfit_mlir.adapters.base import Adapter
-from dfit_mlir.adapters.recovery import Measurement, RecoveredOperator, Recovery, ValueInfo
+from dfit_mlir.adapters.recovery import (
+    Coverage,
+    CoverageNote,
+    LineAccount,
+    Measurement,
+    RecoveredOperator,
+    Recovery,
+    SourceArtifact,
+    ValueInfo,
+)
 from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.event_pipeline import EventPipeline, EventRow, Policy
 
 STAGE = "reconstructed"
+#: Partition kinds that group other partitions rather than run ops themselves.
+PARTITION_GROUP_KINDS = frozenset({"section"})
 
 
 def reconstruct_bundle(paths: Sequence[Path], bundle: Path, backend: str | Adapter = "auto") -> dict[str, Any]:
@@ -46,16 +57,25 @@ def reconstruct_bundle(paths: Sequence[Path], bundle: Path, backend: str | Adapt
     recovery = adapter.collect(paths)
     if not recovery.operators and not recovery.measurements and not recovery.partitions:
         raise InvalidInputError(f"the {adapter.name} readers recovered nothing from {', '.join(map(str, paths))}")
+    recovery = _with_line_notes(recovery)
     manifest = to_manifest(recovery, adapter.capabilities(), paths)
     rows = measurement_rows(recovery.measurements)
     coverage = coverage_report(recovery)
+    lines = coverage["lines"]
     summary = {
         "mode": "reconstructed",
         "backend": recovery.backend,
         "detected": backend == "auto",
-        "sources": [asdict(source) for source in recovery.sources],
+        "sources": [_source(source) for source in recovery.sources],
+        "lines": {"total": sum(a["total"] for a in lines.values()),
+                  "consumed": sum(a["consumed"] for a in lines.values()),
+                  "unparsed": sum(a["unparsed"] for a in lines.values()),
+                  "files_with_unparsed": sum(1 for a in lines.values() if a["unparsed"])},
+        # Section groups (SambaFlow's Plasma units) group partitions: not partitions.
         "recovered": {"operators": len(recovery.operators), "tensors": len(recovery.tensors),
-                      "partitions": len(recovery.partitions), "measurements": len(recovery.measurements)},
+                      "partitions": sum(1 for p in recovery.partitions if p.kind not in PARTITION_GROUP_KINDS),
+                      "partition_groups": sum(1 for p in recovery.partitions if p.kind in PARTITION_GROUP_KINDS),
+                      "measurements": len(recovery.measurements)},
         "coverage": coverage["aspects"],
     }
     session = uuid.uuid4().hex[:12]
@@ -85,7 +105,7 @@ def to_manifest(recovery: Recovery, capabilities: dict[str, Any], paths: Sequenc
         "id_scheme": 1,
         "producer": {"tool": "dfit reconstruct", "toolchain": toolchain.versions(),
                      "python": sys.version.split()[0]},
-        "input": {"path": str(first), "sources": [asdict(source) for source in recovery.sources]},
+        "input": {"path": str(first), "sources": [_source(source) for source in recovery.sources]},
         "compile": {"mode": "reconstructed"},
         "operators": operators,
         "tensors": [{
@@ -189,8 +209,44 @@ def coverage_report(recovery: Recovery) -> dict[str, Any]:
         "aspects": {name: entry["status"] for name, entry in sorted(aspects.items())},
         "notes": aspects,
         "ignored_files": list(recovery.attributes.get("ignored_files", [])),
-        "sources": [asdict(source) for source in recovery.sources],
+        "sources": [_source(source) for source in recovery.sources],
+        "lines": {path: account.as_json() for path, account in line_accounts(recovery.sources).items()},
     }
+
+
+def _source(source: SourceArtifact) -> dict[str, Any]:
+    """A source as the bundle lists it (its line account goes to ``coverage.json``)."""
+    return {key: value for key, value in asdict(source).items() if key != "lines"}
+
+
+def line_accounts(sources: Sequence[SourceArtifact]) -> dict[str, LineAccount]:
+    """Per text file, what became of its lines; a file read by several readers (a
+    SambaFlow job log holding a compile and a run) counts a line consumed when any of
+    them consumed it."""
+    by_path: dict[str, list[LineAccount]] = {}
+    for source in sources:
+        if source.lines is not None:
+            by_path.setdefault(source.path, []).append(source.lines)
+    return {path: LineAccount.merged(accounts) for path, accounts in by_path.items()}
+
+
+def _with_line_notes(recovery: Recovery) -> Recovery:
+    """One ``lines`` coverage note per text file with unparsed lines, naming the first
+    lines a rule recognised but could not read."""
+    notes = []
+    for path, account in line_accounts(recovery.sources).items():
+        if not account.unparsed:
+            continue
+        detail = f"{path}: {account.unparsed} of {account.total} lines not parsed"
+        if account.problems:
+            detail += "; unreadable records: " + "; ".join(
+                f"{path}:{number}: {why}" for number, why in account.problems[:3])
+        notes.append(CoverageNote("lines", Coverage.PARTIAL, detail))
+    if not notes:
+        return recovery
+    from dataclasses import replace
+
+    return replace(recovery, coverage=recovery.coverage + tuple(notes))
 
 
 def _jsonable(value: Any) -> Any:

@@ -29,6 +29,12 @@ def attribution_summary(manifest: dict[str, Any]) -> str:
     lines.append(
         f"dispatches: {attributed_sites}/{len(sites)} call sites and {attributed_exports}/{len(exports)} exports attributed to source IDs"
     )
+    shared = partitions.get("shared_materialisation") or []
+    if shared:
+        named = sum(1 for site in sites if site.get("shared_ids"))
+        top = ", ".join(f"{row['id']} ({len(row['sites'])})" for row in shared[:3])
+        lines.append(f"shared materialisation (merged empties/fills/constants, not fused): {len(shared)} IDs in "
+                     f"{named} call sites, e.g. {top}")
     return "\n".join(lines)
 
 
@@ -40,9 +46,12 @@ def _is_top_level_compute(op_id: str) -> bool:
 
 
 def dispatch_summary(manifest: dict[str, Any]) -> str:
-    """Each call site: export, root ID, and the other top-level compute ops fused in."""
+    """Each call site: export, root ID, the other top-level compute ops fused in, and the
+    shared materialisation it names (listed apart: not fusion)."""
     lines = ["dispatch call sites in program order:"]
     for site in manifest["partitions"]["dispatch_sites"]:
         fused = [i for i in site["fused_ids"] if i != site["root_id"] and _is_top_level_compute(i)]
-        lines.append(f"  #{site['index']:<3} {site['export']:<52} root {site['root_id']}; fused: {', '.join(fused) or '-'}")
+        shared = site.get("shared_ids") or []
+        lines.append(f"  #{site['index']:<3} {site['export']:<52} root {site['root_id']}; fused: {', '.join(fused) or '-'}"
+                     + (f"; shared: {', '.join(shared)}" if shared else ""))
     return "\n".join(lines)

@@ -12,7 +12,8 @@ and tensor statistics in their args.
 
 Both writers stream: they read ``events.parquet`` batch by batch and write as they go,
 so memory stays bounded however long the run (only the track table and a bounded cache
-of serialized slice packets are kept).
+of serialized slice descriptions are kept). The Perfetto writer encodes the protobuf
+wire format column-wise (:class:`PerfettoWriter`), not one message object per event.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any, Iterator
+
+import numpy as np
 
 from dfit_mlir import event_schema as es
 from dfit_mlir.ids import op_name_of
@@ -153,48 +156,172 @@ class _Interner:
 
 def write_perfetto(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
     """Write ``trace.pftrace`` from ``events.parquet``; returns the number of slices and
-    instants written (events without a start time are left out and not counted).
+    instants written (events without a start time are left out and not counted)."""
+    import pyarrow.parquet as pq
 
-    Runs repeat the same slices (one per call site per invocation), so a slice's packet
-    is built once (strings interned) and kept serialized; each event then costs a merge of
-    those bytes, its track and its timestamp. Packets go out in batches: a pftrace file is
-    a sequence of ``Trace`` messages, and concatenated ``Trace``s read as one."""
-    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TracePacket, TrackEvent
+    events = pq.ParquetFile(parquet)
+    fields = [name for name in (*_PER_EVENT, *_DESCRIBING) if name in events.schema_arrow.names]
+    with path.open("wb") as stream:
+        return PerfettoWriter(manifest, stream).write_batches(
+            events.iter_batches(batch_size=_BATCH_ROWS, columns=fields))
 
-    namer = _SliceNamer(manifest)
-    interner = _Interner()
-    written = 0
-    uuids: dict[tuple[str, str] | str, int] = {}
-    begin_bytes: dict[tuple[Any, ...], bytes] = {}
-    end_bytes = _packet(TracePacket(), TrackEvent.TYPE_SLICE_END).SerializeToString()
-    batch = Trace()
-    start = batch.packet.add()
-    start.trusted_packet_sequence_id = _SEQUENCE_ID
-    start.sequence_flags = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-    start.first_packet_on_sequence = True
 
-    def descriptor(name: str, parent: int | None) -> int:
-        uuid = len(uuids) + 1
-        packet = batch.packet.add()
-        packet.track_descriptor.uuid = uuid
-        packet.track_descriptor.name = name
-        if parent is not None:
-            packet.track_descriptor.parent_uuid = parent
+#: Events encoded at a time: bounds the writer's memory (~100 bytes of output per event).
+_BATCH_ROWS = 65_536
+#: TracePacket / TrackEvent field tags (wire type in the low 3 bits), as Perfetto's protos number them.
+_TRACE_PACKET = 0x0A  # Trace.packet = 1, length-delimited
+_TIMESTAMP = 0x40  # TracePacket.timestamp = 8, varint
+_INTERNED_DATA = 0x62  # TracePacket.interned_data = 12, length-delimited
+_TRACK_EVENT = 0x5A  # TracePacket.track_event = 11, length-delimited
+_TRACK_UUID = 0x58  # TrackEvent.track_uuid = 11, varint
+_FLOW_IDS = b"\xf9\x02"  # TrackEvent.flow_ids = 47, fixed64
+_SLICE_END = b"\x48\x02"  # TrackEvent.type = 9: TYPE_SLICE_END
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _varint_lengths(values: np.ndarray) -> np.ndarray:
+    """Bytes each (non-negative) value takes as a protobuf varint."""
+    lengths = np.ones(len(values), dtype=np.int64)
+    rest = values.astype(np.uint64) >> np.uint64(7)
+    while rest.any():
+        lengths += rest > 0
+        rest >>= np.uint64(7)
+    return lengths
+
+
+def _put_varints(out: np.ndarray, positions: np.ndarray, values: np.ndarray, lengths: np.ndarray) -> None:
+    """Write ``values`` as varints at ``positions`` of ``out`` (all at once, byte k of every value per step)."""
+    rest = values.astype(np.uint64)
+    for k in range(int(lengths.max(initial=0))):
+        has = lengths > k
+        byte = (rest & np.uint64(0x7F)).astype(np.uint8) | np.where(lengths > k + 1, 0x80, 0).astype(np.uint8)
+        out[positions[has] + k] = byte[has]
+        rest = rest >> np.uint64(7)
+
+
+def _put_bytes(out: np.ndarray, positions: np.ndarray, data: bytes) -> None:
+    """The same ``data`` at every one of ``positions``."""
+    if not len(positions) or not data:
+        return
+    pattern = np.frombuffer(data, dtype=np.uint8)
+    out[positions[:, None] + np.arange(len(pattern))] = pattern
+
+
+def _codes(column: Any) -> tuple[np.ndarray, list[Any]]:
+    """(code per row, value per code) of an Arrow column; null is a value like any other."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    encoded = column if pa.types.is_dictionary(column.type) else pc.dictionary_encode(column)
+    values = encoded.dictionary.to_pylist() + [None]
+    indices = encoded.indices.fill_null(len(values) - 1)
+    return np.asarray(indices, dtype=np.int64), values
+
+
+def _row_keys(codes: list[tuple[np.ndarray, list[Any]]], count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Group rows by their codes: (first row of each group, group of each row, group order)."""
+    key = np.zeros(count, dtype=np.int64)
+    radix = 1
+    for _, values in codes:
+        radix *= len(values)
+    if radix < 2**62:
+        for column, values in codes:
+            key = key * len(values) + column
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    else:  # too many distinct combinations for one integer: compare rows
+        stacked = np.ascontiguousarray(np.stack([column for column, _ in codes], axis=1))
+        _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
+    return first, inverse.reshape(-1), np.argsort(first, kind="stable")
+
+
+class PerfettoWriter:
+    """Events → ``.pftrace`` bytes, encoded a batch of events at a time.
+
+    The wire format is plain protobuf, so packets are written column-wise: what a slice
+    looks like (its name, category and arguments, interned) is built once per distinct
+    description with Perfetto's own message classes, and each event adds only varints
+    (timestamp, track) and the lengths around them, computed for the whole batch with
+    numpy. The packets are the ones one ``TracePacket`` object per event would give.
+
+    Optional columns: ``track_group`` (a string: the host/rank a track belongs under, as
+    a parent track) and ``flow_id`` (an integer: events sharing one are linked by a
+    Perfetto flow, in time order).
+    """
+
+    def __init__(self, manifest: dict[str, Any], stream: Any):
+        from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
+
+        self.stream = stream
+        self.namer = _SliceNamer(manifest)
+        self.interner = _Interner()
+        #: Track uuid by the events' track fields, and by (group, stage, track name).
+        self.uuids: dict[tuple[Any, ...], int] = {}
+        self.tracks: dict[tuple[Any, ...], int] = {}
+        self.descriptions: dict[tuple[Any, ...], bytes] = {}
+        self._track_event = TrackEvent
+        self._trace_packet = TracePacket
+        header = TracePacket()
+        header.timestamp_clock_id = CLOCK_MONOTONIC
+        header.trusted_packet_sequence_id = _SEQUENCE_ID
+        header.sequence_flags = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+        #: The fields every event packet shares (clock, sequence, flags), serialized.
+        self.common = header.SerializeToString()
+        start = TracePacket()
+        start.trusted_packet_sequence_id = _SEQUENCE_ID
+        start.sequence_flags = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+        start.first_packet_on_sequence = True
+        self._emit_packet(start)
+        self.written = 0
+
+    def _emit_packet(self, packet: Any) -> None:
+        body = packet.SerializeToString()
+        self.stream.write(bytes([_TRACE_PACKET]) + _varint(len(body)) + body)
+
+    def _track_uuid(self, group: str | None, stage: str, track: str, out: list[bytes]) -> int:
+        """The track's uuid; descriptors of tracks new so far (and their parents) go to ``out``."""
+        parent = None
+        if group is not None:
+            parent = self._track((group,), group, None, out)
+        stage_uuid = self._track((group, stage), f"stage: {stage}", parent, out)
+        return self._track((group, stage, track), track, stage_uuid, out)
+
+    def _track(self, key: tuple[Any, ...], name: str, parent: int | None, out: list[bytes]) -> int:
+        uuid = self.tracks.get(key)
+        if uuid is None:
+            uuid = self.tracks[key] = len(self.tracks) + 1
+            encoded = name.encode()
+            # TrackDescriptor: uuid = 1, name = 2, parent_uuid = 5; TracePacket.track_descriptor = 60.
+            descriptor = b"\x08" + _varint(uuid) + b"\x12" + _varint(len(encoded)) + encoded + \
+                (b"\x28" + _varint(parent) if parent is not None else b"")
+            packet = b"\xe2\x03" + _varint(len(descriptor)) + descriptor
+            out.append(bytes([_TRACE_PACKET]) + _varint(len(packet)) + packet)
         return uuid
 
-    def track_uuid(stage: str, track: str) -> int:
-        if stage not in uuids:
-            uuids[stage] = descriptor(f"stage: {stage}", None)
-        if (stage, track) not in uuids:
-            uuids[(stage, track)] = descriptor(track, uuids[stage])
-        return uuids[(stage, track)]
-
-    def begin_packet(instant: bool, name: str, args: dict[str, Any]) -> bytes:
-        packet = _packet(TracePacket(), TrackEvent.TYPE_INSTANT if instant else TrackEvent.TYPE_SLICE_BEGIN)
-        packet.track_event.name_iid = interner.iid("event_names", name)
-        packet.track_event.category_iids.append(interner.iid("event_categories", "dfit"))
+    def _description(self, instant: bool, event: dict[str, Any]) -> tuple[bytes, bytes]:
+        """(TrackEvent fields of a slice begin or instant, interned data first used by it)."""
+        key = (instant, *(event.get(field) for field in _DESCRIBING))
+        found = self.descriptions.get(key)
+        if found is not None:
+            return found, b""
+        name, args = self.namer.name(event), self.namer.args(event)
+        interner = self.interner
+        message = self._track_event()
+        message.type = self._track_event.TYPE_INSTANT if instant else self._track_event.TYPE_SLICE_BEGIN
+        message.name_iid = interner.iid("event_names", name)
+        message.category_iids.append(interner.iid("event_categories", "dfit"))
         for arg, value in args.items():
-            annotation = packet.track_event.debug_annotations.add()
+            annotation = message.debug_annotations.add()
             annotation.name_iid = interner.iid("debug_annotation_names", arg)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 annotation.string_value_iid = interner.iid("debug_annotation_string_values", str(value))
@@ -202,52 +329,154 @@ def write_perfetto(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
                 annotation.int_value = value
             else:
                 annotation.double_value = value
-        return packet.SerializeToString()
+        fields = message.SerializeToString()
+        if len(self.descriptions) < _DESCRIPTION_CACHE:
+            self.descriptions[key] = fields
+        interned = b""
+        if interner.pending.ByteSize():
+            data = interner.pending.SerializeToString()
+            interned = bytes([_INTERNED_DATA]) + _varint(len(data)) + data
+            interner.pending.Clear()
+        return fields, interned
 
-    with path.open("wb") as stream:
-        for event in _events(parquet):
-            if event[es.START_NS] is None:
-                continue
-            uuid = track_uuid(*namer.track(event))
-            duration = event[es.DURATION_NS] or 0
-            instant = event[es.KIND] == "tensor" or duration <= 0
-            description, name, args = namer.describe(event)
-            key = (instant, description)
-            cached = begin_bytes.get(key)
-            if cached is None:
-                cached = begin_packet(instant, name, args)
-                if len(begin_bytes) < _PACKET_CACHE:
-                    begin_bytes[key] = cached
-            begin = batch.packet.add()
-            begin.MergeFromString(cached)
-            interner.flush_into(begin)
-            begin.timestamp = event[es.START_NS]
-            begin.track_event.track_uuid = uuid
-            if not instant:
-                end = batch.packet.add()
-                end.MergeFromString(end_bytes)
-                end.timestamp = event[es.START_NS] + duration
-                end.track_event.track_uuid = uuid
-            written += 1
-            if len(batch.packet) >= _PACKETS_PER_WRITE:
-                stream.write(batch.SerializeToString())
-                batch.Clear()
-        stream.write(batch.SerializeToString())
-    return written
+    def write_batches(self, batches: Any) -> int:
+        for batch in batches:
+            self.write_batch(batch)
+        return self.written
 
+    def write_batch(self, batch: Any) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
-#: Serialized slice packets kept for reuse.
-_PACKET_CACHE = _DESCRIPTION_CACHE
-_PACKETS_PER_WRITE = 4096
+        names = batch.schema.names
+        if es.START_NS not in names or not batch.num_rows:
+            return
+        starts_column = batch.column(es.START_NS)
+        if starts_column.null_count:
+            batch = batch.filter(pc.is_valid(starts_column))
+        count = batch.num_rows
+        if not count:
+            return
+        column = {name: batch.column(name) for name in names}
 
+        def optional(name: str) -> Any:
+            return column[name] if name in column else pa.nulls(count, pa.string())
 
-def _packet(packet: Any, event_type: int) -> Any:
-    """The fields every slice packet shares (the track and timestamp are set per event)."""
-    packet.timestamp_clock_id = CLOCK_MONOTONIC
-    packet.trusted_packet_sequence_id = _SEQUENCE_ID
-    packet.sequence_flags = packet.SEQ_NEEDS_INCREMENTAL_STATE
-    packet.track_event.type = event_type
-    return packet
+        starts = np.asarray(column[es.START_NS], dtype=np.int64)
+        durations = np.asarray(column[es.DURATION_NS].fill_null(0), dtype=np.int64) if es.DURATION_NS in column \
+            else np.zeros(count, dtype=np.int64)
+        kinds, kind_values = _codes(column[es.KIND])
+        tensor_kind = np.array([value == "tensor" for value in kind_values])
+        instant = tensor_kind[kinds] | (durations <= 0)
+
+        # Tracks: distinct (group, stage, kind, invocation, partition, name), numbered in first-use order.
+        track_columns = [_codes(optional(name)) for name in ("track_group", es.STAGE)] + [(kinds, kind_values)] + \
+            [_codes(optional(name)) for name in (es.INVOCATION, es.PARTITION, es.NAME)]
+        # An invocation's events share its track whatever their partition; the others, one per operation.
+        (invocations, invocation_values), (partitions, partition_values), (names, name_values) = track_columns[3:]
+        on_invocation = np.array([value in INVOCATION_KINDS for value in kind_values])[kinds] & \
+            (invocations != len(invocation_values) - 1)
+        track_columns[3] = (np.where(on_invocation, invocations, len(invocation_values) - 1), invocation_values)
+        track_columns[4] = (np.where(on_invocation, len(partition_values) - 1, partitions), partition_values)
+        track_columns[5] = (np.where(on_invocation, len(name_values) - 1, names), name_values)
+        first, inverse, order = _row_keys(track_columns, count)
+        track_of_group = np.zeros(len(first), dtype=np.int64)
+        rows = first[order]
+        values_of = [[values[code] for code in codes[rows].tolist()] for codes, values in track_columns]
+        descriptors: list[bytes] = []
+        known = self.uuids
+        for group_index, key in zip(order.tolist(), zip(*values_of, strict=True), strict=True):
+            uuid = known.get(key)
+            if uuid is None:
+                group, stage, kind, invocation, partition, name = key
+                stage_name, track = self.namer.track({es.KIND: kind, es.STAGE: stage, es.INVOCATION: invocation,
+                                                      es.PARTITION: partition, es.NAME: name})
+                uuid = known[key] = self._track_uuid(group, stage_name, track, descriptors)
+            track_of_group[group_index] = uuid
+        self.stream.write(b"".join(descriptors))
+        tracks = track_of_group[inverse]
+
+        # Descriptions: distinct (instant, describing fields), built in first-use order.
+        describing = [(instant.astype(np.int64), [False, True])] + \
+            [_codes(column[name]) if name in column else (np.zeros(count, dtype=np.int64), [None])
+             for name in _DESCRIBING]
+        first, inverse, order = _row_keys(describing, count)
+        fields_of: list[bytes] = [b""] * len(first)
+        interned_at: dict[int, bytes] = {}
+        for group_index in order:
+            row = first[group_index]
+            event = {name: describing[k + 1][1][describing[k + 1][0][row]] for k, name in enumerate(_DESCRIBING)}
+            fields, interned = self._description(bool(instant[row]), event)
+            fields_of[group_index] = fields
+            if interned:
+                interned_at[int(row)] = interned
+        flows: dict[int, bytes] = {}
+        if "flow_id" in column and column["flow_id"].null_count < count:
+            for row, flow in enumerate(column["flow_id"].to_pylist()):
+                if flow is not None:
+                    flows[row] = _FLOW_IDS + int(flow).to_bytes(8, "little")
+        self._encode(starts, durations, instant, tracks, inverse, fields_of, interned_at, flows)
+        self.written += count
+
+    def _encode(self, starts: np.ndarray, durations: np.ndarray, instant: np.ndarray, tracks: np.ndarray,
+                descriptions: np.ndarray, fields_of: list[bytes], interned_at: dict[int, bytes],
+                flows: dict[int, bytes]) -> None:
+        """Every event's packets (begin, then end unless an instant), laid out and filled column-wise."""
+        count = len(starts)
+        packets_per_event = np.where(instant, 1, 2)
+        first_packet = np.concatenate([[0], np.cumsum(packets_per_event)[:-1]])
+        total = int(packets_per_event.sum())
+        event_of = np.repeat(np.arange(count), packets_per_event)
+        is_end = np.zeros(total, dtype=bool)
+        is_end[first_packet[~instant] + 1] = True
+        timestamp = starts[event_of] + np.where(is_end, durations[event_of], 0)
+        description_of = np.where(is_end, len(fields_of), descriptions[event_of])
+        fields_length = np.array([len(f) for f in fields_of] + [len(_SLICE_END)], dtype=np.int64)[description_of]
+        extra_interned = np.zeros(total, dtype=np.int64)
+        extra_flow = np.zeros(total, dtype=np.int64)
+        for row, data in interned_at.items():
+            extra_interned[first_packet[row]] = len(data)
+        for row, data in flows.items():
+            extra_flow[first_packet[row]] = len(data)
+        uuid = tracks[event_of]
+        uuid_length = _varint_lengths(uuid)
+        event_length = fields_length + extra_flow + 1 + uuid_length
+        event_length_length = _varint_lengths(event_length)
+        timestamp_length = _varint_lengths(timestamp)
+        body = 1 + timestamp_length + len(self.common) + extra_interned + 1 + event_length_length + event_length
+        body_length_length = _varint_lengths(body)
+        size = 1 + body_length_length + body
+        offset = np.concatenate([[0], np.cumsum(size)[:-1]])
+        out = np.empty(int(size.sum()), dtype=np.uint8)
+        position = offset
+        out[position] = _TRACE_PACKET
+        _put_varints(out, position + 1, body, body_length_length)
+        position = position + 1 + body_length_length
+        out[position] = _TIMESTAMP
+        _put_varints(out, position + 1, timestamp, timestamp_length)
+        position = position + 1 + timestamp_length
+        _put_bytes(out, position, self.common)
+        position = position + len(self.common)
+        for row, data in interned_at.items():
+            at = int(position[first_packet[row]])
+            out[at:at + len(data)] = np.frombuffer(data, dtype=np.uint8)
+        position = position + extra_interned
+        out[position] = _TRACK_EVENT
+        _put_varints(out, position + 1, event_length, event_length_length)
+        position = position + 1 + event_length_length
+        fields_all = [*fields_of, _SLICE_END]
+        order = np.argsort(description_of, kind="stable")
+        bounds = np.searchsorted(description_of[order], np.arange(len(fields_all) + 1))
+        for index, fields in enumerate(fields_all):
+            _put_bytes(out, position[order[bounds[index]:bounds[index + 1]]], fields)
+        position = position + fields_length
+        for row, data in flows.items():
+            at = int(position[first_packet[row]])
+            out[at:at + len(data)] = np.frombuffer(data, dtype=np.uint8)
+        position = position + extra_flow
+        out[position] = _TRACK_UUID
+        _put_varints(out, position + 1, uuid, uuid_length)
+        self.stream.write(out.tobytes())
 
 
 def write_chrome_json(parquet: Path, manifest: dict[str, Any], path: Path) -> int:

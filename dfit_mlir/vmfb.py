@@ -174,3 +174,52 @@ def exported_functions(path: Path) -> list[ExportedFunction]:
                 if functions or line.startswith("//"):
                     break
     return [f for f in functions if not f.name.startswith("__")]
+
+
+#: Flags that choose what code IREE generates for, by name in ``codegen.target``.
+TARGET_FLAGS = {
+    "--iree-hal-target-device": "device",
+    "--iree-hal-target-backends": "backends",
+    "--iree-hal-local-target-device-backends": "backends",
+    "--iree-llvmcpu-target-cpu": "cpu",
+    "--iree-llvmcpu-target-cpu-features": "cpu_features",
+    "--iree-llvmcpu-target-triple": "triple",
+    "--iree-opt-level": "opt_level",
+    "--iree-opt-data-tiling": "data_tiling",
+}
+
+
+def embedded_elfs(data: bytes) -> list[bytes]:
+    """The ELF64 images a vmfb embeds (llvm-cpu executables), found by their headers: an
+    image ends where its section header table does. Needs no tool, so a compile can
+    record it for nothing."""
+    found = []
+    position = data.find(_ELF_MAGIC)
+    while position != -1:
+        header = data[position:position + 64]
+        if len(header) == 64 and header[4] == 2 and header[5] == 1:
+            phoff, shoff = struct.unpack_from("<QQ", header, 0x20)
+            ehsize, phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHHH", header, 0x34)
+            end = max(shoff + shentsize * shnum, phoff + phentsize * phnum)
+            if ehsize == 64 and shentsize == 64 and shnum and position + end <= len(data):
+                found.append(data[position:position + end])
+                position = data.find(_ELF_MAGIC, position + end)
+                continue
+        position = data.find(_ELF_MAGIC, position + 1)
+    return found
+
+
+def codegen_facts(path: Path, flags: list[str] | tuple[str, ...]) -> dict:
+    """What the code generator was asked for and what it produced: the target flags,
+    and per embedded executable its size and hashes (whole image, ``.text``). Two
+    compiles with the same dispatch structure but another CPU differ here."""
+    target: dict[str, str] = {}
+    for flag in flags:
+        name, _, value = flag.partition("=")
+        if name in TARGET_FLAGS:
+            target[TARGET_FLAGS[name]] = value
+    executables = []
+    for blob in embedded_elfs(path.read_bytes()):
+        text = elf_sections(blob).get(".text")
+        executables.append({"bytes": len(blob), "sha256": hashlib.sha256(blob).hexdigest(), "text_sha256": text})
+    return {"target": target, "executables": executables}

@@ -18,7 +18,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from dfit_mlir import atomic, lineage, manifest, toolchain
+from dfit_mlir import (
+    atomic,
+    filters,
+    frontends,
+    lineage,
+    manifest,
+    materialisation,
+    toolchain,
+    vmfb,
+)
 from dfit_mlir.adapters import iree as iree_adapter
 from dfit_mlir.ids import ID_SCHEME_VERSION
 from dfit_mlir.lineage import DispatchRegion, DispatchSite, StageFigures
@@ -79,6 +88,7 @@ def compile_instrumented(
     driver = phases.open_driver(flags, driver_name)
     try:
         module = driver.parse(source)
+        phases.require_functions(module, source)
         cache = snapshot.LocationCache()
         t0 = time.perf_counter()
         tagged = mlir_engine.tag_module(module)
@@ -95,6 +105,7 @@ def compile_instrumented(
         after: str | None = None
         trace_plan = tensor_traces.TracePlan((), ())
         host_program: dict[str, Any] = {"recordings": [], "functions": {}}
+        dispatch_regions = materialisation.RegionLog()  # what carries each ID per dispatch region
         # Stop only where a snapshot is taken or traces are inserted: each stop costs a
         # pipeline set-up.
         inserting = trace_tensors or with_probes
@@ -106,17 +117,18 @@ def compile_instrumented(
             phase_s[phase] = time.perf_counter() - t0
             if phase in SNAPSHOT_PHASES[mode]:
                 stages.append(snapshot.take_snapshot(module, phase, cache))
+                dispatch_regions.observe(module, phase, cache)
             if phase == HOST_PROGRAM_PHASE:
                 host_program = recordings.host_program(module)
             if phase == INSERT_AFTER_PHASE:
                 # After the snapshot: the stage figures describe the module IREE would
                 # build without dfit's runtime hooks.
                 if trace_tensors:
-                    trace_plan = tensor_traces.insert_tensor_traces(module, trace_tensors)
+                    trace_plan = tensor_traces.insert_tensor_traces(module, trace_tensors, filters.names_by_id(ops), str(source))
                 if with_probes:
                     probe_sites = function_probes.insert_function_probes(module)
             after = phase
-        with atomic.atomic_path(output) as tmp_vmfb:
+        with atomic.atomic_path(output, kind="vmfb") as tmp_vmfb:
             t0 = time.perf_counter()
             driver.write_vmfb(module, after, tmp_vmfb)
             phase_s["serialize"] = time.perf_counter() - t0
@@ -137,7 +149,9 @@ def compile_instrumented(
                 trace_plan=trace_plan,
                 host_program=host_program,
             )
-            manifest.save(document, manifest_path)
+            document["partitions"] = materialisation.separate_shared(document["partitions"], dispatch_regions.regions, ops)
+            document["compile"]["codegen"] = vmfb.codegen_facts(tmp_vmfb, driver.flags)  # for `dfit diff`
+            manifest.save(document, manifest_path, kind="manifest")
     finally:
         driver.close()
     return CompileResult(output, manifest_path, document)
@@ -157,7 +171,8 @@ def build_manifest(*, source: Path, mode: str, flags: Sequence[str], driver: str
         "version": manifest.MANIFEST_VERSION,
         "id_scheme": ID_SCHEME_VERSION,
         "producer": {"tool": "dfit compile", "toolchain": toolchain.versions(), "python": sys.version.split()[0]},
-        "input": {"path": str(source), "sha256": hashlib.sha256(source.read_bytes()).hexdigest()},
+        "input": {"path": str(source), "sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
+                  "frontend": frontends.detect(operators).name},
         "compile": {
             "mode": mode,
             "driver": driver,

@@ -9,7 +9,7 @@ from typing import Any
 
 from iree.compiler import ir
 
-from dfit_mlir import costs, ids, locations
+from dfit_mlir import costs, frontends, ids, locations
 from dfit_mlir.ids import TaggedOp
 from dfit_mlir.passes import mlir_engine
 from dfit_mlir.passes.snapshot import LocationCache
@@ -89,8 +89,11 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
             consumers_of.setdefault(operand, set()).add(item.id)
     operators: list[dict] = []
     tensors: list[dict] = []
+    callees: dict[str, str] = {}
     for item in tagged:
         op = item.op
+        if op.name in frontends.CALL_OPS and "callee" in op.attributes:
+            callees[item.id] = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
         loc = locations.strip_dfit(cache.loc(op.location))
         info = locations.source_info(loc)
         operands = [_value_info(value) for value in op.operands]
@@ -122,7 +125,8 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
                 "source": _file_loc(info.file_loc),
                 "name_path": list(info.name_path),
                 "call_stack": [_file_loc(frame) for frame in info.call_stack],
-                "phase": None,
+                # Filled by the frontend (dfit_mlir.frontends.annotate) below.
+                **frontends.SourceModel().as_fields(),
             }
         )
         values = [(f"{item.id}:{number}", value, entry)
@@ -144,6 +148,7 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
                     "bytes": entry["bytes"],
                 }
             )
+    frontends.annotate(operators, callees)
     return operators, tensors
 
 

@@ -112,6 +112,59 @@ def parse_file(context: ir.Context, path: Path) -> ir.Operation:
     return module.operation
 
 
+def require_functions(module: ir.Operation, path: Path) -> None:
+    """A module with no function compiles to a module that does nothing: refuse it."""
+    body = module.regions[0].blocks[0] if module.regions and len(module.regions[0].blocks) else None
+    names = [op.operation.name for op in body.operations] if body is not None else []
+    if not any(name in ("func.func", "util.func") for name in names):
+        what = "holds no operations" if not names else f"holds no function (only {', '.join(sorted(set(names)))})"
+        raise InvalidInputError(f"{path}: the module {what}: nothing to compile")
+
+
+#: LLVM target flags that LLVM checks by aborting (or crashing) the process it runs in.
+_LLVM_TARGET_FLAGS = ("--iree-llvmcpu-target-triple", "--iree-llvmcpu-target-cpu", "--iree-llvmcpu-target-abi")
+_PREFLIGHT_MODULE = "func.func @f(%a: tensor<4xf32>) -> tensor<4xf32> { return %a : tensor<4xf32> }\n"
+
+
+def preflight_target_flags(flags: Sequence[str]) -> None:
+    """Try the user's LLVM target flags on a one-op module in a child ``iree-compile``
+    first: a bad triple or CPU aborts or crashes the compiler, which in-process would
+    take dfit down with no message."""
+    risky = [flag for flag in flags if flag.startswith(_LLVM_TARGET_FLAGS) and not flag.endswith("=host")]
+    if not risky:
+        return
+    from iree.compiler.tools.binaries import find_tool
+
+    with tempfile.TemporaryDirectory(prefix="dfit-preflight-") as scratch:
+        command = [find_tool("iree-compile"), "-", "-o", os.path.join(scratch, "probe.vmfb"),
+                   *with_default_target(flags)]
+        result = subprocess.run(command, input=_PREFLIGHT_MODULE, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        raise CompileError(f"iree-compile {toolchain_failure(result.returncode)} with {' '.join(risky)} "
+                           f"(tried on a one-op module):\n{trim_diagnostics(result.stderr)}")
+
+
+def toolchain_failure(returncode: int) -> str:
+    """``failed (exit 1)`` or ``crashed (SIGSEGV)``: how a child tool ended."""
+    import signal
+
+    if returncode < 0:
+        try:
+            return f"crashed ({signal.Signals(-returncode).name})"
+        except ValueError:
+            return f"crashed (signal {-returncode})"
+    return f"failed (exit {returncode})"
+
+
+def trim_diagnostics(stderr: str, limit: int = 40) -> str:
+    """A tool's diagnostics, without the stack dump of a crash and at most ``limit`` lines."""
+    lines = stderr.strip().splitlines()
+    if "Stack dump:" in lines:
+        lines = lines[:lines.index("Stack dump:")]
+    lines = [line[:500] for line in lines if "Please report issues to" not in line]
+    return "\n".join(lines[:limit] + ([f"... ({len(lines) - limit} more lines)"] if len(lines) > limit else []))
+
+
 def compiler_context(allow_unregistered: bool = False) -> tuple[Session, ir.Context]:
     """A compiler session and its context, with every dialect IREE knows registered."""
     session = Session()
@@ -163,6 +216,7 @@ class InProcessDriver(_SessionDriver):
     def __init__(self, flags: Sequence[str]):
         require_phase_setters()
         super().__init__(flags)
+        preflight_target_flags(self.flags)
         self._dylib = ctypes_dl._dylib
 
     def _invocation(self, module: ir.Operation, after: str | None, to: str):
@@ -206,7 +260,8 @@ class SubprocessDriver(_SessionDriver):
             command.append(f"--compile-from={after}")
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
-            raise CompileError(f"iree-compile failed ({' '.join(extra)}):\n{result.stderr.strip()}")
+            raise CompileError(f"iree-compile {toolchain_failure(result.returncode)} ({' '.join(extra)}):\n"
+                               f"{trim_diagnostics(result.stderr)}")
 
     def run(self, module: ir.Operation, after: str | None, to: str) -> ir.Operation:
         out = self.workdir / f"{to}.mlirbc"

@@ -11,21 +11,24 @@ dispatches, so the traced ops cannot fuse with their consumers and the module wa
 for each traced dispatch (RUNTIME-NOTES.md: ≈3.5 µs per trace on local-sync, 45 µs on
 local-task, before copying). Hence the filter, and runtime sampling.
 
-The filter is a comma-separated list of globs, each matched against the ID
-(``main/linalg.matmul#*``) and against the op name (``linalg.conv_2d*``). Constants are
-never traced (they are weights, and the manifest has their shapes), nor is
-``tensor.empty`` (no values), nor anything inside an op's body (scalars). Dynamic
-dimensions are passed to the trace as ``tensor.dim`` values.
+The filter is a comma-separated list of globs (``dfit_mlir/filters.py``), matched
+ignoring case against every name of the source op — its ID (``main/linalg.matmul#*``),
+its op as the frontend names it (``onnx.Softmax``, ``torch.aten.softmax``,
+``tosa.conv2d``), its module path — and against the lowered op it is after the input
+phase (``linalg.conv_2d*``). A glob that selects no traceable op is an error naming the
+closest names. Constants are never traced (they are weights, and the manifest has their
+shapes), nor is ``tensor.empty`` (no values), nor anything inside an op's body
+(scalars). Dynamic dimensions are passed to the trace as ``tensor.dim`` values.
 """
 
 from __future__ import annotations
 
-import fnmatch
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from iree.compiler import ir
 
-from dfit_mlir import lineage, locations
+from dfit_mlir import filters, lineage, locations
 from dfit_mlir.passes import mlir_engine
 
 KEY_PREFIX = "dfit:"
@@ -50,16 +53,24 @@ class TracePlan:
 
 
 def parse_filter(text: str) -> tuple[str, ...]:
-    patterns = tuple(part.strip() for part in text.split(",") if part.strip())
-    if not patterns:
-        raise ValueError("--tensors needs at least one glob (an ID such as 'main/*' or an op name such as "
-                         "'linalg.matmul')")
-    return patterns
+    """The globs of a ``--tensors`` value (:class:`dfit_mlir.filters.FilterMatchesNothing`
+    when it has none)."""
+    return filters.NameFilter.parse(text, "--tensors").patterns
 
 
-def insert_tensor_traces(module: ir.Operation, patterns: tuple[str, ...]) -> TracePlan:
-    """Insert one trace per selected ID (see the module docstring)."""
+#: Said when a glob selects nothing: what it could not have selected anyway.
+NEVER_TRACED = "constants, tensor.empty and ops inside another op's body are never traced"
+
+
+def insert_tensor_traces(module: ir.Operation, patterns: tuple[str, ...],
+                         names: Mapping[str, tuple[str, ...]] | None = None, where: str = "the module") -> TracePlan:
+    """Insert one trace per selected ID (see the module docstring). ``names``: each
+    source ID's names (:func:`dfit_mlir.filters.names_by_id` of the manifest's
+    operators); without it, the ID and its op name."""
+    selection = filters.NameFilter(tuple(patterns), "--tensors")
     last_op_of: dict[str, ir.Operation] = {}
+    used: set[str] = set()
+    vocabulary: list[tuple[str, ...]] = []
     for op in mlir_engine.walk_ops(module):
         if not op.results or op.name in UNTRACED_OPS or lineage.is_constant(op.name):
             continue
@@ -69,8 +80,13 @@ def insert_tensor_traces(module: ir.Operation, patterns: tuple[str, ...]) -> Tra
         if len(own) != 1:
             continue
         (source_id,) = own
-        if any(fnmatch.fnmatchcase(source_id, p) or fnmatch.fnmatchcase(op.name, p) for p in patterns):
+        candidate = (*((names or {}).get(source_id) or filters.id_names(source_id)), op.name)
+        vocabulary.append(candidate)
+        hit = selection.patterns_matching(candidate)
+        if hit:
+            used |= hit
             last_op_of[source_id] = op
+    selection.require_all_used(used, vocabulary, where, NEVER_TRACED)
     traces: list[TensorTrace] = []
     skipped: list[tuple[str, str]] = []
     for source_id, op in last_op_of.items():

@@ -24,6 +24,8 @@ from dfit_mlir.event_pipeline import EventPipeline, ParquetSink, site_table
 
 SUMMARY_SCHEMA = "dfit.run-summary"
 SUMMARY_VERSION = "1.1"
+#: The output kind of a bundle directory (its marker; see dfit_mlir.outputs).
+BUNDLE_KIND = "bundle"
 
 
 def write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[ParquetSink], EventPipeline],
@@ -32,7 +34,7 @@ def write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[Parquet
     ``extra_files``: more text files for the bundle (name → content)."""
     import pyarrow.parquet as pq
 
-    with atomic.atomic_directory(bundle) as tmp:
+    with atomic.atomic_directory(bundle, kind=BUNDLE_KIND) as tmp:
         pipeline = fill(ParquetSink(tmp / "events.parquet"))
         counts = pipeline.close()
         manifest_io.save(manifest, tmp / "manifest.json")

@@ -58,9 +58,12 @@ def check_inputs(inputs: Sequence[str], arguments: list[dict[str, Any]]) -> None
     if len(inputs) != len(arguments):
         raise InvalidInputError(f"the function takes {len(arguments)} input(s), {len(inputs)} given")
     for index, (text, argument) in enumerate(zip(inputs, arguments, strict=True)):
+        if text.startswith("@"):
+            check_npy_input(index, Path(text[1:]), argument)
+            continue
         match = INPUT_RE.match(text)
         if match is None:
-            continue  # @file.npy and other forms are checked by the runtime
+            continue  # other forms are checked by the runtime
         shape = [int(dim) for dim in match["shape"].split("x") if dim]
         wanted = [dim if dim is not None else shape[i] if i < len(shape) else None
                   for i, dim in enumerate(argument["shape"])]
@@ -259,3 +262,34 @@ def load_input(text: str) -> np.ndarray:
     except ValueError:
         raise InvalidInputError(f"input {text!r}: only splat values are supported here") from None
     return np.full(shape, value, dtype=ELEMENT_NUMPY[match["dtype"]])
+
+
+def check_npy_input(index: int, path: Path, argument: dict[str, Any]) -> None:
+    """An ``@file.npy`` input must be a readable array of the argument's shape and dtype
+    (read from the header only: a large input is not loaded twice)."""
+    try:
+        with open(path, "rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, _, dtype = read_header(handle)
+    except FileNotFoundError:
+        raise InvalidInputError(f"{path}: no such file (input {index})") from None
+    except IsADirectoryError:
+        raise InvalidInputError(f"{path}: is a directory, not an .npy file (input {index})") from None
+    except (OSError, ValueError, EOFError, SyntaxError) as error:
+        reason = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
+        raise InvalidInputError(f"{path}: not a readable .npy file (input {index}: {reason})") from None
+    if dtype.hasobject:
+        raise InvalidInputError(f"{path}: holds Python objects (a pickled array), not numbers (input {index})")
+    expected_bytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if path.stat().st_size < expected_bytes:
+        raise InvalidInputError(f"{path}: truncated (its header promises {expected_bytes} bytes of data; input {index})")
+    wanted_dtype = DTYPES.get(argument["dtype"], (None, None))[1]
+    wanted_shape = argument["shape"]
+    shape_ok = len(shape) == len(wanted_shape) and all(
+        want is None or want == got for want, got in zip(wanted_shape, shape, strict=True))
+    if not shape_ok or (wanted_dtype is not None and dtype != np.dtype(wanted_dtype)):
+        expected = "x".join("?" if d is None else str(d) for d in wanted_shape) + f" {wanted_dtype or argument['dtype']}"
+        got = "x".join(str(d) for d in shape) or "scalar"
+        raise InvalidInputError(f"{path}: input {index} is {got} {dtype}, the function takes {expected}")

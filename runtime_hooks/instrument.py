@@ -77,7 +77,7 @@ class InstrumentedModule:
         if tensors is not None and not traced:
             raise InvalidInputError(f"{self.vmfb} traces no tensors: compile it with `dfit compile --tensors FILTER`")
         # Without a request the sink selects nothing: traced calls return at once.
-        self._tensors = TensorStatsSink(traced, tensors) if traced else None
+        self._tensors = TensorStatsSink(traced, tensors, self.manifest.get("operators", ())) if traced else None
         self.tensor_policy = tensors
         self._runner = Runner(
             self.vmfb, driver,

@@ -37,7 +37,7 @@ from dfit_mlir import manifest as manifest_io
 from dfit_mlir.errors import DfitError, InvalidInputError, ModuleFaultError
 from dfit_mlir.event_pipeline import EventPipeline, EventRow, Policy
 from dfit_mlir.runtime_hooks import hal_profile
-from dfit_mlir.runtime_hooks.bundle import write_bundle
+from dfit_mlir.runtime_hooks.bundle import BUNDLE_KIND, write_bundle
 from dfit_mlir.runtime_hooks.inputs import check_inputs, default_inputs, load_input, signature
 from dfit_mlir.runtime_hooks.instrument import InstrumentedModule, duration_stats
 from dfit_mlir.runtime_hooks.tensors import TensorPolicy
@@ -112,7 +112,7 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
         else:
             _in_child(InProcessRun(vmfb, manifest or plain_manifest(vmfb), mode, driver, function, tuple(inputs),
                                    repeat, warmup, policy, tensors, summary, Path(scratch) / "bundle"), fault)
-            with atomic.atomic_directory(bundle) as tmp:
+            with atomic.atomic_directory(bundle, kind=BUNDLE_KIND) as tmp:
                 for entry in (Path(scratch) / "bundle").iterdir():
                     shutil.move(str(entry), tmp / entry.name)
     return RunResult(bundle, json.loads((bundle / "summary.json").read_text()))
@@ -191,7 +191,7 @@ class FaultContext:
         if not scratch:
             return " ".join(self.inputs)
         target = self.bundle.with_name(self.bundle.name + ".fault-inputs")
-        with atomic.atomic_directory(target) as tmp:
+        with atomic.atomic_directory(target, kind="fault-inputs") as tmp:
             for path in scratch:
                 shutil.copy2(path, tmp / path.name)
         return str(target)

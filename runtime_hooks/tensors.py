@@ -9,13 +9,14 @@ only selected calls map the buffer and reduce it with numpy.
 
 from __future__ import annotations
 
-import fnmatch
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from dfit_mlir import filters
 from dfit_mlir.errors import UnresolvedRecordError
 from dfit_mlir.event_pipeline import EventRow
 from dfit_mlir.passes.tensor_traces import KEY_PREFIX
@@ -23,7 +24,9 @@ from dfit_mlir.passes.tensor_traces import KEY_PREFIX
 
 @dataclass(frozen=True)
 class TensorPolicy:
-    """``patterns``: globs over the traced IDs (empty: every trace in the module);
+    """``patterns``: globs over the traced ops' names — IDs, op names as the frontend
+    shows them, module paths, ignoring case (``dfit_mlir/filters.py``; empty: every
+    trace in the module);
     ``sample_every``: keep one call in k per key; ``values``: how many leading values
     to keep per event (0: statistics only)."""
 
@@ -35,9 +38,19 @@ class TensorPolicy:
 class TensorStatsSink:
     """Collects one :class:`EventRow` (kind ``tensor``) per selected traced call."""
 
-    def __init__(self, traced: dict[str, dict[str, Any]], policy: TensorPolicy | None):
+    def __init__(self, traced: dict[str, dict[str, Any]], policy: TensorPolicy | None,
+                 operators: Iterable[Mapping[str, Any]] = ()):
+        """``operators``: the manifest's, for the names a filter matches; a glob that
+        selects no traced op is a :class:`~dfit_mlir.filters.FilterMatchesNothing`."""
         #: ``key`` → the manifest's ``tensor_traces`` entry.
         self.traced = traced
+        known = filters.names_by_id(operators)
+        #: ``key`` → the names the policy's globs are matched against.
+        self._names = {key: (*(known.get(entry["id"]) or filters.id_names(entry["id"])), entry.get("op") or "")
+                       for key, entry in traced.items()}
+        self._filter = filters.NameFilter(tuple(policy.patterns), "--tensors") if policy and policy.patterns else None
+        if self._filter is not None:
+            self._filter.select(self._names, "the traced ops of this module", "compile with --tensors to trace others")
         #: ``None``: no statistics requested; every traced call returns at once.
         self.policy = policy
         self.invocation: int | None = None
@@ -86,8 +99,7 @@ class TensorStatsSink:
                                         f"(first of those: {known})")
         if self.policy is None:
             return False
-        source_id = key[len(KEY_PREFIX):]
-        return not self.policy.patterns or any(fnmatch.fnmatchcase(source_id, p) for p in self.policy.patterns)
+        return self._filter is None or self._filter.matches(self._names[key])
 
     def _row(self, key: str, array: np.ndarray, stamp: int) -> EventRow:
         values = array.astype(np.float64, copy=False).ravel()

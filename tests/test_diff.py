@@ -103,7 +103,8 @@ def test_outputs_csv_json_and_a_table(flags_diff: diff.DiffResult, tmp_path: Pat
     written = diff.write(flags_diff, tmp_path / "out")
     # Atomic writes leave no temporary file behind.
     names = sorted(p.name for p in (tmp_path / "out").iterdir())
-    assert names == [p.name for p in written] == ["diff.csv", "diff.json"]
+    assert names == [".dfit-output.json", *[p.name for p in written]]  # the marker: a dfit diff folder
+    assert [p.name for p in written] == ["diff.csv", "diff.json"]
     rows = list(csv.DictReader((tmp_path / "out" / "diff.csv").read_text().splitlines()))
     assert tuple(rows[0]) == diff.CSV_COLUMNS and len(rows) == len(flags_diff.rows)
     fc1 = next(r for r in rows if r["key"] == FC1)
@@ -113,7 +114,7 @@ def test_outputs_csv_json_and_a_table(flags_diff: diff.DiffResult, tmp_path: Pat
     assert document["schema"] == "dfit.diff" and document["counts"]["id"] == 60
     assert next(r for r in document["rows"] if r["key"] == FC1)["b"]["partitions"][1].endswith("reduce_1x32x1568_f32")
     table = diff.render(flags_diff)
-    assert "matched: 60 by id" in table and any(FC1 in line and "fusion" in line for line in table.splitlines())
+    assert "matched 60 (60 by id" in table and any(FC1 in line and "fusion" in line for line in table.splitlines())
 
 
 def test_renamed_function_matches_by_structural_hash(iree_bundles: dict[str, Path], tmp_path: Path) -> None:
@@ -181,3 +182,103 @@ def test_edgetpu_fuses_what_iree_keeps_apart(franco_diff: diff.DiffResult) -> No
     assert franco_diff.row("model/subgraph0/RESHAPE#0").match == "only-b"
     assert franco_diff.row("model_edgetpu/subgraph0/edgetpu-custom-op#0").changes == ("added",)
     assert franco_diff.a.invocations == franco_diff.b.invocations == 0  # a compile manifest, a reconstruction
+
+
+def test_the_table_reads_for_people_across_backends(franco_diff: diff.DiffResult) -> None:
+    table = diff.render(franco_diff)
+    lines = table.splitlines()
+    # Counts in the header, per match kind and per change label.
+    assert lines[2] == ("rows: 13; matched 2 (0 by id, 0 by hash, 2 by name); only in A: 9, only in B: 2; "
+                        "changed: 13 (9 of them constants or structure, folded)")
+    assert lines[3] == "changes: added 2, op 2, fusion 2, placement 2"
+    # IREE's weights and the function's structure: one summary line, no rows.
+    assert lines[4] == ("folded: 9 rows of constants and structure (tosa.const 7, func.func 1, func.return 1): "
+                        "only in A 9, only in B 0, on both sides 0")
+    assert not any(line.startswith("main/tosa.const#") for line in lines)
+    # Ranked by what changed most: the two layers (fusion touches two rows each) first,
+    # each with where it runs, export names included.
+    rows = [line.split()[0] for line in lines[7::2]]
+    assert rows == ["StatefulPartitionedCall:0_int8", "tfl.fully_connected", "model/subgraph0/RESHAPE#0",
+                    "model_edgetpu/subgraph0/edgetpu-custom-op#0"]
+    assert "    site0 main_dispatch_0_matmul_like_Dx128x784_i8xi8xi32 → edgetpu#0" in lines
+    # A name stands for one tensor: the constants grouped under it are no shape change,
+    # a dynamic batch fits the Edge TPU's 1, and cost models' bookkeeping is no bytes change.
+    for key in ("tfl.fully_connected", "StatefulPartitionedCall:0_int8"):
+        assert franco_diff.row(key).changes == ("op", "fusion", "placement"), key
+    assert franco_diff.codegen == ()  # a reconstruction records no IREE code generation
+
+
+def test_the_footer_names_only_a_file_that_was_written(franco_diff: diff.DiffResult, tmp_path: Path) -> None:
+    assert diff.render(franco_diff, limit=1).splitlines()[-1] == "... 3 more rows (all of them: --limit 0; -o DIR writes diff.csv)"
+    written = diff.write(franco_diff, tmp_path / "out")
+    assert diff.render(franco_diff, limit=1, written=written[0]).splitlines()[-1] == f"... 3 more rows in {written[0]}"
+
+
+def test_cli_diff_limit_and_output(franco_diff: diff.DiffResult, tmp_path: Path,
+                                   iree_bundles: dict[str, Path]) -> None:
+    from click.testing import CliRunner
+
+    from dfit_mlir.cli import main
+
+    shown = CliRunner().invoke(main, ["diff", str(iree_bundles["manifest"]), str(iree_bundles["full"]), "--limit", "0"])
+    assert shown.exit_code == 0, shown.output
+    assert shown.output.strip().splitlines()[-1] == "no differences"
+    out = tmp_path / "d"
+    written = CliRunner().invoke(main, ["diff", str(iree_bundles["manifest"]), str(iree_bundles["full"]), "-o", str(out)])
+    assert written.exit_code == 0 and (out / "diff.csv").is_file() and f"wrote {out / 'diff.csv'}" in written.output
+
+
+# --- one model, two target CPUs: the same dispatches, other code ------------------------------
+
+@pytest.fixture(scope="module")
+def generic_cpu_manifest(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+
+    root = tmp_path_factory.mktemp("generic-cpu")
+    flags = ["--iree-hal-target-device=local", "--iree-hal-local-target-device-backends=llvm-cpu",
+             "--iree-llvmcpu-target-cpu=x86-64"]
+    return compile_instrumented(CONVNET, root / "generic.vmfb", mode="ids", flags=flags).manifest_path
+
+
+def test_another_target_cpu_is_a_codegen_difference(iree_bundles: dict[str, Path], generic_cpu_manifest: Path) -> None:
+    from dfit_mlir import manifest
+
+    result = diff.diff_bundles(iree_bundles["manifest"], generic_cpu_manifest)
+    # The dispatch structure does not depend on the CPU: no row changes ...
+    assert result.changed() == [] and result.counts()["id"] == 60
+    # ... but the code does, and the diff says how.
+    aspects = {change.aspect: change for change in result.codegen}
+    assert list(aspects) == ["flags", "target.cpu", "executables", "vmfb"]
+    assert (aspects["flags"].a, aspects["flags"].b) == (["--iree-llvmcpu-target-cpu=host"],
+                                                        ["--iree-llvmcpu-target-cpu=x86-64"])
+    assert (aspects["target.cpu"].a, aspects["target.cpu"].b) == ("host", "x86-64")
+    host, generic = manifest.load(iree_bundles["manifest"]), manifest.load(generic_cpu_manifest)
+    sizes = [[e["bytes"] for e in m["compile"]["codegen"]["executables"]] for m in (host, generic)]
+    assert (aspects["executables"].a, aspects["executables"].b) == tuple(sizes) and sizes[0] != sizes[1]
+    assert "in code (.text)" in aspects["executables"].note
+    assert (aspects["vmfb"].a, aspects["vmfb"].b) == (host["compile"]["vmfb_bytes"], generic["compile"]["vmfb_bytes"])
+    table = diff.render(result)
+    assert "codegen target.cpu: host → x86-64" in table
+    assert table.splitlines()[-1] == "no differences per op: the same dispatch structure, other code"
+    # The executables recorded at compile time are among the vmfb's external segments
+    # (the others hold constants), as iree-dump-module lists them.
+    from dfit_mlir.vmfb import read_module
+
+    contents = read_module(generic_cpu_manifest.with_name("generic.vmfb"))
+    recorded = [(e["sha256"], e["bytes"]) for e in generic["compile"]["codegen"]["executables"]]
+    assert recorded and set(recorded) <= set(zip(contents.executables, contents.executable_sizes, strict=True))
+
+
+def test_a_manifest_from_before_shared_materialisation_is_noted(iree_bundles: dict[str, Path], tmp_path: Path) -> None:
+    from dfit_mlir import manifest
+
+    old = manifest.load(iree_bundles["manifest"])
+    old["partitions"].pop("shared_materialisation")
+    for site in old["partitions"]["dispatch_sites"]:
+        site["fused_ids"] += site.pop("shared_ids")  # as an older dfit wrote them
+    path = tmp_path / "old.manifest.json"
+    manifest.save(old, path)
+    result = diff.diff_bundles(path, iree_bundles["manifest"])
+    assert len(result.notes) == 1 and result.notes[0].startswith("note: A's manifest predates shared materialisation")
+    assert result.notes[0] in diff.render(result).splitlines()
+    assert diff.diff_bundles(iree_bundles["manifest"], iree_bundles["full"]).notes == ()

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from dfit_mlir import event_schema as es
-from dfit_mlir import manifest
+from dfit_mlir import manifest, outputs
 from dfit_mlir.adapters import registry
 from dfit_mlir.adapters.base import ASPECTS, STEPS, UnsupportedStep
 from dfit_mlir.errors import InvalidInputError
@@ -163,7 +163,7 @@ def test_cli_reconstruct_and_backends(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "edgetpu (detected)" in result.stdout and "per_op_timing" in result.stdout
     assert sorted(p.name for p in out.iterdir()) == [
-        "coverage.json", "dispatches.csv", "events.csv", "events.parquet", "manifest.json", "sites.parquet",
+        ".dfit-output.json", "coverage.json", "dispatches.csv", "events.csv", "events.parquet", "manifest.json", "sites.parquet",
         "summary.json", "trace.json", "trace.pftrace"]
     listing = dfit("backends", "--json")
     assert listing.returncode == 0
@@ -175,13 +175,14 @@ def test_cli_reconstruct_errors_leave_the_old_bundle(tmp_path: Path) -> None:
     bundle = tmp_path / "b"
     bundle.mkdir()
     (bundle / "previous.txt").write_text("kept")
+    outputs.write_marker(bundle, "bundle")  # a previous dfit bundle: replaceable, so only the bad input stops it
     missing = dfit("reconstruct", str(tmp_path / "nope"), "-o", str(bundle))
     assert missing.returncode == 2 and "nope: no such file or directory" in missing.stderr
     wrong = dfit("reconstruct", str(vendor_fixture("edgetpu/franco_fc_v15")), "--backend", "sambanova",
                  "-o", str(bundle))
     assert wrong.returncode == 2 and "the sambanova readers recovered nothing" in wrong.stderr
     assert "Traceback" not in missing.stderr + wrong.stderr
-    assert [p.name for p in bundle.iterdir()] == ["previous.txt"]
+    assert sorted(p.name for p in bundle.iterdir()) == [".dfit-output.json", "previous.txt"]
 
 
 def test_corrupt_artifact_names_file_and_line(tmp_path: Path) -> None:
@@ -193,6 +194,28 @@ def test_corrupt_artifact_names_file_and_line(tmp_path: Path) -> None:
     lines[-1] = lines[-1].replace(" 2 ", " two ", 1)  # synthetic corruption of a count
     log.write_text("\n".join(lines) + "\n")
     result = dfit("reconstruct", str(dump), "-o", str(tmp_path / "b"))
-    assert result.returncode == 2, result.stdout
-    assert f"{log}:{len(lines)}" in result.stderr and "Traceback" not in result.stderr
+    # One bad row does not lose the dump: the bundle is written, the CLI says how many
+    # lines were not parsed, and coverage.json names the file, the line and the reason.
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "1 line(s) of 1 file(s) not parsed" in result.stdout
+    coverage = json.loads((tmp_path / "b" / "coverage.json").read_text())
+    account = coverage["lines"][str(log)]
+    assert (account["total"], account["consumed"], account["unparsed"]) == (len(lines), len(lines) - 1, 1)
+    assert account["examples"] == [[len(lines), lines[-1]]]
+    assert account["problems"][0][0] == len(lines)
+    assert account["problems"][0][1].startswith("malformed operation table row")
+    assert any(f"{log}:{len(lines)}: malformed" in d for d in coverage["notes"]["lines"]["details"])
+    # Every other text file of the dump is accounted for in full.
+    assert all(a["unparsed"] == 0 for path, a in coverage["lines"].items() if path != str(log))
+
+
+def test_file_with_nothing_recognisable_is_an_error_naming_it(tmp_path: Path) -> None:
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    log = dump / "synthetic_edgetpu.log"  # SYNTHETIC: a header and nothing readable after it
+    log.write_text("Edge TPU Compiler version 16.0.384591198\nInput: m.tflite\n")
+    result = dfit("reconstruct", str(log), "-o", str(tmp_path / "b"))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert str(log) in result.stderr
     assert not (tmp_path / "b").exists()

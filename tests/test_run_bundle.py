@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
+from dfit_mlir import outputs
 from dfit_mlir.passes.instrumented_compile import compile_instrumented
 from tests.conftest import CONVNET, REPO, read_pftrace
 
@@ -45,7 +46,7 @@ def dispatch_events(bundle: Path) -> list[dict]:
 
 def test_bundle_contents(bundle: Path, convnet) -> None:
     assert sorted(p.name for p in bundle.iterdir()) == [
-        "dispatches.csv", "events.csv", "events.parquet", "manifest.json", "sites.parquet", "summary.json",
+        ".dfit-output.json", "dispatches.csv", "events.csv", "events.parquet", "manifest.json", "sites.parquet", "summary.json",
         "trace.json", "trace.pftrace"]
     sites = convnet.manifest["partitions"]["dispatch_sites"]
     everything = pq.read_table(bundle / "events.parquet").to_pylist()
@@ -135,9 +136,10 @@ def test_bad_inputs_leave_the_old_bundle(convnet, tmp_path: Path, inputs: list[s
     bundle = tmp_path / "b"
     bundle.mkdir()
     (bundle / "previous.txt").write_text("kept")
+    outputs.write_marker(bundle, "bundle")  # a previous dfit bundle: replaceable, so only the bad input stops it
     result = dfit("run", str(convnet.vmfb), *(f"--input={value}" for value in inputs), "-o", str(bundle))
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
-    assert [p.name for p in bundle.iterdir()] == ["previous.txt"]
+    assert sorted(p.name for p in bundle.iterdir()) == [".dfit-output.json", "previous.txt"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".b.")]
 
 

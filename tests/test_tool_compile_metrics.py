@@ -64,7 +64,13 @@ def test_convnet_stages_lineage_and_partitions(iree_bundles: dict[str, Path], tm
     materialised = read_csv(out / "materialised.csv")
     for stage, row in stages.items():
         assert sum(int(m["count"]) for m in materialised if m["stage"] == stage) == int(row["materialised"])
-    assert stages["executable-targets"]["top_materialised"].startswith("llvm.mlir.constant:116;arith.constant:9")
+    # The top kinds are the stage's most frequent ones, most first; the exact counts depend
+    # on the code LLVM generates for this host's CPU (--iree-llvmcpu-target-cpu=host).
+    targets = sorted(((int(m["count"]), m["kind"]) for m in materialised if m["stage"] == "executable-targets"),
+                     reverse=True)
+    top = [entry.split(":") for entry in stages["executable-targets"]["top_materialised"].split(";")]
+    assert top[0][0] == "llvm.mlir.constant" and int(top[0][1]) > 50
+    assert [int(count) for _, count in top] == [count for count, _ in targets[:len(top)]]
     assert notes == []
 
 

@@ -32,6 +32,7 @@ def calibration_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyt
 
 
 def run(bundle: Path, out: Path, **options: Any) -> tuple[Path, dict[str, Any], str]:
+    out = out / "analysis"  # a folder of its own: dfit replaces no directory holding the user's files
     _, reports, _ = analyze(bundle, ["memory-proxy"], out, {"memory-proxy": options} if options else None)
     folder = out / "memory-proxy"
     return folder, json.loads((folder / "memory.json").read_text()), reports["memory-proxy"]
@@ -161,10 +162,10 @@ def test_edgetpu_models_against_their_tflite(tmp_path_factory: pytest.TempPathFa
                                              relative: str, model: str) -> None:
     bundle = reconstructed(tmp_path_factory, model, relative)
     peak, at, weights = tflite_liveness(vendor_fixture(f"{relative}/{model}.tflite"))
-    _, document, report = run(bundle, tmp_path)
+    folder, document, report = run(bundle, tmp_path)
     found = models_of(document)[model]
     assert (found["peak_activation_bytes"], found["weight_bytes"]) == (peak, weights)
-    with (tmp_path / "memory-proxy" / "liveness.csv").open() as handle:
+    with (folder / "liveness.csv").open() as handle:
         liveness = list(csv.DictReader(handle))
     assert liveness[at]["op"] == found["peak_op"] and int(liveness[at]["live_bytes"]) == peak
     # No compiler summary in these fixtures: the parameters are the manifest's weights.

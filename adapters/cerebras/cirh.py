@@ -69,6 +69,27 @@ from dfit_mlir.perf import paused_gc
 
 #: Above this size the line reader is used directly (see the module docstring).
 BINDINGS_MAX_BYTES = 8 << 20
+#: Above this region nesting the line reader is used directly: the MLIR bindings parse
+#: and walk nested regions recursively (a 5000-deep dump crashes the process), while the
+#: line reader keeps open regions on a list.
+BINDINGS_MAX_DEPTH = 256
+#: Locations with more parentheses than this are refused (a call chain this deep is
+#: not a model's; the location parser recurses once per level).
+_MAX_LOC_NESTING = 400
+
+
+def region_depth(text: str) -> int:
+    """How deep ``({`` ... ``})`` regions nest (a line scan: one op per line in CIRH
+    dumps; braces of attribute dictionaries open and close on their line)."""
+    depth = deepest = 0
+    for line in text.split("\n"):
+        stripped = line.strip()
+        if stripped.endswith("({") or stripped.endswith("{") and not stripped.startswith("}"):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif stripped.startswith("}"):
+            depth -= 1
+    return deepest
 MLIR_BINDINGS = "mlir-bindings"
 LINE_READER = "line-reader"
 
@@ -479,9 +500,14 @@ class _Locations:
             child = self.alias(match.group(2), line)
             loc = NameLoc(_unquote(match.group(1)), None if child is locations.UNKNOWN else child)
         else:
+            if text.count("(") > _MAX_LOC_NESTING:
+                # parse_at recurses once per nested location.
+                raise ArtifactError.at(
+                    self.path, line, f"location nested deeper than {_MAX_LOC_NESTING} ({len(text)} characters)"
+                )
             loc, end = self.parse_at(text, 0, line)
             if end != len(text):
-                raise ArtifactError.at(self.path, line, f"unreadable location {text!r}")
+                raise ArtifactError.at(self.path, line, f"unreadable location {text[:160]!r}")
         return loc
 
     def parse_at(self, text: str, pos: int, line: int | None) -> tuple[Loc, int]:
@@ -1039,15 +1065,26 @@ class CirhReader:
             raise ArtifactError.at(self.path, line, f"not UTF-8 text ({error.reason})") from None
         compile_hash = compile_hash_of(self.path)
         extra: dict[str, Any] = {}
+        depth = region_depth(text) if len(text) <= BINDINGS_MAX_BYTES else 0
         use_bindings = self.parser == MLIR_BINDINGS or (
-            self.parser == "auto" and len(text) <= BINDINGS_MAX_BYTES
+            self.parser == "auto" and len(text) <= BINDINGS_MAX_BYTES and depth <= BINDINGS_MAX_DEPTH
         )
+        if self.parser == MLIR_BINDINGS and depth > BINDINGS_MAX_DEPTH:
+            raise ArtifactError.at(
+                self.path, None,
+                f"regions nested {depth} deep: over the {BINDINGS_MAX_DEPTH} the MLIR bindings are given "
+                "(they recurse); read it with the line reader",
+            )
         if use_bindings:
             builder = _Builder(self.path, compile_hash, self.scope_prefix)
             rejected = _read_with_bindings(self.path, text, builder)
             if rejected is None:
                 return builder.recovery(MLIR_BINDINGS, extra)
             extra["parser_fallback"] = rejected
+        elif self.parser == "auto" and depth > BINDINGS_MAX_DEPTH:
+            extra["parser_choice"] = (
+                f"line reader: regions nested {depth} deep (the MLIR bindings recurse; limit {BINDINGS_MAX_DEPTH})"
+            )
         elif self.parser == "auto":
             extra["parser_choice"] = f"line reader: the dump is over {BINDINGS_MAX_BYTES >> 20} MiB"
         builder = _Builder(self.path, compile_hash, self.scope_prefix)

@@ -6,9 +6,26 @@ ALCF CS-2 appliance log of 2024 (``compile job id: wsjob-...``, the compiler's p
 records, gradient-accumulation trials) and the ``cszoo fit`` console of appliance
 client 1.1.0, 2026 (``Job id: wsjob-..., workflow id: ...``, semantic versions, cached
 compiles, Trainer Fit Summary, eval records). Lines without a timestamp are user
-prints interleaved with the log (``[GraphCache] ...``) and are skipped; so are records
-this reader has no rule for. A record it does have a rule for but cannot read (a
-truncated step line) is an error naming the line.
+prints interleaved with the log: the GNN model zoo's per-window ``[Step=N] Wall=...``,
+``[Profile] Avg ms/step | Load: ... | Residual(Dev): ...`` and ``[Throughput] Samples:
+...`` lines (which show whether a job is bound by data loading) are read as figures of
+the logging window they follow; ``[GraphCache] ...`` notes are kept as facts. Records
+this reader has no rule for are unparsed lines in the line account; a record it has a
+rule for but cannot read (a truncated step line, a figure that is not a finite number)
+is a problem of that line, not an abort (see :mod:`dfit_mlir.adapters.lines`).
+
+A file may hold several pasted runs: a run starts at a ``Current Working Directory``,
+``Running command`` or ``Effective batch size is N.`` record when the current run has
+already seen one; each run is a scope (``run_scope`` on every measurement, its job ids,
+batch size and compile hash under ``attributes["runs"]``).
+
+Timing semantics, per record type: step records are instants, and each also closes the
+*interval* of its logging window (from the previous step record of the run, or from
+``Beginning appliance run``); compile and execute phases are intervals between the
+records that begin and end them; ``Processed N samples in S seconds`` is an interval of
+S seconds that *starts where the steps it reports started* (the start of the run's
+first step window), not one ending at the line that reports it; a checkpoint save runs
+from ``Saving checkpoint`` to ``Saved checkpoint``.
 
 Timestamps carry no zone; they are read as UTC (the cszoo logs' own Kubernetes events,
 ``Event 2026-01-30 12:50:03 +0000 UTC``, agree with their record times).
@@ -18,11 +35,21 @@ from __future__ import annotations
 
 import calendar
 import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+from dfit_mlir.adapters.lines import (
+    DECORATION,
+    Line,
+    Rule,
+    Scopes,
+    apply_rules,
+    count,
+    echo,
+    finite,
+    read_file,
+)
 from dfit_mlir.adapters.recovery import (
     ArtifactError,
     Coverage,
@@ -35,7 +62,7 @@ from dfit_mlir.adapters.recovery import (
 BACKEND = "cerebras"
 
 _RECORD_RE = re.compile(
-    r"^(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d),(\d{3}) (DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+(.*?)\s*$"
+    r"^(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d),(\d{3}) (DEBUG|INFO|WARNING|ERROR|CRITICAL):\s*(.*)$"
 )
 _RECORD_HEAD_RE = re.compile(rb"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (?:INFO|WARNING|ERROR|DEBUG):", re.M)
 #: Strings only a Cerebras appliance / cszoo log has near its start.
@@ -53,7 +80,8 @@ _HEAD_MARKERS = (
 _HASH_RE = re.compile(r"\b(cs_\d+)\b")
 _WSJOB_RE = re.compile(r"\b(wsjob-[a-z0-9]+)\b")
 _WORKFLOW_RE = re.compile(r"\b(wflow-[a-z0-9]+)\b")
-_VERSION_RE = re.compile(r"([A-Za-z][A-Za-z ]*?) semantic version: ([0-9][\w.+-]*)")
+_VERSION_MARK = " semantic version: "
+_VERSION_NUMBER_RE = re.compile(r"[0-9][\w.+-]*")
 _STEP_RE = re.compile(r"^\| (?P<mode>Train|Eval) Device=(?P<device>\w+), (?P<fields>.*)$")
 _FIELD_RE = re.compile(r"^(?P<key>\w+)(?P<op>[=<>])(?P<value>.*)$")
 _PROCESSED_RE = re.compile(
@@ -65,7 +93,7 @@ _LOOP_STEPS_RE = re.compile(r"with (?P<steps>\d+) steps")
 _SUB_BATCH_RE = re.compile(r"^Gradient accumulation trying sub-batch size (\d+)")
 _PER_BOX_RE = re.compile(r"per-box batch size (\d+) with (\d+) lanes")
 _CHECKPOINT_SAVE_RE = re.compile(r"^Saving checkpoint at step (\d+)$")
-_EVAL_METRIC_RE = re.compile(r"^-?\s*(?P<key>[\w./ -]+?)\s*(?:=|:)\s*(?P<value>-?[\d.]+(?:[eE][+-]?\d+)?)$")
+_EVAL_METRIC_RE = re.compile(r"^-?\s*(?P<key>[\w./ -]+)[=:]\s*(?P<value>-?[\d.]+(?:[eE][+-]?\d+)?)$")
 
 #: Top-level phases the compiler announces (level 0); each lasts until the next one or
 #: the end of the compile.
@@ -104,7 +132,7 @@ def _seconds(match: re.Match[str]) -> float:
 def _duration_text(text: str) -> float | None:
     """``0:13:19`` → 799.0 seconds."""
     parts = text.split(":")
-    if not all(part.isdigit() for part in parts):
+    if not all(part.isdigit() and len(part) <= 9 for part in parts):
         return None
     total = 0
     for part in parts:
@@ -120,18 +148,20 @@ class LogRecord:
     message: str
 
 
-def log_records(path: Path) -> Iterator[LogRecord]:
-    """The timestamped records of a log; untimestamped lines (user prints, the blank line
-    after a long warning) are skipped."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        line = path.read_bytes()[: error.start].count(b"\n") + 1
-        raise ArtifactError.at(path, line, f"not UTF-8 text ({error.reason})") from None
-    for number, line in enumerate(text.splitlines(), start=1):
-        match = _RECORD_RE.match(line)
-        if match:
-            yield LogRecord(number, _seconds(match), match.group(8), match.group(9))
+def _versions(message: str) -> list[tuple[str, str]]:
+    """``Appliance client semantic version: 1.1.0, cluster server semantic version: 1.1.2``
+    → [("Appliance client", "1.1.0"), ("cluster server", "1.1.2")] (a str scan: linear
+    on any line)."""
+    found: list[tuple[str, str]] = []
+    start = 0
+    while (at := message.find(_VERSION_MARK, start)) >= 0:
+        # Search back no further than the previous mark: linear over the whole line.
+        who = message[max(message.rfind(",", start, at), message.rfind(":", start, at), start - 1) + 1 : at].strip()
+        version = _VERSION_NUMBER_RE.match(message, at + len(_VERSION_MARK))
+        if who and version is not None and who.replace(" ", "").isalpha():
+            found.append((who, version.group(0)))
+        start = at + len(_VERSION_MARK)
+    return found
 
 
 @dataclass
@@ -203,18 +233,41 @@ class _LogParser:
         self.in_eval_metrics = False
         self.loops: list[dict[str, Any]] = []
         self.records = 0
+        self.scopes = Scopes()
+        self.last_time_s: float | None = None
+        #: Start of the current run's first step window, and the window's last step.
+        self.steps_start_s: float | None = None
+        self.last_window_step: int | None = None
+        self.user_prints: dict[str, list[str]] = {}
 
     def origin(self, record: LogRecord) -> str:
         return f"{self.path}:{record.line}"
 
+    def add(self, measurement: Measurement) -> None:
+        """Every measurement carries its run scope."""
+        scope = self.scopes.current
+        self.measurements.append(
+            replace(measurement, attributes={**measurement.attributes, "run_scope": scope.id})
+        )
+
+    def feed(self, line: Line) -> bool:
+        match = _RECORD_RE.match(line.text)
+        if match is None:
+            return apply_rules(_PRINT_RULES, self, line)
+        self.records += 1
+        record = LogRecord(line.number, _seconds(match), match.group(8), match.group(9).rstrip())
+        self.last_time_s = record.time_s
+        return self.handle(record)
+
     def parse(self) -> Recovery:
-        for record in log_records(self.path):
-            self.records += 1
-            self.handle(record)
+        self.lines = read_file(self.path, self.feed, required=False)
         if self.records == 0:
             raise ArtifactError.at(self.path, None, "no timestamped log records")
         if self.compile is not None:
             self.finish_compile(None, "unfinished")
+        self.attributes["runs"] = self.scopes.as_attribute()
+        if self.user_prints:
+            self.attributes["user_prints"] = self.user_prints
         for attribute in ("compile_hashes", "cached_compile_hashes", "workflow_ids"):
             self.attributes[attribute] = list(dict.fromkeys(self.attributes[attribute]))
         if self.fit_summary is not None:
@@ -224,7 +277,7 @@ class _LogParser:
         self.attributes["timestamps"] = "read as UTC (the log carries no zone)"
         return Recovery(
             backend=BACKEND,
-            sources=(source_artifact(self.path, ConsoleLogReader.format),),
+            sources=(source_artifact(self.path, ConsoleLogReader.format, lines=self.lines),),
             measurements=tuple(self.measurements),
             coverage=self.coverage(),
             attributes=self.attributes,
@@ -259,20 +312,22 @@ class _LogParser:
 
     # -- records ---------------------------------------------------------------------
 
-    def handle(self, record: LogRecord) -> None:
+    def handle(self, record: LogRecord) -> bool:
+        """Whether the record was taken by a rule (a warning is always kept)."""
         message = record.message
-        if record.level in ("WARNING", "ERROR", "CRITICAL"):
-            self.attributes["warnings"].append(f"{record.line}: {record.level}: {message}")
+        warned = record.level in ("WARNING", "ERROR", "CRITICAL")
+        if warned:
+            self.attributes["warnings"].append(f"{record.line}: {record.level}: {message[:1000]}")
         if self.in_fit_summary:
             self.fit_summary_line(record)
-            return
+            return True
         if self.in_eval_metrics:
             if self.eval_metric(record):
-                return
+                return True
             self.in_eval_metrics = False
         if message.startswith("| "):
-            self.step(record)
-        elif message.startswith("Processed "):
+            return self.step(record) or warned
+        if message.startswith("Processed "):
             self.processed(record)
         elif message == "Trainer Fit Summary":
             self.in_fit_summary = True
@@ -288,29 +343,48 @@ class _LogParser:
         elif self.execute_record(record):
             pass
         else:
-            self.run_facts(record)
+            return self.run_facts(record) or apply_rules(_NARRATION, self, _as_line(record)) or warned
+        return True
 
-    def run_facts(self, record: LogRecord) -> None:
+    def scope_fact(self, key: str, value: Any) -> None:
+        """A fact of the current run that several records add to (its jobs, compiles)."""
+        known = self.scopes.current.facts.setdefault(key, [])
+        if value not in known:
+            known.append(value)
+
+    def run_start(self, record: LogRecord, fact: str, value: Any) -> None:
+        """A fact every run states once: seen again, it starts the next pasted run."""
+        scope = self.scopes.current if self.scopes.all else self.scopes.open(record.line)
+        if fact in scope.facts:
+            scope = self.scopes.open(record.line)
+            self.compile_hash = self.execute_job = self.run_start_s = self.steps_start_s = None
+            self.last_step.clear()
+            self.loop_first_step.clear()
+            self.checkpoint = None
+        scope.facts[fact] = value
+        self.attributes.setdefault(fact, value)
+
+    def run_facts(self, record: LogRecord) -> bool:
         message = record.message
-        versions = _VERSION_RE.findall(message)
+        versions = _versions(message)
         if versions:
             for who, version in versions:
                 self.attributes["versions"][who.strip().lower()] = version
-            return
+            return True
         if "initialized workflow with id" in message:
             self.attributes["workflow_ids"] += _WORKFLOW_RE.findall(message)
         elif message.startswith("Effective batch size is "):
-            self.attributes["effective_batch_size"] = _integer(
-                self.path, record, r"^Effective batch size is (\d+)"
+            self.run_start(
+                record, "effective_batch_size", _integer(self.path, record, r"^Effective batch size is (\d+)")
             )
         elif message.startswith("Running command: "):
-            self.attributes["command"] = message[len("Running command: ") :]
+            self.run_start(record, "command", message[len("Running command: ") :])
         elif message.startswith("Current Working Directory: "):
-            self.attributes["working_directory"] = message[len("Current Working Directory: ") :]
+            self.run_start(record, "working_directory", message[len("Current Working Directory: ") :])
         elif message.startswith("Using network type: "):
             self.attributes["network_type"] = message[len("Using network type: ") :]
         elif message.startswith("Starting "):
-            self.loop(record)
+            return self.loop(record)
         elif message.endswith("completed successfully!"):
             self.attributes.setdefault("completed", []).append(message)
             self.run_start_s = None
@@ -321,12 +395,12 @@ class _LogParser:
         else:
             match = _CHECKPOINT_SAVE_RE.match(message)
             if match:
-                self.checkpoint = (record.time_s, record.line, int(match.group(1)))
+                self.checkpoint = (record.time_s, record.line, count(match.group(1), "step", self.path, record.line))
             elif message.startswith("Saved checkpoint ") and self.checkpoint is not None:
                 start_s, line, step = self.checkpoint
                 self.checkpoint = None
                 duration = round(record.time_s - start_s, 3)
-                self.measurements.append(
+                self.add(
                     Measurement(
                         "program",
                         "checkpoint.save",
@@ -336,14 +410,17 @@ class _LogParser:
                         duration_s=duration,
                         step=step,
                         origin=f"{self.path}:{line}",
-                        attributes={"file": message[len("Saved checkpoint ") :]},
+                        attributes={"file": message[len("Saved checkpoint ") :], "job_id": self.execute_job},
                     )
                 )
+            else:
+                return False
+        return True
 
-    def loop(self, record: LogRecord) -> None:
+    def loop(self, record: LogRecord) -> bool:
         match = _LOOP_RE.match(record.message)
         if match is None:
-            return
+            return False
         loop: dict[str, Any] = {
             "name": match.group("name"),
             "index": int(match.group("i")),
@@ -363,6 +440,7 @@ class _LogParser:
             if steps:
                 loop["steps"] = int(steps.group("steps"))
         self.loops.append(loop)
+        return True
 
     def fit_summary_line(self, record: LogRecord) -> None:
         assert self.fit_summary is not None
@@ -395,11 +473,8 @@ class _LogParser:
         return True
 
     def metric(self, record: LogRecord, name: str, value: str, unit: str | None, **extra: Any) -> None:
-        try:
-            number = float(value)
-        except ValueError:
-            raise ArtifactError.at(self.path, record.line, f"{name}: {value!r} is not a number") from None
-        self.measurements.append(
+        number = finite(value, name, self.path, record.line)
+        self.add(
             Measurement(
                 "metric",
                 name,
@@ -475,7 +550,7 @@ class _LogParser:
             if end is None or end < phase.start_s:
                 end = None
             duration = None if end is None else round(end - phase.start_s, 3)
-            self.measurements.append(
+            self.add(
                 Measurement(
                     "compile",
                     "compile.phase",
@@ -493,7 +568,7 @@ class _LogParser:
                 )
             )
         duration = None if end_s is None else round(end_s - compile_.start_s, 3)
-        self.measurements.append(
+        self.add(
             Measurement(
                 "compile",
                 "compile",
@@ -513,6 +588,7 @@ class _LogParser:
         )
         if compile_.compile_hash is not None:
             self.attributes["compile_hashes"].append(compile_.compile_hash)
+            self.scope_fact("compile_hashes", compile_.compile_hash)
             if status == "success":
                 self.compile_hash = compile_.compile_hash
 
@@ -538,6 +614,7 @@ class _LogParser:
             job["workflow_id"] = workflow.group(1)
             self.attributes["workflow_ids"].append(workflow.group(1))
         self.attributes["jobs"].append(job)
+        self.scope_fact("job_ids", job_id)
         if kind == "compile" and self.compile is not None:
             self.compile.job_id = job_id
         elif kind == "execute":
@@ -552,7 +629,7 @@ class _LogParser:
             return
         job_id, (start_s, line, kind) = next(reversed(self.waiting_jobs.items()))
         self.waiting_jobs.clear()
-        self.measurements.append(
+        self.add(
             Measurement(
                 "queue",
                 "wsjob.wait",
@@ -581,7 +658,7 @@ class _LogParser:
             if message.startswith(ends) and phase in self.open_execute:
                 start_s, line = self.open_execute.pop(phase)
                 duration = round(record.time_s - start_s, 3)
-                self.measurements.append(
+                self.add(
                     Measurement(
                         "program",
                         "execute.phase",
@@ -600,16 +677,16 @@ class _LogParser:
                 return True
         return False
 
-    def step(self, record: LogRecord) -> None:
+    def step(self, record: LogRecord) -> bool:
         match = _STEP_RE.match(record.message)
         if match is None:
-            return  # another table-like record ("| ..."), not a step line
+            return False  # another table-like record ("| ..."), not a step line
         mode = match.group("mode").lower()
         fields: dict[str, str] = {}
         for part in match.group("fields").split(", "):
             item = _FIELD_RE.match(part)
             if item is None:
-                raise ArtifactError.at(self.path, record.line, f"unreadable field {part!r} in a step record")
+                raise ArtifactError.at(self.path, record.line, f"unreadable field {echo(part)} in a step record")
             fields[item.group("key")] = (
                 item.group("op") + item.group("value") if item.group("op") != "=" else item.group("value")
             )
@@ -622,16 +699,14 @@ class _LogParser:
             raise ArtifactError.at(
                 self.path, record.line, "step record without Step, Loss, Rate and GlobalRate"
             )
-        step = int(step_text)
+        step = count(step_text, "Step", self.path, record.line)
         common: dict[str, Any] = {
             "device": match.group("device"),
             "compile_hash": self.compile_hash,
             "job_id": self.execute_job,
         }
         if "Batch" in fields:
-            if not fields["Batch"].isdigit():
-                raise ArtifactError.at(self.path, record.line, f"Batch={fields['Batch']!r} is not a count")
-            common["batch"] = int(fields["Batch"])
+            common["batch"] = count(fields["Batch"], "Batch", self.path, record.line)
         for key in ("LoopTimeRemaining", "TimeRemaining"):
             if key in fields:
                 text = fields[key].lstrip("=<>")
@@ -641,9 +716,13 @@ class _LogParser:
             if key in fields:
                 value, _, unit = fields[key].partition(" ")
                 if unit != "samples/sec":
-                    raise ArtifactError.at(self.path, record.line, f"{key}: unexpected unit {unit!r}")
+                    raise ArtifactError.at(self.path, record.line, f"{key}: unexpected unit {echo(unit)}")
                 self.metric(record, f"{mode}.{name}", value, "samples/s", step=step, attributes=common)
         self.step_window(record, mode, step, common)
+        self.last_window_step = step
+        facts = self.scopes.current.facts
+        facts[f"{mode}_steps"] = facts.get(f"{mode}_steps", 0) + 1
+        return True
 
     def step_window(self, record: LogRecord, mode: str, step: int, common: dict[str, Any]) -> None:
         """Seconds per step over the window since the previous step record (or the start
@@ -659,9 +738,11 @@ class _LogParser:
         self.last_step[mode] = (record.time_s, counter)
         if start_s is None or previous is None or counter <= previous:
             return
+        if mode == "train" and self.steps_start_s is None:
+            self.steps_start_s = start_s
         duration = round(record.time_s - start_s, 3)
         steps = counter - previous
-        self.measurements.append(
+        self.add(
             Measurement(
                 "program",
                 f"{mode}.steps",
@@ -676,36 +757,167 @@ class _LogParser:
         )
 
     def processed(self, record: LogRecord) -> None:
+        """``Processed N samples in S seconds``: an interval of S seconds over the steps
+        it reports, so it starts where the run's first step window started; only when
+        the run logged no step window is it placed ending at its line (and says so)."""
         match = _PROCESSED_RE.match(record.message)
         if match is None:
             raise ArtifactError.at(
                 self.path, record.line, "unreadable 'Processed N sample(s) in T seconds' record"
             )
-        try:
-            seconds = float(match.group("s"))
-        except ValueError:
-            raise ArtifactError.at(
-                self.path, record.line, f"{match.group('s')!r} is not a number of seconds"
-            ) from None
-        self.measurements.append(
+        seconds = finite(match.group("s"), "seconds", self.path, record.line)
+        samples = count(match.group("n"), "samples", self.path, record.line)
+        if self.steps_start_s is not None:
+            start_s, placed = self.steps_start_s, "from the start of the run's first step window"
+        else:
+            start_s, placed = record.time_s - seconds, "ending at the reporting line (no step window logged)"
+        self.add(
             Measurement(
                 "program",
                 "processed_samples",
-                float(match.group("n")),
+                float(samples),
                 "samples",
-                start_s=record.time_s - seconds,
+                start_s=start_s,
                 duration_s=seconds,
                 origin=self.origin(record),
-                attributes={"what": match.group("what")},
+                attributes={"what": match.group("what"), "placed": placed, "last_step": self.last_window_step,
+                            "job_id": self.execute_job, "compile_hash": self.compile_hash},
             )
         )
+
+    # -- the user prints interleaved with the records (GNN model zoo) ----------------
+
+    def user_step(self, found: re.Match[str], line: Line) -> None:
+        """``[Step=0040] Wall=90.4672s | Loss=1.8380``: the training loop's own wall clock
+        (seconds since it started) at that step; an instant, with no timestamp of its own."""
+        step = count(found["step"], "Step", self.path, line.number)
+        wall = finite(found["wall"], "Wall", self.path, line.number)
+        loss = finite(found["loss"], "Loss", self.path, line.number)
+        self.add(
+            Measurement(
+                "metric", "user.wall_clock", wall, "s", step=step, origin=f"{self.path}:{line.number}",
+                attributes={"what": "the training loop's elapsed wall time at this step", "loss": loss},
+            )
+        )
+
+    def profile(self, found: re.Match[str], line: Line) -> None:
+        """``[Profile] Avg ms/step | Load: 3015.040 | Host_Submit(Fwd: 0.000, ...) |
+        Residual(Dev): 0.532 | Iter_Wall: 0.532``: per-step averages (ms → s) over the
+        logging window that ends at the step record before it."""
+        for part in (piece.strip() for piece in found["fields"].split("|")):
+            name, paren, rest = part.partition("(")
+            if paren and ":" not in name:
+                inside, _, after = rest.partition(")")
+                if after.strip().startswith(":"):  # Residual(Dev): 0.532
+                    items = [(f"{name}.{inside}", after.strip()[1:])]
+                else:  # Host_Submit(Fwd: 0.000, Bwd: 0.000, Opt: 0.000)
+                    items = [(f"{name}.{k.strip()}", v) for k, _, v in (i.partition(":") for i in inside.split(","))]
+            else:
+                key, colon, value = part.partition(":")
+                if not colon:
+                    raise ArtifactError.at(self.path, line.number, f"unreadable [Profile] field {echo(part)}")
+                items = [(key, value)]
+            for name, text in items:
+                milliseconds = finite(text, f"[Profile] {name.strip()}", self.path, line.number)
+                self.add(
+                    Measurement(
+                        "metric", f"profile.{name.strip().lower()}", milliseconds / 1000.0, "s/step",
+                        step=self.last_window_step, origin=f"{self.path}:{line.number}",
+                        attributes={"what": "average per step over the logging window (user profiler)",
+                                    "text": f"{text.strip()} ms"},
+                    )
+                )
+
+    def throughput(self, found: re.Match[str], line: Line) -> None:
+        """``[Throughput] Samples: 1358.28 samples/s (1358.28)``: the user loop's rate at
+        the step before it; the figure in parentheses is kept as printed."""
+        value = finite(found["rate"], "[Throughput] Samples", self.path, line.number)
+        self.add(
+            Measurement(
+                "metric", "user.throughput", value, "samples/s", step=self.last_window_step,
+                origin=f"{self.path}:{line.number}",
+                attributes={"what": "the training loop's own throughput print", "second_figure": found["other"]},
+            )
+        )
+
+    def compilation_print(self, found: re.Match[str], line: Line) -> None:
+        """``[Compilation] Step=1 finished. Duration=3.95s``: the loop's first (tracing)
+        step; an interval of that duration whose start the print does not give."""
+        seconds = finite(found["seconds"], "[Compilation] Duration", self.path, line.number)
+        self.add(
+            Measurement(
+                "metric", "user.compilation_step", seconds, "s", duration_s=seconds,
+                step=count(found["step"], "Step", self.path, line.number), origin=f"{self.path}:{line.number}",
+                attributes={"what": "the training loop's tracing step, as it prints it"},
+            )
+        )
+
+    def user_note(self, found: re.Match[str], line: Line) -> None:
+        self.user_prints.setdefault(found["who"], []).append(line.text[:500])
+
+
+def _as_line(record: LogRecord) -> Line:
+    return Line(record.line, record.message)
+
+
+#: Untimestamped lines: the GNN model zoo's prints.
+_PRINT_RULES: tuple[Rule, ...] = (
+    Rule(
+        re.compile(r"^\[Step=(?P<step>\d+)\] Wall=(?P<wall>[^s|\s]+)s \| Loss=(?P<loss>\S+)\s*$"),
+        _LogParser.user_step,
+        "training loop wall clock at a step (s) and its loss",
+        "instant: at the step, no timestamp of its own",
+    ),
+    Rule(
+        re.compile(r"^\[Profile\] Avg ms/step \|(?P<fields>.*)$"),
+        _LogParser.profile,
+        "per-step averages of data loading, host submit, device residual and iteration wall time (ms → s/step)",
+        "interval: the logging window that ends at the step record before it",
+    ),
+    Rule(
+        re.compile(r"^\[Throughput\] Samples: (?P<rate>\S+) samples/s(?: \((?P<other>[^)]*)\))?\s*$"),
+        _LogParser.throughput,
+        "the training loop's throughput (samples/s)",
+        "instant: at the step record before it",
+    ),
+    Rule(
+        re.compile(r"^\[Compilation\] Step=(?P<step>\d+) finished\. Duration=(?P<seconds>[^s\s]+)s"),
+        _LogParser.compilation_print,
+        "the training loop's tracing step (s)",
+        "interval: its duration only (no start printed)",
+    ),
+    Rule(
+        re.compile(r"^\[(?P<who>GraphCache|DataLoader|Dataset)\] "),
+        _LogParser.user_note,
+        "data-loader notes (kept as printed under attributes['user_prints'])",
+    ),
+)
+
+#: Records that narrate what other records already time or state (decoration).
+_NARRATION: tuple[Rule, ...] = (
+    Rule(re.compile(r"^(?:[=-]{5,})?$"), None, "rule lines and empty records around summaries", DECORATION),
+    Rule(
+        re.compile(
+            r"^(?:Checkpoint autoloading is enabled|No checkpoints were found|No checkpoint was provided"
+            r"|Poll ingress status: |Recording the timestamp when jobs is scheduled"
+            r"|User sidecar image build is disabled|Programming Cerebras Wafer Scale Cluster"
+            r"|Ordinal \d+: |Compile artifacts will be|Constructing a|Loading|Creating"
+            r"|Mounting|Uploading|Transferring|Initializing|Waiting for|Heartbeat"
+            r"|Saving run metadata|Event \d{4}-\d\d-\d\d |Defaulted to use the \S+ namespace"
+            r"|Custom worker image build is disabled)"
+        ),
+        None,
+        "progress narration: the phases and jobs it announces are timed by the records that begin and end them",
+        DECORATION,
+    ),
+)
 
 
 def _integer(path: Path, record: LogRecord, pattern: str) -> int:
     match = re.match(pattern, record.message)
     if match is None:
         raise ArtifactError.at(path, record.line, f"unreadable record (expected {pattern!r})")
-    return int(match.group(1))
+    return count(match.group(1), "count", path, record.line)
 
 
 def _hash(path: Path, record: LogRecord) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dfit_mlir.adapters.cerebras.logs import BACKEND
+from dfit_mlir.adapters.lines import Line, finite, read_file
 from dfit_mlir.adapters.recovery import (
     ArtifactError,
     Coverage,
@@ -278,14 +279,13 @@ def _snake(header: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text).strip("_")
 
 
-def _figure(text: str) -> tuple[float | int, str | None]:
-    """A report figure: ``62%`` → (0.62, "fraction"); ``5203`` → (5203, None)."""
+def _figure(text: str, what: str, path: Path, line: int) -> tuple[float | int, str | None]:
+    """A report figure: ``62%`` → (0.62, "fraction"); ``5203`` → (5203, None); anything
+    else (``inf``, ``nan``, thousands of digits) raises naming the line."""
     if text.endswith("%"):
-        return float(text[:-1]) / 100, "fraction"
-    try:
-        return int(text), None
-    except ValueError:
-        return float(text), None
+        return finite(text[:-1], what, path, line) / 100, "fraction"
+    value = finite(text, what, path, line)
+    return (int(value), None) if text.strip().lstrip("-").isdigit() else (value, None)
 
 
 class CompileReportReader:
@@ -302,42 +302,39 @@ class CompileReportReader:
         return b"Estimated Overall Performance" in head[:2048]
 
     def read(self) -> Recovery:
-        lines = _read_text(self.path).splitlines()
+        """Rules: the title and rule lines are decoration; ``Key: figure`` lines before
+        the kernel table are overall estimates (no time: the compiler's prediction);
+        ``| ... |`` rows are the kernel table (its first row the header)."""
         compile_hash = compile_hash_of(self.path)
         measurements: list[Measurement] = []
         partitions: list[RecoveredPartition] = []
         columns: list[str] | None = None
         seen: dict[str, int] = {}
-        for number, raw in enumerate(lines, start=1):
-            line = raw.strip()
-            if not line or line.startswith(("#", "+", "---")) or line == "Estimated Overall Performance":
-                continue
-            if line.startswith("|"):
-                cells = [cell.strip() for cell in line.strip("|").split("|")]
+
+        def feed(line: Line) -> bool:
+            nonlocal columns
+            number, text = line.number, line.text.strip()
+            if text.startswith(("#", "+", "---")) or text == "Estimated Overall Performance":
+                return True  # title, comments and table frames: decoration
+            if text.startswith("|"):
+                cells = [cell.strip() for cell in text.strip("|").split("|")]
                 if columns is None:
+                    if _snake(cells[0]) != "kernel_name":
+                        raise ArtifactError.at(self.path, number, "kernel table without a 'Kernel Name' column")
                     columns = [_snake(cell) for cell in cells]
-                    if columns[0] != "kernel_name":
-                        raise ArtifactError.at(
-                            self.path, number, "kernel table without a 'Kernel Name' column"
-                        )
-                    continue
+                    return True
                 if not any(cells):
-                    continue
+                    return True
                 if len(cells) != len(columns):
                     raise ArtifactError.at(
                         self.path, number, f"kernel row has {len(cells)} cells, the header {len(columns)}"
                     )
                 partitions.append(self.kernel(number, columns, cells, seen, compile_hash))
-                continue
-            key, colon, value = line.partition(":")
+                return True
+            key, colon, value = text.partition(":")
             if not colon or columns is not None:
-                continue
-            try:
-                figure, unit = _figure(value.strip())
-            except ValueError:
-                raise ArtifactError.at(
-                    self.path, number, f"{key.strip()}: {value.strip()!r} is not a figure"
-                ) from None
+                return False
+            figure, unit = _figure(value.strip(), f"{key.strip()}", self.path, number)
             name = _snake(key)
             measurements.append(
                 Measurement(
@@ -349,6 +346,9 @@ class CompileReportReader:
                     attributes={"text": value.strip(), "compile_hash": compile_hash},
                 )
             )
+            return True
+
+        lines = read_file(self.path, feed, required=False)
         if not measurements and not partitions:
             raise ArtifactError.at(self.path, None, "no estimates found")
         notes = [
@@ -362,7 +362,7 @@ class CompileReportReader:
         ]
         return Recovery(
             backend=BACKEND,
-            sources=(source_artifact(self.path, self.format),),
+            sources=(source_artifact(self.path, self.format, lines=lines),),
             partitions=tuple(partitions),
             measurements=tuple(measurements),
             coverage=tuple(notes),
@@ -381,12 +381,7 @@ class CompileReportReader:
         estimates: dict[str, Any] = {}
         converted: dict[str, str] = {}  # the original text of percentages
         for column, cell in zip(columns[1:], cells[1:], strict=True):
-            try:
-                estimates[column] = _figure(cell)[0] if cell else None
-            except ValueError:
-                raise ArtifactError.at(
-                    self.path, number, f"{name}: {column} {cell!r} is not a figure"
-                ) from None
+            estimates[column] = _figure(cell, f"{name}: {column}", self.path, number)[0] if cell else None
             if cell.endswith("%"):
                 converted[column] = cell
         repeat = seen.get(name, 0)

@@ -48,25 +48,46 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from dfit_mlir.adapters.lines import (
+    BLANK,
+    DECORATION,
+    Line,
+    Rule,
+    apply_rules,
+    count,
+    echo,
+    finite,
+    read_file,
+)
 from dfit_mlir.adapters.recovery import (
     ArtifactError,
     Coverage,
     CoverageNote,
+    LineAccount,
     Measurement,
     Recovery,
     source_artifact,
 )
 
-from .oplog import OperationRow, is_table_header, table_row
+from .oplog import _HEADER_RE, OperationRow, table_row
 
 BACKEND = "edgetpu"
 
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "KB": 1000, "MB": 1000**2, "GB": 1000**3}
-_SIZE_RE = re.compile(r"^(?P<number>\d+(?:\.\d+)?)\s*(?P<unit>[KMG]i?B|B)$")
+_SIZE_RE = re.compile(r"^(?P<number>\d+(?:\.\d+)?) ?(?P<unit>[KMG]i?B|B)$")
 _VERSION_RE = re.compile(r"^Edge TPU Compiler version (?P<version>\S+)")
 _COMPILED_RE = re.compile(r"^Models? compiled successfully in (?P<ms>\d+(?:\.\d+)?) ms\.")
 _TIMEOUT_RE = re.compile(r"^Started a compilation timeout timer of (?P<s>\d+) seconds\.")
-_FIELD_RE = re.compile(r"^(?P<key>[A-Z][^:]*):\s*(?P<value>.*?)\s*$")
+_FIELD_RE = re.compile(r"^(?P<key>[A-Z][^:]*):(?P<value>.*)$")
+_SUCCEEDED_RE = re.compile(r"^Compilation succeeded")
+_FAILED_RE = re.compile(r"^Compilation failed")
+#: What the compiler prints around the figures, carrying nothing the figures do not.
+_DECORATION_RE = re.compile(
+    r"^(?:See the operation log file for individual operation details\."
+    r"|Model successfully compiled but not all operations are supported by the Edge TPU\."
+    r"|Compilation child process completed within timeout period\."
+    r"|Compiler version|Searching for valid delegate)"
+)
 
 #: Printed key -> (field of ConsoleModel, kind of value).
 _FIELDS: dict[str, tuple[str, str]] = {
@@ -99,9 +120,10 @@ _MEASURED: dict[str, tuple[str, str, str | None]] = {
 
 
 def parse_size(text: str) -> int | None:
-    """``"322.25KiB"`` -> 329984 bytes; None when ``text`` is not a size."""
+    """``"322.25KiB"`` -> 329984 bytes; None when ``text`` is not a size (or not a
+    believable one: thousands of digits)."""
     match = _SIZE_RE.match(text.strip())
-    if not match:
+    if not match or len(match["number"]) > 30:
         return None
     return round(float(match["number"]) * _UNITS[match["unit"]])
 
@@ -157,6 +179,7 @@ class ConsoleSummary:
     succeeded: bool | None
     models: tuple[ConsoleModel, ...]
     compile_time_line: int | None = None
+    lines: LineAccount | None = field(default=None, compare=False)
 
 
 class ConsoleSummaryReader:
@@ -175,68 +198,23 @@ class ConsoleSummaryReader:
         )
 
     def summary(self) -> ConsoleSummary:
-        try:
-            text = self.path.read_text(encoding="utf-8", errors="replace")
-        except OSError as error:
-            raise ArtifactError.at(self.path, None, f"cannot read: {error.strerror}") from error
-        version = compile_time = timeout = compile_line = None
-        succeeded: bool | None = None
-        # One dict of ConsoleModel fields per block, frozen once the capture is read.
-        blocks: list[dict[str, Any]] = []
-        in_table = False
-        for number, line in enumerate(text.splitlines(), start=1):
-            stripped = line.strip()
-            if not stripped:
-                continue
-            if in_table:
-                row = table_row(number, stripped)
-                if row is not None:
-                    blocks[-1]["operations"].append(row)
-                    continue
-                in_table = False  # the first line that is no row ends the table
-            if match := _VERSION_RE.match(stripped):
-                version = match["version"]
-            elif match := _COMPILED_RE.match(stripped):
-                compile_time, compile_line = float(match["ms"]) / 1000.0, number
-            elif match := _TIMEOUT_RE.match(stripped):
-                timeout = int(match["s"])
-            elif stripped.startswith("Compilation succeeded"):
-                succeeded = True
-            elif stripped.startswith("Compilation failed"):
-                succeeded = False
-            elif is_table_header(stripped) and blocks:
-                in_table = True
-            elif (match := _FIELD_RE.match(stripped)) and match["key"] in _FIELDS:
-                if match["key"] == "Input model":
-                    blocks.append({"line": number, "operations": [], "texts": {}, "lines": {}})
-                if not blocks:
-                    raise ArtifactError.at(
-                        self.path, number, f"{match['key']!r} before any 'Input model:' line"
-                    )
-                self._set(blocks[-1], number, match["key"], match["value"])
-        if version is None:
+        state = _ConsoleState(self.path)
+        account = read_file(self.path, state.feed)
+        if state.version is None:
             raise ArtifactError.at(self.path, 1, "no 'Edge TPU Compiler version' line")
         models = tuple(
-            ConsoleModel(**{**block, "operations": tuple(block["operations"])}) for block in blocks
+            ConsoleModel(**{**block, "operations": tuple(block["operations"])}) for block in state.blocks
         )
-        return ConsoleSummary(self.path, version, compile_time, timeout, succeeded, models, compile_line)
-
-    def _set(self, block: dict[str, Any], number: int, key: str, value: str) -> None:
-        name, kind = _FIELDS[key]
-        parsed: int | str | None
-        if kind == "size":
-            parsed = parse_size(value)
-            if parsed is None:
-                raise ArtifactError.at(self.path, number, f"{key}: {value!r} is not a size (e.g. 4.21MiB)")
-        elif kind == "count":
-            if not value.isdigit():
-                raise ArtifactError.at(self.path, number, f"{key}: {value!r} is not a count")
-            parsed = int(value)
-        else:
-            parsed = value
-        block[name] = parsed
-        block["texts"][name] = value
-        block["lines"][name] = number
+        return ConsoleSummary(
+            self.path,
+            state.version,
+            state.compile_time,
+            state.timeout,
+            state.succeeded,
+            models,
+            state.compile_line,
+            account,
+        )
 
     def read(self) -> Recovery:
         return console_recovery(self.summary(), self.format)
@@ -298,7 +276,7 @@ def console_attributes(summary: ConsoleSummary) -> dict[str, Any]:
 def console_recovery(summary: ConsoleSummary, format: str = ConsoleSummaryReader.format) -> Recovery:
     return Recovery(
         backend=BACKEND,
-        sources=(source_artifact(summary.path, format),),
+        sources=(source_artifact(summary.path, format, lines=summary.lines),),
         measurements=console_measurements(summary),
         coverage=(
             CoverageNote(
@@ -315,3 +293,89 @@ def console_recovery(summary: ConsoleSummary, format: str = ConsoleSummaryReader
         ),
         attributes=console_attributes(summary),
     )
+
+
+class _ConsoleState:
+    """The console's rules. A block of figures runs from its ``Input model:`` line to
+    the next one; an operation table (``--show_operations``) runs from its header to
+    the first line that is no row. Figures are facts of the compile (no time), but for
+    ``Models compiled successfully in N ms``: an interval of N ms ending at the end of
+    the compile, whose start the console does not give (``duration_s`` only)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.version: str | None = None
+        self.compile_time: float | None = None
+        self.compile_line: int | None = None
+        self.timeout: int | None = None
+        self.succeeded: bool | None = None
+        # One dict of ConsoleModel fields per block, frozen once the capture is read.
+        self.blocks: list[dict[str, Any]] = []
+        self.in_table = False
+
+    def feed(self, line: Line) -> bool:
+        if self.in_table:
+            row = table_row(line.number, line.text)
+            if row is not None:
+                self.blocks[-1]["operations"].append(row)
+                return True
+            self.in_table = False  # the first line that is no row ends the table
+        return apply_rules(_CONSOLE_RULES, self, Line(line.number, line.text.strip()))
+
+    def version_line(self, found: re.Match[str], line: Line) -> None:
+        self.version = found["version"]
+
+    def compiled(self, found: re.Match[str], line: Line) -> None:
+        self.compile_time = finite(found["ms"], "compile time", self.path, line.number) / 1000.0
+        self.compile_line = line.number
+
+    def timeout_line(self, found: re.Match[str], line: Line) -> None:
+        self.timeout = count(found["s"], "compilation timeout", self.path, line.number)
+
+    def outcome(self, succeeded: bool) -> None:
+        self.succeeded = succeeded
+
+    def table_header(self, found: re.Match[str], line: Line) -> bool:
+        if not self.blocks:
+            return False
+        self.in_table = True
+        return True
+
+    def field_line(self, found: re.Match[str], line: Line) -> bool:
+        key, value = found["key"], found["value"].strip()
+        if key not in _FIELDS:
+            return False
+        if key == "Input model":
+            self.blocks.append({"line": line.number, "operations": [], "texts": {}, "lines": {}})
+        if not self.blocks:
+            raise ArtifactError.at(self.path, line.number, f"{key!r} before any 'Input model:' line")
+        name, kind = _FIELDS[key]
+        parsed: int | str | None
+        if kind == "size":
+            parsed = parse_size(value)
+            if parsed is None:
+                raise ArtifactError.at(
+                    self.path, line.number, f"{key}: {echo(value)} is not a size (e.g. 4.21MiB)"
+                )
+        elif kind == "count":
+            parsed = count(value, key, self.path, line.number)
+        else:
+            parsed = value
+        block = self.blocks[-1]
+        block[name] = parsed
+        block["texts"][name] = value
+        block["lines"][name] = line.number
+        return True
+
+
+_CONSOLE_RULES: tuple[Rule, ...] = (
+    Rule(_VERSION_RE, lambda s, f, line: s.version_line(f, line), "compiler version"),
+    Rule(_COMPILED_RE, lambda s, f, line: s.compiled(f, line), "whole compile time, ms → s"),
+    Rule(_TIMEOUT_RE, lambda s, f, line: s.timeout_line(f, line), "compile timeout, s"),
+    Rule(_SUCCEEDED_RE, lambda s, f, line: s.outcome(True), "compile outcome"),
+    Rule(_FAILED_RE, lambda s, f, line: s.outcome(False), "compile outcome"),
+    Rule(_HEADER_RE, lambda s, f, line: s.table_header(f, line), "operation table header", DECORATION),
+    Rule(_FIELD_RE, lambda s, f, line: s.field_line(f, line), "a figure of the current model block"),
+    Rule(_DECORATION_RE, None, "advice and progress sentences", DECORATION),
+    BLANK,
+)

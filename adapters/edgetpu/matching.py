@@ -198,6 +198,20 @@ def match_models(original: TFLiteModel, compiled: TFLiteModel) -> ModelMatch:
     return ModelMatch(tuple(custom_ops), cpu, tuple(unmatched), tuple(problems))
 
 
+def check_same_model(original: TFLiteModel, compiled: TFLiteModel) -> None:
+    """Refuse an original/compiled pair that cannot be one model: ``edgetpu_compiler``
+    keeps the names of the tensors at every custom op's and CPU op's boundary, so a
+    compiled model sharing no tensor name with its supposed original was compiled from
+    another model (a renamed or mixed-up file) and matching it would report nonsense."""
+    original_names = {t.name for graph in original.subgraphs for t in graph.tensors if t.name}
+    compiled_names = {t.name for graph in compiled.subgraphs for t in graph.tensors if t.name}
+    if compiled_names and not compiled_names & original_names:
+        raise ArtifactError.at(
+            compiled.path, None,
+            f"not compiled from {original.path} (paired by file name): none of its {len(compiled_names)} "
+            "tensor names is in that model; give the original it was compiled from, or the compiled model alone")
+
+
 def _tensors_by_name(graph: TFLiteSubgraph) -> tuple[dict[str, int], set[str]]:
     by_name: dict[str, int] = {}
     duplicated = set()
@@ -309,10 +323,10 @@ def _read_all(paths: Iterable[Path | str]) -> _Inputs:
             inputs.sources.append(source_artifact(path, reader.format, TFLiteModelReader.parser))
         elif reader is OperationLogReader:
             inputs.logs.append(OperationLogReader(path).log())
-            inputs.sources.append(source_artifact(path, reader.format))
+            inputs.sources.append(source_artifact(path, reader.format, lines=inputs.logs[-1].lines))
         elif reader is ConsoleSummaryReader:
             inputs.consoles.append(ConsoleSummaryReader(path).summary())
-            inputs.sources.append(source_artifact(path, reader.format))
+            inputs.sources.append(source_artifact(path, reader.format, lines=inputs.consoles[-1].lines))
     return inputs
 
 
@@ -410,15 +424,20 @@ class _Parts:
     problems: list[str] = field(default_factory=list)
 
 
-def _cpu_status(log: OperationLog | None, op_type: str) -> tuple[str, dict[str, Any]]:
+def _cpu_status(log: OperationLog | None, op_type: str) -> tuple[str | None, dict[str, Any]]:
     """The status of a CPU op: its type's one non-mapped status in the log when there is
-    one, else ``cpu`` with the candidate statuses in the attributes."""
+    one. When the log gives the type several, the counts cannot tell which op got which:
+    no status, and the candidates with their counts in the attributes."""
     if log is None:
         return CPU, {}
-    statuses = log.cpu_statuses(op_type)
-    if len(statuses) == 1:
-        return statuses[0], {"status_source": "operation log (the only non-mapped status of this op type)"}
-    return CPU, {"possible_statuses": list(statuses)}
+    candidates = log.cpu_status_counts(op_type)
+    if len(candidates) == 1:
+        return next(iter(candidates)), {"status_source": "operation log (the only non-mapped status of this op type)"}
+    if not candidates:
+        return CPU, {}
+    return None, {"status_candidates": candidates,
+                  "status_source": "operation log: several non-mapped statuses for this op type; "
+                                   "which op got which is not in the log"}
 
 
 def _compare_with_log(
@@ -479,6 +498,7 @@ def _render_matched(group: ModelGroup, scopes: dict[Path, str], parts: _Parts) -
     original, compiled, log = group.original, group.compiled, group.log
     assert original is not None and compiled is not None
     oscope, cscope = scopes[original.path], scopes[compiled.path]
+    check_same_model(original, compiled)
     match = match_models(original, compiled)
     parts.problems.extend(f"{group.key}: {problem}" for problem in match.problems)
 
@@ -657,7 +677,7 @@ def _render_original(group: ModelGroup, scopes: dict[Path, str], parts: _Parts) 
             if status is not None:
                 extra["status_source"] = "operation log (the only status of this op type)"
             elif len(statuses) > 1:
-                extra["possible_statuses"] = list(statuses)
+                extra["status_candidates"] = dict(statuses)
             parts.operators.append(build_operator(op, graph, scope, status=status, attributes=extra))
         parts.tensors.extend(build_tensors(graph, scope))
     if log is not None:
@@ -812,7 +832,9 @@ def _coverage(
         notes.append(
             CoverageNote(
                 "lineage",
-                Coverage.RECOVERED,
+                # Disagreements (ops placed nowhere, boundaries the original lacks) mean
+                # the lineage is only as good as the matches that held.
+                Coverage.PARTIAL if problems else Coverage.RECOVERED,
                 f"per original op to its Edge TPU custom op or the CPU, matched through boundary "
                 f"tensor names ({matched}); compiled CPU ops and tensors are folded into the "
                 "original records of the same name",

@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from dfit_mlir.adapters.lines import BLANK, DECORATION, Line, Rule, apply_rules, echo, read_file
 from dfit_mlir.adapters.recovery import (
     ArtifactError,
     Coverage,
     CoverageNote,
+    LineAccount,
     Measurement,
     Recovery,
     source_artifact,
@@ -39,10 +41,13 @@ BACKEND = "edgetpu"
 #: The status of an op the compiler placed inside the Edge TPU custom op.
 MAPPED = "Mapped to Edge TPU"
 
-_VERSION_RE = re.compile(r"^Edge TPU Compiler version (?P<version>\S+)\s*$")
+_VERSION_RE = re.compile(r"^Edge TPU Compiler version (?P<version>\S+)")
 _HEADER_RE = re.compile(r"^Operator\s+Count\s+Status\s*$")
-_ROW_RE = re.compile(r"^(?P<op>\S.*?)\s+(?P<count>\d+)\s+(?P<status>\S.*?)\s*$")
-_PATH_RE = re.compile(r"^(?P<key>Input|Output): (?P<path>.*?)\s*$")
+#: The count column of a row: the first whitespace-delimited integer after the op name
+#: (searched from the left, so it is linear on any line; the name and status are what
+#: lies either side of it).
+_COUNT_RE = re.compile(r"\s(?P<count>\d+)\s+(?=\S)")
+_PATH_RE = re.compile(r"^(?P<key>Input|Output): (?P<path>.*)$")
 
 
 @dataclass(frozen=True)
@@ -60,8 +65,14 @@ class OperationRow:
 
 def table_row(number: int, text: str) -> OperationRow | None:
     """The row on line ``number``, or None when ``text`` is not a table row."""
-    match = _ROW_RE.match(text)
-    return None if match is None else OperationRow(match["op"], int(match["count"]), match["status"], number)
+    text = text.strip()
+    found = _COUNT_RE.search(text)
+    if found is None or not found.start():
+        return None
+    status = text[found.end() :].strip()
+    if len(found["count"]) > 18:
+        return None
+    return OperationRow(text[: found.start()].strip(), int(found["count"]), status, number)
 
 
 def parse_table_row(path: Path, number: int, text: str) -> OperationRow:
@@ -70,7 +81,7 @@ def parse_table_row(path: Path, number: int, text: str) -> OperationRow:
         raise ArtifactError.at(
             path,
             number,
-            f"malformed operation table row {text.strip()!r} (expected: <operator> <count> <status>)",
+            f"malformed operation table row {echo(text.strip())} (expected: <operator> <count> <status>)",
         )
     return row
 
@@ -87,6 +98,7 @@ class OperationLog:
     input_model: str | None
     output_model: str | None
     rows: tuple[OperationRow, ...]
+    lines: LineAccount | None = field(default=None, compare=False)
 
     @property
     def model(self) -> str:
@@ -127,6 +139,12 @@ class OperationLog:
         """The statuses other than mapped that the log gives ops of this type."""
         return tuple(status for status in self.counts().get(op_type, {}) if status != MAPPED)
 
+    def cpu_status_counts(self, op_type: str) -> dict[str, int]:
+        """``{status: count}`` of the ops of this type the log says were not mapped: the
+        candidates of a CPU op of that type when there are several (the log does not say
+        which op got which)."""
+        return {status: n for status, n in self.counts().get(op_type, {}).items() if status != MAPPED}
+
 
 class OperationLogReader:
     """``*_edgetpu.log`` -> per op type and status counts, compiler version, model paths."""
@@ -147,30 +165,20 @@ class OperationLogReader:
         return has_log_lines and not any(line.startswith("Input model:") for line in lines)
 
     def log(self) -> OperationLog:
-        try:
-            text = self.path.read_text(encoding="utf-8", errors="replace")
-        except OSError as error:
-            raise ArtifactError.at(self.path, None, f"cannot read: {error.strerror}") from error
-        version: str | None = None
-        paths: dict[str, str] = {}
-        rows: list[OperationRow] = []
-        in_table = False
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            if in_table:
-                rows.append(parse_table_row(self.path, number, line))
-            elif match := _VERSION_RE.match(line):
-                version = match["version"]
-            elif match := _PATH_RE.match(line):
-                paths[match["key"]] = match["path"]
-            elif is_table_header(line):
-                in_table = True
-        if version is None:
+        state = _OpLogState(self.path)
+        account = read_file(self.path, state.feed)
+        if state.version is None:
             raise ArtifactError.at(self.path, 1, "no 'Edge TPU Compiler version' line")
-        if not in_table:
+        if not state.in_table:
             raise ArtifactError.at(self.path, None, "no 'Operator  Count  Status' table")
-        return OperationLog(self.path, version, paths.get("Input"), paths.get("Output"), tuple(rows))
+        return OperationLog(
+            self.path,
+            state.version,
+            state.paths.get("Input"),
+            state.paths.get("Output"),
+            tuple(state.rows),
+            account,
+        )
 
     def read(self) -> Recovery:
         return log_recovery(self.log(), self.format)
@@ -219,7 +227,7 @@ def log_attributes(log: OperationLog) -> dict[str, object]:
 def log_recovery(log: OperationLog, format: str = OperationLogReader.format) -> Recovery:
     return Recovery(
         backend=BACKEND,
-        sources=(source_artifact(log.path, format),),
+        sources=(source_artifact(log.path, format, lines=log.lines),),
         measurements=log_measurements(log),
         coverage=(
             CoverageNote(
@@ -236,3 +244,50 @@ def log_recovery(log: OperationLog, format: str = OperationLogReader.format) -> 
         ),
         attributes=log_attributes(log),
     )
+
+
+@dataclass
+class _OpLogState:
+    """The operation log's rules: a head (version, model paths), the table header, then
+    one row per op type and status. Every record is a fact of the compile (no time)."""
+
+    path: Path
+    version: str | None = None
+    paths: dict[str, str] = field(default_factory=dict)
+    rows: list[OperationRow] = field(default_factory=list)
+    in_table: bool = False
+    #: Line where a second log pasted into the file starts (its lines are not read).
+    second_log: int | None = None
+
+    def version_line(self, found: re.Match[str], line: Line) -> None:
+        self.version = found["version"]
+
+    def path_line(self, found: re.Match[str], line: Line) -> None:
+        self.paths[found["key"]] = found["path"].strip()
+
+    def header(self, found: re.Match[str], line: Line) -> None:
+        self.in_table = True
+
+    def feed(self, line: Line) -> bool:
+        if self.second_log is not None:
+            raise ArtifactError.at(
+                self.path, line.number, f"part of a second operation log pasted at line {self.second_log}: not read"
+            )
+        if self.in_table and _VERSION_RE.match(line.text):
+            # One log per compile: the counts of a second one would add to the first's.
+            # (A version line repeated before the table is a duplicated header line.)
+            self.second_log = line.number
+            raise ArtifactError.at(self.path, line.number, "a second operation log starts here: not read")
+        if self.in_table and not _HEADER_RE.match(line.text):
+            self.rows.append(parse_table_row(self.path, line.number, line.text))
+            return True
+        return apply_rules(_OPLOG_RULES, self, line)
+
+
+_OPLOG_RULES: tuple[Rule, ...] = (
+    Rule(_VERSION_RE, lambda s, f, line: s.version_line(f, line), "compiler version"),
+    Rule(_PATH_RE, lambda s, f, line: s.path_line(f, line), "input / output model path"),
+    # A log pasted twice repeats the header; the table goes on.
+    Rule(_HEADER_RE, lambda s, f, line: s.header(f, line), "operation table header", DECORATION),
+    BLANK,
+)

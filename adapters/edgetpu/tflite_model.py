@@ -308,7 +308,8 @@ def _parse_subgraph(
         shape = _indices(tensor.ShapeAsNumpy())
         type_name = type_names.get(tensor.Type(), f"TYPE_{tensor.Type()}")
         dtype, itemsize = _DTYPES.get(type_name, (type_name.lower(), None))
-        nbytes = math.prod(shape) * itemsize if itemsize else None
+        # A negative dimension (a -1 left in a dynamic shape, or a corrupt one) has no size.
+        nbytes = math.prod(shape) * itemsize if itemsize and all(d >= 0 for d in shape) else None
         buffer_index = tensor.Buffer()
         if not 0 <= buffer_index < max(len(buffer_sizes), 1):
             raise ArtifactError.at(
@@ -348,7 +349,7 @@ def _parse_subgraph(
         inputs = _indices(op.InputsAsNumpy())
         outputs = _indices(op.OutputsAsNumpy())
         for i in (*inputs, *outputs):
-            if i >= len(tensors):
+            if not -1 <= i < len(tensors):  # -1: an omitted optional input
                 raise ArtifactError.at(
                     path,
                     None,
@@ -373,13 +374,19 @@ def _parse_subgraph(
             )
         )
     where[0] = f"subgraph {s} inputs/outputs"
+    graph_inputs, graph_outputs = _indices(graph.InputsAsNumpy()), _indices(graph.OutputsAsNumpy())
+    for role, indices in (("input", graph_inputs), ("output", graph_outputs)):
+        for i in indices:
+            if not 0 <= i < len(tensors):
+                raise ArtifactError.at(path, None, f"subgraph {s} {role} tensor index {i} "
+                                                   f"outside the subgraph's {len(tensors)} tensors")
     return TFLiteSubgraph(
         index=s,
         name=_text(graph.Name()),
         tensors=tuple(tensors),
         operators=tuple(operators),
-        inputs=_indices(graph.InputsAsNumpy()),
-        outputs=_indices(graph.OutputsAsNumpy()),
+        inputs=graph_inputs,
+        outputs=graph_outputs,
     )
 
 

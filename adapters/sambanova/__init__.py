@@ -179,7 +179,10 @@ def reconstruct(paths: Sequence[Path]) -> Recovery:
             part
             for part in (reader(path).read() for reader in READERS if reader.recognises(path, head))
         ]
-        kept = [part for part in found if _holds_records(part)]
+        kept = [part for part in found if _holds_records(part) and not part.attributes.get("job_script_only")]
+        if not kept:
+            # A job log whose compile step was skipped: its job facts, when that is all.
+            kept = [part for part in found if part.attributes.get("job_script_only")][:1]
         if not kept:
             ignored.append(str(path))
         parts.extend(kept)

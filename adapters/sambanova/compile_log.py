@@ -28,11 +28,22 @@ from __future__ import annotations
 import ast
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
+from dfit_mlir.adapters.lines import (
+    PROGRESS_BAR,
+    Continue,
+    Line,
+    Scopes,
+    balanced,
+    count,
+    echo,
+    finite,
+    read_file,
+)
 from dfit_mlir.adapters.recovery import (
     ArtifactError,
     Coverage,
@@ -84,16 +95,20 @@ _STAMP = re.compile(r"(\d{4})-(\d{1,2})-(\d{1,2})[ T](\d{1,2}):(\d\d):(\d\d)(?:[
 CLOCK = "log wall clock, no time zone logged: read as UTC"
 
 
-def wall_clock_s(stamp: str) -> float:
-    """Seconds since the epoch of a wall-clock stamp (see :data:`CLOCK`)."""
+def wall_clock_s(stamp: str, path: Path | str = "<log>", line: int | None = None) -> float:
+    """Seconds since the epoch of a wall-clock stamp (see :data:`CLOCK`); a stamp that
+    is no date (month 13, hour 25) raises :class:`ArtifactError` naming the line."""
     found = _STAMP.match(stamp)
     if found is None:
-        raise ValueError(f"not a date-time stamp: {stamp!r}")
+        raise ArtifactError.at(path, line, f"not a date-time stamp: {echo(stamp)}")
     year, month, day, hour, minute, second, fraction = found.groups()
     micro = int((fraction or "0").ljust(6, "0"))
-    moment = datetime(
-        int(year), int(month), int(day), int(hour), int(minute), int(second), micro, tzinfo=UTC
-    )
+    try:
+        moment = datetime(
+            int(year), int(month), int(day), int(hour), int(minute), int(second), micro, tzinfo=UTC
+        )
+    except ValueError as error:
+        raise ArtifactError.at(path, line, f"date-time stamp {echo(stamp)} is no date ({error})") from None
     return moment.timestamp()
 
 
@@ -110,14 +125,6 @@ def is_sambatune_head(head: bytes) -> bool:
     )
 
 
-def read_lines(path: Path) -> list[str]:
-    """The file's lines, numbered as an editor numbers them (split on ``\\n`` only: tqdm
-    bars put carriage returns inside lines), without the bars' leading ``\\r``."""
-    with path.open(encoding="utf-8", errors="replace", newline="") as stream:
-        text = stream.read()
-    return [line.rstrip("\r").lstrip("\r") for line in text.split("\n")]
-
-
 def pef_stem(pef_path: str) -> str:
     """``/home/u/BertLarge/bertlrg//bertlrg.pef`` → ``bertlrg``: the name the compile gave
     the PEF (``--pef-name``), which is what a run log's ``--pef=`` path ends with."""
@@ -125,21 +132,19 @@ def pef_stem(pef_path: str) -> str:
 
 
 def to_number(text: str, path: Path, line: int | None, what: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ArtifactError.at(path, line, f"{what}: expected a number, found {text!r}") from None
+    """A finite number (``inf``, ``nan``, thousands of digits raise naming the line)."""
+    return finite(text, what, path, line)
 
 
 def to_int(text: str, path: Path, line: int | None, what: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise ArtifactError.at(path, line, f"{what}: expected an integer, found {text!r}") from None
+    """A non-negative integer of believable size."""
+    return count(text, what, path, line)
 
 
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$')
 _EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*): ?(?P<message>.*)$")
+#: A traceback's last line without a message (``KeyboardInterrupt``).
+_BARE_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*\s*$")
 
 
 @dataclass
@@ -151,6 +156,8 @@ class Traceback:
     exception: str | None = None
     message: str | None = None
     last_line: int | None = None
+    #: Unindented lines of other writers met inside it.
+    interleaved: int = 0
 
     def as_attribute(self) -> dict[str, Any]:
         return {
@@ -195,6 +202,11 @@ class TracebackCollector:
         ending = _EXCEPTION.match(line)
         if ending is not None:
             current.exception, current.message = ending["type"], ending["message"]
+        elif _BARE_EXCEPTION.match(line) is None and current.interleaved < 3:
+            # Another process's line interleaved with the traceback (data-parallel
+            # tasks write to one log): not the traceback's end, not its line.
+            current.interleaved += 1
+            return False
         else:
             current.message = line
         current.last_line = number
@@ -209,7 +221,7 @@ class JobScriptHeader:
     _MODEL = re.compile(r"^Model:\s+(?P<model>\S+)")
     _DATE = re.compile(r"^(?P<key>Date|Time):\s+(?P<value>\S+)")
     _PACKAGE = re.compile(r"^sambaflow/\S+ (?P<version>\d\S*) (?P<arch>\S+)")
-    _PLATFORM = re.compile(r"^Platform: (?P<platform>.+?)\s*$")
+    _PLATFORM = re.compile(r"^Platform: (?P<platform>\S.*)$")
 
     def __init__(self) -> None:
         self.facts: dict[str, Any] = {}
@@ -218,7 +230,7 @@ class JobScriptHeader:
         for pattern, key in ((self._MODEL, "model"), (self._PLATFORM, "platform")):
             found = pattern.match(line)
             if found is not None:
-                self.facts.setdefault(key, found[key])
+                self.facts.setdefault(key, found[key].strip())
                 return True
         found = self._DATE.match(line)
         if found is not None:
@@ -229,6 +241,100 @@ class JobScriptHeader:
             self.facts.setdefault("sambaflow_version", found["version"])
             return True
         return False
+
+
+def python_warning_echo(number: int, line: str, found: re.Match[str]) -> bool | Continue:
+    """An app-logger ``py.warnings`` record is followed by the source line Python echoes
+    (indented): taken with it."""
+    if found["logger"] != "py.warnings":
+        return True
+    return Continue(
+        Line(number, line), line, lambda joined: "\n" in joined, lambda joined, first: None,
+        belongs=lambda follow: follow.text.startswith((" ", "\t")),
+    )
+
+
+class ConsoleNoise:
+    """What SambaFlow job logs wrap around compiles and runs, read once for every
+    SambaFlow console reader (each calls :meth:`feed` for the lines its own rules did not
+    take). Facts kept (under ``attributes["console"]``): the machine's component
+    inventory (how many, which are not present/online), the job's environment variable
+    names, Python warnings by category, framework versions, framework log lines, job-script
+    shell errors. Decoration (consumed, carries nothing): banners and section titles, the
+    ``apt`` banner, progress bars with no record after them (downloads), the source
+    locations rail prints under its warnings, transformers' weight-initialisation notices,
+    an argparse ``usage:`` line (its ``error:`` line is read by the run reader)."""
+
+    _INVENTORY_ROW = re.compile(
+        r"^(?P<component>/NODE/[^\s|]+)\s*\|(?P<serial>[^|]*)\|(?P<state>[^|]*)\|(?P<function>.*)$"
+    )
+    _ENVIRONMENT = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)=")
+    _PY_WARNING = re.compile(r"^\S+:\d+: (?P<category>[A-Z]\w*): ")
+    _FRAMEWORK = re.compile(r"^(?P<framework>PyTorch|TensorFlow) version (?P<version>\S+) available\.")
+    _FRAMEWORK_LOG = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] \S+\] ")
+    _SHELL_ERROR = re.compile(r"^/\S+: \d+: (?P<message>.*)$")
+    _DECORATION = re.compile(
+        r"^(?:Physical Inventory:|Component Name\s+\||WARNING: apt does not have a stable CLI interface"
+        r"|Listing\.\.\.|Machine [Ss]tate (?:Before|After):|RUN\s*$|=+ .* =+\s*$|[=*#-]{3,}\s*$|\+ "
+        r"|(?:ctx|pmu|tbuffer): \S+ \S+:\d+:\d+|(?:/|\.\./)\S+\.(?:cpp|cc|h|hpp):\d+:\d+\s*$"
+        r"|Some weights of |You should probably TRAIN|- This IS (?:NOT )?expected if"
+        r"|To enable them in other operations, rebuild TensorFlow|import blocksparse tasks from "
+        r"|usage: \S+ \[-h\]|srun: (?:Terminating job step|Force Terminated job step|Job step aborted))"
+    )
+
+    def __init__(self) -> None:
+        self.facts: dict[str, Any] = {}
+
+    def feed(self, line: Line) -> bool | Continue:
+        text = line.text
+        if not text.strip():
+            return True
+        found = self._INVENTORY_ROW.match(text)
+        if found is not None:
+            inventory = self.facts.setdefault("machine_inventory", {"components": 0, "not_online": []})
+            inventory["components"] += 1
+            state, function = found["state"].strip(), found["function"].strip()
+            if (state, function) != ("Present", "Online") and len(inventory["not_online"]) < 50:
+                inventory["not_online"].append([found["component"], state, function])
+            return True
+        if self._DECORATION.match(text) is not None or PROGRESS_BAR.match(text.strip()) is not None:
+            return True
+        found = self._PY_WARNING.match(text)
+        if found is not None:
+            warnings = self.facts.setdefault("python_warnings", {})
+            warnings[found["category"]] = warnings.get(found["category"], 0) + 1
+            # The message may go on over one line and Python echoes the source line
+            # (indented) after it.
+            return Continue(
+                line, text, lambda joined: joined.count("\n") >= 3, lambda joined, first: None, belongs=_warning_tail
+            )
+        found = self._FRAMEWORK.match(text)
+        if found is not None:
+            self.facts.setdefault("framework_versions", {})[found["framework"]] = found["version"]
+            return True
+        if self._FRAMEWORK_LOG.match(text) is not None:
+            self.facts["framework_log_lines"] = self.facts.get("framework_log_lines", 0) + 1
+            return True
+        found = self._ENVIRONMENT.match(text)
+        if found is not None:
+            names = self.facts.setdefault("environment_variables", [])
+            if len(names) < 500:
+                names.append(found["name"])
+            return True
+        found = self._SHELL_ERROR.match(text)
+        if found is not None:
+            self.facts.setdefault("job_script_errors", []).append(f"{line.number}: {found['message'][:300]}")
+            return True
+        return False
+
+
+def _warning_tail(line: Line) -> bool:
+    """A line that continues a Python warning: the source line Python echoes (indented),
+    or NumPy's second message line (``Deprecated in NumPy 1.20; for more details ...``)."""
+    return line.text.startswith((" ", "\t")) or _NUMPY_TAIL.match(line.text) is not None
+
+
+_NUMPY_TAIL = re.compile(r"^Deprecated in NumPy \S+; for more details")
 
 
 # --- the compile log -------------------------------------------------------------------
@@ -249,8 +355,9 @@ _COMMAND = re.compile(r"^COMPILE COMMAND: (?P<command>.*)$")
 _SHELL_PROMPT = re.compile(r"^\(\S+\) (?P<user>[^@\s]+)@(?P<host>[^:\s]+):\S*\$ (?P<command>.+)$")
 _SUBMITTED = re.compile(r"^Submitted batch job (?P<job>\d+)")
 _PEF_CREATED = re.compile(r"(?i)^(?:\[PLASMA\] )?pef file (?P<path>\S+) created")
-_NAMESPACE = re.compile(r"^args: Namespace\((?P<args>.*)\)\s*$")
-_NAMESPACE_ITEM = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,]*)")
+_NAMESPACE_START = "args: Namespace("
+_NAMESPACE = re.compile(r"^args: Namespace\((?P<args>.*)\)\s*$", re.S)
+_NAMESPACE_ITEM = re.compile(r"\b(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|[^,]*)")
 
 _AMORTIZED = re.compile(r"^Amortized resources (?P<scope>\S+): (?P<figures>.*)$")
 _AMORTIZED_FIGURES = re.compile(
@@ -283,7 +390,7 @@ _PARTITION_NAME = re.compile(r"^partition_(?P<index>\d+)_(?P<sub>\d+)_?$")
 #: A rail buffer context named after the operator it serves:
 #: ``partition_9_0_.HfTransformerSamba.partition_9_0_.naming_group_27_<op name>.tbuf...``.
 _CONTEXT_OP = re.compile(
-    r"(?P<partition>partition_\d+_\d+_)\.(?:(?!naming_group_)[A-Za-z]\w*\.)*"
+    r"(?P<partition>partition_\d+_\d+_)\.(?:(?!naming_group_)[A-Za-z]\w{0,200}\.){0,16}"
     r"naming_group_(?P<group>\d+)_(?P<name>\w+)"
 )
 _MILESTONE = re.compile(
@@ -291,6 +398,12 @@ _MILESTONE = re.compile(
 )
 _EXPERIMENTAL = re.compile(r"^The (?P<op>\w+) operator is experimental\.")
 _PLACING_LOGS = re.compile(r"^Placing log files in (?P<path>\S+)")
+#: Compiler narration with nothing to record (the 2021 console's PLASMA launch line,
+#: its pass iteration counts): decoration.
+_COMPILER_NOTES = re.compile(
+    r"^(?:\[(?:info|Info)\s*\] (?:\[PLASMA\] Launching|Run A Round of|We run \d+ iterations)"
+    r"|\}\s*$)"  # the end of an op a warning printed over several lines
+)
 
 
 def partition_id(vendor_name: str) -> str:
@@ -414,6 +527,12 @@ class _CompileLogParse:
         self.app_stamps: list[tuple[str, int, str, int]] = []
         self.measurements: list[Measurement] = []
         self.script_marks: dict[str, tuple[int, int]] = {}
+        self.scopes = Scopes("compile")
+        self.noise = ConsoleNoise()
+        self.pef_written_in_scope = False
+        #: Lines of the job script around the compile (header, ``Submitted batch job``,
+        #: ``Duration``): a job log whose compile step was skipped still has these.
+        self.job_lines = 0
 
     def origin(self, number: int) -> str:
         return f"{self.path}:{number}"
@@ -421,41 +540,59 @@ class _CompileLogParse:
     # -- the pass --------------------------------------------------------------------
 
     def run(self) -> Recovery:
-        for number, line in enumerate(read_lines(self.path), start=1):
-            self.feed(number, line)
+        self.lines = read_file(self.path, lambda line: self.feed(line.number, line.text), required=False)
         return self.finish()
 
-    def feed(self, number: int, line: str) -> None:
+    def feed(self, number: int, line: str) -> bool | Continue:
+        """Whether the line was this reader's (see :mod:`dfit_mlir.adapters.lines`)."""
         if self.tracebacks.feed(number, line):
             self.squeezed = None
-            return
+            return True
         found = _COMPONENT.match(line)
         if found is not None:
             self.evidence = True
             self.component_message(found["level"], found["message"])
-            return
+            return True
         found = _LEVELLED.match(line)
         if found is not None:
             self.evidence = True
             self.levelled(number, found["level"], found["message"])
-            return
+            return True
         found = _NAMED_TENSORS.match(line)
         if found is not None and self.squeezed is not None:
             self.named_tensors(number, found["side"], found["body"])
-            return
+            return True
         self.squeezed = None
         found = _BRACKETED.match(line)
         if found is not None:
             self.evidence = True
             self.bracketed(found["level"], found["component"], found["scope"], found["message"])
-            return
-        if self.current_partition is not None:
-            self.partition_context(line)
+            return True
+        in_context = self.current_partition is not None and self.partition_context(line)
         if self.header.feed(line):
-            return
-        self.script_line(number, line)
+            self.job_lines += 1
+            return True
+        return (
+            self.script_line(number, line)
+            or in_context
+            or _COMPILER_NOTES.match(line) is not None
+            or self.noise.feed(Line(number, line))
+        )
 
-    def script_line(self, number: int, line: str) -> None:
+    def add(self, measurement: Measurement) -> None:
+        """Every record carries the compile (scope) of the file it belongs to."""
+        scope = measurement.attributes.get("run_scope") or (self.scopes.current.id if self.scopes.all else "compile0")
+        self.measurements.append(replace(measurement, attributes={**measurement.attributes, "run_scope": scope}))
+
+    def compile_scope(self, number: int, fact: str, value: Any) -> None:
+        """A fact every compile states once: seen again, it starts the next compile of
+        the file (a console transcript of several compiles)."""
+        scope = self.scopes.current if self.scopes.all else self.scopes.open(number)
+        if fact in scope.facts:
+            scope = self.scopes.open(number)
+        scope.facts[fact] = value
+
+    def script_line(self, number: int, line: str) -> bool | Continue:
         found = _SCRIPT_MARK.match(line)
         if found is not None:
             self.evidence = True
@@ -463,11 +600,14 @@ class _CompileLogParse:
                 to_int(found["value"], self.path, number, line.strip()),
                 number,
             )
-            return
+            if found["which"] == "START":
+                self.compile_scope(number, "compile_start", number)
+            return True
         found = _SCRIPT_DURATION.match(line)
         if found is not None:
+            self.job_lines += 1
             seconds = to_int(found["value"], self.path, number, "Duration")
-            self.measurements.append(
+            self.add(
                 Measurement(
                     kind="metric",
                     name="job_script.duration",
@@ -480,40 +620,56 @@ class _CompileLogParse:
                     },
                 )
             )
-            return
+            return True
         found = _COMMAND.match(line) or _SHELL_PROMPT.match(line)
         if found is not None:
             command = found["command"].strip()
             if " compile" in f" {command} ":
                 self.evidence = True
                 self.facts["command"] = command
+                self.compile_scope(number, "command", command)
                 if "host" in found.groupdict():
                     self.facts["host"] = found["host"]
-            return
+            return True
         found = _PEF_CREATED.match(line)
         if found is not None:
             self.pef_created(number, found["path"])
-            return
-        found = _NAMESPACE.match(line)
-        if found is not None:
-            self.facts["app_args"] = _namespace_items(found["args"])
-            return
+            return True
+        if line.startswith(_NAMESPACE_START):
+            return Continue(Line(number, line), line, balanced(), self.namespace)
         found = _SUBMITTED.match(line)
         if found is not None:
-            self.facts["submitted_batch_job"] = int(found["job"])
-            return
+            self.job_lines += 1
+            self.facts["submitted_batch_job"] = to_int(found["job"], self.path, number, "batch job")
+            return True
         found = LOG_ID.match(line)
         if found is not None:
             if "pef_path" in self.facts:
-                return  # a run started after the compile wrote its PEF (a compile + run SLURM output)
+                return True  # a run started after the compile wrote its PEF (a compile + run SLURM output)
             self.log_ids.append(f"[{found['user']}][{found['process']}][{found['pid']}]")
             self.facts.setdefault("runtime_log", found["log"])
-            return
+            return True
         found = APP_LOG.search(line)
         if found is not None:
             self.app_line(number, found)
+            return python_warning_echo(number, line, found)
+        return False
+
+    def namespace(self, text: str, first: Line) -> None:
+        """``args: Namespace(acc_test=False, ..., command='compile', ...)``, on one line or
+        continued over many: the app's arguments; a second compile's starts its scope."""
+        found = _NAMESPACE.match(text.replace("\n", " "))
+        if found is None:
+            raise ArtifactError.at(self.path, first.number, f"unreadable arguments {echo(text)}")
+        items = _namespace_items(found["args"])
+        self.facts.setdefault("app_args", items)
+        if items.get("command") == "compile":
+            self.evidence = True
+            self.compile_scope(first.number, "app_args", items)
+            self.pef_written_in_scope = False
 
     def app_line(self, number: int, found: re.Match[str]) -> None:
+        wall_clock_s(found["stamp"], self.path, number)  # a stamp that is no date: this line's problem
         pid = int(found["pid"] or found["rank_pid"])
         message = found["message"].strip()
         if "compile mode" in message:
@@ -539,7 +695,7 @@ class _CompileLogParse:
         if found is not None:
             self.log_files.append(found["path"])
             return
-        if "pef_path" in self.facts:
+        if self.pef_written_in_scope:
             return  # the run's tasks, printing after the compile wrote its PEF
         self.messages[f"[{level}][{component}][{scope}] {message}"] += 1
 
@@ -555,7 +711,7 @@ class _CompileLogParse:
         figures = _AMORTIZED_FIGURES.match(found["figures"])
         if figures is None:
             raise ArtifactError.at(
-                self.path, number, f"unreadable Amortized resources figures: {found['figures']!r}"
+                self.path, number, f"unreadable Amortized resources figures: {echo(found['figures'])}"
             )
         scope = found["scope"]
         partition = partition_id(scope) if _PARTITION_NAME.match(scope) else None
@@ -567,7 +723,7 @@ class _CompileLogParse:
             unit = figures[unit_key]
             if unit not in table:
                 raise ArtifactError.at(
-                    self.path, number, f"unknown unit {unit!r} in Amortized resources"
+                    self.path, number, f"unknown unit {echo(unit)} in Amortized resources"
                 )
             return table[unit]
 
@@ -594,7 +750,7 @@ class _CompileLogParse:
             ),
         )
         for name, value, unit, text in estimates:
-            self.measurements.append(
+            self.add(
                 Measurement(
                     kind="metric",
                     name=f"amortized.{name}",
@@ -682,6 +838,10 @@ class _CompileLogParse:
         self.evidence = True
         self.facts.setdefault("pef_path", pef_path)
         self.facts.setdefault("pef_line", number)
+        self.pef_written_in_scope = True
+        scope = self.scopes.current
+        scope.facts.setdefault("pef_path", pef_path)
+        scope.facts.setdefault("pef_line", number)
 
     def named_operator(self, name: str, number: int) -> _Operator:
         operator = self.operators.get(name)
@@ -721,18 +881,18 @@ class _CompileLogParse:
             operator.outputs = values
         operator.dim_names[side] = names
 
-    def partition_context(self, text: str) -> None:
+    def partition_context(self, text: str) -> bool:
         """Rail's warnings and buffer lines name the operators a partition serves."""
         found = _CONTEXT_OP.search(text)
         if found is None:
-            return
+            return False
         key = partition_id(found["partition"])
         partition = self.partitions.get(key)
         if partition is None:
-            return
+            return False
         partition.naming_groups.add(int(found["group"]))
         if "__" not in found["name"]:
-            return  # a buffer's own name (``tbuf1a_8_0_35187``), not an operator's
+            return True  # a buffer's own name (``tbuf1a_8_0_35187``), not an operator's
         operator = self.operators.get(found["name"])
         if operator is None:
             _, _, op_type = split_operator_name(found["name"])
@@ -743,27 +903,35 @@ class _CompileLogParse:
         if operator.partition is None:
             operator.partition = key
             operator.attributes["naming_group"] = int(found["group"])
+        return True
 
     # -- the result ------------------------------------------------------------------
 
     def finish(self) -> Recovery:
-        source = source_artifact(self.path, SambaFlowCompileLogReader.format)
+        source = source_artifact(self.path, SambaFlowCompileLogReader.format, lines=self.lines)
         if not self.evidence:
+            note = CoverageNote("compile", Coverage.NOT_EXPOSED, f"{self.path}: no compile output in this log")
+            if not self.job_lines:
+                return Recovery(backend=BACKEND, sources=(source,), coverage=(note,))
+            # A job log whose compile step was skipped: the job's own facts are still
+            # worth a bundle when no other reader finds more in the file.
             return Recovery(
                 backend=BACKEND,
                 sources=(source,),
-                coverage=(
-                    CoverageNote(
-                        "compile",
-                        Coverage.NOT_EXPOSED,
-                        f"{self.path}: no compile output in this log",
-                    ),
-                ),
+                measurements=tuple(self.measurements),
+                coverage=(note,),
+                attributes={
+                    **self.header.facts,
+                    **self.facts,
+                    "compile_status": "not in this log (the job printed no compile output)",
+                    "job_script_only": True,
+                },
             )
         failure = self.failure()
         operators = self.build_operators(failure)
         partitions = self.build_partitions(operators)
         self.compile_timing()
+        self.compile_outcomes(failure)
         attributes: dict[str, Any] = {
             **self.header.facts,
             **self.facts,
@@ -789,6 +957,12 @@ class _CompileLogParse:
             attributes["runtime_log_ids"] = self.log_ids
         if self.app_stamps:
             attributes["clock"] = CLOCK
+        if self.noise.facts:
+            attributes["console"] = self.noise.facts
+        if len(self.scopes.all) > 1:
+            attributes["compiles"] = [
+                {k: v for k, v in scope.items() if k != "app_args"} for scope in self.scopes.as_attribute()
+            ]
         attributes["compiler_warning_lines"] = self.warning_lines
         return Recovery(
             backend=BACKEND,
@@ -799,6 +973,33 @@ class _CompileLogParse:
             coverage=self.coverage(operators, partitions, failure),
             attributes=attributes,
         )
+
+    def compile_outcomes(self, failure: Traceback | None) -> None:
+        """One ``compile.outcome`` record per compile of the file (its scope): what it
+        was asked to build and the PEF it wrote. No time: the transcripts carry none."""
+        if not self.scopes.all:
+            self.scopes.open(1)
+        last = len(self.scopes.all) - 1
+        for index, scope in enumerate(self.scopes.all):
+            wrote = scope.facts.get("pef_path")
+            status = "succeeded" if wrote else ("failed" if failure is not None and index == last else "incomplete")
+            args = scope.facts.get("app_args") or {}
+            self.add(
+                Measurement(
+                    kind="compile",
+                    name="compile.outcome",
+                    value=None,
+                    origin=self.origin(scope.first_line),
+                    attributes={
+                        "run_scope": scope.id,
+                        "status": status,
+                        "pef_path": wrote,
+                        "pef_name": pef_stem(wrote) if wrote else None,
+                        "batch_size": args.get("batch_size"),
+                        "what": "one compile of this log: its outcome and the PEF it wrote",
+                    },
+                )
+            )
 
     def failure(self) -> Traceback | None:
         return self.tracebacks.done[-1] if self.tracebacks.done else None
@@ -952,7 +1153,7 @@ class _CompileLogParse:
     def compile_timing(self) -> None:
         start, end = self.script_marks.get("START"), self.script_marks.get("END")
         if start is not None and end is not None:
-            self.measurements.append(
+            self.add(
                 Measurement(
                     kind="compile",
                     name="compile.duration",
@@ -970,7 +1171,7 @@ class _CompileLogParse:
         finished = [s for s in self.app_stamps if s[2].startswith("NLP app finished")]
         if started and finished:
             begin, stop = wall_clock_s(started[0][0]), wall_clock_s(finished[-1][0])
-            self.measurements.append(
+            self.add(
                 Measurement(
                     kind="compile",
                     name="compile.phase",

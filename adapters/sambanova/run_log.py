@@ -17,11 +17,14 @@ task that logged it, and ``rank`` where the line says it (``Rank 0, PID n`` in 1
 from __future__ import annotations
 
 import ast
+import math
 import re
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
+from dfit_mlir.adapters.lines import Continue, Line, Scopes, echo, read_file
 from dfit_mlir.adapters.recovery import (
     ArtifactError,
     Coverage,
@@ -37,12 +40,13 @@ from .compile_log import (
     CLOCK,
     LOG_ID,
     RUNTIME_LINE,
+    ConsoleNoise,
     JobScriptHeader,
     TracebackCollector,
     is_job_script_head,
     is_sambatune_head,
     pef_stem,
-    read_lines,
+    python_warning_echo,
     to_int,
     to_number,
     wall_clock_s,
@@ -57,7 +61,7 @@ _TQDM = re.compile(
 _RATE = re.compile(r"^(?P<value>[\d.]+)(?P<unit>s/it|it/s)$")
 _STEP_FIELD = re.compile(r"^(?P<key>\w+):(?P<value>\S*)$")
 _RUN_COMMAND = re.compile(r"^RUN COMMAND: (?P<command>.*)$")
-_PEF_ARGUMENT = re.compile(r"--pef[= ](?P<path>\S+\.pef)")
+_PEF_ARGUMENT = re.compile(r"--pef[= ](?P<path>\S{1,4096})")
 _SLURM_ENV = re.compile(r"^(?P<key>SLURM_\w+)=(?P<value>.*)$")
 _PEF_LOAD = re.compile(r"^(?:SambaConnector|sn_create_session): PEF File: (?P<path>\S+)")
 _TEST_RESULT = re.compile(r"^Test Accuracy: (?P<accuracy>\S+)\s+Loss: (?P<loss>\S+)\s*$")
@@ -74,12 +78,16 @@ _THROUGHPUT_CHECK = re.compile(
 )
 
 
-def _tasks(text: str) -> list[int]:
-    """``1-2,4,6-7`` → [1, 2, 4, 6, 7] (srun's task list)."""
+def _tasks(text: str, path: Path, line: int) -> list[int]:
+    """``1-2,4,6-7`` → [1, 2, 4, 6, 7] (srun's task list); at most 65536 tasks."""
     tasks: list[int] = []
     for part in text.split(","):
         first, _, last = part.partition("-")
-        tasks.extend(range(int(first), int(last or first) + 1))
+        low = to_int(first, path, line, "srun task")
+        high = to_int(last or first, path, line, "srun task")
+        if high < low or high - low + len(tasks) > 65536:
+            raise ArtifactError.at(path, line, f"srun task list {echo(text)} is not a believable list")
+        tasks.extend(range(low, high + 1))
     return tasks
 
 
@@ -137,66 +145,88 @@ class _RunLogParse:
         self.test_results = 0
         self.steps = 0
         self.modes: set[str] = set()
+        self.scopes = Scopes()
+        self.noise = ConsoleNoise()
+        self.redrawn_bars = 0
+        #: Progress bars that could not be read (cut, pasted with an ellipsis): the step
+        #: record after them is still read; the first one is kept as an example.
+        self.unreadable_bars: list[tuple[int, str]] = []
 
     def origin(self, number: int) -> str:
         return f"{self.path}:{number}"
 
     def run(self) -> Recovery:
-        for number, line in enumerate(read_lines(self.path), start=1):
-            self.feed(number, line)
+        self.lines = read_file(self.path, self.feed_line, required=False)
         return self.finish()
 
-    def feed(self, number: int, line: str) -> None:
+    def add(self, measurement: Measurement) -> None:
+        """Every record carries the run it belongs to."""
+        self.measurements.append(
+            replace(measurement, attributes={**measurement.attributes, "run_scope": self.scopes.current.id})
+        )
+
+    def feed_line(self, line: Line) -> bool | Continue:
+        if line.overwritten and _TQDM.match(line.overwritten.rsplit("\r", 1)[-1]) is not None:
+            self.redrawn_bars += 1
+        return self.feed(line.number, line.text)
+
+    def feed(self, number: int, line: str) -> bool | Continue:
         if self.tracebacks.feed(number, line):
-            return
+            return True
         app = APP_LOG.search(line)
         if app is not None:
             self.app_line(number, line, app)
-            return
+            return python_warning_echo(number, line, app)
         found = RUNTIME_LINE.match(line)
         if found is not None:
             self.runtime_line(number, found)
-            return
+            return True
         found = LOG_ID.match(line)
         if found is not None:
             self.pids.add(int(found["pid"]))
             self.log_ids.append(f"[{found['user']}][{found['process']}][{found['pid']}]")
             self.facts.setdefault("runtime_log", found["log"])
-            return
+            return True
         found = _SLURM_ENV.match(line)
         if found is not None:
             self.slurm[found["key"]] = found["value"]
-            return
+            return True
         if self.header.feed(line):
-            return
-        self.other_line(number, line)
+            return True
+        return self.other_line(number, line)
 
-    def other_line(self, number: int, line: str) -> None:
+    def other_line(self, number: int, line: str) -> bool | Continue:
         found = _RUN_COMMAND.match(line)
         if found is not None:
             self.evidence = True
-            self.facts["command"] = found["command"].strip()
+            command = found["command"].strip()
+            scope = self.scopes.current if self.scopes.all else self.scopes.open(number)
+            if "command" in scope.facts:  # a second pasted run
+                scope = self.scopes.open(number)
+            scope.facts["command"] = command
+            self.facts["command"] = command
             pef = _PEF_ARGUMENT.search(found["command"])
-            if pef is not None:
+            if pef is not None and pef["path"].endswith(".pef"):
                 self.facts["pef_path"] = pef["path"]
-            return
+                scope.facts["pef_path"] = pef["path"]
+            return True
         found = _TEST_RESULT.match(line)
         if found is not None:
             self.test_result(number, found)
-            return
+            return True
         found = _DISTRIBUTED.match(line)
         if found is not None:
             self.distributed += 1
-            return
+            return True
         found = _USAGE_ERROR.match(line)
         if found is not None:
             self.usage_errors[(found["program"], found["message"])] += 1
-            return
+            return True
         found = _SRUN_EXIT.match(line)
         if found is not None:
-            for task in _tasks(found["tasks"]):
+            for task in _tasks(found["tasks"], self.path, number):
                 self.task_exits[task] = found["status"]
-            return
+            return True
         found = _STEP_CANCELLED.match(line)
         if found is not None:
             self.facts["job_step_cancelled"] = {
@@ -204,6 +234,11 @@ class _RunLogParse:
                 "node": found["node"],
                 "at": found["at"],
             }
+            return True
+        found = _TQDM.match(line)
+        if found is not None:
+            return True  # a bar with no record after it: its figures come again on the next step line
+        return self.noise.feed(Line(number, line))
 
     # -- app-logger lines: steps, the final dictionary ---------------------------------
 
@@ -232,7 +267,7 @@ class _RunLogParse:
         for item in message.split("|"):
             found = _STEP_FIELD.match(item)
             if found is None:
-                raise ArtifactError.at(self.path, number, f"unreadable step field {item!r}")
+                raise ArtifactError.at(self.path, number, f"unreadable step field {echo(item)}")
             value = to_number(found["value"], self.path, number, found["key"])
             fields[found["key"]] = int(value) if found["value"].lstrip("-").isdigit() else value
         if "local_step" not in fields:
@@ -242,12 +277,12 @@ class _RunLogParse:
         if loss_key not in fields:
             raise ArtifactError.at(self.path, number, "step line without a loss")
         loss = fields.pop(loss_key)
-        self.measurements.append(
+        self.add(
             Measurement(
                 kind="metric",
                 name="loss",
                 value=loss,
-                start_s=wall_clock_s(stamp),
+                start_s=wall_clock_s(stamp, self.path, number),
                 step=step,
                 origin=self.origin(number),
                 attributes={**who, **fields},
@@ -256,19 +291,20 @@ class _RunLogParse:
         self.tqdm(number, prefix, who)
 
     def tqdm(self, number: int, prefix: str, who: dict[str, Any]) -> None:
+        """The bar in front of a step record: its smoothed rate. A bar that cannot be
+        read (cut short, an ellipsis pasted in) loses only its own figure."""
         if not prefix.strip():
             return
-        bar = _TQDM.match(prefix)
-        if bar is None:
-            raise ArtifactError.at(self.path, number, f"unreadable progress bar {prefix.strip()!r}")
-        if bar["rate"].startswith("?"):
+        bar = _TQDM.match(prefix.strip())
+        rate = None if bar is None or bar["rate"].startswith("?") else _RATE.match(bar["rate"])
+        if bar is None or (rate is None and not bar["rate"].startswith("?")):
+            self.unreadable_bars.append((number, echo(prefix.strip())))
             return
-        rate = _RATE.match(bar["rate"])
         if rate is None:
-            raise ArtifactError.at(self.path, number, f"unreadable progress rate {bar['rate']!r}")
+            return
         value = to_number(rate["value"], self.path, number, "progress rate")
         seconds = value if rate["unit"] == "s/it" else (1.0 / value if value else None)
-        self.measurements.append(
+        self.add(
             Measurement(
                 kind="metric",
                 name="step_time",
@@ -287,11 +323,13 @@ class _RunLogParse:
         )
 
     def summary(self, number: int, message: str, who: dict[str, Any]) -> None:
+        if len(message) > 65536:
+            raise ArtifactError.at(self.path, number, f"summary dictionary of {len(message)} characters")
         try:
             figures = ast.literal_eval(message)
-        except (ValueError, SyntaxError) as error:
+        except (ValueError, SyntaxError, RecursionError, MemoryError) as error:
             raise ArtifactError.at(
-                self.path, number, f"unreadable summary dictionary: {error}"
+                self.path, number, f"unreadable summary dictionary: {type(error).__name__}: {error}"
             ) from None
         if not isinstance(figures, dict):
             return
@@ -299,9 +337,11 @@ class _RunLogParse:
         for key, value in figures.items():
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ArtifactError.at(
-                    self.path, number, f"summary figure {key!r} is not a number: {value!r}"
+                    self.path, number, f"summary figure {echo(str(key))} is not a number: {echo(repr(value))}"
                 )
-            self.measurements.append(
+            if not math.isfinite(value) or abs(value) > 1e300:
+                raise ArtifactError.at(self.path, number, f"summary figure {echo(str(key))} is not finite")
+            self.add(
                 Measurement(
                     kind="metric",
                     name=str(key),
@@ -338,7 +378,7 @@ class _RunLogParse:
             "what": "one task's test pass (tasks print unlabelled)",
         }
         self.test_results += 1
-        self.measurements.append(
+        self.add(
             Measurement(
                 kind="metric",
                 name="test_accuracy",
@@ -348,7 +388,7 @@ class _RunLogParse:
                 attributes=report,
             )
         )
-        self.measurements.append(
+        self.add(
             Measurement(
                 kind="metric",
                 name="test_loss",
@@ -361,7 +401,7 @@ class _RunLogParse:
     # -- the result ------------------------------------------------------------------
 
     def finish(self) -> Recovery:
-        source = source_artifact(self.path, SambaFlowRunLogReader.format)
+        source = source_artifact(self.path, SambaFlowRunLogReader.format, lines=self.lines)
         if not self.evidence:
             return Recovery(
                 backend=BACKEND,
@@ -398,6 +438,15 @@ class _RunLogParse:
         if self.steps:
             attributes["logged_steps"] = self.steps
             attributes["clock"] = CLOCK
+        if len(self.scopes.all) > 1:
+            attributes["runs"] = self.scopes.as_attribute()
+        if self.noise.facts:
+            attributes["console"] = self.noise.facts
+        if self.unreadable_bars:
+            attributes["unreadable_progress_bars"] = {
+                "count": len(self.unreadable_bars),
+                "first": list(self.unreadable_bars[0]),
+            }
         notes = [
             CoverageNote(
                 "per_program_timing",

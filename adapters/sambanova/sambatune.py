@@ -21,7 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
+from dfit_mlir.adapters.lines import Continue, Line, echo, read_file
 from dfit_mlir.adapters.recovery import (
+    ArtifactError,
     Coverage,
     CoverageNote,
     Measurement,
@@ -34,10 +36,10 @@ from .compile_log import (
     CLOCK,
     LOG_ID,
     RUNTIME_LINE,
+    ConsoleNoise,
     TracebackCollector,
     is_sambatune_head,
     pef_stem,
-    read_lines,
     to_number,
     wall_clock_s,
 )
@@ -46,7 +48,7 @@ _STEP = re.compile(
     r"^(?P<day>\d{1,2})-(?P<month>[A-Z][a-z]{2}) (?P<time>\d\d:\d\d:\d\d) - "
     r"(?P<level>Info|Warning|Error) - (?P<text>.*)$"
 )
-_OUTCOME = re.compile(r"^(?P<outcome>SUCCESS|FAILURE): (?P<step>.*?)\s*$")
+_OUTCOME = re.compile(r"^(?P<outcome>SUCCESS|FAILURE): (?P<step>.*)$")
 _MONTHS = {
     name: number
     for number, name in enumerate(
@@ -62,20 +64,32 @@ _COMPILING = "--> Compiling PEF ..."
 _PEF_NAME = re.compile(r"--pef-name[= ](?P<name>\S+)")
 _STAGE_INSTRUMENTATION = re.compile(r"--stage-instrumentation=(?P<stage>\S+)")
 _READ_PERF = re.compile(r"read_perf_counters -p (?P<pef>\S+)")
-_COUNTERS_SAVED = re.compile(r"^Instrumentation, DDR, PCIE counters saved to (?P<path>\S+?)\.?\s*$")
+_COUNTERS_SAVED = re.compile(r"^Instrumentation, DDR, PCIE counters saved to (?P<path>\S+)")
 _HOST_TABLE = re.compile(r"^=+\s+Host Info\s+=+$")
-_TABLE_ROW = re.compile(r"^(?P<key>\w+)\s+: (?P<value>.*?)\s*$")
+_TABLE_ROW = re.compile(r"^(?P<key>\w+)\s+: (?P<value>.*)$")
 _RUNNING_ON = re.compile(r"^SambaTune is running on (?P<platform>\w+)\.")
 _YEAR_STAMP = re.compile(r"(?P<year>\d{4})-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
 _ENVIRONMENT = re.compile(
     r"^(?P<action>Export|Unset) environment variable (?P<name>\w+)(?:=(?P<value>.*))?$"
 )
-_REPORT = re.compile(r"^(?:--> Wrote (?P<what>.+?) to|See (?P<see>.+?) in) (?P<path>\S+)\s*$")
-_ELAPSED = re.compile(r"^Elapsed time: (?P<seconds>\S+?)s\s*$")
+_REPORT = re.compile(r"^(?:--> Wrote (?P<what>.+) to|See (?P<see>.+) in) (?P<path>\S+)\s*$")
+_ELAPSED = re.compile(r"^Elapsed time: (?P<seconds>[^s\s]+)s\s*$")
 _SNCONFIG_OUTPUT = re.compile(r"^Output JSON file: (?P<path>\S+)")
 #: Lines in which SambaTune says it could not find or do something.
+#: SambaTune narrating the pipeline whose steps its step lines record, and pointing at
+#: its UI: decoration.
+_NARRATION = re.compile(
+    r"^(?:No plugins available at this time|Retrieving |Arguments preparation was finished"
+    r"|Compilation was finished|Postprocessing was finished|Generating Web UI files|Web UI files generation"
+    r"|To launch the Sambatune-UI|\$ sambatune_ui |Point your browser to|Reading performance counters"
+    r"|--> \S+ instrumented and run successfully|bash \S+\.sh\s*$|\S+\.py: error: )"
+)
+#: ``[Info][SAMBA][Default] # Successfully tore down SambaRuntime context``: the runtime
+#: tearing down a session; counted by message.
+_BRACKETED_RUNTIME = re.compile(r"^\[\w+\]\[\w+\]\[\w+\] # (?P<message>.*)$")
 _SHORTFALL = re.compile(
-    r"^(?:Could not find|Cannot find|Error while|Getting .* FAILED|Instrumentation, Benchmarking)"
+    r"^(?:Could not find|Cannot find|Error while|Getting .{0,200} FAILED|Instrumentation, Benchmarking"
+    r"|Read file failed)"
 )
 
 
@@ -139,34 +153,34 @@ class _SambaTuneParse:
         self.year: int | None = None
         self.expect: str | None = None
         self.in_host_table = False
+        self.noise = ConsoleNoise()
+        self.runtime_messages: dict[str, int] = {}
 
     def origin(self, number: int) -> str:
         return f"{self.path}:{number}"
 
     def run(self) -> Recovery:
-        for number, line in enumerate(read_lines(self.path), start=1):
-            self.feed(number, line)
+        self.lines = read_file(self.path, lambda line: self.feed(line.number, line.text), required=False)
         return self.finish()
 
-    def feed(self, number: int, line: str) -> None:
+    def feed(self, number: int, line: str) -> bool | Continue:
         if self.tracebacks.feed(number, line):
-            return
+            return True
         if self.expect is not None and line.strip():
             self.expected(number, line.strip())
-            return
+            return True
         found = _STEP.match(line)
         if found is not None:
-            self.step(number, found)
-            return
+            return self.step(number, found)
         if self.in_host_table:
             row = _TABLE_ROW.match(line)
             if row is not None:
-                self.host[row["key"]] = row["value"]
+                self.host[row["key"]] = row["value"].strip()
                 self.note_year(row["value"])
-                return
+                return True
             if not line.strip() and self.host:
                 self.in_host_table = False
-        if line == _RUNNING_COMMAND:
+        if line.strip() == _RUNNING_COMMAND:
             self.expect = "command"
         elif line.startswith(_COMPILING):
             self.compiles.append(
@@ -176,7 +190,8 @@ class _SambaTuneParse:
         elif _HOST_TABLE.match(line):
             self.in_host_table = True
         else:
-            self.other_line(number, line)
+            return self.other_line(number, line)
+        return True
 
     def expected(self, number: int, command: str) -> None:
         """The line after ``*** Running command ***:`` or ``--> Compiling PEF ...``."""
@@ -189,14 +204,18 @@ class _SambaTuneParse:
                 self.perf_reads.append({"pef": read["pef"], "line": number})
         self.expect = None
 
-    def step(self, number: int, found: re.Match[str]) -> None:
+    def step(self, number: int, found: re.Match[str]) -> bool:
         month = _MONTHS.get(found["month"])
         if month is None:
-            return
+            return False
         step = _Step(number, int(found["day"]), month, found["time"], found["level"], found["text"])
+        try:  # a day or time that is no date in any year: this line's problem
+            datetime(2000, month, step.day, *(int(part) for part in step.time.split(":")), tzinfo=UTC)
+        except ValueError:
+            raise ArtifactError.at(self.path, number, f"step stamp {echo(found.group(0)[:30])} is no date") from None
         outcome = _OUTCOME.match(found["text"])
         if outcome is not None:
-            step.outcome, step.name = outcome["outcome"], outcome["step"]
+            step.outcome, step.name = outcome["outcome"], outcome["step"].strip()
             self.steps.append(step)
             self.close_compile(len(self.steps) - 1)
         elif (
@@ -207,6 +226,7 @@ class _SambaTuneParse:
             self.steps[-1].messages.append(found["text"].removeprefix("Message: "))
         else:
             self.steps.append(step)
+        return True
 
     def close_compile(self, index: int) -> None:
         """``SUCCESS: Execute Compile <pef-name>`` ends the open compile block."""
@@ -216,8 +236,10 @@ class _SambaTuneParse:
                 block.done_step = index
                 return
 
-    def other_line(self, number: int, line: str) -> None:
+    def other_line(self, number: int, line: str) -> bool | Continue:
         found = _INVOCATION.search(line)
+        if found is not None and "command" in self.facts:
+            return True  # the same invocation echoed again
         if found is not None and "command" not in self.facts:
             self.facts["command"] = found["command"].strip()
             self.facts["config"] = found["config"]
@@ -227,39 +249,39 @@ class _SambaTuneParse:
             root = _ARTIFACT_ROOT.search(found["options"])
             if root is not None:
                 self.facts["artifact_root"] = root["root"]
-            return
+            return True
         found = RUNTIME_LINE.match(line)
         if found is not None:
             self.runtime_line(number, found)
-            return
+            return True
         found = LOG_ID.match(line)
         if found is not None:
             self.log_ids.append(f"[{found['user']}][{found['process']}][{found['pid']}]")
-            return
+            return True
         found = _COUNTERS_SAVED.match(line)
         if found is not None:
             if self.perf_reads and "saved_to" not in self.perf_reads[-1]:
-                self.perf_reads[-1]["saved_to"] = found["path"]
-            return
+                self.perf_reads[-1]["saved_to"] = found["path"].rstrip(".")
+            return True
         found = _RUNNING_ON.match(line)
         if found is not None:
             self.facts["platform"] = found["platform"]
-            return
+            return True
         found = _ENVIRONMENT.match(line)
         if found is not None:
             value = (found["value"] or "").rstrip(",")
             self.environment.append(
                 f"{found['action'].lower()} {found['name']}" + (f"={value}" if value else "")
             )
-            return
+            return True
         found = _REPORT.match(line)
         if found is not None:
             self.reports.append({"what": found["what"] or found["see"], "path": found["path"]})
-            return
+            return True
         found = _SNCONFIG_OUTPUT.match(line)
         if found is not None:
             self.snconfig_outputs.append(found["path"])
-            return
+            return True
         found = _ELAPSED.match(line)
         if found is not None:
             seconds = to_number(found["seconds"], self.path, number, "Elapsed time")
@@ -273,9 +295,17 @@ class _SambaTuneParse:
                     origin=self.origin(number),
                 )
             )
-            return
+            return True
         if _SHORTFALL.match(line):
             self.shortfalls[line.strip()] += 1
+            return True
+        if _NARRATION.match(line) is not None:
+            return True
+        found = _BRACKETED_RUNTIME.match(line)
+        if found is not None:
+            self.runtime_messages[found["message"]] = self.runtime_messages.get(found["message"], 0) + 1
+            return True
+        return self.noise.feed(Line(number, line))
 
     def runtime_line(self, number: int, found: re.Match[str]) -> None:
         self.note_year(found["stamp"])
@@ -286,7 +316,7 @@ class _SambaTuneParse:
                 kind="program",
                 name=message.split(":", 1)[0],
                 value=None,
-                start_s=wall_clock_s(found["stamp"]),
+                start_s=wall_clock_s(found["stamp"], self.path, number),
                 origin=self.origin(number),
                 attributes={
                     "pid": int(found["pid"]),
@@ -308,9 +338,10 @@ class _SambaTuneParse:
         if self.year is None:
             return None
         hour, minute, second = (int(part) for part in step.time.split(":"))
-        return datetime(
-            self.year, step.month, step.day, hour, minute, second, tzinfo=UTC
-        ).timestamp()
+        try:
+            return datetime(self.year, step.month, step.day, hour, minute, second, tzinfo=UTC).timestamp()
+        except ValueError:  # 29-Feb in a year that has none, a year 0 in the host table
+            return None
 
     def compile_measurements(self) -> list[Measurement]:
         built: list[Measurement] = []
@@ -389,6 +420,8 @@ class _SambaTuneParse:
             ("snconfig_outputs", self.snconfig_outputs),
             ("shortfalls", dict(self.shortfalls)),
             ("runtime_log_ids", self.log_ids),
+            ("runtime_messages", self.runtime_messages),
+            ("console", self.noise.facts),
             ("exceptions", [t.as_attribute() for t in self.tracebacks.done]),
         ):
             if value:
@@ -411,7 +444,7 @@ class _SambaTuneParse:
             )
         return Recovery(
             backend=BACKEND,
-            sources=(source_artifact(self.path, SambaTuneLogReader.format),),
+            sources=(source_artifact(self.path, SambaTuneLogReader.format, lines=self.lines),),
             measurements=tuple(compiles + self.sessions + self.measurements),
             coverage=tuple(notes),
             attributes=attributes,

@@ -105,12 +105,15 @@ class ToolContext:
     # --- filtered metadata views ----------------------------------------------------------
 
     def operators(self, where: Callable[[Any], bool] | None = None, *, kind: str | None = None) -> list[Any]:
-        """Operators of the model, optionally filtered by a predicate or an op kind glob."""
-        import fnmatch
+        """Operators of the model, optionally filtered by a predicate or a glob over their
+        names (``kind``: op names as the frontend shows them, IDs, module paths, ignoring
+        case; ``dfit_mlir/filters.py``)."""
+        from dfit_mlir import filters
 
         ops = list(self.require_model().operators.values())
         if kind is not None:
-            ops = [op for op in ops if fnmatch.fnmatchcase(op.op, kind) or fnmatch.fnmatchcase(op.kind, kind)]
+            selection = filters.NameFilter((kind,), "kind")
+            ops = [op for op in ops if selection.matches(filters.op_names(op.raw or {"id": op.id, "op": op.op}))]
         return [op for op in ops if where is None or where(op)]
 
     def require_model(self) -> SemanticModel:

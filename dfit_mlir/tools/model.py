@@ -34,6 +34,12 @@ class Operator:
     results: tuple[dict[str, Any], ...]
     #: Backend partition this op runs in, where the backend says (reconstructions).
     partition: str | None = None
+    #: The frontend's source model (``dfit_mlir.frontends``): where in the model the op
+    #: sits (``""``: the root), the module's class, the op as the frontend names it.
+    #: ``None`` where the manifest does not say (older manifests, reconstructions).
+    module_path: str | None = None
+    module_class: str | None = None
+    source_op: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -72,7 +78,9 @@ class SemanticModel:
             manifest_path = path / "manifest.json"
             if not manifest_path.is_file():
                 raise InvalidInputError(f"{path}: not a dfit bundle (no manifest.json)")
-            return cls(manifest_io.load(manifest_path), path, str(path))
+            model = cls(manifest_io.load(manifest_path), path, str(path))
+            model.__dict__["summary"] = check_bundle(path, model.manifest)
+            return model
         if not path.exists():
             raise InvalidInputError(f"{path}: no such file or directory")
         return cls(manifest_io.load(path), None, str(path))
@@ -113,7 +121,9 @@ class SemanticModel:
             id=op["id"], op=op["op"], source=op.get("source"), name_path=tuple(op.get("name_path") or ()),
             call_stack=tuple(op.get("call_stack") or ()), phase=op.get("phase"), macs=op.get("macs"),
             flops=op.get("flops"), bytes=op.get("bytes"), operands=tuple(op.get("operands") or ()),
-            results=tuple(op.get("results") or ()), partition=op.get("partition"), raw=op,
+            results=tuple(op.get("results") or ()), partition=op.get("partition"),
+            module_path=op.get("module_path"), module_class=op.get("module_class"),
+            source_op=op.get("source_op"), raw=op,
         ) for op in self.manifest["operators"]}
 
     def operator(self, op_id: str) -> Operator | None:
@@ -135,7 +145,8 @@ class SemanticModel:
         found = [Partition(id=f"site{site['index']}:{site['export']}", kind="dispatch",
                            operator_ids=tuple(site["fused_ids"] or site["ids"]), root_id=site["root_id"],
                            attributes={"export": site["export"], "site": site["index"],
-                                       "function": site["function"]})
+                                       "function": site["function"],
+                                       "shared_ids": tuple(site.get("shared_ids") or ())})
                  for site in parts.get("dispatch_sites", [])]
         found += [Partition(id=group["id"], kind=group["kind"], operator_ids=tuple(group["operator_ids"]),
                             attributes=dict(group.get("attributes") or {}))
@@ -154,8 +165,9 @@ class SemanticModel:
         """The ops a partition's measured time is split over, evenly: its top-level ops
         (not a region body of another of its ops) that consume a value — constants and
         empty tensors, which IREE copies into every dispatch using them, do no work —
-        or all top-level ops if none qualifies, or all members. One rule for every tool
-        that attributes time to ops."""
+        or all top-level ops if none qualifies, or all members. Shared materialisation
+        (a site's ``shared_ids``, :mod:`dfit_mlir.materialisation`) is not a member. One
+        rule for every tool that attributes time to ops."""
         found = self._compute_ops.get(partition.id)
         if found is None:
             members = [i for i in partition.operator_ids if i in self.operators]
@@ -194,8 +206,21 @@ class SemanticModel:
         return f"{op.source['file']}:{op.source['line']}:{op.source['col']}"
 
     def module_path(self, op_id: str) -> str | None:
+        """The op's module path as its frontend wrote it in the manifest (``""``: the
+        model's root), else its location names joined with ``.`` (reconstructions,
+        manifests older than 1.2), else ``None``."""
         op = self.operator(op_id)
-        return ".".join(op.name_path) if op is not None and op.name_path else None
+        if op is None:
+            return None
+        if op.module_path is not None:
+            return op.module_path
+        return ".".join(op.name_path) if op.name_path else None
+
+    @property
+    def frontend(self) -> str | None:
+        """The frontend the compiled source came from (``torch``, ``jax``, ``onnx``,
+        ``tflite``, ``mlir``), where the manifest says."""
+        return self.manifest.get("input", {}).get("frontend")
 
     def static_cost(self, op_id: str) -> tuple[int | None, int | None, int | None]:
         """(MACs, FLOPs, bytes) of an op, each ``None`` where not derivable."""
@@ -217,12 +242,17 @@ class SemanticModel:
         nulls; another major version is refused."""
         if self.events_path is None:
             return
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        events = pq.ParquetFile(self.events_path)
-        conform = _conformer(events.schema_arrow, str(self.events_path))
-        for batch in events.iter_batches(batch_size=batch_size):
-            yield conform(batch)
+        try:
+            events = pq.ParquetFile(self.events_path)
+            conform = _conformer(events.schema_arrow, str(self.events_path))
+            for batch in events.iter_batches(batch_size=batch_size):
+                yield conform(batch)
+        except (pa.ArrowException, OSError) as error:
+            first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+            raise InvalidInputError(f"{self.events_path}: not a readable Parquet file ({first})") from None
 
     def events(self) -> Any:
         """All events as one Arrow table (an empty one for a bare manifest)."""
@@ -241,14 +271,115 @@ class SemanticModel:
         """The bundle's ``summary.json`` (empty for a bare manifest)."""
         if self.bundle is None or not (self.bundle / "summary.json").is_file():
             return {}
-        return json.loads((self.bundle / "summary.json").read_text())
+        return _json_object(self.bundle / "summary.json")
 
     @cached_property
     def coverage(self) -> dict[str, Any]:
         """A reconstruction's ``coverage.json`` (empty otherwise)."""
         if self.bundle is None or not (self.bundle / "coverage.json").is_file():
             return {}
-        return json.loads((self.bundle / "coverage.json").read_text())
+        return _json_object(self.bundle / "coverage.json")
+
+
+#: Files every run or reconstruct bundle holds (``runtime_hooks/bundle.py``).
+BUNDLE_FILES = ("manifest.json", "summary.json", "events.parquet", "sites.parquet")
+
+
+def check_bundle(bundle: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Refuse a bundle that is incomplete, unreadable, of another version, or whose
+    manifest is not the one its events were joined against; returns its summary."""
+    import pyarrow as pa
+
+    from dfit_mlir.runtime_hooks.bundle import SUMMARY_SCHEMA
+
+    missing = [name for name in BUNDLE_FILES if not (bundle / name).is_file()]
+    if missing:
+        raise InvalidInputError(f"{bundle}: incomplete dfit bundle: {', '.join(missing)} missing")
+    summary = _json_object(bundle / "summary.json")
+    if summary.get("schema") != SUMMARY_SCHEMA:
+        raise InvalidInputError(f"{bundle / 'summary.json'}: not a dfit run summary "
+                                f"(schema is {str(summary.get('schema'))[:40]!r})")
+    major = str(summary.get("version", "")).split(".", 1)[0]
+    if major != "1":
+        raise InvalidInputError(f"{bundle / 'summary.json'}: summary version {str(summary.get('version'))[:20]} "
+                                "is not supported; this dfit reads 1.x")
+    recorded = (summary.get("vmfb") or {}).get("sha256") if isinstance(summary.get("vmfb"), dict) else None
+    compiled = (manifest.get("compile") or {}).get("vmfb_sha256")
+    if recorded is not None and compiled is not None and recorded != compiled:
+        raise InvalidInputError(f"{bundle / 'manifest.json'}: not the manifest of this run (the run's vmfb "
+                                "sha256 in summary.json differs from the manifest's)")
+    sites = _parquet(bundle / "sites.parquet", ["site", "root_id"])
+    dispatch_sites = manifest["partitions"].get("dispatch_sites", [])
+    expected = [(site["index"], site["root_id"]) for site in dispatch_sites]
+    found = list(zip(sites.column("site").to_pylist(), sites.column("root_id").to_pylist(), strict=True))
+    if found != expected:
+        raise InvalidInputError(f"{bundle / 'sites.parquet'}: its {len(found)} call sites are not the "
+                                f"{len(expected)} of the bundle's manifest.json (another model's files?)")
+    events = _parquet(bundle / "events.parquet", ["kind", "site", "root_id", "backend"])
+    backend = (manifest.get("capabilities") or {}).get("backend")
+    found_backends = set(events.column("backend").cast(pa.string()).unique().to_pylist()) - {None}
+    if backend is not None and found_backends - {backend}:
+        raise InvalidInputError(f"{bundle / 'events.parquet'}: events of the {', '.join(sorted(found_backends))} "
+                                f"backend, but the bundle's manifest.json is an {backend} model's")
+    counts = summary.get("counts")
+    kept = counts.get("kept") if isinstance(counts, dict) else None
+    if isinstance(kept, int) and kept != events.num_rows:
+        raise InvalidInputError(f"{bundle / 'events.parquet'}: holds {events.num_rows} events, summary.json "
+                                f"says {kept}")
+    _check_event_sites(bundle / "events.parquet", events, dict(expected))
+    return summary
+
+
+def _check_event_sites(path: Path, events: Any, roots: dict[int, str]) -> None:
+    """Every dispatch event names a call site of the manifest, with that site's root ID."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    kinds = events.column("kind").cast(pa.string())
+    dispatches = events.filter(pc.equal(kinds, "dispatch"))
+    pairs = dispatches.select(["site", "root_id"]).group_by(["site", "root_id"]).aggregate([])
+    pairs = pairs.cast(pa.schema([("site", pa.int64()), ("root_id", pa.string())]))
+    for site, root in zip(pairs.column("site").to_pylist(), pairs.column("root_id").to_pylist(), strict=True):
+        if site is None:
+            continue
+        if site not in roots:
+            raise InvalidInputError(f"{path}: dispatch events at call site {site}, which the bundle's manifest "
+                                    f"does not have ({len(roots)} sites; another model's manifest?)")
+        if root is not None and roots[site] is not None and root != roots[site]:
+            raise InvalidInputError(f"{path}: call site {site} ran {root} but the bundle's manifest says "
+                                    f"{roots[site]} (another model's manifest?)")
+
+
+def _json_object(path: Path) -> dict[str, Any]:
+    try:
+        document = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InvalidInputError(f"{path}: not UTF-8 JSON") from None
+    except json.JSONDecodeError as error:
+        raise InvalidInputError(f"{path}:{error.lineno}:{error.colno}: invalid JSON: {error.msg}") from None
+    except RecursionError:
+        raise InvalidInputError(f"{path}: JSON nested too deeply") from None
+    except ValueError as error:  # a number of thousands of digits
+        raise InvalidInputError(f"{path}: invalid JSON: {str(error).split(';')[0][:200]}") from None
+    if not isinstance(document, dict):
+        raise InvalidInputError(f"{path}: expected a JSON object")
+    return document
+
+
+def _parquet(path: Path, columns: list[str]) -> Any:
+    """The ``columns`` of a Parquet file, any way it is broken being an input error."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        handle = pq.ParquetFile(path)
+        missing = [name for name in columns if name not in handle.schema_arrow.names]
+        if missing:
+            raise InvalidInputError(f"{path}: not a dfit table (no column {missing[0]!r})")
+        return handle.read(columns=columns)
+    except (pa.ArrowException, OSError, ValueError) as error:
+        first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        raise InvalidInputError(f"{path}: not a readable Parquet file ({first})") from None
 
 
 def _conformer(written: Any, source: str) -> Any:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dfit_mlir.adapters.base import Adapter
-from dfit_mlir.errors import DfitError
+from dfit_mlir.errors import DfitError, InvalidInputError
 from dfit_mlir.tools import registry as tool_registry
 from dfit_mlir.tools.api import Tool, ToolContext
 from dfit_mlir.tools.model import SemanticModel
@@ -53,6 +53,11 @@ class Session:
         self.tools = [tool_registry.create(t) if isinstance(t, str) else t for t in tools]
         self.shared: dict[str, Any] = {}
         self.options = options or {}
+        running = [tool.name for tool in self.tools]
+        strangers = [name for name in self.options if name not in running]
+        if strangers:
+            raise InvalidInputError(f"--option {strangers[0]}.{next(iter(self.options[strangers[0]]), 'KEY')}: "
+                                    f"{strangers[0]!r} is not a tool of this run (running: {', '.join(running)})")
         self.contexts: dict[str, ToolContext] = {}
         self.timings: dict[str, float] = {}
         self._call_each("on_register", tool_registry)
@@ -196,8 +201,23 @@ class Session:
 
 def analyze(bundle: str | Path, tools: Sequence[str | Tool], out_dir: str | Path,
             options: dict[str, dict[str, Any]] | None = None) -> tuple[SemanticModel, dict[str, str], Session]:
-    """Run ``tools`` over one bundle; returns the model, the tools' reports, the session."""
-    session = Session(tools, out_dir, options=options)
-    model = session.analyze(bundle)
-    reports = session.close()
+    """Run ``tools`` over one bundle; returns the model, the tools' reports, the session.
+    Every tool's output goes into one ``analysis`` directory written atomically: a tool
+    failing leaves no other tool's folder behind and an existing analysis untouched."""
+    from dfit_mlir import atomic
+
+    out_dir = Path(out_dir)
+    with atomic.atomic_directory(out_dir, kind=ANALYSIS_KIND) as tmp:
+        session = Session(tools, tmp, options=options)
+        model = session.analyze(bundle)
+        reports = session.close()
+    final = out_dir
+    session.out_dir = final
+    for ctx in session.contexts.values():
+        ctx.outputs = [final / path.relative_to(tmp) for path in ctx.outputs]
+        ctx.out_dir = final / ctx.out_dir.relative_to(tmp)
     return model, reports, session
+
+
+#: The output kind of an analysis folder (its marker; see dfit_mlir.outputs).
+ANALYSIS_KIND = "analysis"

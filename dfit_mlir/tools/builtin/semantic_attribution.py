@@ -1,9 +1,12 @@
-"""semantic-attribution: which source line (and module) each op, partition and measured
-nanosecond comes from.
+"""semantic-attribution: which source line, module and phase each op, partition and
+measured nanosecond comes from.
 
-An op's *site* is the first frame of its call stack (then its own location) that lies
-outside framework code; where the backend gives no file:line the module path stands in
-(Edge TPU tensor names, SambaFlow op names), and where every frame is framework code the
+An op's *site* is the innermost frame of its call stack that is **model code** (see
+:class:`dfit_mlir.frontends.CodeRules`: ``transformers/models/*`` and a user's script are
+model code, ``torch``, ``jax``, ``transformers/utils`` and dfit are not; options
+``framework_code``/``model_code`` put the user's own globs in front). Where no frame is
+model code and no frame has a line (TFLite ``model.tflite:0``, ONNX node names,
+reconstructions) the op's module path stands in; where every frame is framework code the
 innermost one does. A region-body op without a location (a ``linalg.yield``) belongs to
 its parent op's site.
 
@@ -15,8 +18,15 @@ consume a value: constants and empty tensors materialise values and get none); a
 naming a ``root_id`` (reconstructions) goes to that op. Whatever is left is listed, by
 event kind and partition, in ``unattributed.csv``.
 
-Outputs ``partitions.csv``, ``sites.csv`` (the ranking), ``unattributed.csv`` and
-``summary.json``.
+Rollups over the frontend's source model (manifest fields ``module_path``,
+``module_class``, ``phase``): ``modules.csv`` is the module tree — every module path and
+its ancestors, with self and inclusive ops, FLOPs, bytes and measured time;
+``phases.csv`` the same per phase; ``flamegraph.svg`` draws the tree (width: measured
+time, else FLOPs, else ops) and ``speedscope.json`` opens in https://www.speedscope.app
+(one profile for the model, one per phase).
+
+Outputs ``partitions.csv``, ``sites.csv`` (the ranking), ``modules.csv``, ``phases.csv``,
+``flamegraph.svg``, ``speedscope.json``, ``unattributed.csv`` and ``summary.json``.
 """
 
 from __future__ import annotations
@@ -27,42 +37,49 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from dfit_mlir import flamegraph, locations
 from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.frontends import CodeRules, module_classes, parse_globs
+from dfit_mlir.lineage import is_constant
 from dfit_mlir.tools.api import Tool, ToolContext
 from dfit_mlir.tools.model import Operator, SemanticModel
 
-#: Path fragments of framework, library and compiler code: a frame whose file (with a
-#: leading "/") contains one is not the model author's. Frameworks report their own
-#: layers' files first (``torch/nn/modules/linear.py``); ranking those would put every
-#: Linear of a model on one line. Installed packages live under ``/lib/python``.
-FRAMEWORK_PATHS = ("/site-packages/torch", "/torch/nn/", "/torch/autograd/", "/torch/_", "/tensorflow/", "/keras/",
-                   "/jax/", "/jaxlib/", "/flax/", "/lib/python", "/iree/", "/cerebras/pytorch/")
 #: Event kinds that time execution; ``compile`` and ``metric`` events do not.
 EXECUTION_KINDS = frozenset({"dispatch", "queue", "memory", "tensor", "function", "program"})
-SITE_COLUMNS = ("rank", "site", "site_kind", "operators", "flops", "time_ns", "time_share", "module_paths")
+SITE_COLUMNS = ("rank", "site", "site_kind", "operators", "flops", "time_ns", "time_share", "module_paths", "phases")
 PARTITION_COLUMNS = ("partition", "kind", "root_id", "root_site", "sites", "module_paths", "operators",
                      "compute_ops", "time_ns")
 UNATTRIBUTED_COLUMNS = ("what", "kind", "partition", "count", "time_ns")
+MODULE_COLUMNS = ("module_path", "parent", "depth", "name", "module_class", "self_ops", "ops", "self_flops", "flops",
+                  "self_bytes", "bytes", "self_time_ns", "time_ns", "time_share", "phases")
+PHASE_COLUMNS = ("phase", "ops", "non_constant_ops", "flops", "bytes", "time_ns", "time_share", "modules")
+OPTIONS = ("framework_code", "model_code")
+#: Structural ops: neither constants nor computation (counted apart in the summary).
+STRUCTURAL_OPS = frozenset({"func.func", "func.return", "util.func", "util.return", "builtin.module"})
+ROOT_SITE = "(root)"
+PHASES_ORDER = ("forward", "loss", "backward", "optimizer", "initializer")
 
 
-def is_framework(path: str) -> bool:
-    normalized = "/" + path.lstrip("/")
-    return any(fragment in normalized for fragment in FRAMEWORK_PATHS)
+def is_framework(path: str, rules: CodeRules | None = None) -> bool:
+    return (rules or CodeRules.default()).is_framework(path)
 
 
-def op_site(model: SemanticModel, op: Operator) -> tuple[str, str] | None:
+def op_site(model: SemanticModel, op: Operator, rules: CodeRules | None = None) -> tuple[str, str] | None:
     """(site, kind) with kind ``source``, ``module`` or ``framework``; ``None`` if unknown."""
+    rules = rules or CodeRules.default()
     frames = [frame for frame in (*op.call_stack, op.source) if frame and frame.get("file")]
-    user = next((frame for frame in frames if not is_framework(frame["file"])), None)
+    user = locations.model_frame(frames, rules.is_model_code)
     if user is not None:
         return f"{user['file']}:{user['line']}", "source"
+    lines = [frame for frame in frames if locations.is_source_line(frame)]
     parent = model.operator(op.raw.get("parent") or "")
-    if not frames and parent is not None:
-        return op_site(model, parent)
-    if op.name_path:
-        return model.module_path(op.id) or "", "module"
-    if frames:
-        return f"{frames[0]['file']}:{frames[0]['line']}", "framework"
+    if not lines and not op.name_path and parent is not None:
+        return op_site(model, parent, rules)
+    module = model.module_path(op.id)
+    if module is not None and (op.name_path or op.module_path is not None):
+        return module or ROOT_SITE, "module"
+    if lines:
+        return f"{lines[0]['file']}:{lines[0]['line']}", "framework"
     return None
 
 
@@ -95,13 +112,18 @@ class TimeSplit:
 
 class SemanticAttribution(Tool):
     name = "semantic-attribution"
-    description = "Ops, partitions and measured time → source file:line and module path; a ranking of source sites."
+    description = ("Ops, partitions and measured time → model-code line, module path and phase; a ranking of "
+                   "source sites, a module tree with a flame graph, a per-phase table.")
     needs = ("source_locations",)
 
     def on_init(self, ctx: ToolContext) -> None:
-        if ctx.options:
-            raise InvalidInputError(f"semantic-attribution: takes no options (got {', '.join(sorted(ctx.options))})")
-        ctx.state.update(events=[], busy_s=0.0)
+        unknown = sorted(set(ctx.options) - set(OPTIONS))
+        if unknown:
+            raise InvalidInputError(f"semantic-attribution: unknown option {', '.join(unknown)} "
+                                    f"(options: {', '.join(OPTIONS)}, comma-separated path globs)")
+        rules = CodeRules.default().extended(framework=parse_globs(ctx.options.get("framework_code")),
+                                             model=parse_globs(ctx.options.get("model_code")))
+        ctx.state.update(events=[], busy_s=0.0, rules=rules)
 
     def on_event(self, ctx: ToolContext, batch: Any) -> None:
         started = time.perf_counter()
@@ -113,7 +135,8 @@ class SemanticAttribution(Tool):
     def on_shutdown(self, ctx: ToolContext) -> None:
         started = time.perf_counter()
         model = ctx.require_model()
-        sites = {op_id: op_site(model, op) for op_id, op in model.operators.items()}
+        rules = ctx.state["rules"]
+        sites = {op_id: op_site(model, op, rules) for op_id, op in model.operators.items()}
         split = self._split_time(model, ctx.state["events"])
         op_time = split.op_ns
 
@@ -122,8 +145,10 @@ class SemanticAttribution(Tool):
             if found is None:
                 continue
             entry = by_site.setdefault(found[0], {"site": found[0], "site_kind": found[1], "operators": 0,
-                                                  "flops": 0, "time_ns": 0.0, "module_paths": set()})
+                                                  "flops": 0, "time_ns": 0.0, "module_paths": set(),
+                                                  "phases": Counter()})
             entry["operators"] += 1
+            entry["phases"][model.operators[op_id].phase or "(none)"] += 1
             entry["flops"] += model.operators[op_id].flops or 0
             entry["time_ns"] += op_time.get(op_id, 0.0)
             if model.module_path(op_id):
@@ -132,7 +157,8 @@ class SemanticAttribution(Tool):
         ranking = sorted(by_site.values(), key=lambda e: (-e["time_ns"], -e["flops"], -e["operators"], e["site"]))
         site_rows = [{**entry, "rank": rank, "time_ns": round(entry["time_ns"], 3),
                       "time_share": round(entry["time_ns"] / total_time, 6) if total_time else None,
-                      "module_paths": ";".join(sorted(entry["module_paths"]))}
+                      "module_paths": ";".join(sorted(entry["module_paths"])),
+                      "phases": ";".join(f"{p}:{n}" for p, n in entry["phases"].most_common())}
                      for rank, entry in enumerate(ranking, 1)]
 
         partition_rows = []
@@ -165,6 +191,7 @@ class SemanticAttribution(Tool):
             "attributed_time_pct": round(100 * attributed_time / total_time, 2) if total_time else None,
             "top_sites": [row["site"] for row in site_rows[:5]],
         }
+        summary.update(self._rollups(ctx, model, op_time, total_time))
         if not total_time:
             ctx.note("no measured execution time in this bundle: sites are ranked by FLOPs and op count only")
         if not any(found and found[1] == "source" for found in sites.values()):
@@ -175,6 +202,86 @@ class SemanticAttribution(Tool):
         ctx.write_text("summary.json", json.dumps(summary, indent=1) + "\n")
         ctx.state["summary"] = summary
         ctx.state["busy_s"] += time.perf_counter() - started
+
+    @staticmethod
+    def _rollups(ctx: ToolContext, model: SemanticModel, op_time: dict[str, float], total_time: float) -> dict[str, Any]:
+        """The module tree (``modules.csv``, ``flamegraph.svg``, ``speedscope.json``) and
+        the per-phase table (``phases.csv``); returns their figures for the summary."""
+        def values(op: Operator) -> dict[str, float]:
+            return {"ops": 1, "flops": op.flops or 0, "bytes": op.bytes or 0, "time_ns": op_time.get(op.id, 0.0)}
+
+        located = [(op, path) for op in model.operators.values() if (path := model.module_path(op.id)) is not None]
+        # Children appear in the order the model computes them: importers hoist what does
+        # no arithmetic (constants, weight loads, shape lists), so those do not decide it.
+        located.sort(key=lambda item: not item[0].flops)
+        classes = {op.id: module_classes(model.frontend, op.raw) for op, _ in located}
+        tree = flamegraph.build_tree((path, op.module_class, op.phase, values(op), classes[op.id])
+                                     for op, path in located)
+
+        def share(ns: float) -> float | None:
+            return round(ns / total_time, 6) if total_time else None
+
+        module_rows = [{
+            "module_path": path, "parent": node.parent, "depth": node.depth, "name": flamegraph.leaf_name(path),
+            "module_class": node.module_class, "self_ops": node.self_values["ops"], "ops": node.values["ops"],
+            "self_flops": node.self_values["flops"], "flops": node.values["flops"],
+            "self_bytes": node.self_values["bytes"], "bytes": node.values["bytes"],
+            "self_time_ns": round(node.self_values["time_ns"], 3), "time_ns": round(node.values["time_ns"], 3),
+            "time_share": share(node.values["time_ns"]),
+            "phases": ";".join(f"{p}:{n}" for p, n in sorted(node.phases.items(), key=lambda kv: -kv[1])),
+        } for path, node in tree.items()]
+        ctx.export_table("modules", _table(module_rows, MODULE_COLUMNS))
+
+        by_phase: dict[str, dict[str, Any]] = {}
+        for op in model.operators.values():
+            key = op.phase or "(none)"
+            row = by_phase.setdefault(key, {"phase": key, "ops": 0, "non_constant_ops": 0, "flops": 0, "bytes": 0,
+                                            "time_ns": 0.0, "modules": set()})
+            row["ops"] += 1
+            row["non_constant_ops"] += not is_constant(op.op)
+            for name, value in values(op).items():
+                if name != "ops":
+                    row[name] += value
+            if (path := model.module_path(op.id)) is not None:
+                row["modules"].add(path)
+        order = {name: index for index, name in enumerate((*PHASES_ORDER, "(none)"))}
+        phase_rows = [{**row, "time_ns": round(row["time_ns"], 3), "time_share": share(row["time_ns"]),
+                       "modules": len(row["modules"])}
+                      for row in sorted(by_phase.values(), key=lambda r: order.get(r["phase"], len(order)))]
+        ctx.export_table("phases", _table(phase_rows, PHASE_COLUMNS))
+
+        title = f"{model.frontend or model.backend} model {_model_name(model)}"
+        if tree:
+            weight = flamegraph.weight_of(tree)
+            flamegraph.write_svg(tree, ctx.output_path("flamegraph.svg"), title, weight)
+            per_phase = []
+            for phase in (r["phase"] for r in phase_rows if r["phase"] != "(none)"):
+                sub = flamegraph.build_tree((path, op.module_class, op.phase, values(op), classes[op.id])
+                                            for op, path in located if op.phase == phase)
+                if sub:
+                    per_phase.append((f"phase: {phase}", sub))
+            document = flamegraph.speedscope(tree, title, per_phase, weight)
+            flamegraph.write_speedscope(document, ctx.output_path("speedscope.json"))
+        else:
+            ctx.note("no op has a module path: no module tree, flame graph or speedscope profile")
+        non_structural = [op for op in model.operators.values()
+                          if not is_constant(op.op) and op.op not in STRUCTURAL_OPS]
+        return {
+            "frontend": model.frontend,
+            "modules": len(module_rows),
+            "operators_by_phase": {row["phase"]: row["ops"] for row in phase_rows},
+            "non_constant_ops": len(non_structural),
+            "non_constant_with_phase_pct": _pct(sum(1 for op in non_structural if op.phase), len(non_structural)),
+            "non_constant_with_module_pct": _pct(sum(1 for op in non_structural
+                                                     if model.module_path(op.id) is not None), len(non_structural)),
+            "non_constant_without_phase_by_kind": dict(Counter(op.op for op in non_structural
+                                                               if not op.phase).most_common()),
+            "non_constant_without_module_by_kind": dict(Counter(op.op for op in non_structural
+                                                                if model.module_path(op.id) is None).most_common()),
+            "top_modules": [row["module_path"] for row in sorted(
+                (r for r in module_rows if r["self_ops"]),
+                key=lambda r: (-r["self_time_ns"], -r["self_flops"], -r["self_ops"]))[:5]],
+        }
 
     @staticmethod
     def _split_time(model: SemanticModel, events: list[dict[str, Any]]) -> TimeSplit:
@@ -204,9 +311,24 @@ class SemanticAttribution(Tool):
             return ""
         time_part = (f", {summary['attributed_time_pct']}% of {_duration_text(summary['event_time_ns'])} measured"
                      if summary["attributed_time_pct"] is not None else ", no measured time")
+        phases = ", ".join(f"{phase} {count}" for phase, count in summary["operators_by_phase"].items())
+        modules = (f"{summary['modules']} modules (top: {', '.join(p or '(root)' for p in summary['top_modules'][:3])})"
+                   if summary["modules"] else "no module paths")
         return (f"{summary['attributed_operators']}/{summary['operators']} ops attributed "
                 f"({summary['attributed_operators_pct']}%){time_part}; top sites: "
-                f"{', '.join(summary['top_sites'][:3]) or 'none'}\nanalysis took {ctx.state['busy_s'] * 1e3:.1f} ms")
+                f"{', '.join(summary['top_sites'][:3]) or 'none'}\n"
+                f"{modules}; ops by phase: {phases}\nanalysis took {ctx.state['busy_s'] * 1e3:.1f} ms")
+
+
+def _pct(part: int, whole: int) -> float | None:
+    return round(100 * part / whole, 3) if whole else None
+
+
+def _model_name(model: SemanticModel) -> str:
+    from pathlib import Path
+
+    path = model.manifest.get("input", {}).get("path")
+    return Path(path).stem if path else model.source
 
 
 def _duration_text(ns: float) -> str:

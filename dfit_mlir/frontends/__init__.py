@@ -1,0 +1,366 @@
+"""Frontend knowledge: how each frontend names modules, marks phases and tells model code
+from framework code, in one small module per frontend (``torch``, ``jax``, ``onnx``,
+``tflite``), plus the Python entry points that export and compile a model with tags
+(:func:`dfit_mlir.frontends.torch.compile`, :func:`dfit_mlir.frontends.jax.compile`).
+
+Every frontend fills the same **source model** on each operator of the manifest:
+
+* ``module_path``: where in the model the op sits, as the frontend shows it
+  (``encoder.layer.3.attention.self.query``, ``/model.22/cv3.0/cv3.0.0/conv``,
+  ``model_1/model/add_3``, ``dense1``); ``""`` is the model's root (an op of the
+  top-level module or function), ``None`` means nothing says;
+* ``module_class``: the module's class where the frontend knows it (``BertSelfAttention``);
+* ``source_op``: the op as the frontend names it (``torch.aten.linear``, ``onnx.Conv``,
+  ``jax.dot_general``, ``tosa.conv2d``);
+* ``phase``: one of :data:`PHASES`, or ``None`` when nothing says.
+
+Tools read these fields from the manifest only. The frontend modules import nothing
+heavy at import time (torch and JAX are imported by the compile entry points), so the
+registry below stays cheap.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Protocol
+
+PHASES = ("forward", "backward", "optimizer", "loss", "initializer")
+#: Op kinds that hold initial values of the model (weights, buffers) rather than
+#: computing: their phase is ``initializer``.
+INITIALIZER_OPS = frozenset({"util.global", "util.initializer", "ml_program.global"})
+FUNCTION_OPS = frozenset({"func.func", "util.func"})
+CALL_OPS = frozenset({"func.call", "util.call"})
+#: Per-op fields of the source model in the manifest (agreed between tools).
+FIELDS = ("module_path", "module_class", "source_op", "phase")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceModel:
+    """What a frontend says about one op (see the module docstring)."""
+
+    module_path: str | None = None
+    module_class: str | None = None
+    source_op: str | None = None
+    phase: str | None = None
+
+    def as_fields(self) -> dict[str, str | None]:
+        return {name: getattr(self, name) for name in FIELDS}
+
+
+class Frontend(Protocol):
+    name: str
+
+    def recognizes(self, operators: Sequence[dict[str, Any]]) -> bool:
+        """Whether the tagged module came from this frontend (read off its operators)."""
+
+    def source_model(self, op: dict[str, Any]) -> SourceModel:
+        """The op's source model from its own record (name path, locations, kind)."""
+
+    def finish(self, operators: Sequence[dict[str, Any]]) -> None:
+        """Whole-module corrections after every op has its own source model."""
+
+    def module_classes(self, op: dict[str, Any]) -> dict[str, str]:
+        """Module path → class of the modules enclosing ``op`` where the frontend's
+        locations say (PyTorch: the whole nn.Module stack); may be empty."""
+
+
+# --- model code vs framework code ------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CodeRule:
+    """``pattern`` is a glob matched against a frame's package-relative path
+    (``transformers/models/bert/modeling_bert.py``) and against the absolute path."""
+
+    pattern: str
+    model_code: bool
+
+
+#: Model code inside framework packages: the architectures people bring. First match
+#: wins, so these come before the framework rules of the same package.
+MODEL_CODE_PATTERNS = (
+    "transformers/models/*",
+    "torchvision/models/*",
+    "timm/models/*",
+    "diffusers/models/*",
+    "keras/src/applications/*",
+    "keras/applications/*",
+    "flax/examples/*",
+)
+#: Framework, library and compiler code: a frame here is not the model author's.
+FRAMEWORK_PATTERNS = (
+    "torch/*", "torchvision/*", "functorch/*", "transformers/*", "timm/*", "diffusers/*", "accelerate/*",
+    "jax/*", "jaxlib/*", "flax/*", "optax/*", "equinox/*", "haiku/*", "keras/*", "tf_keras/*", "tensorflow/*",
+    "numpy/*", "iree/*", "dfit_mlir/*", "onnx/*", "onnxruntime/*", "cerebras/pytorch/*", "<stdlib>/*",
+    "<frozen *", "<string>", "<eval_with_key>*",
+)
+_PACKAGE_DIRS = ("site-packages/", "dist-packages/")
+
+
+@dataclass(frozen=True)
+class CodeRules:
+    """Model code vs framework code, decided by what a frame's file *is* (its package),
+    not where it is installed: a user's model in ``site-packages`` is model code,
+    ``transformers/models/bert/modeling_bert.py`` is model code, ``transformers/utils``
+    and ``torch/nn`` are framework. Rules are data; users put their own in front with
+    :meth:`extended` (``--framework-code`` / ``--model-code``)."""
+
+    rules: tuple[CodeRule, ...]
+
+    @classmethod
+    def default(cls) -> CodeRules:
+        return cls(tuple(CodeRule(p, True) for p in MODEL_CODE_PATTERNS)
+                   + tuple(CodeRule(p, False) for p in FRAMEWORK_PATTERNS))
+
+    def extended(self, framework: Iterable[str] = (), model: Iterable[str] = ()) -> CodeRules:
+        """User rules first (model-code globs, then framework globs), then these."""
+        extra = tuple(CodeRule(p.strip(), True) for p in model if p.strip())
+        extra += tuple(CodeRule(p.strip(), False) for p in framework if p.strip())
+        return CodeRules(extra + self.rules)
+
+    @cached_property
+    def _dfit_roots(self) -> tuple[str, ...]:
+        """dfit's own source folders, wherever they are installed (a checkout's
+        ``passes/`` is dfit code, its ``tests/`` and ``examples/`` are not)."""
+        from pathlib import Path
+
+        import dfit_mlir
+
+        roots = [Path(dfit_mlir.__file__).resolve().parent]
+        try:
+            from dfit_mlir import passes  # noqa: F401  (package-dir mapped)
+
+            for name in ("passes", "adapters", "runtime_hooks", "dialects"):
+                module = importlib.import_module(f"dfit_mlir.{name}")
+                roots += [Path(p).resolve() for p in getattr(module, "__path__", ())]
+        except ImportError:
+            pass
+        return tuple(str(root) + "/" for root in roots)
+
+    @cached_property
+    def _verdicts(self) -> dict[str, bool]:
+        """Per file: a model has a few dozen files and many thousand frames."""
+        return {}
+
+    def is_model_code(self, path: str) -> bool:
+        verdict = self._verdicts.get(path)
+        if verdict is None:
+            verdict = self._verdicts[path] = self._decide(path)
+        return verdict
+
+    def _decide(self, path: str) -> bool:
+        if path.startswith(self._dfit_roots):
+            return False
+        relative = package_relative(path)
+        for rule in self.rules:
+            # ``*/x.py`` also matches a bare ``x.py`` (frames of files given relatively).
+            bare = rule.pattern[2:] if rule.pattern.startswith("*/") else None
+            if fnmatch.fnmatchcase(relative, rule.pattern) or fnmatch.fnmatchcase(path, rule.pattern) \
+                    or fnmatch.fnmatchcase(path, "*/" + rule.pattern) \
+                    or (bare is not None and fnmatch.fnmatchcase(path, bare)):
+                return rule.model_code
+        return True
+
+    def is_framework(self, path: str) -> bool:
+        return not self.is_model_code(path)
+
+
+def package_relative(path: str) -> str:
+    """``/venv/lib/python3.11/site-packages/torch/nn/linear.py`` → ``torch/nn/linear.py``;
+    a file of the standard library → ``<stdlib>/<name>``; anything else unchanged."""
+    for marker in _PACKAGE_DIRS:
+        index = path.rfind(marker)
+        if index >= 0:
+            return path[index + len(marker):]
+    import re
+
+    match = re.search(r"/lib/python3\.\d+/(.+)$", path)
+    if match:
+        return "<stdlib>/" + match.group(1)
+    return path
+
+
+def parse_globs(text: str | Iterable[str] | None) -> tuple[str, ...]:
+    """``"a/*,b/*"`` (or a list of such strings) → globs."""
+    if not text:
+        return ()
+    items = [text] if isinstance(text, str) else list(text)
+    return tuple(g.strip() for item in items for g in item.split(",") if g.strip())
+
+
+# --- registry --------------------------------------------------------------------------
+
+#: Frontend name → zero-argument factory importing its module on call. Detection tries
+#: them in this order (ONNX imports are torch-dialect modules: ONNX goes before torch).
+FRONTENDS: dict[str, Callable[[], Frontend]] = {
+    "onnx": lambda: importlib.import_module("dfit_mlir.frontends.onnx").FRONTEND,
+    "tflite": lambda: importlib.import_module("dfit_mlir.frontends.tflite").FRONTEND,
+    "torch": lambda: importlib.import_module("dfit_mlir.frontends.torch").FRONTEND,
+    "jax": lambda: importlib.import_module("dfit_mlir.frontends.jax").FRONTEND,
+}
+
+
+def get(name: str) -> Frontend:
+    if name == GENERIC.name:
+        return GENERIC
+    try:
+        return FRONTENDS[name]()
+    except KeyError:
+        raise ValueError(f"unknown frontend {name!r}; known: {', '.join(FRONTENDS)}") from None
+
+
+def detect(operators: Sequence[dict[str, Any]]) -> Frontend:
+    for factory in FRONTENDS.values():
+        frontend = factory()
+        if frontend.recognizes(operators):
+            return frontend
+    return GENERIC
+
+
+class GenericFrontend:
+    """MLIR written by hand or by an unknown producer: location names are the module
+    path (``loc("conv1"(...))``), nothing says the phase."""
+
+    name = "mlir"
+
+    def recognizes(self, operators: Sequence[dict[str, Any]]) -> bool:
+        return True
+
+    def source_model(self, op: dict[str, Any]) -> SourceModel:
+        names = op.get("name_path") or ()
+        return SourceModel(module_path=".".join(names) if names else None, source_op=op["op"])
+
+    def finish(self, operators: Sequence[dict[str, Any]]) -> None:
+        pass
+
+    def module_classes(self, op: dict[str, Any]) -> dict[str, str]:
+        return {}
+
+
+GENERIC = GenericFrontend()
+
+
+def module_classes(frontend: str | None, op: dict[str, Any]) -> dict[str, str]:
+    """Module path → class of the modules enclosing ``op``, as ``frontend`` reads them
+    (tools call this to name the inner nodes of a module tree)."""
+    if not frontend:
+        return {}
+    try:
+        found = get(frontend)
+    except ValueError:
+        return {}
+    reader = getattr(found, "module_classes", None)
+    return reader(op) if reader is not None else {}
+
+
+def annotate(operators: list[dict[str, Any]], callees: dict[str, str] | None = None,
+             frontend: Frontend | None = None) -> Frontend:
+    """Fill :data:`FIELDS` on every operator record, in place; returns the frontend used.
+
+    ``callees``: call op ID → callee symbol. Ops of a private function whose own
+    location says nothing (JAX emits ``log_softmax`` with bare ``loc("sub")`` names)
+    take the module path and phase of the function's call sites when those agree, and
+    their call stack (as IREE's inliner gives them ``callsite(op at call)``).
+    Initial values (``util.global`` and initializer bodies) are ``initializer``.
+    """
+    frontend = frontend or detect(operators)
+    by_id = {op["id"]: op for op in operators}
+    for op in operators:
+        op.update(frontend.source_model(op).as_fields())
+    function_of = _enclosing_functions(operators, by_id)
+    for op in operators:
+        if op["op"] in INITIALIZER_OPS or by_id.get(function_of.get(op["id"]) or "", {}).get("op") \
+                == "util.initializer":
+            op["phase"] = "initializer"
+    frontend.finish(operators)
+    _inherit_from_call_sites(operators, by_id, function_of, callees or {})
+    return frontend
+
+
+def common_module(paths: Iterable[str | None]) -> str | None:
+    """The innermost module that holds every path (``MLP/block1``, ``MLP/block2`` →
+    ``MLP``; the root ``""`` if only that); ``None`` if any path is unknown."""
+    from dfit_mlir.flamegraph import ancestry
+
+    paths = list(paths)
+    if not paths or any(p is None for p in paths):
+        return None
+    chains = [ancestry(p) for p in paths]  # type: ignore[arg-type]
+    common = chains[0]
+    for chain in chains[1:]:
+        common = [a for a, b in zip(common, chain, strict=False) if a == b]
+    return common[-1] if common else ""
+
+
+def _enclosing_functions(operators: list[dict[str, Any]], by_id: dict[str, dict[str, Any]]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for op in operators:
+        parent = op.get("parent")
+        while parent is not None and parent in by_id and by_id[parent]["op"] not in FUNCTION_OPS | INITIALIZER_OPS:
+            parent = by_id[parent].get("parent")
+        if parent is not None:
+            found[op["id"]] = parent
+    return found
+
+
+def _inherit_from_call_sites(operators: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],
+                             function_of: dict[str, str], callees: dict[str, str]) -> None:
+    callers: dict[str, list[str]] = {}
+    for call_id, callee in callees.items():
+        callers.setdefault(callee, []).append(call_id)
+    resolved: dict[str, tuple[str | None, str | None]] = {}
+
+    def context(function: str, seen: frozenset[str]) -> tuple[str | None, str | None]:
+        """(module path, phase) every call site of ``function`` agrees on; a caller
+        that itself says nothing asks its own function's call sites."""
+        if function in resolved:
+            return resolved[function]
+        values = set()
+        for call_id in callers.get(function, ()):
+            call = by_id[call_id]
+            path, phase = call.get("module_path"), call.get("phase")
+            if (path is None or phase is None) and function_of.get(call_id) not in seen | {None}:
+                outer = context(function_of[call_id], seen | {function})
+                path, phase = path if path is not None else outer[0], phase or outer[1]
+            values.add((path, phase))
+        own = by_id.get(function, {})
+        if not values:
+            values.add((own.get("module_path"), own.get("phase")))
+        paths = {v[0] for v in values}
+        phases = {v[1] for v in values}
+        result = (common_module(paths), phases.pop() if len(phases) == 1 else None)
+        resolved[function] = result
+        return result
+
+    stacks: dict[str, list[dict[str, Any]]] = {}
+
+    def call_stack(function: str, seen: frozenset[str]) -> list[dict[str, Any]]:
+        """The call stack every call site of ``function`` shares (its own op's stack
+        continues there, as when IREE inlines it: ``callsite(op at call)``)."""
+        if function not in stacks:
+            found = []
+            for call_id in callers.get(function, ()):
+                stack = by_id[call_id].get("call_stack") or []
+                if not stack and function_of.get(call_id) not in seen | {None}:
+                    stack = call_stack(function_of[call_id], seen | {function})
+                found.append(stack)
+            stacks[function] = found[0] if found and all(s == found[0] for s in found) else []
+        return stacks[function]
+
+    for op in operators:
+        function = function_of.get(op["id"])
+        if function is not None and not op.get("call_stack") and not op.get("source") and function in callers:
+            op["call_stack"] = list(call_stack(function, frozenset()))
+        if function is None or (op.get("module_path") is not None and op.get("phase") is not None):
+            continue
+        if function not in callers and by_id.get(function, {}).get("module_path") is None:
+            continue
+        path, phase = context(function, frozenset())
+        if op.get("module_path") is None:
+            op["module_path"] = path
+        if op.get("phase") is None:
+            op["phase"] = phase

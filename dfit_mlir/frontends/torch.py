@@ -1,0 +1,211 @@
+"""PyTorch through iree-turbine (``aot.export``).
+
+The FX graph ``torch.export`` produces has, per node, ``nn_module_stack`` (every module
+the node runs in, outermost first, with its path and class) and ``stack_trace`` (the
+Python frames). The importer turns the stack trace into a call-site location chain
+(``callsite(modeling_bert.py:179 at ... )``) and drops the module stack. :func:`compile`
+carries it over: while importing, each node's location is wrapped in one NameLoc naming
+the module stack, outermost first, ``path:Class`` entries joined by ``;``:
+``loc("nn.Module::BertModel;encoder:BertEncoder;...;encoder.layer.0.attention.self.query:Linear"(<call sites>))``. A name
+location is debug information only: IDs (assigned afterwards, over op structure) and the
+code IREE generates do not change (``tests/test_frontend_torch.py`` checks that the
+executables equal a plain compile's).
+
+Per op: module path and short class from that name (``""``: the root module), source op
+= the torch op (``torch.aten.linear``), phase ``forward`` (an exported inference graph).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from dfit_mlir.frontends import SourceModel
+
+#: Prefix of the NameLoc carrying a node's innermost nn.Module: ``nn.Module:<path>:<Class>``.
+MODULE_NAME_PREFIX = "nn.Module:"
+#: Default target when the caller gives no iree-compile flags: this machine's CPU.
+DEFAULT_FLAGS = (
+    "--iree-hal-target-device=local",
+    "--iree-hal-local-target-device-backends=llvm-cpu",
+    "--iree-llvmcpu-target-cpu=host",
+)
+
+
+def module_name(stack: Sequence[tuple[str, str]]) -> str:
+    """``nn.Module:<path>:<Class>;...`` for a module stack, outermost first."""
+    return MODULE_NAME_PREFIX + ";".join(f"{path}:{module_class}" for path, module_class in stack)
+
+
+def parse_module_name(name: str) -> list[tuple[str, str]] | None:
+    """``nn.Module::BertModel;encoder:BertEncoder`` → ``[("", "BertModel"), ("encoder",
+    "BertEncoder")]`` (outermost first); ``None`` for any other name."""
+    if not name.startswith(MODULE_NAME_PREFIX):
+        return None
+    stack = []
+    for entry in name[len(MODULE_NAME_PREFIX):].split(";"):
+        path, _, module_class = entry.rpartition(":")
+        stack.append((path, module_class))
+    return stack
+
+
+def module_stack(node: Any) -> list[tuple[str, str]]:
+    """(path, short class name) of every module an FX node runs in, outermost first."""
+    stack = node.meta.get("nn_module_stack") or {}
+    found = []
+    for path, module_type in stack.values():
+        name = module_type if isinstance(module_type, str) else getattr(module_type, "__qualname__", str(module_type))
+        found.append((_clean_path(str(path)), name.rsplit(".", 1)[-1]))
+    return found
+
+
+def _clean_path(path: str) -> str:
+    """Dynamo spells some paths as attribute accesses (``L['self'].encoder.layer[0]``);
+    the module path is ``encoder.layer.0``."""
+    import re
+
+    path = re.sub(r"^L\['self'\]\.?", "", path)
+    path = re.sub(r"\._modules\['([^']+)'\]", r".\1", path)
+    return re.sub(r"\[(\d+)\]", r".\1", path).strip(".")
+
+
+class TorchFrontend:
+    name = "torch"
+
+    def recognizes(self, operators: Sequence[dict[str, Any]]) -> bool:
+        return any(op["op"].startswith(("torch.aten.", "torch.prim.")) for op in operators)
+
+    def source_model(self, op: dict[str, Any]) -> SourceModel:
+        source_op = op["op"] if op["op"].startswith("torch.") else None
+        stack = self.module_classes(op)
+        if stack:
+            path, module_class = list(stack.items())[-1]
+            return SourceModel(module_path=path, module_class=module_class, source_op=source_op, phase="forward")
+        return SourceModel(source_op=source_op)
+
+    def module_classes(self, op: dict[str, Any]) -> dict[str, str]:
+        """Module path → class of every module the op runs in, outermost first."""
+        for name in op.get("name_path") or ():
+            found = parse_module_name(name)
+            if found:
+                return dict(found)
+        return {}
+
+    def finish(self, operators: Sequence[dict[str, Any]]) -> None:
+        pass
+
+
+FRONTEND = TorchFrontend()
+
+
+@contextlib.contextmanager
+def module_locations() -> Iterator[None]:
+    """While active, the FX importer wraps each node's location in a NameLoc naming the
+    node's innermost nn.Module (see the module docstring). Restores the importer on exit."""
+    from iree.compiler import ir
+    from iree.compiler.extras import fx_importer
+
+    original = fx_importer.ContextCache.get_node_location
+
+    def located(self: Any, node: Any) -> Any:
+        loc = original(self, node)
+        stack = module_stack(node)
+        if not stack:
+            return loc
+        child = loc if loc is not None else ir.Location.unknown(context=self._c)
+        return ir.Location.name(module_name(stack), childLoc=child, context=self._c)
+
+    fx_importer.ContextCache.get_node_location = located
+    try:
+        yield
+    finally:
+        fx_importer.ContextCache.get_node_location = original
+
+
+def export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None, *,
+                strict: bool = False) -> str:
+    """The model as torch-dialect MLIR text with locations and module names."""
+    from dfit_mlir.errors import CompileError, ToolchainError
+
+    try:
+        import torch
+        from iree.turbine import aot
+    except ImportError as error:
+        raise ToolchainError(f"the PyTorch frontend needs torch and iree-turbine ({error}); "
+                             "pip install 'dfit-mlir[frontends]'") from None
+
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"dfit_mlir.frontends.torch.compile takes an nn.Module, not {type(model).__name__}")
+    try:
+        program = torch.export.export(model, tuple(args), kwargs or None, strict=strict)
+        # torch.export gives training IR, with in-place ops (``x += residual``) that the
+        # importer rejects; an empty decomposition table only functionalizes. (IREE 3.13
+        # does not legalize the eval-mode BatchNorm this leaves, so a transformers ResNet
+        # fails in iree-compile; ConvNext, BERT and other LayerNorm models compile.)
+        program = program.run_decompositions({})
+    except Exception as error:  # torch.export raises many kinds; say which model failed
+        raise CompileError(f"torch.export failed on {type(model).__name__}: {type(error).__name__}: "
+                           f"{str(error).splitlines()[0] if str(error) else ''}") from error
+    with module_locations():
+        try:
+            output = aot.export(program)
+        except Exception as error:  # the importer's verifier names the op it rejects
+            raise CompileError(f"iree-turbine could not import {type(model).__name__}: {type(error).__name__}: "
+                               f"{str(error).splitlines()[0] if str(error) else ''}") from error
+        return output.mlir_module.operation.get_asm(enable_debug_info=True)
+
+
+def compile(model: Any, args: tuple[Any, ...] | Any, *, output: str | Path, mode: str = "full",
+            kwargs: dict[str, Any] | None = None, flags: Sequence[str] | None = None,
+            manifest_path: str | Path | None = None, mlir_path: str | Path | None = None,
+            trace_tensors: tuple[str, ...] = (), strict: bool = False) -> Any:
+    """Export ``model(*args, **kwargs)`` with iree-turbine and compile it with dfit tags.
+
+    Writes the torch-dialect MLIR beside ``output`` (``<output stem>.mlir`` unless
+    ``mlir_path``), the vmfb and the manifest; returns the
+    :class:`~dfit_mlir.passes.instrumented_compile.CompileResult`. ``flags``: extra
+    iree-compile flags (default: this machine's CPU).
+    """
+    from dfit_mlir import atomic
+    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+
+    output = Path(output)
+    if not isinstance(args, tuple):
+        args = (args,)
+    text = export_mlir(model, args, kwargs, strict=strict)
+    source = Path(mlir_path) if mlir_path else output.with_suffix(".mlir")
+    atomic.write_text(source, text)
+    return compile_instrumented(source, output, mode=mode, flags=tuple(DEFAULT_FLAGS if flags is None else flags),
+                                manifest_path=Path(manifest_path) if manifest_path else None,
+                                trace_tensors=trace_tensors)
+
+
+def load_module_file(path: str | Path, factory: str | None = None) -> tuple[Any, tuple[Any, ...]]:
+    """A PyTorch model file for ``dfit compile model.py``: the file defines
+    ``make_model()`` (or ``factory``) returning ``(module, example_args)``."""
+    import importlib.util
+
+    from dfit_mlir.errors import InvalidInputError
+
+    path = Path(path)
+    name = factory or "make_model"
+    spec = importlib.util.spec_from_file_location(f"dfit_user_model_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise InvalidInputError(f"{path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except FileNotFoundError:
+        raise InvalidInputError(f"{path}: no such file") from None
+    except SyntaxError as error:
+        raise InvalidInputError(f"{path}:{error.lineno}: {error.msg}") from None
+    make = getattr(module, name, None)
+    if not callable(make):
+        raise InvalidInputError(f"{path}: defines no {name}() returning (nn.Module, example args)")
+    made = make()
+    if not (isinstance(made, tuple) and len(made) == 2):
+        raise InvalidInputError(f"{path}: {name}() must return (nn.Module, example args), got {type(made).__name__}")
+    model, args = made
+    return model, args if isinstance(args, tuple) else (args,)

@@ -1,0 +1,278 @@
+"""``dfit merge``: the runs of one job (ranks, hosts, devices, or the tasks of one
+data-parallel log) on one timeline.
+
+Ranks: a bundle's ``summary.rank``/``host`` where it records them; else the events'
+``rank`` attribute (a data-parallel log's tasks, as the readers tag them), else their
+``pid`` attribute (one task per process); else one rank per bundle, in the order given.
+
+Clocks: offsets the bundles recorded (``summary.clock_offset_ns``: add it to the bundle's
+times to get the job's clock) when every bundle has one; else an anchor common to every
+rank: the first step (a training step, else a program invocation) every rank has, or the
+first event of ``--anchor KIND[:NAME]``. Each rank is shifted so its anchor starts with
+the reference rank's (the lowest). The residual is what the anchor cannot explain: over
+the other steps every rank has, the median distance between a step's start on a rank
+and on the reference after the shift (rank skew and clock drift together).
+
+Out: a bundle with ``events.parquet`` (times shifted), ``manifest.json`` (the first
+bundle's), ``trace.pftrace`` (a track group per rank; every rank's start of a common step
+linked by one Perfetto flow, so the straggler is the flow's last slice), ``steps.csv``
+(per common step: earliest and latest rank and the spread), ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dfit_mlir import atomic
+from dfit_mlir import event_schema as es
+from dfit_mlir.errors import InvalidInputError
+
+#: Flow IDs of linked steps: this base plus the step (kept clear of small numbers other tools use).
+_FLOW_BASE = 0xDF17_0000_0000
+
+
+@dataclass(frozen=True)
+class Rank:
+    """One rank of the merged job."""
+
+    group: str  # the track group's name
+    source: str
+    host: str | None
+    rank: int | None
+    pid: int | None
+    ranked_by: str  # summary | attribute | pid | bundle order
+    events: int
+    offset_ns: int = 0
+    anchor_ns: int | None = None
+
+
+@dataclass
+class _Bundle:
+    path: Path
+    summary: dict[str, Any]
+    manifest: dict[str, Any]
+    events: Any  # pyarrow Table
+    rank_keys: np.ndarray  # index into ranks, per event
+
+
+def _load(path: Path) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    import pyarrow.parquet as pq
+
+    for name in ("summary.json", "manifest.json", "events.parquet"):
+        if not (path / name).is_file():
+            raise InvalidInputError(f"{path}: not a dfit run or reconstruct bundle (no {name})")
+    events = pq.read_table(path / "events.parquet")
+    version = (events.schema.metadata or {}).get(b"dfit.version", b"1.0").decode()
+    if not es.readable(version):
+        raise InvalidInputError(f"{path / 'events.parquet'}: event schema {version} is not readable by this dfit")
+    return json.loads((path / "summary.json").read_text()), json.loads((path / "manifest.json").read_text()), events
+
+
+def _assign_ranks(index: int, path: Path, summary: dict[str, Any], events: Any,
+                  ranks: list[Rank], by_key: dict[tuple[Any, ...], int]) -> np.ndarray:
+    from dfit_mlir.store.collect import _placement_columns
+
+    count = events.num_rows
+    host = summary.get("host")
+    attributes = events.column(es.ATTRIBUTES).combine_chunks() if es.ATTRIBUTES in events.column_names else None
+    placed = _placement_columns(attributes, count, host, summary.get("rank"))
+    rank_values = placed["rank"].to_pylist()
+    pids = placed["pid"].to_pylist()
+    keys = np.zeros(count, dtype=np.int64)
+    # A log whose tasks tag their lines also has lines of no task (the job's compile, its setup).
+    tagged = any(value is not None for value in rank_values) or any(value is not None for value in pids)
+    for row in range(count):
+        rank, pid = rank_values[row], pids[row]
+        if summary.get("rank") is not None:
+            key, ranked_by = ("rank", host, rank), "summary"
+        elif rank is not None:
+            key, ranked_by = ("rank", host, rank), "attribute"
+        elif pid is not None:
+            key, ranked_by = ("pid", host, pid), "pid"
+        else:
+            key, ranked_by = ("bundle", host, index), "bundle order"
+        found = by_key.get(key)
+        if found is None:
+            found = by_key[key] = len(ranks)
+            label = {"rank": f"rank {key[2]}", "pid": f"task pid {key[2]}",
+                     "bundle": f"{path.name}: no task" if tagged else f"rank {key[2]}"}[key[0]]
+            ranks.append(Rank(group=(f"host {host} · " if host else "") + label, source=str(path), host=host,
+                              rank=key[2] if key[0] == "rank" or (key[0] == "bundle" and not tagged) else None,
+                              pid=key[2] if key[0] == "pid" else None, ranked_by=ranked_by, events=0))
+        keys[row] = found
+    return keys
+
+
+def _step_starts(bundles: list[_Bundle], rank_count: int) -> list[dict[int, tuple[int, int, int]]]:
+    """Per rank: step → (earliest start, bundle index, row of that event)."""
+    starts: list[dict[int, tuple[int, int, int]]] = [{} for _ in range(rank_count)]
+    for bundle_index, bundle in enumerate(bundles):
+        table = bundle.events
+        start = table.column(es.START_NS).to_pylist()
+        step = table.column(es.STEP).to_pylist() if es.STEP in table.column_names else [None] * table.num_rows
+        invocation = table.column(es.INVOCATION).to_pylist()
+        for row in range(table.num_rows):
+            if start[row] is None:
+                continue
+            key = step[row] if step[row] is not None else invocation[row]
+            if key is None:
+                continue
+            rank = int(bundle.rank_keys[row])
+            value = start[row]
+            found = starts[rank].get(key)
+            if found is None or value < found[0]:
+                starts[rank][key] = (value, bundle_index, row)
+    return starts
+
+
+def _anchor_starts(bundles: list[_Bundle], rank_count: int, anchor: str) -> list[int | None]:
+    kind, _, name = anchor.partition(":")
+    if kind not in es.EVENT_KINDS:
+        raise InvalidInputError(f"--anchor {anchor!r}: KIND is one of {', '.join(es.EVENT_KINDS)}")
+    found: list[int | None] = [None] * rank_count
+    for bundle in bundles:
+        table = bundle.events
+        kinds = table.column(es.KIND).to_pylist()
+        names = table.column(es.NAME).to_pylist() if es.NAME in table.column_names else [None] * table.num_rows
+        partitions = table.column(es.PARTITION).to_pylist()
+        start = table.column(es.START_NS).to_pylist()
+        for row in range(table.num_rows):
+            if kinds[row] != kind or start[row] is None or (name and name not in (names[row], partitions[row])):
+                continue
+            rank = int(bundle.rank_keys[row])
+            if found[rank] is None or start[row] < found[rank]:
+                found[rank] = start[row]
+    return found
+
+
+def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None) -> dict[str, Any]:
+    """Merge ``paths`` into the bundle ``output``; returns its summary."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not paths:
+        raise InvalidInputError("give the bundles of one job to merge")
+    for path in paths:
+        if not Path(path).exists():
+            raise InvalidInputError(f"{path}: no such file or directory")
+        if Path(path).resolve() == Path(output).resolve():
+            raise InvalidInputError(f"{output}: is one of the inputs; write the merged bundle elsewhere")
+    ranks: list[Rank] = []
+    by_key: dict[tuple[Any, ...], int] = {}
+    bundles = []
+    for index, path in enumerate(paths):
+        summary, manifest, events = _load(Path(path))
+        keys = _assign_ranks(index, Path(path), summary, events, ranks, by_key)
+        bundles.append(_Bundle(Path(path), summary, manifest, events, keys))
+    for rank_index in range(len(ranks)):
+        ranks[rank_index] = _with(ranks[rank_index],
+                                  events=int(sum((b.rank_keys == rank_index).sum() for b in bundles)))
+
+    steps = _step_starts(bundles, len(ranks))
+    common = sorted(set.intersection(*(set(s) for s in steps))) if steps else []
+    offsets = [0] * len(ranks)
+    alignment: dict[str, Any]
+    recorded = [b.summary.get("clock_offset_ns") for b in bundles]
+    if all(value is not None for value in recorded):
+        for rank_index, rank in enumerate(ranks):
+            offsets[rank_index] = int(recorded[[str(b.path) for b in bundles].index(rank.source)])
+        alignment = {"method": "recorded offsets (summary.clock_offset_ns)"}
+        anchors: list[int | None] = [None] * len(ranks)
+    elif anchor is not None:
+        anchors = _anchor_starts(bundles, len(ranks), anchor)
+        missing = [ranks[k].group for k, value in enumerate(anchors) if value is None]
+        if missing:
+            raise InvalidInputError(f"--anchor {anchor}: no such event on {', '.join(missing[:3])}")
+        alignment = {"method": f"anchor: first {anchor} event of every rank"}
+    elif common:
+        anchors = [steps[k][common[0]][0] for k in range(len(ranks))]
+        alignment = {"method": f"anchor: first common step ({common[0]})"}
+    else:
+        anchors = [min((v[0] for v in steps[k].values()), default=None) for k in range(len(ranks))]
+        if any(value is None for value in anchors):
+            anchors = [None] * len(ranks)
+            alignment = {"method": "none (no step, invocation or recorded offset common to every rank)"}
+        else:
+            alignment = {"method": "anchor: first step of every rank (no step is common to all)"}
+    if anchors[0] is not None and all(value is not None for value in anchors):
+        offsets = [int(anchors[0] - value) for value in anchors]  # type: ignore[operator]
+    deviations = [abs((steps[k][s][0] + offsets[k]) - (steps[0][s][0] + offsets[0]))
+                  for s in common[1:] for k in range(1, len(ranks))]
+    alignment["reference"] = ranks[0].group
+    alignment["common_steps"] = len(common)
+    alignment["residual_ns"] = int(statistics.median(deviations)) if deviations else None
+    if not deviations:
+        alignment["residual_note"] = "no second common step: the residual is not measurable"
+    ranks = [_with(rank, offset_ns=offsets[k], anchor_ns=anchors[k]) for k, rank in enumerate(ranks)]
+
+    # Link every rank's start of each common step (one flow per step, in time order).
+    flows: dict[tuple[int, int], int] = {}
+    step_rows = []
+    for step in common:
+        arrivals = sorted((steps[k][step][0] + offsets[k], k) for k in range(len(ranks)))
+        for k in range(len(ranks)):
+            _, bundle_index, row = steps[k][step]
+            flows[(bundle_index, row)] = _FLOW_BASE + int(step)
+        step_rows.append({"step": step, "ranks": len(ranks), "first_rank": ranks[arrivals[0][1]].group,
+                          "last_rank": ranks[arrivals[-1][1]].group,
+                          "spread_ns": arrivals[-1][0] - arrivals[0][0]})
+
+    shifted = []
+    for bundle in bundles:
+        table = bundle.events
+        shift = pa.array(np.array(offsets, dtype=np.int64)[bundle.rank_keys])
+        start = pc.add(table.column(es.START_NS), shift)
+        table = table.set_column(table.column_names.index(es.START_NS), es.START_NS, start)
+        shifted.append(table)
+    merged = pa.concat_tables([t.cast(es.arrow_schema()) if t.schema != es.arrow_schema() else t for t in shifted],
+                              promote_options="default")
+    groups = np.concatenate([b.rank_keys for b in bundles])
+    group_names = pa.array([rank.group for rank in ranks], pa.string())
+    flow_ids = [None] * merged.num_rows
+    base = 0
+    for bundle_index, bundle in enumerate(bundles):
+        for (b, row), flow in flows.items():
+            if b == bundle_index:
+                flow_ids[base + row] = flow
+        base += bundle.events.num_rows
+
+    summary = {
+        "schema": "dfit.run-summary", "version": "1.1", "mode": "merged",
+        "backend": bundles[0].summary.get("backend") or "iree",
+        "sources": [str(b.path) for b in bundles],
+        "ranks": [asdict(rank) for rank in ranks],
+        "alignment": alignment,
+        "linked_steps": len(common),
+        "events": merged.num_rows,
+    }
+    with atomic.atomic_directory(output) as tmp:
+        import pyarrow.csv as pacsv
+        import pyarrow.parquet as pq
+
+        from dfit_mlir.traces import PerfettoWriter
+
+        pq.write_table(merged, tmp / "events.parquet", compression="zstd")
+        (tmp / "manifest.json").write_text(json.dumps(bundles[0].manifest, indent=1) + "\n")
+        traced = merged.append_column("track_group", group_names.take(pa.array(groups))) \
+                       .append_column("flow_id", pa.array(flow_ids, pa.uint64()))
+        with (tmp / "trace.pftrace").open("wb") as stream:
+            summary["trace_slices"] = PerfettoWriter(bundles[0].manifest, stream).write_batches(
+                traced.to_batches(max_chunksize=65_536))
+        pacsv.write_csv(pa.Table.from_pylist(step_rows, schema=pa.schema([
+            ("step", pa.int64()), ("ranks", pa.int64()), ("first_rank", pa.string()), ("last_rank", pa.string()),
+            ("spread_ns", pa.int64())])), tmp / "steps.csv")
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def _with(rank: Rank, **changes: Any) -> Rank:
+    from dataclasses import replace
+
+    return replace(rank, **changes)

@@ -1,0 +1,334 @@
+"""``dfit collect``: bundles (runs, reconstructions, compile manifests) → the store.
+
+Each bundle becomes one directory of Parquet files (see :mod:`dfit_mlir.store.layout`),
+written beside its final place and renamed in whole: a store never holds half a bundle.
+A bundle already in the store (same run ID, whatever its label) is skipped, so
+collecting a nightly directory again adds only what is new.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dfit_mlir import atomic
+from dfit_mlir import event_schema as es
+from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.store import layout
+
+_BATCH_ROWS = 262_144
+
+
+@dataclass(frozen=True)
+class Collected:
+    """What ``collect`` did with one bundle."""
+
+    source: Path
+    run: str
+    backend: str
+    model: str
+    events: int
+    added: bool  # False: the run was already in the store
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the bundle ran, as given on the command line (None: from the bundle, if it says)."""
+
+    label: str | None = None
+    host: str | None = None
+    rank: int | None = None
+    model: str | None = None
+
+
+def open_store(store: Path, *, create: bool) -> dict[str, Any]:
+    """The store's metadata; with ``create``, a new store is set up in an empty or absent directory."""
+    meta = store / layout.META_FILE
+    if meta.is_file():
+        try:
+            document = json.loads(meta.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise InvalidInputError(f"{meta}: not a dfit store description ({error})") from None
+        if document.get("schema") != layout.STORE_SCHEMA:
+            raise InvalidInputError(f"{meta}: not a dfit store (schema {document.get('schema')!r})")
+        if str(document.get("version", "")).split(".")[0] != layout.STORE_VERSION.split(".")[0]:
+            raise InvalidInputError(f"{meta}: store layout {document.get('version')} is not readable by this dfit "
+                                    f"(reads {layout.STORE_VERSION.split('.')[0]}.x)")
+        return document
+    if not create:
+        raise InvalidInputError(f"{store}: not a dfit store (no {layout.META_FILE}; create one with `dfit collect`)")
+    if store.exists() and (not store.is_dir() or any(store.iterdir())):
+        raise InvalidInputError(f"{store}: exists and is not a dfit store; refusing to write into it")
+    document = {"schema": layout.STORE_SCHEMA, "version": layout.STORE_VERSION,
+                "event_schema": es.SCHEMA_VERSION}
+    atomic.write_text(meta, json.dumps(document, indent=1) + "\n")
+    return document
+
+
+def collect(bundles: Sequence[Path], store: Path, placement: Placement = Placement()) -> list[Collected]:
+    """Add ``bundles`` to ``store`` (created when absent); returns one record per bundle."""
+    open_store(store, create=True)
+    results = []
+    for bundle in bundles:
+        results.append(_collect_one(Path(bundle), store, placement))
+    return results
+
+
+# --- one bundle -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Source:
+    path: Path
+    kind: str  # run | reconstruction | compile
+    manifest: dict[str, Any]
+    summary: dict[str, Any]
+    events: Path | None
+
+
+def _read_source(path: Path) -> _Source:
+    if not path.exists():
+        raise InvalidInputError(f"{path}: no such file or directory")
+    if path.is_dir():
+        manifest_path, summary_path, events = path / "manifest.json", path / "summary.json", path / "events.parquet"
+        for needed in (manifest_path, summary_path, events):
+            if not needed.is_file():
+                raise InvalidInputError(f"{path}: not a dfit bundle (no {needed.name}); give run or reconstruct "
+                                        "bundles or compile manifests")
+        summary = _json(summary_path)
+        kind = "reconstruction" if summary.get("mode") == "reconstructed" else "run"
+        return _Source(path, kind, _json(manifest_path), summary, events)
+    manifest = _json(path)
+    if manifest.get("schema") != "dfit.manifest":
+        raise InvalidInputError(f"{path}: not a dfit manifest (schema {manifest.get('schema')!r})")
+    return _Source(path, "compile", manifest, {}, None)
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        document = json.loads(path.read_text())
+    except json.JSONDecodeError as error:
+        raise InvalidInputError(f"{path}:{error.lineno}: invalid JSON: {error.msg}") from None
+    if not isinstance(document, dict):
+        raise InvalidInputError(f"{path}: expected a JSON object")
+    return document
+
+
+def _run_id(source: _Source) -> str:
+    """The bundle's session (every event of one run carries it); a compile manifest's
+    content hash."""
+    if source.events is not None:
+        import pyarrow.parquet as pq
+
+        try:
+            sessions = pq.ParquetFile(source.events).read_row_group(0, columns=[es.SESSION]).column(es.SESSION) \
+                if pq.ParquetFile(source.events).num_row_groups else []
+        except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+            raise InvalidInputError(f"{source.events}: unreadable events ({str(error).splitlines()[0]})") from None
+        if len(sessions):
+            first = sessions[0].as_py()
+            return layout.partition_value(first)
+    digest = hashlib.sha256(json.dumps(source.manifest, sort_keys=True).encode()).hexdigest()[:12]
+    return f"m{digest}"
+
+
+def _backend(source: _Source) -> str:
+    return layout.partition_value(source.summary.get("backend")
+                                  or source.manifest.get("capabilities", {}).get("backend") or "iree")
+
+
+def model_name(manifest: dict[str, Any]) -> str:
+    """The model a manifest is of: its input's name without suffixes (``convnet.mlir`` →
+    ``convnet``, a fixture directory → its name)."""
+    raw = (manifest.get("input") or {}).get("path") or "unknown"
+    name = Path(raw).name
+    for suffix in (".mlir", ".mlirbc", ".onnx", ".tflite", ".json", ".out", ".log"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return name
+
+
+def _collect_one(path: Path, store: Path, placement: Placement) -> Collected:
+    source = _read_source(path)
+    run = _run_id(source)
+    backend = _backend(source)
+    model = layout.partition_value(placement.model or model_name(source.manifest))
+    existing = sorted((store / layout.BUNDLES).glob(f"backend=*/model=*/run={run}"))
+    if existing:
+        count = _event_count(existing[0] / "events.parquet")
+        return Collected(path, run, existing[0].parent.parent.name.split("=", 1)[1],
+                         existing[0].parent.name.split("=", 1)[1], count, added=False)
+    host = placement.host if placement.host is not None else source.summary.get("host")
+    rank = placement.rank if placement.rank is not None else source.summary.get("rank")
+    target = layout.bundle_dir(store, backend, model, run)
+    with atomic.atomic_directory(target) as tmp:
+        try:
+            events, version = _write_events(source, run, tmp / "events.parquet", host, rank)
+        except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+            raise InvalidInputError(f"{source.events}: unreadable events ({str(error).splitlines()[0]})") from None
+        _write_table(tmp / "sites.parquet", "sites", _site_rows(source.manifest))
+        _write_table(tmp / "operators.parquet", "operators", _operator_rows(source.manifest))
+        _write_table(tmp / "partitions.parquet", "partitions", _partition_rows(source.manifest))
+        _write_table(tmp / "coverage.parquet", "coverage", _coverage_rows(source.manifest))
+        _write_table(tmp / "runs.parquet", "runs", [_run_row(source, placement, host, rank, events, version)])
+    return Collected(path, run, backend, model, events, added=True)
+
+
+def _event_count(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows if path.is_file() else 0
+
+
+def _write_table(path: Path, table: str, rows: list[dict[str, Any]]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = layout.arrow_schema(table)
+    columns = {field.name: pa.array([row.get(field.name) for row in rows], field.type) for field in schema}
+    pq.write_table(pa.table(columns, schema=schema), path, compression="zstd")
+
+
+def _write_events(source: _Source, run: str, path: Path, host: str | None, rank: int | None) -> tuple[int, str]:
+    """Copy the bundle's events batch by batch (memory bounded by the batch), adding where
+    each ran; a compile manifest contributes one ``compile`` event per timed phase.
+    Returns (events, the event schema version they were written with)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = layout.arrow_schema("events")
+    written = 0
+    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+        if source.events is None:
+            batch = _compile_events(source.manifest, run, schema, host, rank)
+            writer.write_batch(batch)
+            return batch.num_rows, es.SCHEMA_VERSION
+        events = pq.ParquetFile(source.events)
+        version = (events.schema_arrow.metadata or {}).get(b"dfit.version", b"1.0").decode()
+        if not es.readable(version):
+            raise InvalidInputError(f"{source.events}: event schema {version} is not readable by this dfit "
+                                    f"(reads {es.MIN_READER_VERSION} to {es.SCHEMA_VERSION.split('.')[0]}.x)")
+        present = set(events.schema_arrow.names)
+        for batch in events.iter_batches(batch_size=_BATCH_ROWS):
+            count = batch.num_rows
+            placed = _placement_columns(batch.column(es.ATTRIBUTES) if es.ATTRIBUTES in present else None,
+                                        count, host, rank)
+            arrays = []
+            for field in schema:
+                if field.name in placed:
+                    arrays.append(placed[field.name])
+                elif field.name in present:
+                    column = batch.column(field.name)
+                    arrays.append(column if column.type == field.type else column.cast(field.type))
+                else:  # a column an older minor of the schema did not have
+                    arrays.append(pa.nulls(count, field.type))
+            writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
+            written += count
+    return written, version
+
+
+def _placement_columns(attributes: Any, count: int, host: str | None, rank: int | None) -> dict[str, Any]:
+    """host, rank, pid, run_scope per event: from the event's attributes where it names
+    them (a data-parallel log's tasks), else the bundle's placement."""
+    import pyarrow as pa
+
+    ranks: list[int | None] = [rank] * count
+    pids: list[int | None] = [None] * count
+    scopes: list[str | None] = [None] * count
+    if attributes is not None and attributes.null_count < count:
+        for index, text in enumerate(attributes.to_pylist()):
+            if text is None or not ('"rank"' in text or '"pid"' in text or '"run_scope"' in text):
+                continue
+            try:
+                values = json.loads(text)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(values.get("rank"), int):
+                ranks[index] = values["rank"]
+            if isinstance(values.get("pid"), int):
+                pids[index] = values["pid"]
+            if values.get("run_scope") is not None:
+                scopes[index] = str(values["run_scope"])
+    return {
+        "host": pa.array([host] * count, pa.string()),
+        "rank": pa.array(ranks, pa.int32()),
+        "pid": pa.array(pids, pa.int64()),
+        "run_scope": pa.array(scopes, pa.string()),
+    }
+
+
+def _compile_events(manifest: dict[str, Any], run: str, schema: Any, host: str | None, rank: int | None) -> Any:
+    """One ``compile`` event per phase the manifest timed (``stages[].phase_s``)."""
+    import pyarrow as pa
+
+    timed = [stage for stage in manifest.get("stages", []) if stage.get("phase_s") is not None]
+    given = {
+        es.SESSION: [run] * len(timed), es.STAGE: [stage["name"] for stage in timed],
+        es.KIND: ["compile"] * len(timed), es.NAME: ["compile.phase"] * len(timed),
+        es.DURATION_NS: [round(stage["phase_s"] * 1e9) for stage in timed],
+        es.VALUE: [float(stage["phase_s"]) for stage in timed],
+        "host": [host] * len(timed), "rank": [rank] * len(timed),
+    }
+    arrays = [pa.array(given[f.name], f.type) if f.name in given else pa.nulls(len(timed), f.type) for f in schema]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _site_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"site": s["index"], "function": s.get("function"), "partition": s.get("export"),
+             "root_id": s.get("root_id"), "ids": s.get("fused_ids") or s.get("ids") or []}
+            for s in (manifest.get("partitions") or {}).get("dispatch_sites", [])]
+
+
+def _operator_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for op in manifest.get("operators", []):
+        source = op.get("source") or {}
+        rows.append({"id": op["id"], "op": op.get("op"), "source_file": source.get("file"),
+                     "source_line": source.get("line"), "source_col": source.get("col"),
+                     "module_path": op.get("module_path"), "module_class": op.get("module_class"),
+                     "source_op": op.get("source_op"), "phase": op.get("phase"), "macs": op.get("macs"),
+                     "flops": op.get("flops"), "bytes": op.get("bytes")})
+    return rows
+
+
+def _partition_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    partitions = manifest.get("partitions") or {}
+    rows = [{"name": e.get("name"), "kind": "dispatch", "root_id": e.get("root_id"),
+             "operators": len(e.get("fused_ids") or e.get("ids") or []),
+             "operator_ids": e.get("fused_ids") or e.get("ids") or []} for e in partitions.get("exports", [])]
+    rows += [{"name": g.get("id"), "kind": g.get("kind"), "root_id": None, "operators": len(g.get("operator_ids", [])),
+              "operator_ids": list(g.get("operator_ids", []))} for g in partitions.get("groups", [])]
+    return rows
+
+
+def _coverage_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """What the backend exposed for this bundle: the reconstruction's coverage notes
+    (recovered / partial / not-exposed); for compiler-visible backends, what the
+    capability descriptor declares (status ``exposed``)."""
+    capabilities = manifest.get("capabilities") or {}
+    notes = capabilities.get("coverage")
+    if notes:
+        return [{"aspect": n["aspect"], "status": n["status"], "detail": n.get("detail")} for n in notes]
+    return [{"aspect": aspect, "status": "exposed", "detail": detail}
+            for aspect, detail in (capabilities.get("exposes") or {}).items()]
+
+
+def _run_row(source: _Source, placement: Placement, host: str | None, rank: int | None, events: int,
+             version: str) -> dict[str, Any]:
+    toolchain = source.summary.get("toolchain") or (source.manifest.get("producer") or {}).get("toolchain") or {}
+    stamp_file = source.path / "summary.json" if source.path.is_dir() else source.path
+    recorded = dt.datetime.fromtimestamp(stamp_file.stat().st_mtime, dt.timezone.utc)
+    mode = source.summary.get("mode") or (source.manifest.get("compile") or {}).get("mode")
+    return {
+        "kind": source.kind, "mode": mode, "label": placement.label, "host": host, "rank": rank,
+        "toolchain": ", ".join(f"{name} {version}" for name, version in sorted(toolchain.items())),
+        "recorded_at": recorded.isoformat(timespec="seconds"),
+        "collected_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "source": str(source.path.resolve()), "model_input": (source.manifest.get("input") or {}).get("path"),
+        "events": events, "event_schema": version,
+        "clock_offset_ns": source.summary.get("clock_offset_ns"),
+    }

@@ -1,0 +1,48 @@
+-- regressions: per stable ID, time per invocation in the candidate's runs against the
+-- baseline's, reported only where the change is outside the runs' spread: the two sets
+-- of runs do not overlap, the gap between their means exceeds the wider of the two
+-- ranges, and it exceeds `threshold` of the baseline (noise of repeated runs).
+-- IDs with fewer than `min_runs` runs on either side are left out (their spread is unknown).
+-- Parameters: baseline, candidate (labels given to `dfit collect --label`), min_runs, threshold.
+WITH labelled AS (
+    SELECT e.backend, e.model, e.run, r.label, e.root_id, e.duration_ns,
+           COALESCE(CAST(e.invocation AS BIGINT), e.step, 0) AS instance
+    FROM events e
+    JOIN runs r ON r.run = e.run AND r.backend = e.backend AND r.model = e.model
+    WHERE e.root_id IS NOT NULL AND e.duration_ns IS NOT NULL AND r.label IN (${baseline}, ${candidate})
+),
+per_run AS (
+    SELECT backend, model, label, run, root_id,
+           CAST(SUM(duration_ns) AS DOUBLE) / COUNT(DISTINCT instance) AS ns
+    FROM labelled
+    GROUP BY backend, model, label, run, root_id
+),
+per_label AS (
+    SELECT backend, model, label, root_id, COUNT(*) AS runs,
+           AVG(ns) AS mean_ns, MIN(ns) AS min_ns, MAX(ns) AS max_ns
+    FROM per_run
+    GROUP BY backend, model, label, root_id
+),
+paired AS (
+    SELECT b.backend, b.model, b.root_id,
+           b.runs AS baseline_runs, c.runs AS candidate_runs,
+           b.mean_ns AS baseline_ns, c.mean_ns AS candidate_ns,
+           b.min_ns AS baseline_min, b.max_ns AS baseline_max,
+           c.min_ns AS candidate_min, c.max_ns AS candidate_max,
+           GREATEST(b.max_ns - b.min_ns, c.max_ns - c.min_ns) AS spread_ns
+    FROM per_label b
+    JOIN per_label c ON c.backend = b.backend AND c.model = b.model AND c.root_id = b.root_id
+    WHERE b.label = ${baseline} AND c.label = ${candidate}
+)
+SELECT backend, model, root_id, baseline_runs, candidate_runs,
+       ROUND(baseline_ns, 1) AS baseline_ns, ROUND(candidate_ns, 1) AS candidate_ns,
+       ROUND(spread_ns, 1) AS spread_ns,
+       ROUND(candidate_ns / baseline_ns, 3) AS ratio,
+       CASE WHEN candidate_ns > baseline_ns THEN 'slower' ELSE 'faster' END AS change
+FROM paired
+WHERE baseline_runs >= ${min_runs} AND candidate_runs >= ${min_runs}
+  AND (candidate_min > baseline_max OR candidate_max < baseline_min)
+  AND ABS(candidate_ns - baseline_ns) > spread_ns
+  AND ABS(candidate_ns - baseline_ns) > ${threshold} * baseline_ns
+ORDER BY ABS(candidate_ns / baseline_ns - 1) DESC NULLS LAST, backend NULLS LAST, model NULLS LAST,
+         root_id NULLS LAST

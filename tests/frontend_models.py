@@ -1,0 +1,117 @@
+"""Real models for the frontend tests and the attribution benchmark, built from registry
+packages without any download: ``transformers`` architectures from a config with random
+weights (PyTorch), a JAX training step (MLP + layer norm, softmax cross-entropy loss,
+``jax.value_and_grad``, optax Adam under ``jax.named_scope("optimizer")``) and a Flax
+model. Sizes are tiny so that export + compile stay within seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+BERT_LAYERS = 3
+BERT_HIDDEN = 64
+BERT_SEQ = 8
+
+
+def bert() -> tuple[Any, tuple[Any, ...]]:
+    """A BERT encoder (``transformers.BertModel``), 3 layers of hidden size 64, called
+    with input ids only (an attention mask hits an iree-turbine literal IREE 3.13 does
+    not legalize, see MODELS.md)."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=100, hidden_size=BERT_HIDDEN, num_hidden_layers=BERT_LAYERS,
+                        num_attention_heads=2, intermediate_size=2 * BERT_HIDDEN, max_position_embeddings=32)
+    return BertModel(config).eval(), (torch.randint(0, 100, (1, BERT_SEQ)),)
+
+
+def convnext() -> tuple[Any, tuple[Any, ...]]:
+    """A ConvNext CNN (``transformers.ConvNextModel``): patchify conv, two stages of
+    depthwise conv + layer norm + pointwise MLP, a downsampling conv between them."""
+    import torch
+    from transformers import ConvNextConfig, ConvNextModel
+
+    torch.manual_seed(0)
+    config = ConvNextConfig(num_channels=3, num_stages=2, hidden_sizes=[8, 16], depths=[1, 1], patch_size=2)
+    return ConvNextModel(config).eval(), (torch.randn(1, 3, 32, 32),)
+
+
+# --- JAX ------------------------------------------------------------------------------
+
+
+def _dense(params: dict, x: Any, name: str) -> Any:
+    import jax
+
+    with jax.named_scope(name):
+        return x @ params["w"] + params["b"]
+
+
+def jax_forward(params: dict, x: Any) -> Any:
+    import jax
+    import jax.numpy as jnp
+
+    h = jnp.tanh(_dense(params["dense1"], x, "dense1"))
+    with jax.named_scope("ln1"):
+        h = (h - h.mean(-1, keepdims=True)) * jax.lax.rsqrt(h.var(-1, keepdims=True) + 1e-5)
+    return _dense(params["dense2"], h, "dense2")
+
+
+def jax_loss(params: dict, x: Any, y: Any) -> Any:
+    import jax
+    import jax.numpy as jnp
+
+    logits = jax_forward(params, x)
+    with jax.named_scope("loss"):
+        return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * jax.nn.one_hot(y, logits.shape[-1]), -1))
+
+
+def jax_train_step() -> tuple[Any, tuple[Any, ...]]:
+    """``train_step(params, opt_state, x, y) -> (params, opt_state, loss)`` and example
+    arguments: forward + loss, ``jax.value_and_grad``, an optax Adam update."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    optimizer = optax.adam(1e-3)
+
+    def train_step(params: dict, opt_state: Any, x: Any, y: Any) -> tuple[Any, Any, Any]:
+        loss, grads = jax.value_and_grad(jax_loss)(params, x, y)
+        with jax.named_scope("optimizer"):
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+        return params, opt_state, loss
+
+    key1, key2 = jax.random.split(jax.random.PRNGKey(0))
+    params = {"dense1": {"w": jax.random.normal(key1, (8, 16)) * 0.1, "b": jnp.zeros(16)},
+              "dense2": {"w": jax.random.normal(key2, (16, 4)) * 0.1, "b": jnp.zeros(4)}}
+    x = jnp.ones((2, 8))
+    y = jnp.array([1, 3], dtype=jnp.int32)
+    return train_step, (params, optimizer.init(params), x, y)
+
+
+def flax_mlp() -> tuple[Any, tuple[Any, ...]]:
+    """A Flax linen model (two blocks of Dense + LayerNorm + relu, a Dense head):
+    ``model.apply`` and its arguments."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x: Any) -> Any:
+            x = nn.Dense(16, name="fc1")(x)
+            x = nn.LayerNorm(name="norm")(x)
+            return nn.relu(x)
+
+    class MLP(nn.Module):
+        @nn.compact
+        def __call__(self, x: Any) -> Any:
+            x = Block(name="block1")(x)
+            x = Block(name="block2")(x)
+            return nn.Dense(4, name="head")(x)
+
+    model = MLP()
+    x = jnp.ones((2, 8))
+    return model.apply, (model.init(jax.random.PRNGKey(0), x), x)

@@ -1,0 +1,187 @@
+"""JAX: a training step (MLP + layer norm, softmax cross-entropy under
+``jax.named_scope("loss")``, ``jax.value_and_grad``, optax Adam under
+``jax.named_scope("optimizer")``) and a Flax model, compiled with
+``dfit_mlir.frontends.jax.compile``. Phases and module paths come from the name stacks
+(``jit(train_step)/transpose(jvp(dense1))/dot_general``); JAX's private helper functions
+(``log_softmax``, ``_one_hot``, ``_var``) take their call sites' phase.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dfit_mlir.frontends import jax as jax_frontend
+from dfit_mlir.lineage import is_constant
+from dfit_mlir.manifest import validate
+from dfit_mlir.tools.session import analyze
+from tests import frontend_models
+from tests.conftest import read_csv
+
+STRUCTURAL = {"func.func", "func.return"}
+
+
+@pytest.mark.parametrize(("stack", "function", "expected"), [
+    # From MODELS.md (measured on this toolchain) and from the training step below.
+    ("jit(train_step)/transpose(jvp(forward))/dense1/dot_general", False, ("dense1", "backward", "dot_general")),
+    ("jit(train_step)/jvp(forward)/ln1/rsqrt", False, ("ln1", "forward", "rsqrt")),
+    ("jit(train_step)/optimizer/adam_update/sqrt", False, ("optimizer/adam_update", "optimizer", "sqrt")),
+    ("jit(train_step)/transpose(jvp(dense1))/dot_general", False, ("dense1", "backward", "dot_general")),
+    ("jit(train_step)/jvp(loss)/jit(_one_hot)", False, ("loss", "loss", "_one_hot")),
+    ("jit(train_step)/transpose(jvp(loss))/neg", False, ("loss", "backward", "neg")),
+    ("jit(train_step)/jvp()/tanh", False, ("", "forward", "tanh")),
+    ("jit(apply)/MLP/block1/fc1/dot_general", False, ("MLP/block1/fc1", None, "dot_general")),
+    ("jit(train_step)/transpose(jvp(ln1))/jit", True, ("ln1", "backward", None)),
+    ("jit(fwd)/Conv1/conv_general_dilated", False, ("Conv1", None, "conv_general_dilated")),
+    ("jit(train_step)", False, ("", None, None)),
+])
+def test_name_stacks(stack: str, function: bool, expected: tuple[str, str | None, str | None]) -> None:
+    if expected[2] is None and not function:
+        # A stack of the jitted function alone: no scope, no primitive.
+        assert jax_frontend.read_stack(stack)[:2] == expected[:2]
+        return
+    assert jax_frontend.read_stack(stack, is_function=function) == expected
+
+
+@pytest.fixture(scope="module")
+def train_step(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("jax-train")
+    step, args = frontend_models.jax_train_step()
+    compiled = jax_frontend.compile(step, *args, output=root / "train_step.vmfb", mode="ids")
+    analyze(compiled.manifest_path, ["semantic-attribution"], root / "analysis")
+    return {"compiled": compiled, "out": root / "analysis" / "semantic-attribution"}
+
+
+@pytest.fixture(scope="module")
+def flax_model(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("flax")
+    apply, args = frontend_models.flax_mlp()
+    compiled = jax_frontend.compile(apply, *args, output=root / "flax.vmfb", mode="ids")
+    analyze(compiled.manifest_path, ["semantic-attribution"], root / "analysis")
+    return {"compiled": compiled, "out": root / "analysis" / "semantic-attribution"}
+
+
+def _stack(op: dict[str, Any]) -> str | None:
+    return next((n for n in op["name_path"] if jax_frontend.is_name_stack(n)), None)
+
+
+@pytest.mark.frontends
+@pytest.mark.slow
+def test_train_step_phases(train_step: dict[str, Any]) -> None:
+    manifest = train_step["compiled"].manifest
+    validate(manifest)  # phases loss/optimizer and the source-model fields are in the schema
+    assert manifest["input"]["frontend"] == "jax"
+    ops = manifest["operators"]
+    # Every op whose own name stack is a transpose is backward; every backward op of
+    # main has one.
+    main_ops = [op for op in ops if op["parent"] == "main" and _stack(op)]
+    transposed = [op for op in main_ops if "transpose(" in _stack(op)]
+    assert transposed and all(op["phase"] == "backward" for op in transposed)
+    assert all("transpose(" in _stack(op) for op in main_ops if op["phase"] == "backward")
+    optimizer = [op for op in main_ops if "/optimizer/" in _stack(op)]
+    assert optimizer and all(op["phase"] == "optimizer" and op["module_path"] == "optimizer" for op in optimizer)
+    # The loss's forward ops are "loss"; the layers' forward ops "forward".
+    assert {op["phase"] for op in main_ops if "jvp(loss)" in _stack(op) and "transpose" not in _stack(op)} == {"loss"}
+    assert {op["phase"] for op in main_ops if "jvp(dense1)" in _stack(op) and "transpose" not in _stack(op)} \
+        == {"forward"}
+    dots = Counter((op["module_path"], op["phase"]) for op in ops if op["source_op"] == "jax.dot_general")
+    # One forward matmul per dense layer; backward: dW and dx for dense2, only dW for
+    # dense1 (its input x is not differentiated).
+    assert dots == {("dense1", "forward"): 1, ("dense2", "forward"): 1,
+                    ("dense1", "backward"): 1, ("dense2", "backward"): 2}
+
+
+@pytest.mark.frontends
+@pytest.mark.slow
+def test_private_helpers_take_their_call_sites_phase(train_step: dict[str, Any]) -> None:
+    ops = train_step["compiled"].manifest["operators"]
+    by_function: dict[str, set[tuple[str | None, str | None]]] = {}
+    for op in ops:
+        function = op["id"].split("/", 1)[0]
+        if function != "main" and "/" in op["id"]:
+            by_function.setdefault(function, set()).add((op["module_path"], op["phase"]))
+    helpers = {f for f in by_function if f.startswith("log_softmax")}
+    assert len(helpers) == 2  # the loss's forward and its transpose
+    assert sorted(by_function[f].pop() for f in helpers) == [("loss", "backward"), ("loss", "loss")]
+    assert by_function["_one_hot"] == {("loss", "loss")}
+    var = {f for f in by_function if f.startswith("_var")}
+    assert {p for f in var for p in by_function[f]} == {("ln1", "forward"), ("ln1", "backward")}
+    # Their ops have no file:line of their own: they continue the call site's stack,
+    # whose innermost model-code line is the loss line of the user's script.
+    helper_ops = [op for op in ops if op["id"].startswith("log_softmax") and "/" in op["id"]]
+    assert helper_ops and all(op["source"] is None for op in helper_ops)
+    assert all(any(frame["file"].endswith("tests/frontend_models.py") for frame in op["call_stack"])
+               for op in helper_ops)
+
+
+@pytest.mark.frontends
+@pytest.mark.slow
+def test_train_step_attribution_is_complete(train_step: dict[str, Any]) -> None:
+    """≥ 99.9% of non-constant ops carry a phase and a module path; what is left is
+    listed by kind (here: nothing)."""
+    ops = [op for op in train_step["compiled"].manifest["operators"]
+           if not is_constant(op["op"]) and op["op"] not in STRUCTURAL]
+    assert len(ops) > 250
+    without_phase = Counter(op["op"] for op in ops if op["phase"] is None)
+    without_module = Counter(op["op"] for op in ops if op["module_path"] is None)
+    assert sum(without_phase.values()) <= 0.001 * len(ops), without_phase
+    assert sum(without_module.values()) <= 0.001 * len(ops), without_module
+    summary = json.loads((train_step["out"] / "summary.json").read_text())
+    assert summary["non_constant_ops"] == len(ops)
+    assert summary["non_constant_with_phase_pct"] == 100.0 and summary["non_constant_without_phase_by_kind"] == {}
+    phases = {row["phase"]: row for row in read_csv(train_step["out"] / "phases.csv")}
+    assert {"forward", "loss", "backward", "optimizer"} <= set(phases)
+    # Backward does twice the forward's matmul FLOPs (dx and dW per layer).
+    assert int(phases["backward"]["flops"]) > int(phases["forward"]["flops"])
+    modules = {row["module_path"]: row for row in read_csv(train_step["out"] / "modules.csv")}
+    assert {"dense1", "dense2", "ln1", "loss", "optimizer"} <= set(modules)
+    assert set(modules["dense1"]["phases"].replace(":", ";").split(";")[::2]) == {"forward", "backward"}
+    # The user's script is model code: the sites are lines of tests/frontend_models.py.
+    sites = read_csv(train_step["out"] / "sites.csv")
+    assert sites[0]["site_kind"] == "source" and "frontend_models.py:" in sites[0]["site"]
+    assert not [row for row in sites if "/jax/" in row["site"] and row["site_kind"] == "source"]
+
+
+@pytest.mark.frontends
+@pytest.mark.slow
+def test_flax_module_paths(flax_model: dict[str, Any]) -> None:
+    ops = flax_model["compiled"].manifest["operators"]
+    dots = sorted(op["module_path"] for op in ops if op["source_op"] == "jax.dot_general")
+    assert dots == ["MLP/block1/fc1", "MLP/block2/fc1", "MLP/head"]
+    computing = [op for op in ops if not is_constant(op["op"]) and op["op"] not in STRUCTURAL]
+    assert all(op["phase"] == "forward" for op in computing)  # never differentiated: inference
+    # relu is a private helper called from both blocks: it lands on their common module.
+    assert any(op["module_path"] == "MLP" and op["source_op"] == "jax.max" for op in ops)
+    modules = {row["module_path"]: row for row in read_csv(flax_model["out"] / "modules.csv")}
+    assert modules["MLP/block1"]["parent"] == "MLP" and modules["MLP"]["parent"] == ""
+    assert {p for p, r in modules.items() if r["parent"] == "MLP/block1"} == {"MLP/block1/fc1", "MLP/block1/norm"}
+    assert int(modules["MLP/block1/fc1"]["flops"]) == 2 * 2 * 8 * 16 + 2 * 16  # x @ W + b: 2x8 @ 8x16
+    speedscope = json.loads((flax_model["out"] / "speedscope.json").read_text())
+    assert speedscope["profiles"][0]["unit"] == "none"  # no run: sized by FLOPs
+
+
+@pytest.mark.frontends
+@pytest.mark.slow
+def test_jax_compile_writes_the_stablehlo_beside_the_vmfb(train_step: dict[str, Any]) -> None:
+    compiled = train_step["compiled"]
+    source = Path(compiled.manifest["input"]["path"])
+    assert source == compiled.vmfb.with_suffix(".mlir") and "stablehlo" in source.read_text()
+
+
+@pytest.mark.frontends
+def test_a_function_that_does_not_trace_is_a_clear_error(tmp_path: Path) -> None:
+    import jax.numpy as jnp
+
+    from dfit_mlir.errors import CompileError
+
+    def reshape_to_seven(x: Any) -> Any:
+        return x.reshape(7)
+
+    with pytest.raises(CompileError, match="jax could not lower .*reshape_to_seven: TypeError") as caught:
+        jax_frontend.compile(reshape_to_seven, jnp.ones((2, 8)), output=tmp_path / "bad.vmfb")
+    assert caught.value.exit_code == 3
+    assert list(tmp_path.iterdir()) == []  # nothing written

@@ -1,0 +1,258 @@
+"""PyTorch through iree-turbine: a transformers BERT (3 layers, hidden 64) and a ConvNext
+CNN, built from configs with random weights, compiled with
+``dfit_mlir.frontends.torch.compile``; BERT also run, so that its module tree carries
+measured time.
+
+Checked on the real exports: every non-constant op has its nn.Module path, class and
+phase; BERT's ranking puts ``modeling_bert.py`` lines on top; the module tree has
+``encoder.layer.0 … encoder.layer.2`` split into attention and MLP; the module names in
+the locations change neither IDs nor generated code.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dfit_mlir.frontends import CodeRules
+from dfit_mlir.lineage import is_constant
+from dfit_mlir.tools.session import analyze
+from tests import frontend_models
+from tests.conftest import read_csv, tag_text
+
+pytestmark = [
+    pytest.mark.frontends,
+    pytest.mark.slow,
+    pytest.mark.filterwarnings("ignore:While compiling, we found certain side effects:UserWarning"),
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+]
+STRUCTURAL = {"func.func", "func.return"}
+
+
+@pytest.fixture(scope="module")
+def bert(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from dfit_mlir.frontends import torch as torch_frontend
+    from dfit_mlir.runtime_hooks.run import run_bundle
+
+    root = tmp_path_factory.mktemp("bert")
+    model, args = frontend_models.bert()
+    compiled = torch_frontend.compile(model, args, output=root / "bert.vmfb", mode="ids")
+    # Token ids within the vocabulary (random int64 inputs would index out of it).
+    ids = f"1x{frontend_models.BERT_SEQ}xi64=" + ",".join(str(int(v)) for v in args[0].flatten())
+    bundle = run_bundle(compiled.vmfb, compiled.manifest_path, root / "run", mode="full", inputs=(ids,),
+                        repeat=2, warmup=1).bundle
+    _, _, _ = analyze(bundle, ["semantic-attribution"], root / "analysis")
+    return {"compiled": compiled, "bundle": bundle, "out": root / "analysis" / "semantic-attribution",
+            "model": model, "args": args, "root": root}
+
+
+@pytest.fixture(scope="module")
+def convnext(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    from dfit_mlir.frontends import torch as torch_frontend
+
+    root = tmp_path_factory.mktemp("convnext")
+    model, args = frontend_models.convnext()
+    compiled = torch_frontend.compile(model, args, output=root / "convnext.vmfb", mode="ids")
+    analyze(compiled.manifest_path, ["semantic-attribution"], root / "analysis")
+    return {"compiled": compiled, "out": root / "analysis" / "semantic-attribution"}
+
+
+def non_constant(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    return [op for op in manifest["operators"] if not is_constant(op["op"]) and op["op"] not in STRUCTURAL]
+
+
+def test_bert_every_op_has_module_class_and_phase(bert: dict[str, Any]) -> None:
+    manifest = bert["compiled"].manifest
+    assert manifest["input"]["frontend"] == "torch"
+    ops = non_constant(manifest)
+    assert len(ops) > 150
+    missing_phase = Counter(op["op"] for op in ops if op["phase"] is None)
+    missing_module = Counter(op["op"] for op in ops if op["module_path"] is None)
+    assert sum(missing_phase.values()) <= 0.001 * len(ops), missing_phase
+    assert sum(missing_module.values()) <= 0.001 * len(ops), missing_module
+    assert {op["phase"] for op in ops} == {"forward"}
+    # Parameters are initial values; the root module is the model class.
+    globals_ = [op for op in manifest["operators"] if op["op"] == "util.global"]
+    assert globals_ and {op["phase"] for op in globals_} == {"initializer"}
+    classes = {(op["module_path"], op["module_class"]) for op in ops}
+    assert ("", "BertModel") in classes
+    for layer in range(frontend_models.BERT_LAYERS):
+        assert (f"encoder.layer.{layer}.attention.self", "BertSelfAttention") in classes
+        assert (f"encoder.layer.{layer}.attention.self.query", "Linear") in classes
+        assert (f"encoder.layer.{layer}.intermediate.dense", "Linear") in classes
+    linears = [op for op in ops if op["source_op"] == "torch.aten.linear"]
+    # 4 attention + 2 MLP linears per layer, and the pooler's.
+    assert len(linears) == 6 * frontend_models.BERT_LAYERS + 1
+    assert all(op["module_class"] == "Linear" for op in linears)
+
+
+def test_bert_top_sites_are_modeling_bert_lines(bert: dict[str, Any]) -> None:
+    sites = read_csv(bert["out"] / "sites.csv")
+    summary = json.loads((bert["out"] / "summary.json").read_text())
+    assert summary["attributed_time_pct"] > 0
+    top = sites[:5]
+    assert all(row["site"].split(":")[0].endswith("transformers/models/bert/modeling_bert.py") for row in top), top
+    assert all(row["site_kind"] == "source" for row in top)
+    # No op lands on framework code or on the export call.
+    assert not [row for row in sites if row["site_kind"] != "source"]
+    assert not [row for row in sites if "frontends/torch.py" in row["site"] or "test_frontend" in row["site"]]
+    # The query projection line is shared by every layer's query, and only theirs.
+    query = [row for row in sites if row["module_paths"] and all(p.endswith("attention.self.query") or
+                                                                  p.endswith("attention.self")
+                                                                  for p in row["module_paths"].split(";"))]
+    assert query
+
+
+def test_bert_module_tree_has_every_layer_split_into_attention_and_mlp(bert: dict[str, Any]) -> None:
+    rows = {row["module_path"]: row for row in read_csv(bert["out"] / "modules.csv")}
+    layers = [path for path in rows if path.startswith("encoder.layer.") and path.count(".") == 2]
+    assert layers == [f"encoder.layer.{i}" for i in range(frontend_models.BERT_LAYERS)]
+    for layer in layers:
+        assert rows[layer]["module_class"] == "BertLayer" and rows[layer]["parent"] == "encoder.layer"
+        children = {path for path, row in rows.items() if row["parent"] == layer}
+        assert children == {f"{layer}.attention", f"{layer}.intermediate", f"{layer}.output"}
+        # Hand count: q, k, v, attention output: 4 x (8x64 @ 64x64); MLP: 8x64 @ 64x128 and back.
+        linear = 2 * frontend_models.BERT_SEQ * frontend_models.BERT_HIDDEN * frontend_models.BERT_HIDDEN
+        attention_linears = sum(int(rows[f"{layer}.attention.self.{p}"]["flops"]) for p in ("query", "key", "value"))
+        assert attention_linears == 3 * linear
+        assert int(rows[f"{layer}.intermediate.dense"]["flops"]) == 2 * linear
+    # Inclusive = self + children, on every row; the root holds every op with a module.
+    for path, row in rows.items():
+        children = [r for r in rows.values() if r["parent"] == path and r["module_path"] != path]
+        for measure in ("ops", "flops", "bytes"):
+            assert int(row[measure]) == int(row[f"self_{measure}"]) + sum(int(c[measure]) for c in children)
+        assert float(row["time_ns"]) == pytest.approx(float(row["self_time_ns"]) + sum(float(c["time_ns"])
+                                                                                    for c in children), rel=1e-6)
+    manifest = bert["compiled"].manifest
+    assert int(rows[""]["ops"]) == sum(1 for op in manifest["operators"] if op["module_path"] is not None)
+    assert rows[""]["module_class"] == "BertModel"
+    # Measured time reaches the layers.
+    assert all(float(rows[layer]["time_ns"]) > 0 for layer in layers)
+    phases = read_csv(bert["out"] / "phases.csv")
+    assert {row["phase"] for row in phases} == {"forward", "initializer"}
+
+
+def test_bert_flame_graph_and_speedscope(bert: dict[str, Any]) -> None:
+    out = bert["out"]
+    modules = read_csv(out / "modules.csv")
+    svg = ET.parse(out / "flamegraph.svg").getroot()
+    titles = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}title")]
+    assert len(titles) == len(modules)
+    assert any(t.startswith("encoder.layer.2.attention : BertAttention") for t in titles)
+    document = json.loads((out / "speedscope.json").read_text())
+    assert document["$schema"] == "https://www.speedscope.app/file-format-schema.json"
+    profile = document["profiles"][0]
+    root = next(row for row in modules if row["module_path"] == "")
+    assert profile["unit"] == "nanoseconds"
+    assert sum(profile["weights"]) == pytest.approx(float(root["time_ns"]), rel=1e-6)
+    frames = [frame["name"] for frame in document["shared"]["frames"]]
+    assert "encoder.layer.0 (BertLayer)" in frames
+    assert [p["name"] for p in document["profiles"][1:]] == ["phase: forward"]
+
+
+def test_module_names_change_neither_ids_nor_code(bert: dict[str, Any]) -> None:
+    """The NameLocs carrying nn.Module paths are debug info: the same export without them
+    tags to the same IDs and hashes, and compiles to the same executables."""
+    from dfit_mlir.frontends import torch as torch_frontend
+    from dfit_mlir.passes.plain_compile import plain_compile
+    from dfit_mlir.vmfb import read_module
+
+    root = bert["root"]
+    with_names = bert["compiled"].vmfb.with_suffix(".mlir").read_text()
+    original = torch_frontend.module_locations
+    try:
+        torch_frontend.module_locations = _no_names  # the plain iree-turbine export
+        without_names = torch_frontend.export_mlir(bert["model"], bert["args"])
+    finally:
+        torch_frontend.module_locations = original
+    assert "nn.Module:" in with_names and "nn.Module:" not in without_names
+    assert tag_text(with_names) == tag_text(without_names)
+    (root / "plain.mlir").write_text(without_names)
+    plain_compile(root / "plain.mlir", root / "plain.vmfb", list(torch_frontend.DEFAULT_FLAGS))
+    plain, tagged = read_module(root / "plain.vmfb"), read_module(bert["compiled"].vmfb)
+    assert tagged.executables == plain.executables and plain.executables
+    assert tagged.function_bytecode == plain.function_bytecode
+
+
+def _no_names() -> Any:
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+def test_code_rules_on_the_real_stacks(bert: dict[str, Any]) -> None:
+    """Every file in BERT's call stacks, classified by what it is."""
+    files = {frame["file"] for op in bert["compiled"].manifest["operators"] for frame in op["call_stack"]}
+    rules = CodeRules.default()
+    model = {f for f in files if rules.is_model_code(f)}
+    assert model and all(f.endswith("transformers/models/bert/modeling_bert.py") for f in model)
+    framework = files - model
+    assert any("/torch/nn/" in f for f in framework)
+    assert any(f.endswith("/transformers/activations.py") for f in framework)
+    # A user's rule in front: BERT's own file counted as framework moves the sites
+    # outwards (no model-code frame is left: the ops fall back to their module paths).
+    strict = rules.extended(framework=["transformers/models/bert/*"])
+    assert not any(strict.is_model_code(f) for f in files)
+
+
+def test_user_rules_through_the_tool_option(bert: dict[str, Any], tmp_path: Path) -> None:
+    analyze(bert["compiled"].manifest_path, ["semantic-attribution"], tmp_path,
+            {"semantic-attribution": {"framework_code": "transformers/models/bert/*"}})
+    sites = read_csv(tmp_path / "semantic-attribution" / "sites.csv")
+    assert {row["site_kind"] for row in sites} == {"module"}
+    assert {"encoder.layer.0.attention.self.query", "pooler.dense"} <= {row["site"] for row in sites}
+
+
+def test_convnext_module_tree(convnext: dict[str, Any]) -> None:
+    manifest = convnext["compiled"].manifest
+    ops = non_constant(manifest)
+    assert sum(1 for op in ops if op["module_path"] is None or op["phase"] is None) <= 0.001 * len(ops)
+    convs = [op for op in ops if op["source_op"] == "torch.aten.conv2d"]
+    assert {op["module_path"] for op in convs} == {"embeddings.patch_embeddings", "encoder.stages.0.layers.0.dwconv",
+                                                   "encoder.stages.1.downsampling_layer.1",
+                                                   "encoder.stages.1.layers.0.dwconv"}
+    assert {op["module_class"] for op in convs} == {"Conv2d"}
+    rows = {row["module_path"]: row for row in read_csv(convnext["out"] / "modules.csv")}
+    assert rows["encoder.stages.0.layers.0"]["module_class"] == "ConvNextLayer"
+    children = {p for p, r in rows.items() if r["parent"] == "encoder.stages.0.layers.0"}
+    assert {"encoder.stages.0.layers.0.dwconv", "encoder.stages.0.layers.0.pwconv1",
+            "encoder.stages.0.layers.0.pwconv2", "encoder.stages.0.layers.0.layernorm"} <= children
+    sites = read_csv(convnext["out"] / "sites.csv")
+    assert sites[0]["site"].split(":")[0].endswith("transformers/models/convnext/modeling_convnext.py")
+
+
+def test_cli_compiles_a_pytorch_module_file(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from dfit_mlir.cli import main
+    from dfit_mlir.manifest import load
+
+    source = tmp_path / "tiny.py"
+    source.write_text(
+        "import torch\n\n"
+        "class Tiny(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(8, 4)\n\n"
+        "    def forward(self, x):\n"
+        "        return torch.relu(self.fc(x))\n\n"
+        "def make_model():\n"
+        "    return Tiny(), (torch.ones(2, 8),)\n")
+    result = CliRunner().invoke(main, ["compile", str(source), "--dfit-tag", "--mode", "ids",
+                                       "-o", str(tmp_path / "tiny.vmfb")])
+    assert result.exit_code == 0, result.output
+    manifest = load(tmp_path / "tiny.manifest.json")
+    linear = next(op for op in manifest["operators"] if op["op"] == "torch.aten.linear")
+    assert (linear["module_path"], linear["module_class"], linear["phase"]) == ("fc", "Linear", "forward")
+    # The innermost frame is torch's Linear; the model's own line is in the stack.
+    assert linear["source"]["file"].endswith("torch/nn/modules/linear.py")
+    assert {"file": str(source), "line": 9, "col": 0} in linear["call_stack"]
+    bad = tmp_path / "bad.py"
+    bad.write_text("x = 1\n")
+    result = CliRunner().invoke(main, ["compile", str(bad), "--dfit-tag", "-o", str(tmp_path / "bad.vmfb")])
+    assert result.exit_code == 2 and "defines no make_model()" in result.output
