@@ -9,9 +9,16 @@ Modes:
   received by the ``dfit`` hook module (``runtime_hooks/instrument.py``), and ``queue``
   events of the same invocations from a second pass under HAL profiling;
 * ``full`` — under HAL profiling through the shipped ``iree-run-module`` /
-  ``iree-benchmark-module``: one ``dispatch`` event per dispatch joined to its IDs,
-  ``queue`` events (submissions and non-model host operations: allocations, command
-  buffer executions, copies) and ``memory`` events (pool reservations, allocations).
+  ``iree-benchmark-module``: one ``dispatch`` event per dispatch joined to the call site
+  that issued it (``hal_profile.join_structural``), ``queue`` events (submissions and
+  non-model host operations: allocations, command buffer executions, copies) and
+  ``memory`` events (pool reservations, allocations), each in the invocation of its
+  submission.
+
+``none`` and ``ids`` run any vmfb (no manifest needed); the function comes from the
+vmfb's export table; inputs not given are made so the model can take them
+(``inputs.default_inputs``). The module always runs in a child process, so a fault in
+it is a :class:`ModuleFaultError`, not a dead ``dfit``.
 
 ``tensors`` (in-process modes): statistics of the values a ``--tensors`` compile traces.
 """
