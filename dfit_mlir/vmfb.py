@@ -111,6 +111,7 @@ _EXPORT_RE = re.compile(r"^\s*\[\s*\d+\]\s+(?P<name>[^\s(]+)\(")
 _DECLARATION_RE = re.compile(r"^\s*iree\.abi\.declaration:\s*(?P<text>.*)$")
 _MODEL_RE = re.compile(r"^\s*iree\.abi\.model:\s*(?P<text>\S+)")
 _TENSOR_RE = re.compile(r"tensor<(?P<body>[^>]*)>")
+_SCALAR_RE = re.compile(r"^\s*%[\w.$-]+\s*:\s*(?P<dtype>index|[su]?i\d+|bf16|f\d+)\s*$")
 
 
 @dataclass(frozen=True)
@@ -126,19 +127,25 @@ class ExportedFunction:
 
     @property
     def arguments(self) -> list[dict[str, object]] | None:
-        """Argument tensors (``shape`` with ``None`` for dynamic dims, ``dtype``) from the
-        declaration; ``None`` when there is none or an argument is not a tensor."""
+        """Arguments (``shape`` with ``None`` for dynamic dims, ``dtype``; scalars with
+        ``scalar: True`` and shape ``[]``) from the declaration; ``None`` when there is
+        none or an argument is neither a tensor nor an integer/float/index scalar."""
         if not self.declaration or "(" not in self.declaration:
             return None
         head = self.declaration.split("->", 1)[0]
         inside = head[head.index("(") + 1: head.rindex(")")] if ")" in head else ""
         if not inside.strip():
             return []
-        arguments = []
+        arguments: list[dict[str, object]] = []
         for part in re.split(r",\s*(?=%)", inside):
             match = _TENSOR_RE.search(part)
             if match is None:
-                return None
+                scalar = _SCALAR_RE.match(part)
+                if scalar is None:
+                    return None
+                # A scalar (``%n: index``, ``%flag: i32``): the tools take it bare (``3``).
+                arguments.append({"shape": [], "dtype": scalar["dtype"], "scalar": True})
+                continue
             *dims, dtype = match["body"].split("x") if "x" in match["body"] else ["", match["body"]]
             arguments.append({"shape": [None if d == "?" else int(d) for d in dims if d != ""], "dtype": dtype})
         return arguments

@@ -53,14 +53,60 @@ def signature(manifest: dict[str, Any], function: str) -> list[dict[str, Any]]:
     return sorted(arguments, key=lambda t: int(t["id"].rsplit("arg", 1)[1]))
 
 
-def check_inputs(inputs: Sequence[str], arguments: list[dict[str, Any]]) -> None:
-    """Inputs written as ``SHAPExDTYPE=...`` must match the signature (one line if not)."""
+def describe(arguments: list[dict[str, Any]]) -> str:
+    """The signature as a user writes inputs for it: ``(index, 16x16xf32)``."""
+    return "(" + ", ".join(argument_type(a) for a in arguments) + ")"
+
+
+def argument_type(argument: dict[str, Any]) -> str:
+    """One argument in ``iree-run-module`` spelling: ``16x?xf32``, ``i32`` (a scalar)."""
+    dtype = DTYPES.get(argument["dtype"], (argument["dtype"], None))[0]
+    if argument.get("scalar"):
+        return argument["dtype"]
+    return "x".join([*("?" if d is None else str(d) for d in argument["shape"]), dtype])
+
+
+#: A scalar input: ``3``, ``-1``, ``0.5``, or typed ``i32=3`` / ``index=3`` / ``f32=0.5``.
+SCALAR_INPUT_RE = re.compile(r"^(?:(?P<dtype>index|[su]?i\d+|bf16|f\d+)=)?(?P<value>[-+]?[\d.]+(?:e[-+]?\d+)?)$")
+
+
+def scalar_value(text: str, argument: dict[str, Any], index: int) -> str:
+    """A scalar input as the IREE tools take it (bare: ``3``), checked against the
+    argument's type: an integer for ``index``/``iN``, a number for floats."""
+    match = SCALAR_INPUT_RE.match(text)
+    wanted = argument["dtype"]
+    if match is None:
+        raise InvalidInputError(f"input {index} is {text!r}, the function takes a scalar {wanted} "
+                                f"(give it as --input 3 or --input {wanted}=3)")
+    if match["dtype"] and match["dtype"] != wanted and not (match["dtype"].lstrip("su") == wanted.lstrip("su")):
+        raise InvalidInputError(f"input {index} is {text}, the function takes a scalar {wanted} "
+                                f"(give it as --input {match['value']})")
+    integer = wanted == "index" or "i" in wanted
+    try:
+        return str(int(match["value"])) if integer else repr(float(match["value"]))
+    except ValueError:
+        raise InvalidInputError(f"input {index} is {text}, the function takes "
+                                f"{'an integer' if integer else 'a number'} ({wanted})") from None
+
+
+def check_inputs(inputs: Sequence[str], arguments: list[dict[str, Any]]) -> list[str]:
+    """Inputs must fit the signature (one line naming it if not); returns them as the
+    IREE tools take them (scalars bare: ``i32=3`` becomes ``3``)."""
     if len(inputs) != len(arguments):
-        raise InvalidInputError(f"the function takes {len(arguments)} input(s), {len(inputs)} given")
+        raise InvalidInputError(f"the function takes {len(arguments)} input(s) {describe(arguments)}, "
+                                f"{len(inputs)} given; give one --input per argument, in order")
+    checked = []
     for index, (text, argument) in enumerate(zip(inputs, arguments, strict=True)):
+        if argument.get("scalar"):
+            checked.append(scalar_value(text, argument, index))
+            continue
+        checked.append(text)
         if text.startswith("@"):
             check_npy_input(index, Path(text[1:]), argument)
             continue
+        if SCALAR_INPUT_RE.match(text) and "=" not in text:
+            raise InvalidInputError(f"input {index} is the scalar {text}, the function takes a tensor "
+                                    f"{argument_type(argument)} (give it as {argument_type(argument)}={text})")
         match = INPUT_RE.match(text)
         if match is None:
             continue  # other forms are checked by the runtime
@@ -69,8 +115,9 @@ def check_inputs(inputs: Sequence[str], arguments: list[dict[str, Any]]) -> None
                   for i, dim in enumerate(argument["shape"])]
         dtype = DTYPES.get(argument["dtype"], (argument["dtype"], None))[0]
         if shape != wanted or match["dtype"] != dtype:
-            expected = "x".join("?" if d is None else str(d) for d in argument["shape"]) + f"x{dtype}"
-            raise InvalidInputError(f"input {index} is {match['shape']}{match['dtype']}, the function takes {expected}")
+            raise InvalidInputError(f"input {index} is {match['shape']}{match['dtype']}, "
+                                    f"the function takes {argument_type(argument)}")
+    return checked
 
 
 #: Source ops that index a table with an integer tensor, and the table's operand.
@@ -191,6 +238,11 @@ def default_inputs(arguments: list[dict[str, Any]], workdir: Path, *, manifest: 
     generator = np.random.default_rng(seed)
     inputs, plans = [], []
     for index, argument in enumerate(arguments):
+        if argument.get("scalar"):
+            value, plan = default_scalar(argument)
+            inputs.append(value)
+            plans.append(plan)
+            continue
         if argument["dtype"] not in DTYPES:
             raise InvalidInputError(f"cannot make a default input of dtype {argument['dtype']}; give --input")
         dtype = np.dtype(DTYPES[argument["dtype"]][1])
@@ -210,11 +262,24 @@ def default_inputs(arguments: list[dict[str, Any]], workdir: Path, *, manifest: 
     return inputs, plans
 
 
+def default_scalar(argument: dict[str, Any]) -> tuple[str, InputPlan]:
+    """A scalar argument's default: 1. Integer scalars are mostly trip counts, sizes and
+    indices: 1 runs a loop once and indexes the first row; 0 would skip the work that
+    is to be measured, and a random value could index outside a table."""
+    if argument["dtype"] == "index" or "i" in argument["dtype"]:
+        return "1", InputPlan("scalar-one", reason=f"integer scalar ({argument['dtype']}): 1, as a trip count or "
+                                                   f"index that runs the work once; give --input to choose")
+    return "1.0", InputPlan("scalar-one", reason=f"float scalar ({argument['dtype']}): 1.0; give --input to choose")
+
+
 def random_inputs(arguments: list[dict[str, Any]], workdir: Path, seed: int = 0) -> list[str]:
     """``@file.npy`` inputs with random values for the signature (dynamic dims as 1)."""
     generator = np.random.default_rng(seed)
     inputs = []
     for index, argument in enumerate(arguments):
+        if argument.get("scalar"):
+            inputs.append(default_scalar(argument)[0])
+            continue
         if argument["dtype"] not in DTYPES:
             raise InvalidInputError(f"cannot make a random input of dtype {argument['dtype']}; give --input")
         dtype = np.dtype(DTYPES[argument["dtype"]][1])
@@ -232,7 +297,8 @@ def random_inputs(arguments: list[dict[str, Any]], workdir: Path, seed: int = 0)
 
 def splat_inputs(arguments: list[dict[str, Any]], value: float = 1) -> list[str]:
     """``SHAPExDTYPE=value`` inputs for the signature (dynamic dims as 1)."""
-    return ["x".join(str(dim or 1) for dim in a["shape"]) + f"x{DTYPES[a['dtype']][0]}={value}" for a in arguments]
+    return [default_scalar(a)[0] if a.get("scalar") else
+            "x".join(str(dim or 1) for dim in a["shape"]) + f"x{DTYPES[a['dtype']][0]}={value}" for a in arguments]
 
 
 def inputs_from(directory: Path) -> list[str]:
@@ -245,8 +311,12 @@ def inputs_from(directory: Path) -> list[str]:
     return [f"@{path}" for path in files]
 
 
-def load_input(text: str) -> np.ndarray:
-    """An input in ``iree-run-module`` form: ``@x.npy`` or ``2x3xf32=0.5`` (a splat)."""
+def load_input(text: str) -> np.ndarray | int | float:
+    """An input in ``iree-run-module`` form: ``@x.npy``, ``2x3xf32=0.5`` (a splat), or a
+    bare scalar (``3``, ``0.5``: a Python int or float, as the runtime takes scalars)."""
+    scalar = SCALAR_INPUT_RE.match(text)
+    if scalar is not None and scalar["dtype"] is None:
+        return int(text) if re.fullmatch(r"[-+]?\d+", text) else float(text)
     if text.startswith("@"):
         path = Path(text[1:])
         try:

@@ -67,6 +67,10 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
         raise InvalidInputError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     if not vmfb.is_file():
         raise InvalidInputError(f"{vmfb}: no such file")
+    if is_mlir_source(vmfb):
+        raise InvalidInputError(f"{vmfb}: this is MLIR source, not a compiled module; compile it first with "
+                                f"`dfit compile {vmfb} -o {vmfb.with_suffix('.vmfb').name} --dfit-tag`, "
+                                f"then run the .vmfb")
     if repeat < 1 or warmup < 0:
         raise InvalidInputError("--repeat must be at least 1 and --warmup at least 0")
     if tensors is not None and mode == "full":
@@ -88,14 +92,16 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
                                 f"modes cannot call; run it with --mode full (the IREE tools pass its fences)")
     with atomic.scratch_directory("dfit-run-") as scratch:
         if inputs:
-            check_inputs(inputs, arguments)
-            made = [{"shape": a["shape"], "dtype": a["dtype"], "made": "given", "value": text}
-                    for a, text in zip(arguments, inputs, strict=True)]
+            inputs = check_inputs(inputs, arguments)
+            made = [{"shape": a["shape"], "dtype": a["dtype"], **({"scalar": True} if a.get("scalar") else {}),
+                     "made": "given", "value": text} for a, text in zip(arguments, inputs, strict=True)]
         else:
             inputs, plans = default_inputs(arguments, Path(scratch), manifest=manifest, function=function)
-            made = [{"shape": a["shape"], "dtype": a["dtype"], "made": plan.made,
-                     **({"bound": plan.bound, "reason": plan.reason} if plan.bound is not None else {})}
-                    for a, plan in zip(arguments, plans, strict=True)]
+            made = [{"shape": a["shape"], "dtype": a["dtype"], **({"scalar": True} if a.get("scalar") else {}),
+                     "made": plan.made, **({"value": text} if a.get("scalar") else {}),
+                     **({"bound": plan.bound} if plan.bound is not None else {}),
+                     **({"reason": plan.reason} if plan.reason is not None else {})}
+                    for a, plan, text in zip(arguments, plans, inputs, strict=True)]
         summary = {
             "mode": mode, "driver": driver, "function": function, "repeat": repeat, "warmup": warmup,
             "inputs": made,
@@ -134,14 +140,44 @@ def entry_point(vmfb: Path, manifest: dict[str, Any] | None,
             raise InvalidInputError(f"{vmfb} exports {len(offered)} functions ({', '.join(offered) or 'none'}); "
                                     f"choose one with --function")
         function = offered[0]
-    arguments = signature(manifest, function) if manifest else []
-    if not arguments:
-        declared = exports[function].arguments
-        if declared is None:
+    manifest_arguments = {a["id"]: a for a in signature(manifest, function)} if manifest else {}
+    declared = exports[function].arguments
+    if declared is None:
+        if not manifest_arguments:
             raise InvalidInputError(f"{vmfb}: cannot read the arguments of {function} from its export table "
                                     f"({exports[function].declaration or 'no declaration'}); give --input")
-        arguments = [{"id": f"{function}/arg{i}", **a} for i, a in enumerate(declared)]
+        return function, list(manifest_arguments.values()), exports[function].abi_model
+    if manifest_arguments and not any(a.get("scalar") for a in declared):
+        return function, sorted(manifest_arguments.values(), key=lambda a: int(a["id"].rsplit("arg", 1)[1])), \
+            exports[function].abi_model
+    # The export table is what the runtime takes (scalars included: the manifest lists
+    # tensors only); the manifest's entry for a tensor argument keeps its ID and
+    # consumers (integer_bounds reads them) and its frontend dtype.
+    arguments = []
+    for index, argument in enumerate(declared):
+        tensor_id = f"{function}/arg{index}"
+        known = manifest_arguments.get(tensor_id) if not argument.get("scalar") else None
+        arguments.append(known if known is not None else {"id": tensor_id, **argument})
     return function, arguments, exports[function].abi_model
+
+
+#: MLIR bytecode starts with "ML\xefR"; a vmfb is a FlatBuffer with "IREE" at byte 4.
+MLIR_BYTECODE_MAGIC = b"ML\xefR"
+
+
+def is_mlir_source(path: Path) -> bool:
+    """``path`` holds MLIR (text or bytecode) rather than a compiled module."""
+    with open(path, "rb") as handle:
+        head = handle.read(4096)
+    if head[4:8] == b"IREE":
+        return False
+    if head.startswith(MLIR_BYTECODE_MAGIC) or path.suffix in (".mlir", ".mlirbc"):
+        return True
+    try:
+        text = head.decode()
+    except UnicodeDecodeError:
+        return False
+    return any(word in text for word in ("module", "func.func", "util.func", "#map", "stablehlo.", "torch."))
 
 
 def plain_manifest(vmfb: Path) -> dict[str, Any]:
