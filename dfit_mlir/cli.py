@@ -361,8 +361,9 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
 @click.option("--tensor-values", type=click.IntRange(0, MAX_TENSOR_VALUES), default=0, show_default=True,
               help="Leading values kept per tensor event.")
 @click.option("--input", "inputs", multiple=True,
-              help="iree-run-module form: 1x3xf32=0.5 or @x.npy (default: floats random, integers that index a "
-                   "table below its size, other integers 0; summary.json says how each was made).")
+              help="iree-run-module form: 1x3xf32=0.5 or @x.npy, a scalar argument as 3 or i32=3 (default: floats "
+                   "random, integers that index a table below its size, other integers 0, scalars 1; summary.json "
+                   "says how each was made).")
 @click.option("--inputs-from", type=click.Path(path_type=Path), default=None, help="A directory of .npy inputs, in name order.")
 @click.option("--repeat", type=click.IntRange(1, MAX_REPEAT), default=1, show_default=True,
               help="Invocations to record.")

@@ -89,6 +89,16 @@ def scalar_value(text: str, argument: dict[str, Any], index: int) -> str:
                                 f"{'an integer' if integer else 'a number'} ({wanted})") from None
 
 
+def npy_scalar(index: int, path: Path) -> str:
+    """A 0-d ``.npy`` given for a scalar argument (``--inputs-from`` writes scalars so), as text."""
+    values = load_input(f"@{path}")
+    if not isinstance(values, np.ndarray) or values.ndim != 0 or values.dtype.kind not in "biuf":
+        shape = "x".join(map(str, getattr(values, "shape", ()))) or str(getattr(values, "dtype", "object"))
+        raise InvalidInputError(f"{path}: input {index} has shape {shape}, the function takes a scalar "
+                                f"(a 0-d .npy or --input 3)")
+    return str(values.item() if values.dtype.kind != "b" else int(values.item()))
+
+
 def check_inputs(inputs: Sequence[str], arguments: list[dict[str, Any]]) -> list[str]:
     """Inputs must fit the signature (one line naming it if not); returns them as the
     IREE tools take them (scalars bare: ``i32=3`` becomes ``3``)."""
@@ -98,7 +108,8 @@ def check_inputs(inputs: Sequence[str], arguments: list[dict[str, Any]]) -> list
     checked = []
     for index, (text, argument) in enumerate(zip(inputs, arguments, strict=True)):
         if argument.get("scalar"):
-            checked.append(scalar_value(text, argument, index))
+            checked.append(scalar_value(npy_scalar(index, Path(text[1:])) if text.startswith("@") else text,
+                                        argument, index))
             continue
         checked.append(text)
         if text.startswith("@"):

@@ -130,7 +130,7 @@ def test_foreign_manifest_is_refused(convnet, tmp_path: Path) -> None:
 @pytest.mark.parametrize("inputs, message", [
     (["1x32x32x4xf32=1"], "input 0 is 1x32x32x4xf32, the function takes 1x32x32x3xf32"),
     (["1x32x32x3xi8=1"], "input 0 is 1x32x32x3xi8, the function takes 1x32x32x3xf32"),
-    (["1x32x32x3xf32=1", "2xf32=1"], "the function takes 1 input(s), 2 given"),
+    (["1x32x32x3xf32=1", "2xf32=1"], "the function takes 1 input(s) (1x32x32x3xf32), 2 given"),
 ])
 def test_bad_inputs_leave_the_old_bundle(convnet, tmp_path: Path, inputs: list[str], message: str) -> None:
     bundle = tmp_path / "b"

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
@@ -75,14 +76,15 @@ def test_scalar_defaults_to_one_and_says_so(compiled, tmp_path: Path, name: str)
     assert tensor == {"shape": [16, 16], "dtype": "f32", "made": "random-normal"}
 
 
-@pytest.mark.parametrize("mode", ["none", "ids", "lite"])
-@pytest.mark.parametrize("name", PROGRAMS)
-def test_in_process_modes_take_scalars(compiled, tmp_path: Path, name: str, mode: str) -> None:
-    for inputs in (ordered(name, "2"), ()):
-        out = tmp_path / f"{mode}{len(inputs)}"
-        result = run_bundle(compiled[name].vmfb, None, out, mode=mode, inputs=inputs, repeat=2)
-        assert result.summary["invocations"] == 2
-        assert result.summary["inputs"][PROGRAMS[name][1]]["value"] == ("2" if inputs else "1")
+@pytest.mark.parametrize(("name", "mode", "given"), [
+    ("index", "none", True), ("i32", "none", False), ("index", "ids", False), ("i32", "ids", True),
+    ("i32", "lite", True),
+])
+def test_in_process_modes_take_scalars(compiled, tmp_path: Path, name: str, mode: str, given: bool) -> None:
+    inputs = ordered(name, "2") if given else ()
+    result = run_bundle(compiled[name].vmfb, None, tmp_path / "b", mode=mode, inputs=inputs, repeat=2)
+    assert result.summary["invocations"] == 2
+    assert result.summary["inputs"][PROGRAMS[name][1]]["value"] == ("2" if given else "1")
     if mode == "lite":
         # The lite queue pass runs the same scalar through iree-benchmark-module.
         assert result.summary["queue_pass"]["queue_events"] > 0
@@ -132,6 +134,14 @@ def test_scalar_inputs_are_normalised_for_the_tools(inputs: list[str], checked: 
 def test_bad_scalar_inputs_are_one_line_errors(inputs: list[str], message: str) -> None:
     with pytest.raises(InvalidInputError, match=message):
         check_inputs(inputs, SIGNATURE)
+
+
+def test_scalar_from_a_0d_npy(tmp_path: Path) -> None:
+    np.save(tmp_path / "n.npy", np.array(4, np.int32))
+    np.save(tmp_path / "v.npy", np.zeros(3, np.int32))
+    assert check_inputs(["16x16xf32=1", f"@{tmp_path / 'n.npy'}"], SIGNATURE) == ["16x16xf32=1", "4"]
+    with pytest.raises(InvalidInputError, match=r"v.npy: input 1 has shape 3, the function takes a scalar"):
+        check_inputs(["16x16xf32=1", f"@{tmp_path / 'v.npy'}"], SIGNATURE)
 
 
 def test_missing_input_names_the_signature_in_the_cli(compiled, tmp_path: Path) -> None:
