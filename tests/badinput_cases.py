@@ -102,6 +102,23 @@ def _flip(fraction: float, byte: int) -> Callable[[bytes], bytes]:
     return apply
 
 
+def _flip_breaking_json(fraction: float, byte: int) -> Callable[[bytes], bytes]:
+    """Like :func:`_flip`, at the first position from ``fraction`` on where the flipped
+    byte breaks the JSON (a flip inside a string value would still be valid JSON)."""
+    import json
+
+    def apply(data: bytes) -> bytes:
+        for at in range(int(len(data) * fraction), len(data)):
+            flipped = data[:at] + bytes([byte]) + data[at + 1:]
+            try:
+                json.loads(flipped)
+            except ValueError:
+                return flipped
+        raise AssertionError("no position breaks the JSON")
+
+    return apply
+
+
 def _number_text(text: str) -> Callable[[bytes], bytes]:
     """Replace the first ``"macs": <int>`` value by ``text`` (raw JSON, e.g. NaN)."""
     import re
@@ -121,7 +138,7 @@ MANIFEST_CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
     "truncated-last-byte": lambda data: data[:-2],
     "flip-0xff-early": _flip(0.02, 0xFF),
     "flip-0xff-middle": _flip(0.5, 0xFF),
-    "flip-brace-middle": _flip(0.5, ord("}")),
+    "flip-brace-middle": _flip_breaking_json(0.5, ord("}")),
     "latin1-prefix": lambda data: "é".encode("latin-1") + data,
     "utf16": lambda data: data.decode().encode("utf-16"),
     "utf8-bom": lambda data: b"\xef\xbb\xbf" + data,
