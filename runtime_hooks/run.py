@@ -161,17 +161,21 @@ def entry_point(vmfb: Path, manifest: dict[str, Any] | None,
     return function, arguments, exports[function].abi_model
 
 
-#: MLIR bytecode starts with "ML\xefR"; a vmfb is a FlatBuffer with "IREE" at byte 4.
+#: MLIR bytecode starts with "ML\xefR"; a vmfb is a FlatBuffer with "IREE" at byte 4,
+#: usually inside a zip wrapper (so it starts with "PK\x03\x04").
 MLIR_BYTECODE_MAGIC = b"ML\xefR"
+VMFB_ZIP_MAGIC = b"PK\x03\x04"
 
 
 def is_mlir_source(path: Path) -> bool:
     """``path`` holds MLIR (text or bytecode) rather than a compiled module."""
     with open(path, "rb") as handle:
         head = handle.read(4096)
-    if head[4:8] == b"IREE":
+    if head.startswith(MLIR_BYTECODE_MAGIC):
+        return True
+    if head[4:8] == b"IREE" or head.startswith(VMFB_ZIP_MAGIC) or b"\0" in head:
         return False
-    if head.startswith(MLIR_BYTECODE_MAGIC) or path.suffix in (".mlir", ".mlirbc"):
+    if path.suffix in (".mlir", ".mlirbc"):
         return True
     try:
         text = head.decode()

@@ -18,7 +18,7 @@ from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.passes.instrumented_compile import CompileResult, compile_instrumented
 from dfit_mlir.runtime_hooks import hal_profile
 from dfit_mlir.runtime_hooks.inputs import check_inputs, load_input
-from dfit_mlir.runtime_hooks.run import run_bundle
+from dfit_mlir.runtime_hooks.run import is_mlir_source, run_bundle
 from dfit_mlir.vmfb import ExportedFunction
 from tests.conftest import REPO
 
@@ -166,3 +166,10 @@ def test_mlir_source_is_refused_with_how_to_compile_it(tmp_path: Path, mode: str
     renamed.write_text(source.read_text())
     with pytest.raises(InvalidInputError, match="this is MLIR source"):
         run_bundle(renamed, None, tmp_path / "c", mode=mode)
+
+
+def test_mlir_source_detection(compiled, tmp_path: Path) -> None:
+    bytecode = tmp_path / "prog.bin"
+    bytecode.write_bytes(b"ML\xefR\x00\x06rest")  # MLIR bytecode magic (SYNTHETIC)
+    assert is_mlir_source(bytecode) and is_mlir_source(SHAPES / "loop.mlir")
+    assert not any(is_mlir_source(result.vmfb) for result in compiled.values())  # zip-wrapped vmfbs
