@@ -1,0 +1,115 @@
+"""Compile logs pasted together (issue 11, QA follow-up): each compile of a file is its
+own run scope, with its own operators, partitions, PEF, resources and measurements, IDs
+that do not collide, and counts that add up to the separate reads. Real fixtures only,
+pasted as a user does (LF and CRLF)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dfit_mlir.adapters.recovery import Recovery
+from dfit_mlir.adapters.sambanova.compile_log import SambaFlowCompileLogReader
+from dfit_mlir.cli import main
+from dfit_mlir.reconstruct import reconstruct_bundle
+from tests.conftest import vendor_fixture
+
+SN_117 = "sambanova/bertlarge_compile_sf1.17.7_sn30/BertLarge_HW_compile_log_base.out"
+SN_119 = "sambanova/bertlarge_compile_sf1.19.1_sn30/BertLarge.out"
+
+
+def paste(tmp_path: Path, parts: list[Path], crlf: bool) -> Path:
+    """The files' bytes one after the other, as ``cat a b > both`` (or with CRLF endings)."""
+    data = b"".join(part.read_bytes() for part in parts)
+    if crlf:
+        data = data.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+    path = tmp_path / ("both_crlf.out" if crlf else "both.out")
+    path.write_bytes(data)
+    return path
+
+
+def scopes_of(recovery: Recovery) -> dict[str, Counter[str]]:
+    counts: dict[str, Counter[str]] = {}
+    for operator in recovery.operators:
+        counts.setdefault(operator.attributes["run_scope"], Counter())["operators"] += 1
+    for partition in recovery.partitions:
+        counts.setdefault(partition.attributes["run_scope"], Counter())[partition.kind] += 1
+    for measurement in recovery.measurements:
+        counts.setdefault(measurement.attributes["run_scope"], Counter())["measurements"] += 1
+    return counts
+
+
+def own_counts(recovery: Recovery) -> Counter[str]:
+    counts = Counter(p.kind for p in recovery.partitions)
+    counts["operators"] = len(recovery.operators)
+    counts["measurements"] = len(recovery.measurements)
+    return counts
+
+
+@pytest.mark.parametrize("crlf", [False, True], ids=["lf", "crlf"])
+def test_two_sambaflow_compile_logs_pasted_are_two_compiles(tmp_path: Path, crlf: bool) -> None:
+    first, second = vendor_fixture(SN_117), vendor_fixture(SN_119)
+    alone = [SambaFlowCompileLogReader(first).read(), SambaFlowCompileLogReader(second).read()]
+    assert [len(r.operators) for r in alone] == [93, 94]  # today's values of the separate reads
+    assert [sum(p.kind == "partition" for p in r.partitions) for r in alone] == [72, 75]
+    for recovery in alone:  # a single compile keeps its IDs and carries its scope
+        assert {o.attributes["run_scope"] for o in recovery.operators} == {"compile0"}
+        assert not any(o.id.startswith("compile") for o in recovery.operators)
+
+    both = SambaFlowCompileLogReader(paste(tmp_path, [first, second], crlf)).read()
+    per_scope = scopes_of(both)
+    assert list(per_scope) == ["compile0", "compile1"]
+    assert [per_scope["compile0"], per_scope["compile1"]] == [own_counts(r) for r in alone]
+
+    # IDs do not collide, and every record points into its own compile.
+    ids = [o.id for o in both.operators]
+    assert len(ids) == len(set(ids)) == 93 + 94
+    partition_ids = [p.id for p in both.partitions]
+    assert len(partition_ids) == len(set(partition_ids))
+    scope_of_partition = {p.id: p.attributes["run_scope"] for p in both.partitions}
+    for operator in both.operators:
+        scope = operator.attributes["run_scope"]
+        assert operator.id.startswith(scope + "/")
+        if operator.partition is not None:
+            assert scope_of_partition[operator.partition] == scope
+    for partition in both.partitions:
+        assert partition.id.startswith(partition.attributes["run_scope"] + "/")
+        assert all(i.startswith(partition.attributes["run_scope"] + "/") for i in partition.operator_ids)
+    # Resource estimates (partition-level Amortized resources) stay with their compile.
+    for measurement in both.measurements:
+        if measurement.partition is not None:
+            assert scope_of_partition[measurement.partition] == measurement.attributes["run_scope"]
+    # Per-scope values equal the separate reads' (durations, PEFs, versions).
+    durations = {m.attributes["run_scope"]: m.value for m in both.measurements if m.name == "compile.duration"}
+    assert durations == {
+        f"compile{i}": next(m.value for m in r.measurements if m.name == "compile.duration")
+        for i, r in enumerate(alone)
+    }
+    compiles = both.attributes["compiles"]
+    assert [c["pef_path"] for c in compiles] == [r.attributes["pef_path"] for r in alone]
+    assert [c["sambaflow_version"] for c in compiles] == [r.attributes["sambaflow_version"] for r in alone]
+    assert [(c["operators"], c["partitions"]) for c in compiles] == [(93, 72), (94, 75)]
+    outcomes = [(m.attributes["run_scope"], m.attributes["status"]) for m in both.measurements
+                if m.name == "compile.outcome"]
+    assert outcomes == [("compile0", "succeeded"), ("compile1", "succeeded")]
+    lines = both.sources[0].lines
+    assert lines is not None and lines.unparsed == sum(r.sources[0].lines.unparsed for r in alone)
+
+
+def test_reconstruct_summary_and_cli_count_each_compile(tmp_path: Path) -> None:
+    first, second = vendor_fixture(SN_117), vendor_fixture(SN_119)
+    path = paste(tmp_path, [first, second], crlf=True)
+    summary = reconstruct_bundle([path], tmp_path / "bundle")
+    separate = [reconstruct_bundle([p], tmp_path / f"alone{i}")["recovered"] for i, p in enumerate((first, second))]
+    scopes = summary["recovered"]["scopes"]
+    assert list(scopes) == ["compile0", "compile1"]
+    for key in ("operators", "partitions", "partition_groups", "measurements"):
+        assert [scopes["compile0"][key], scopes["compile1"][key]] == [s[key] for s in separate]
+        assert summary["recovered"][key] == sum(s[key] for s in separate)
+    result = CliRunner().invoke(main, ["reconstruct", str(path), "-o", str(tmp_path / "cli")])
+    assert result.exit_code == 0, result.output
+    assert "found 2 compiles: compile0 93 operators, 72 partitions" in result.output
+    assert "compile1 94 operators, 75 partitions" in result.output
