@@ -116,7 +116,13 @@ def scope_counts(recovery: Recovery) -> dict[str, dict[str, int]]:
         tally(partition.attributes, "partition_groups" if partition.kind in PARTITION_GROUP_KINDS else "partitions")
     for measurement in recovery.measurements:
         tally(measurement.attributes, "measurements")
-    return scopes
+
+    def natural(scope: str) -> tuple[str, int, str]:  # compile2 before compile10
+        stem = scope.rstrip("0123456789")
+        digits = scope[len(stem):]
+        return (stem, int(digits) if digits else -1, scope)
+
+    return {scope: scopes[scope] for scope in sorted(scopes, key=natural)}
 
 
 def to_manifest(recovery: Recovery, capabilities: dict[str, Any], paths: Sequence[Path]) -> dict[str, Any]:

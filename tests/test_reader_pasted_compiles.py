@@ -113,3 +113,83 @@ def test_reconstruct_summary_and_cli_count_each_compile(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "found 2 compiles: compile0 93 operators, 72 partitions" in result.output
     assert "compile1 94 operators, 75 partitions" in result.output
+
+
+# --- the other compile-level text formats, pasted the same way --------------------------
+
+CEREBRAS_REPORTS = (
+    "cerebras/docquote_compile_report/compile_report_head_unet_severstal.txt",
+    # SYNTHETIC (format-faithful, in the repository): a report with a kernel table.
+    Path(__file__).parent / "inputs/cerebras/synthetic_model_dir/cs_4471189405126833117/compile_report.txt",
+)
+EDGETPU_LOGS = (
+    "edgetpu/goalbuddy_yolov8_v16/yolov8n_full_integer_quant_edgetpu.log",
+    "edgetpu/goalbuddy_yolov8_v16/yolov8s_full_integer_quant_edgetpu.log",
+)
+
+
+@pytest.mark.parametrize("crlf", [False, True], ids=["lf", "crlf"])
+def test_two_cerebras_compile_reports_pasted_are_two_compiles(tmp_path: Path, crlf: bool) -> None:
+    from dfit_mlir.adapters.cerebras.reports import CompileReportReader
+
+    parts = [p if isinstance(p, Path) else vendor_fixture(p) for p in CEREBRAS_REPORTS]
+    alone = [CompileReportReader(p).read() for p in parts]
+    both = CompileReportReader(paste(tmp_path, parts, crlf)).read()
+    per_scope = scopes_of(both)
+    assert sorted(per_scope) == ["compile0", "compile1"]
+    assert [per_scope["compile0"], per_scope["compile1"]] == [own_counts(r) for r in alone]
+    assert [(c["estimates"], c["kernels"]) for c in both.attributes["compiles"]] == [(5, 0), (5, 25)]
+    for index, recovery in enumerate(alone):  # each report's figures, unchanged, in its scope
+        scope = f"compile{index}"
+        assert [(m.name, m.value) for m in both.measurements if m.attributes["run_scope"] == scope] == [
+            (m.name, m.value) for m in recovery.measurements]
+        kernels = [p for p in both.partitions if p.attributes["run_scope"] == scope]
+        assert [p.attributes["name"] for p in kernels] == [p.attributes["name"] for p in recovery.partitions]
+        # (the pasted file is in no cs_<hash> directory: the IDs carry no compile hash)
+        assert [p.id for p in kernels] == [f"{scope}/kernel/{p.attributes['name']}" for p in recovery.partitions]
+    lines = both.sources[0].lines
+    assert lines is not None and lines.unparsed == 0
+
+
+def test_one_report_with_a_duplicated_title_stays_one_compile(tmp_path: Path) -> None:
+    report = vendor_fixture(CEREBRAS_REPORTS[0]).read_text()
+    path = tmp_path / "compile_report.txt"
+    path.write_text("Estimated Overall Performance\n" + report)  # the title pasted twice
+    from dfit_mlir.adapters.cerebras.reports import CompileReportReader
+
+    recovery = CompileReportReader(path).read()
+    assert {m.attributes["run_scope"] for m in recovery.measurements} == {"compile0"}
+    assert "compiles" not in recovery.attributes
+
+
+@pytest.mark.parametrize("crlf", [False, True], ids=["lf", "crlf"])
+def test_two_edgetpu_operation_logs_pasted_are_two_compiles(tmp_path: Path, crlf: bool) -> None:
+    from dfit_mlir.adapters.edgetpu.oplog import OperationLogReader
+
+    parts = [vendor_fixture(p) for p in EDGETPU_LOGS]
+    alone = [OperationLogReader(p).read() for p in parts]
+    path = paste(tmp_path, parts, crlf).rename(tmp_path / "yolov8n_full_integer_quant_edgetpu.log")
+    both = OperationLogReader(path).read()
+    per_scope = scopes_of(both)
+    assert [per_scope["compile0"], per_scope["compile1"]] == [own_counts(r) for r in alone]
+    for index, recovery in enumerate(alone):
+        scope = f"compile{index}"
+        assert [(m.attributes["op_type"], m.attributes["status"], m.value, m.attributes["model"])
+                for m in both.measurements if m.attributes["run_scope"] == scope] == [
+            (m.attributes["op_type"], m.attributes["status"], m.value, m.attributes["model"])
+            for m in recovery.measurements]
+        assert both.attributes["compiles"][index]["operation_counts"] == recovery.attributes["operation_counts"]
+    assert both.sources[0].lines is not None and both.sources[0].lines.unparsed == 0
+
+    # Next to the compiled yolov8n model, the first log is matched to it and the second
+    # (yolov8s) stays a log of its own: nothing of one is added to the other.
+    fixture_dir = parts[0].parent
+    for name in ("yolov8n_full_integer_quant.tflite", "yolov8n_full_integer_quant_edgetpu.tflite"):
+        (tmp_path / name).symlink_to(fixture_dir / name)
+    summary = reconstruct_bundle([tmp_path], tmp_path / "bundle")
+    separate = reconstruct_bundle([fixture_dir / n for n in (
+        "yolov8n_full_integer_quant.tflite", "yolov8n_full_integer_quant_edgetpu.tflite",
+        "yolov8n_full_integer_quant_edgetpu.log")], tmp_path / "alone")
+    assert summary["recovered"]["operators"] == separate["recovered"]["operators"]
+    assert summary["recovered"]["scopes"]["compile1"]["measurements"] == own_counts(alone[1])["measurements"]
+    assert summary["recovered"]["measurements"] == separate["recovered"]["measurements"] + len(alone[1].measurements)
