@@ -193,3 +193,16 @@ def test_two_edgetpu_operation_logs_pasted_are_two_compiles(tmp_path: Path, crlf
     assert summary["recovered"]["operators"] == separate["recovered"]["operators"]
     assert summary["recovered"]["scopes"]["compile1"]["measurements"] == own_counts(alone[1])["measurements"]
     assert summary["recovered"]["measurements"] == separate["recovered"]["measurements"] + len(alone[1].measurements)
+
+
+def test_a_run_job_log_pasted_after_a_compile_is_no_second_compile(tmp_path: Path) -> None:
+    compile_log = vendor_fixture(SN_117)
+    run_log = vendor_fixture("sambanova/bertlarge_run_dp8_sf1.17.7_sn30/BertLarge.out")
+    alone = SambaFlowCompileLogReader(compile_log).read()
+    both = SambaFlowCompileLogReader(paste(tmp_path, [compile_log, run_log], crlf=False)).read()
+    outcomes = [(m.attributes["run_scope"], m.attributes["status"]) for m in both.measurements
+                if m.name == "compile.outcome"]
+    # The run's job header starts a scope, but it compiled nothing: its traceback (the run
+    # failed) is no compile failure, and the compile's records are unchanged.
+    assert outcomes == [("compile0", "succeeded"), ("compile1", "no compile output")]
+    assert [o.id for o in both.operators] == [f"compile0/{o.id}" for o in alone.operators]

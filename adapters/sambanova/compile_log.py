@@ -1051,7 +1051,16 @@ class _CompileLogParse:
         failed_in = None if failure is None else self.scope_at(failure.first_line)
         for scope in self.scopes.all:
             wrote = scope.facts.get("pef_path")
-            status = "succeeded" if wrote else ("failed" if scope.id == failed_in else "incomplete")
+            if wrote:
+                status = "succeeded"
+            elif not scope.facts.keys() & {"compile_start", "command", "app_args"} and len(self.scopes.all) > 1:
+                # A job header and nothing of a compile (a run's job log pasted after it):
+                # its traceback, if any, is not a compile's failure.
+                status = "no compile output"
+            elif scope.id == failed_in:
+                status = "failed"
+            else:
+                status = "incomplete"
             args = scope.facts.get("app_args") or {}
             self.add(
                 Measurement(
