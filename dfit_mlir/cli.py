@@ -459,6 +459,18 @@ def reconstruct(dumps: tuple[Path, ...], backend: str, output: Path, force: bool
     click.echo(f"wrote {output}: {summary['backend']} ({'detected' if summary['detected'] else 'given'}), "
                f"{recovered['operators']} operators, {recovered['tensors']} tensors, {recovered['partitions']} "
                f"partitions{groups}, {recovered['measurements']} measurements from {len(summary['sources'])} file(s)")
+    scopes = recovered.get("scopes") or {}
+    if len(scopes) > 1:  # several compiles or runs in the input: each counted on its own
+        import re
+
+        kinds: dict[str, int] = {}
+        for scope in scopes:
+            kind = re.sub(r"\d+$", "", scope) or "scope"
+            kinds[kind] = kinds.get(kind, 0) + 1
+        found = ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in kinds.items())
+        click.echo(f"  found {found}: " + "; ".join(
+            f"{scope} {counts['operators']} operators, {counts['partitions']} partitions, "
+            f"{counts['measurements']} measurements" for scope, counts in scopes.items()))
     for aspect, status in summary["coverage"].items():
         click.echo(f"  {aspect:<22} {status}")
     unparsed = summary.get("lines", {}).get("unparsed", 0)
