@@ -329,3 +329,16 @@ def test_split_ops_count_once_on_a_real_onnx_model(shufflenet_run: Path, tmp_pat
     events = pq.read_table(shufflenet_run / "events.parquet", columns=["kind", "site", "macs"]).to_pylist()
     by_site = {e["site"]: e["macs"] or 0 for e in events if e["kind"] == "dispatch"}
     assert sum(by_site.values()) == sum(op["macs"] or 0 for op in document["operators"])
+
+
+def test_cost_placement_rule() -> None:
+    """SYNTHETIC: the rule of dfit_mlir.site_costs on IREE's export names."""
+    from dfit_mlir.site_costs import moves_data_only, placed_costs
+
+    assert moves_data_only("m$async_dispatch_0_slow_memcpy") and moves_data_only("main_dispatch_3_pack_f32")
+    assert not moves_data_only("main_dispatch_1_conv_24x112x112x3x3x3_f32") and not moves_data_only(None)
+    # A conv in a copy dispatch and its own: all of it in the conv's; a matmul IREE split
+    # over two computing dispatches: 7 MACs as 4 + 3; an op only copies name: evenly there.
+    placed = placed_costs([["conv"], ["conv", "relu"], ["mm"], ["mm"], ["pad"], ["pad"]],
+                          [False, True, True, True, False, False], {"conv": 10, "relu": None, "mm": 7, "pad": 2})
+    assert placed == [{}, {"conv": 10}, {"mm": 4}, {"mm": 3}, {"pad": 1}, {"pad": 1}]
