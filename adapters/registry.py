@@ -99,20 +99,31 @@ def detect(paths: Sequence[Path], entry_points: Iterable[metadata.EntryPoint] | 
     files = expand(paths)
     if not files:
         raise InvalidInputError(f"no files in {', '.join(map(str, paths))}")
-    scores: list[tuple[int, str, Adapter]] = []
+    scores: list[tuple[int, str, Adapter, list[Path]]] = []
     for name, provider in sorted(providers(entry_points).items()):
         adapter = provider.load()
         if adapter.path != "reconstruction":
             continue
-        scores.append((len(adapter.recognised(files)), name, adapter))
+        recognised = adapter.recognised(files)
+        scores.append((len(recognised), name, adapter, recognised))
     scores.sort(key=lambda item: (-item[0], item[1]))
     if not scores or scores[0][0] == 0:
         raise InvalidInputError(f"no backend recognises any of the {len(files)} file(s) in "
                                 f"{', '.join(map(str, paths))}; give --backend")
-    if len(scores) > 1 and scores[1][0] == scores[0][0]:
-        raise InvalidInputError(f"backends {scores[0][1]} and {scores[1][1]} both recognise {scores[0][0]} file(s); "
-                                "give --backend")
+    tied = [score for score in scores if score[0] == scores[0][0]]
+    if len(tied) > 1:
+        # Name each backend's files: the user may have mixed two backends' dumps by
+        # mistake (then they reconstruct each separately) or want one (then --backend).
+        which = "; ".join(f"{name} recognises {_file_list(found)}" for _, name, _, found in tied)
+        raise InvalidInputError(f"backends {', '.join(name for _, name, _, _ in tied)} each recognise "
+                                f"{scores[0][0]} file(s): {which}; reconstruct each backend's files "
+                                "separately, or give --backend")
     return scores[0][2]
+
+
+def _file_list(files: Sequence[Path], shown: int = 3) -> str:
+    names = ", ".join(map(str, files[:shown]))
+    return names + (f" and {len(files) - shown} more" if len(files) > shown else "")
 
 
 #: Inputs of the compiler-visible path: MLIR for a compile, a vmfb for a run.

@@ -689,15 +689,27 @@ def query(store_path: str, sql_or_report: str, engine: str, master: str | None, 
 @click.option("--anchor", default=None, metavar="KIND[:NAME]",
               help="Event common to all ranks that clocks are aligned on (default: the first step, else the "
                    "first program invocation).")
+@click.option("--allow-mixed", is_flag=True,
+              help="Merge bundles of different models or backends (refused by default: not one job).")
 @_user_errors
-def merge(bundles: tuple[Path, ...], output: Path, anchor: str | None) -> None:
+def merge(bundles: tuple[Path, ...], output: Path, anchor: str | None, allow_mixed: bool) -> None:
     """Put the runs of one job (ranks, hosts, or the tasks of one data-parallel log) on one
     timeline: a track group per host/rank, clocks aligned, the same step linked across ranks."""
     from dfit_mlir.merge import merge_bundles
 
-    summary = merge_bundles(list(bundles), output, anchor=anchor)
-    click.echo(f"wrote {output}: {len(summary['ranks'])} ranks, clocks aligned by {summary['alignment']['method']}"
-               f" (residual {summary['alignment']['residual_ns']} ns), {summary['linked_steps']} steps linked")
+    summary = merge_bundles(list(bundles), output, anchor=anchor, allow_mixed=allow_mixed)
+    alignment = summary["alignment"]
+    if len(summary["ranks"]) == 1:
+        clocks = "one rank: no clocks to align"
+    elif not alignment["aligned"]:
+        clocks = f"clocks NOT aligned ({alignment['method']}): each rank keeps its own clock"
+    elif alignment["residual_ns"] is None:
+        clocks = f"clocks aligned by {alignment['method']} ({alignment['residual_note']})"
+    else:
+        clocks = f"clocks aligned by {alignment['method']} (residual {alignment['residual_ns']} ns)"
+    mixed = " [mixed models/backends: --allow-mixed]" if summary["mixed"] else ""
+    click.echo(f"wrote {output}: {len(summary['ranks'])} ranks, {clocks}, {summary['linked_steps']} steps "
+               f"linked{mixed}")
 
 
 @main.command()

@@ -18,6 +18,7 @@ import numpy as np
 
 from dfit_mlir import event_schema as es
 from dfit_mlir import filters
+from dfit_mlir.site_costs import dispatch_site_costs
 
 
 @dataclass(frozen=True)
@@ -153,18 +154,13 @@ def _site_table(manifest: dict[str, Any], policy: Policy,
                 names: Mapping[str, Iterable[str]] | None = None) -> _SiteTable:
     import pyarrow as pa
 
-    operators = {op["id"]: op for op in manifest["operators"]}
     sites = manifest["partitions"]["dispatch_sites"]
-
-    def total(site: dict[str, Any], key: str) -> int | None:
-        values = [operators[i][key] for i in site["fused_ids"] if i in operators and operators[i][key] is not None]
-        return sum(values) if values else None
-
     return _SiteTable(
         root_ids=pa.array([s["root_id"] for s in sites], pa.string()).dictionary_encode(),
         partitions=pa.array([s["export"] for s in sites], pa.string()).dictionary_encode(),
-        macs=pa.array([total(s, "macs") for s in sites], pa.int64()),
-        flops=pa.array([total(s, "flops") for s in sites], pa.int64()),
+        # An op split over several dispatches counts once, where it computes.
+        macs=pa.array(dispatch_site_costs(manifest, "macs"), pa.int64()),
+        flops=pa.array(dispatch_site_costs(manifest, "flops"), pa.int64()),
         selected=np.array([policy.selects(s["fused_ids"] or s["ids"], names) for s in sites], dtype=bool),
     )
 

@@ -17,10 +17,15 @@ Out: a bundle with ``events.parquet`` (times shifted), ``manifest.json`` (the fi
 bundle's), ``trace.pftrace`` (a track group per rank; every rank's start of a common step
 linked by one Perfetto flow, so the straggler is the flow's last slice), ``steps.csv``
 (per common step: earliest and latest rank and the spread), ``summary.json``.
+
+One job: bundles of different backends, or of different models (the compiled source's
+hash; for a reconstruction without one, its operators), are refused unless
+``allow_mixed`` (``--allow-mixed``): their steps and clocks have nothing in common.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import statistics
 from collections.abc import Sequence
@@ -152,8 +157,44 @@ def _anchor_starts(bundles: list[_Bundle], rank_count: int, anchor: str) -> list
     return found
 
 
-def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None) -> dict[str, Any]:
-    """Merge ``paths`` into the bundle ``output``; returns its summary."""
+def _backend(summary: dict[str, Any], manifest: dict[str, Any]) -> str:
+    return str(summary.get("backend") or (manifest.get("capabilities") or {}).get("backend") or "iree")
+
+
+def _model(manifest: dict[str, Any]) -> tuple[str, str]:
+    """(what the user knows the model by, a fingerprint equal for every run of it): the
+    compiled source's hash where the manifest records one (every run of one compile, on
+    any host), else the operators themselves (a reconstruction from one rank's log has
+    the same operators as one from another rank's)."""
+    source = manifest.get("input") or {}
+    name = str(source.get("path") or "an unnamed model")
+    if source.get("sha256"):
+        return name, f"sha256:{source['sha256']}"
+    operators = sorted(f"{op.get('id')}={op.get('op')}" for op in manifest.get("operators") or ())
+    return name, "operators:" + hashlib.sha256("\n".join(operators).encode()).hexdigest()
+
+
+def _check_one_job(bundles: list[_Bundle]) -> None:
+    """Refuse bundles of different backends or models: their "ranks" share no clock or
+    step, and an anchor found between them aligns nothing."""
+    first = bundles[0]
+    first_backend, (first_name, first_print) = _backend(first.summary, first.manifest), _model(first.manifest)
+    for other in bundles[1:]:
+        backend, (name, fingerprint) = _backend(other.summary, other.manifest), _model(other.manifest)
+        if backend != first_backend:
+            why = f"different backends ({first_backend}, {backend})"
+        elif fingerprint != first_print:
+            why = f"different models ({first_name}, {name})"
+        else:
+            continue
+        raise InvalidInputError(f"{first.path} and {other.path} are not runs of one job: {why}; "
+                                "give --allow-mixed to merge them anyway")
+
+
+def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None,
+                  allow_mixed: bool = False) -> dict[str, Any]:
+    """Merge ``paths`` into the bundle ``output``; returns its summary. Bundles of
+    different backends or models are refused unless ``allow_mixed``."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -171,6 +212,8 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
         summary, manifest, events = _load(Path(path))
         keys = _assign_ranks(index, Path(path), summary, events, ranks, by_key)
         bundles.append(_Bundle(Path(path), summary, manifest, events, keys))
+    if not allow_mixed:
+        _check_one_job(bundles)
     for rank_index in range(len(ranks)):
         ranks[rank_index] = _with(ranks[rank_index],
                                   events=int(sum((b.rank_keys == rank_index).sum() for b in bundles)))
@@ -207,8 +250,14 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
                   for s in common[1:] for k in range(1, len(ranks))]
     alignment["reference"] = ranks[0].group
     alignment["common_steps"] = len(common)
+    alignment["aligned"] = any(value is not None for value in anchors) or alignment["method"].startswith("recorded")
     alignment["residual_ns"] = int(statistics.median(deviations)) if deviations else None
-    if not deviations:
+    if len(ranks) == 1:
+        alignment["aligned"] = True
+        alignment["residual_note"] = "one rank: nothing to align it with"
+    elif not alignment["aligned"]:
+        alignment["residual_note"] = "clocks not aligned: each rank keeps its own clock"
+    elif not deviations:
         alignment["residual_note"] = "no second common step: the residual is not measurable"
     ranks = [_with(rank, offset_ns=offsets[k], anchor_ns=anchors[k]) for k, rank in enumerate(ranks)]
 
@@ -247,6 +296,7 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
         "schema": "dfit.run-summary", "version": "1.1", "mode": "merged",
         "backend": bundles[0].summary.get("backend") or "iree",
         "sources": [str(b.path) for b in bundles],
+        "mixed": allow_mixed and len({(_backend(b.summary, b.manifest), _model(b.manifest)[1]) for b in bundles}) > 1,
         "ranks": [asdict(rank) for rank in ranks],
         "alignment": alignment,
         "linked_steps": len(common),

@@ -127,3 +127,51 @@ def test_sambaflow_data_parallel_tasks(tmp_path: Path, sambanova_bundle: Path) -
     assert timed and timed <= set(tracks.values())
     assert len(traced) == sum(e["start_ns"] is not None for e in events) + \
         sum(e["start_ns"] is not None and (e["duration_ns"] or 0) > 0 for e in events)
+
+
+# --- one job only ----------------------------------------------------------------------
+
+def test_bundles_of_different_backends_are_refused(tmp_path: Path, sambanova_bundle: Path,
+                                                   convnet_runs: dict[str, Path]) -> None:  # noqa: F811
+    """A reconstructed SambaNova BERT log and a local IREE run are not one job: exit 2 on
+    one line naming both, nothing written; --allow-mixed merges them and says plainly
+    that no anchor aligned their clocks (no "residual None ns")."""
+    iree = convnet_runs["rerun0"]
+    runner = CliRunner()
+    result = runner.invoke(main, ["merge", str(sambanova_bundle), str(iree), "-o", str(tmp_path / "m")])
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert str(sambanova_bundle) in line and str(iree) in line
+    assert "different backends (sambanova, iree)" in line and "--allow-mixed" in line
+    assert not (tmp_path / "m").exists()
+    result = runner.invoke(main, ["merge", str(sambanova_bundle), str(iree), "-o", str(tmp_path / "m"),
+                                  "--allow-mixed"])
+    assert result.exit_code == 0, result.output
+    assert "None" not in result.output and "[mixed models/backends: --allow-mixed]" in result.output
+    summary = json.loads((tmp_path / "m" / "summary.json").read_text())
+    assert summary["mixed"] is True
+    # The log's compile-time rank has no timed event: no anchor common to every rank.
+    assert summary["alignment"]["aligned"] is False and summary["alignment"]["residual_ns"] is None
+    assert "clocks NOT aligned" in result.output and "each rank keeps its own clock" in result.output
+
+
+def test_bundles_of_different_models_are_refused(tmp_path: Path, convnet_runs: dict[str, Path]) -> None:  # noqa: F811
+    """SYNTHETIC: the convnet run's copy with another compiled source's hash stands for
+    a run of another model on the same backend."""
+    rank0 = convnet_runs["rerun0"]
+    other = copy_bundle(convnet_runs["rerun1"], tmp_path / "other")
+    document = json.loads((other / "manifest.json").read_text())
+    document["input"] = {**document["input"], "path": "/models/other.mlir", "sha256": "0" * 64}
+    (other / "manifest.json").write_text(json.dumps(document))
+    with pytest.raises(InvalidInputError, match=r"are not runs of one job: different models \(.*, /models/other.mlir\)"):
+        merge_bundles([rank0, other], tmp_path / "m")
+    summary = merge_bundles([rank0, other], tmp_path / "m", allow_mixed=True)
+    assert summary["mixed"] is True and len(summary["ranks"]) == 2
+    # Two runs of one compile are one job, whatever their hosts: not mixed.
+    assert merge_bundles([rank0, convnet_runs["rerun1"]], tmp_path / "same")["mixed"] is False
+
+
+def test_one_rank_has_nothing_to_align(tmp_path: Path, edgetpu_bundle: Path) -> None:
+    result = CliRunner().invoke(main, ["merge", str(edgetpu_bundle), "-o", str(tmp_path / "m")])
+    assert result.exit_code == 0 and "1 ranks, one rank: no clocks to align" in result.output
+    assert "None" not in result.output

@@ -114,6 +114,24 @@ def test_nothing_recognised(tmp_path: Path) -> None:
         registry.detect([empty], [])
 
 
+def test_two_backends_tied_names_each_backends_files(tmp_path: Path) -> None:
+    """Real dumps of two backends, one file each: the error says which file which backend
+    recognises (not just "both recognise 1 file(s)"), and the CLI exits 2 on one line."""
+    cerebras = vendor_fixture("cerebras/alcf_bert_large_bs512_r2x") / "mytest.log"
+    sambanova = vendor_fixture("sambanova/bertlarge_compile_sf1.17.7_sn30") / "BertLarge_HW_compile_log_base.out"
+    with pytest.raises(InvalidInputError) as raised:
+        registry.detect([cerebras, sambanova], [])
+    message = str(raised.value)
+    assert f"cerebras recognises {cerebras}" in message
+    assert f"sambanova recognises {sambanova}" in message
+    assert "--backend" in message
+    done = subprocess.run([*DFIT, "reconstruct", str(cerebras), str(sambanova),
+                           "-o", str(tmp_path / "out")], capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert f"cerebras recognises {cerebras}" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "out").exists()
+
+
 # --- bundles from real dumps ----------------------------------------------------------
 
 def _bundle(tmp_path: Path, *relative: str) -> tuple[Path, dict, list[dict]]:

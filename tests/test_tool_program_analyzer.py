@@ -174,14 +174,22 @@ def test_calibration_is_measured_once_and_cached(calibration_cache: Path, tmp_pa
     fresh = tmp_path / "fresh.json"
     measured = calibration.calibrate(fresh)
     assert measured.peak_macs_per_s > 1e8 and measured.memory_bandwidth_bytes_per_s > 1e8
-    assert "float32 matmul 512x512x512" in measured.compute_method and "copy" in measured.bandwidth_method
+    assert re.search(r"float32 matmul \d+x\d+x\d+, BLAS threads set to \d+", measured.compute_method)
+    assert "copy" in measured.bandwidth_method
     assert json.loads(fresh.read_text())["schema"] == "dfit.calibration"
     with monkeypatch.context() as patched:  # read back, not measured again
-        patched.setattr(calibration, "measure", lambda: pytest.fail("measured again instead of read from the cache"))
+        patched.setattr(calibration, "measure",
+                        lambda threads=1: pytest.fail("measured again instead of read from the cache"))
         assert calibration.calibrate(fresh) == measured
+    cores = calibration.available_cores()
+    assert measured.threads == cores
+    assert f"{cores} thread(s), measured on" in measured.bandwidth_method or (
+        f"the {cores}-thread measurement" in measured.bandwidth_method)
     default = calibration.cache_path()
     assert default.parent == calibration_cache and default.name.startswith("calibration-")
-    assert default.name == f"calibration-{re.sub(r'[^A-Za-z0-9._-]', '_', socket.gethostname())}.json"
+    host = re.sub(r'[^A-Za-z0-9._-]', '_', socket.gethostname())
+    assert default.name == f"calibration-{host}-{cores}threads.json"
+    assert calibration.cache_path(threads=1).name == f"calibration-{host}-1threads.json"
     cpu = load_profile("iree")
     assert cpu is not None and cpu.calibrated and default.is_file()
     assert cpu.peak(None)[1].value == json.loads(default.read_text())["peak_macs_per_s"]
@@ -216,3 +224,121 @@ def test_without_a_tensor_graph_or_a_profile(tmp_path: Path) -> None:
     assert float(row["intensity"]) == 2.0 and row["boundness"] == "unknown" and row["peak_macs_per_s"] == ""
     assert not (tmp_path / "roofline.png").exists()
     assert any("no performance profile for the toy backend" in note for note in ctx.notes)
+
+
+# --- thread counts, cache roofs, measurement problems ---------------------------------
+
+def test_threads_follow_the_runs_driver() -> None:
+    cores = calibration.available_cores()
+    assert calibration.threads_of_run({"driver": "local-sync"})[0] == 1
+    assert calibration.threads_of_run({"driver": "local-task"}) == (
+        cores, f"the run's driver local-task runs workgroups on one worker per core ({cores} available)")
+    assert calibration.threads_of_run({})[0] == cores
+
+
+def test_one_thread_calibration_and_cache_roofs(calibration_cache: Path) -> None:
+    single = calibration.calibrate(threads=1)
+    assert single.threads == 1 and "BLAS threads set to 1" in single.compute_method
+    assert calibration.cache_path(threads=1).is_file()
+    profile = load_profile("iree", threads=1)
+    assert profile is not None and profile.peak(None)[1].value == single.peak_macs_per_s
+    # Linux describes its caches: a roof per level from L2 up, each an upper bound for what fits.
+    if Path("/sys/devices/system/cpu/cpu0/cache").is_dir():
+        assert [name for name, _, _ in profile.cache_roofs][:1] == ["L2"]
+        name, capacity, figure = profile.cache_roofs[-1]
+        assert profile.bandwidth_for(capacity)[1].value >= max(figure.value, profile.memory_bandwidth.value)
+        assert profile.bandwidth_for(capacity + 1) == ("memory", profile.memory_bandwidth)
+    assert profile.bandwidth_for(None) == ("memory", profile.memory_bandwidth)
+
+
+def test_bad_threads_option(iree_bundles: dict[str, Path], tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="option threads='two' is not a positive whole number"):
+        run(iree_bundles["full"], tmp_path, threads="two")
+
+
+def test_above_the_roof_is_a_measurement_problem(iree_bundles: dict[str, Path], tmp_path: Path) -> None:
+    """SYNTHETIC calibration far below this host (1 MAC/s, 1 B/s): every timed region
+    with MACs beats its roof, so each is flagged and none is reported as a result."""
+    fake = tmp_path / "slow-host.json"
+    fake.write_text(json.dumps({
+        "schema": calibration.SCHEMA, "version": calibration.VERSION, "host": "synthetic", "threads": 1,
+        "peak_macs_per_s": 1.0, "memory_bandwidth_bytes_per_s": 1.0, "cache_roofs": [],
+        "last_level_cache_bytes": None, "compute_method": "SYNTHETIC", "bandwidth_method": "SYNTHETIC",
+        "cache_method": "SYNTHETIC", "measured_at": "2026-01-01T00:00:00+00:00"}))
+    out, report = run(iree_bundles["full"], tmp_path / "o", calibration=str(fake))
+    rows = read_csv(out / "regions.csv")
+    above = [row for row in rows if row["above_roof"] == "True"]
+    assert above and len(above) == sum(1 for row in rows if int(row["macs"]) > 0 and row["time_ns"])
+    text = (out / "report.txt").read_text()
+    assert f"measurement problem: {len(above)} region(s) ran above the roof" in text
+    assert "most efficient region" not in report
+
+
+def test_calibrated_with_the_runs_threads(iree_bundles: dict[str, Path], tmp_path: Path) -> None:
+    out, _ = run(iree_bundles["full"], tmp_path)
+    summary = json.loads((iree_bundles["full"] / "summary.json").read_text())
+    threads, why = calibration.threads_of_run(summary)
+    assert f"calibrated for {threads} thread(s): {why}" in (out / "report.txt").read_text()
+    assert calibration.cache_path(threads=threads).is_file()
+    assert_within_the_roof(out, iree_bundles["full"])
+
+
+def assert_within_the_roof(out: Path, bundle: Path) -> None:
+    """No region above its roof, and each op's MACs counted once: regions sum to the model."""
+    rows = read_csv(out / "regions.csv")
+    assert [row["region"] for row in rows if row["above_roof"] == "True"] == []
+    assert all(float(row["efficiency"]) <= 1.0 for row in rows if row["efficiency"])
+    document = json.loads((bundle / "manifest.json").read_text())
+    named = {i for site in document["partitions"]["dispatch_sites"] for i in site["fused_ids"] or site["ids"]}
+    total = sum(op["macs"] or 0 for op in document["operators"] if op["id"] in named)
+    assert total > 0 and sum(int(row["macs"]) for row in rows) == total
+    report = (out / "report.txt").read_text()
+    assert "most efficient region" in report and "measurement problem" not in report
+
+
+@pytest.fixture(scope="module")
+def shufflenet_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """onnx's light_shufflenet compiled (full) and run: its padded convs become a
+    slow_memcpy dispatch plus the conv dispatch, both naming the conv."""
+    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+    from dfit_mlir.runtime_hooks.run import run_bundle
+    from tests.realmodels import onnx_model
+
+    root = tmp_path_factory.mktemp("shufflenet")
+    compiled = compile_instrumented(onnx_model("shufflenet", root), root / "shufflenet.vmfb", mode="full")
+    return run_bundle(compiled.vmfb, compiled.manifest_path, root / "run", mode="full", repeat=3, warmup=1).bundle
+
+
+@pytest.mark.slow
+def test_split_ops_count_once_on_a_real_onnx_model(shufflenet_run: Path, tmp_path: Path) -> None:
+    document = json.loads((shufflenet_run / "manifest.json").read_text())
+    sites = document["partitions"]["dispatch_sites"]
+    conv = "shufflenet/onnx.Conv#0"
+    naming = [site for site in sites if conv in site["fused_ids"]]
+    assert sorted(site["export"].rsplit("_dispatch_", 1)[1].split("_")[1] for site in naming) == ["conv", "slow"]
+    out, _ = run(shufflenet_run, tmp_path)
+    rows = {row["region"]: row for row in read_csv(out / "regions.csv")}
+    conv_macs = next(op["macs"] for op in document["operators"] if op["id"] == conv)
+    for site in naming:
+        row = rows[f"site{site['index']}:{site['export']}"]
+        expected = 0 if "slow_memcpy" in site["export"] else conv_macs
+        assert int(row["macs"]) == expected
+    assert_within_the_roof(out, shufflenet_run)
+    # The model's whole count, and the same per-dispatch figures in the run's events.
+    assert sum(int(row["macs"]) for row in rows.values()) == sum(op["macs"] or 0 for op in document["operators"])
+    events = pq.read_table(shufflenet_run / "events.parquet", columns=["kind", "site", "macs"]).to_pylist()
+    by_site = {e["site"]: e["macs"] or 0 for e in events if e["kind"] == "dispatch"}
+    assert sum(by_site.values()) == sum(op["macs"] or 0 for op in document["operators"])
+
+
+def test_cost_placement_rule() -> None:
+    """SYNTHETIC: the rule of dfit_mlir.site_costs on IREE's export names."""
+    from dfit_mlir.site_costs import moves_data_only, placed_costs
+
+    assert moves_data_only("m$async_dispatch_0_slow_memcpy") and moves_data_only("main_dispatch_3_pack_f32")
+    assert not moves_data_only("main_dispatch_1_conv_24x112x112x3x3x3_f32") and not moves_data_only(None)
+    # A conv in a copy dispatch and its own: all of it in the conv's; a matmul IREE split
+    # over two computing dispatches: 7 MACs as 4 + 3; an op only copies name: evenly there.
+    placed = placed_costs([["conv"], ["conv", "relu"], ["mm"], ["mm"], ["pad"], ["pad"]],
+                          [False, True, True, True, False, False], {"conv": 10, "relu": None, "mm": 7, "pad": 2})
+    assert placed == [{}, {"conv": 10}, {"mm": 4}, {"mm": 3}, {"pad": 1}, {"pad": 1}]

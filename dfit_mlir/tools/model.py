@@ -69,6 +69,7 @@ class SemanticModel:
         self.bundle = bundle
         self.source = source
         self._compute_ops: dict[str, tuple[str, ...]] = {}
+        self._placed: dict[str, dict[str, dict[str, int]]] = {}
 
     @classmethod
     def open(cls, path: str | Path) -> SemanticModel:
@@ -175,6 +176,21 @@ class SemanticModel:
             consuming = [i for i in top if self.operators[i].operands]
             found = self._compute_ops[partition.id] = tuple(consuming or top or members)
         return found
+
+    def placed_costs(self, partition: Partition, key: str = "macs") -> dict[str, int]:
+        """Op ID → the part of its ``key`` (``macs`` / ``flops``) counted in ``partition``:
+        an op split over several partitions counts once, where it computes
+        (:mod:`dfit_mlir.site_costs`), so partitions sum to the model's total."""
+        table = self._placed.get(key)
+        if table is None:
+            from dfit_mlir.site_costs import moves_data_only, placed_costs
+
+            parts = self.partitions
+            costs = {op_id: getattr(op, key) for op_id, op in self.operators.items()}
+            computes = [p.kind != "dispatch" or not moves_data_only(p.attributes.get("export")) for p in parts]
+            placed = placed_costs([p.operator_ids for p in parts], computes, costs)
+            table = self._placed[key] = {p.id: share for p, share in zip(parts, placed, strict=True)}
+        return table.get(partition.id, {})
 
     def partition_of_event(self, event: dict[str, Any]) -> Partition | None:
         """The partition a runtime record ran in: an IREE dispatch by its call site, a

@@ -4,7 +4,9 @@ partition / custom op / kernel of a reconstruction).
 Per region:
 
 * **MACs**: the sum of the static ``macs`` of its operators (an op without a figure, an
-  elementwise op for one, counts 0);
+  elementwise op for one, counts 0), each op counted once across regions: an op IREE
+  split over several dispatches (a padded conv's ``slow_memcpy`` and the conv itself)
+  counts where it computes (:mod:`dfit_mlir.site_costs`), so regions sum to the model;
 * **bytes moved**: the bytes of the values that cross the region's boundary, each value
   once: tensors an op of the region consumes that are produced outside it, and tensors
   produced inside that are consumed outside, returned or never consumed (graph outputs).
@@ -18,13 +20,22 @@ Per region:
   (``None`` where the backend times no region); achieved MAC/s = MACs x calls / time;
   efficiency = achieved / the profile's peak for the region's element type.
 
-Boundness uses the profile's ridge point (peak MAC/s / bandwidth B/s): memory-bound below
+The bandwidth roof is the memory's, or, for a region whose bytes fit in a cache level
+the profile measured (the local CPU's L2 / L3, calibrated), the fastest such level's:
+its data can stay resident between dispatches and repeats (column ``bandwidth_roof``). The local CPU is calibrated with the threads the
+run used (1 for IREE's local-sync driver, every core for local-task; ``threads=N``
+overrides). A region achieving more than its roof (column ``above_roof``) is a
+measurement problem (a stale or disturbed calibration, a timer too coarse for the
+dispatch), flagged in the notes and never reported as the most efficient region.
+
+Boundness uses the region's ridge point (peak MAC/s / its bandwidth roof): memory-bound below
 half the ridge, compute-bound above twice the ridge, balanced in between, the band where
 the roof bends and neither limit clearly dominates. Shares per class are of observed
 time, or of MACs where no region is timed.
 
 Options: ``profile=PATH`` (a backend profile YAML replacing the bundled one),
-``calibration=PATH`` (the local-CPU calibration file). Outputs: ``regions.csv``,
+``calibration=PATH`` (the local-CPU calibration file), ``threads=N`` (threads to
+calibrate the local CPU with). Outputs: ``regions.csv``,
 ``boundness.csv``, ``roofline.png``, ``report.txt``.
 """
 
@@ -39,11 +50,14 @@ from dfit_mlir.tools.api import Tool, ToolContext
 from dfit_mlir.tools.model import Operator, Partition, SemanticModel
 from dfit_mlir.tools.profiles import Profile, load_profile
 
-OPTIONS = ("profile", "calibration")
+OPTIONS = ("profile", "calibration", "threads")
+#: Achieved above the roof by more than this is a measurement problem, not a result (the
+#: margin absorbs timer granularity on the shortest dispatches).
+ROOF_TOLERANCE = 1.05
 CLASSES = ("memory-bound", "balanced", "compute-bound", "unknown")
 COLUMNS = ("region", "kind", "root", "operators", "dtype", "macs", "bytes_moved", "bytes_rule", "intensity",
            "peak_macs_per_s", "attainable_macs_per_s", "calls", "time_ns", "achieved_macs_per_s", "efficiency",
-           "boundness")
+           "boundness", "bandwidth_roof", "above_roof")
 
 
 class ProgramAnalyzer(Tool):
@@ -75,7 +89,10 @@ class ProgramAnalyzer(Tool):
         if ctx.model is None:
             ctx.note("no semantic model (nothing was compiled or analyzed): nothing to analyze")
             return
-        profile = load_profile(ctx.backend, ctx.options.get("profile"), ctx.options.get("calibration"))
+        threads, why = _threads(ctx)
+        profile = load_profile(ctx.backend, ctx.options.get("profile"), ctx.options.get("calibration"), threads)
+        if profile is not None and profile.calibrated:
+            ctx.note(f"calibrated for {threads} thread(s): {why}")
         if profile is None:
             ctx.note(f"no performance profile for the {ctx.backend} backend (give profile=PATH): no roof")
         graph = _BoundaryRule(ctx.model)
@@ -151,25 +168,27 @@ def _dtype(ops: list[Operator]) -> str | None:
 def _region(part: Partition, model: SemanticModel, rule: _BoundaryRule, profile: Profile | None,
             state: dict[str, Any]) -> dict[str, Any]:
     ops = [model.operators[op_id] for op_id in part.operator_ids if op_id in model.operators]
-    macs = sum(op.macs or 0 for op in ops)
+    macs = sum(model.placed_costs(part, "macs").values())
     moved, how = rule.bytes_moved(ops, set(part.operator_ids))
     intensity = macs / moved if moved else None
     time_ns, calls = state["time_ns"].get(part.id), state["calls"].get(part.id, 0)
     achieved = macs * calls / (time_ns * 1e-9) if time_ns else None
-    dtype, peak, attainable, boundness = _dtype(ops), None, None, "unknown"
+    dtype, peak, attainable, boundness, roof = _dtype(ops), None, None, "unknown", None
     if profile is not None:
         dtype, figure = profile.peak(dtype)
         peak = figure.value
         if intensity is not None:
-            attainable = min(peak, intensity * profile.memory_bandwidth.value)
-            ridge = profile.ridge(dtype)
+            roof, bandwidth = profile.bandwidth_for(moved)
+            attainable = min(peak, intensity * bandwidth.value)
+            ridge = peak / bandwidth.value
             boundness = ("memory-bound" if intensity < 0.5 * ridge else
                          "compute-bound" if intensity > 2 * ridge else "balanced")
     return {"region": part.id, "kind": part.kind, "root": part.root_id, "operators": len(ops), "dtype": dtype,
             "macs": macs, "bytes_moved": moved, "bytes_rule": how, "intensity": intensity, "peak_macs_per_s": peak,
             "attainable_macs_per_s": attainable, "calls": calls, "time_ns": time_ns,
             "achieved_macs_per_s": achieved, "efficiency": achieved / peak if achieved is not None and peak else None,
-            "boundness": boundness}
+            "boundness": boundness, "bandwidth_roof": roof,
+            "above_roof": None if achieved is None or not attainable else achieved > ROOF_TOLERANCE * attainable}
 
 
 def _empty_table() -> Any:
@@ -197,6 +216,9 @@ def _plot(ctx: ToolContext, rows: list[dict[str, Any]], profile: Profile, timed:
         _, peak = profile.peak(dtype)
         axes.plot(grid, np.minimum(peak.value, grid * bandwidth), label=f"roof ({dtype}): {peak.value:.3g} MAC/s, "
                   f"{bandwidth:.3g} B/s")
+        for name, capacity, cache in profile.cache_roofs:
+            axes.plot(grid, np.minimum(peak.value, grid * cache.value), linestyle="--", linewidth=0.8,
+                      label=f"{name} roof (regions moving <= {capacity / (1 << 20):.3g} MiB): {cache.value:.3g} B/s")
     sizes = [30 + 600 * ((row[basis] or 0) / total if total else 0) for row in points]
     axes.scatter(xs, [row[y_key] for row in points], s=sizes, alpha=0.6, color="tab:red", label="regions")
     for row in sorted(points, key=lambda r: -(r[basis] or 0))[:12]:
@@ -220,11 +242,35 @@ def _report_lines(ctx: ToolContext, rows: list[dict[str, Any]], shares: list[dic
     if profile is not None:
         dtype, peak = profile.peak(None)
         kind = "measured on this host" if profile.calibrated else "vendor-published peaks, not measurements"
+        caches = "".join(f", {name} {figure.value:.3g} B/s" for name, _, figure in profile.cache_roofs)
         lines.append(f"profile {profile.name} ({kind}): peak {peak.value:.3g} MAC/s {dtype}, bandwidth "
-                     f"{profile.memory_bandwidth.value:.3g} B/s, ridge {profile.ridge(None):.3g} MAC/B")
+                     f"{profile.memory_bandwidth.value:.3g} B/s{caches}, ridge {profile.ridge(None):.3g} MAC/B")
+        if profile.calibrated:
+            lines.append(f"  compute: {peak.source}")
     split = ", ".join(f"{s['class']} {s['share']:.1%}" for s in shares if s["share"])
     lines.append(f"share of {'observed time' if timed else 'MACs'}: {split or 'nothing to share'}")
-    best = max((r for r in rows if r["efficiency"] is not None), key=lambda r: r["efficiency"], default=None)
+    above = sorted((r for r in rows if r["above_roof"]), key=lambda r: -r["achieved_macs_per_s"] / r["attainable_macs_per_s"])
+    if above:
+        worst = above[0]
+        ctx.note(f"measurement problem: {len(above)} region(s) ran above the roof (worst {worst['region']} at "
+                 f"{worst['achieved_macs_per_s'] / worst['attainable_macs_per_s']:.0%} of its attainable MAC/s); "
+                 "their efficiency is not a result: the calibration may have been measured on a busy machine "
+                 "(delete it to measure again) or with other threads than the run used (option threads=N), or the "
+                 "timer is too coarse for these dispatches")
+    plausible = (r for r in rows if r["efficiency"] is not None and r["macs"] and not r["above_roof"])
+    best = max(plausible, key=lambda r: r["efficiency"], default=None)
     if best is not None:
         lines.append(f"most efficient region: {best['region']} at {best['efficiency']:.1%} of peak")
     return lines
+
+
+def _threads(ctx: ToolContext) -> tuple[int, str]:
+    """Threads to calibrate the local CPU with: ``threads=N`` or the run's driver."""
+    from dfit_mlir.tools.calibration import threads_of_run
+
+    given = ctx.options.get("threads")
+    if given is not None:
+        if not str(given).isdigit() or int(given) < 1:
+            raise InvalidInputError(f"program-analyzer: option threads={given!r} is not a positive whole number")
+        return int(given), "given as option threads"
+    return threads_of_run(ctx.model.summary if ctx.model is not None else {})

@@ -50,6 +50,18 @@ class Profile:
     #: ``None`` where unknown (a calibrated host without a cache description).
     on_chip_memory: Figure | None
     calibrated: bool = False
+    #: (name, capacity in bytes, bandwidth) of each cache level a calibration measured
+    #: (``L2``, ``L3``): the roof of a region whose bytes fit there, since they may have
+    #: stayed resident between dispatches and repeats. Empty: one memory roof for all.
+    cache_roofs: tuple[tuple[str, int, Figure], ...] = ()
+
+    def bandwidth_for(self, moved: int | None) -> tuple[str, Figure]:
+        """The bandwidth roof of a region moving ``moved`` bytes: the fastest of memory
+        and every cache level they fit in (a roof is an upper bound)."""
+        roofs = [("memory", self.memory_bandwidth)]
+        roofs += [(name, figure) for name, capacity, figure in self.cache_roofs
+                  if moved is not None and moved <= capacity]
+        return max(roofs, key=lambda roof: roof[1].value)
 
     def peak(self, dtype: str | None) -> tuple[str, Figure]:
         """The peak for ``dtype``, or for the default type where the profile has none."""
@@ -73,15 +85,16 @@ def bundled() -> dict[str, Path]:
 
 
 def load_profile(backend: str, override_path: str | Path | None = None,
-                 calibration_path: str | Path | None = None) -> Profile | None:
-    """The profile for ``backend`` (``override_path`` wins); ``None`` when dfit has none."""
+                 calibration_path: str | Path | None = None, threads: int | None = None) -> Profile | None:
+    """The profile for ``backend`` (``override_path`` wins); ``None`` when dfit has none.
+    ``threads``: how many threads a calibrated profile is measured with (default: every core)."""
     if override_path is not None:
-        return read_profile(Path(override_path), calibration_path)
+        return read_profile(Path(override_path), calibration_path, threads)
     path = bundled().get(backend)
-    return None if path is None else read_profile(path, calibration_path)
+    return None if path is None else read_profile(path, calibration_path, threads)
 
 
-def read_profile(path: Path, calibration_path: str | Path | None = None) -> Profile:
+def read_profile(path: Path, calibration_path: str | Path | None = None, threads: int | None = None) -> Profile:
     import yaml
 
     if not path.is_file():
@@ -95,7 +108,7 @@ def read_profile(path: Path, calibration_path: str | Path | None = None) -> Prof
     name, backend = _text(path, data, "name"), _text(path, data, "backend")
     default_dtype = _text(path, data, "default_dtype")
     if data.get("calibrate") is True:
-        return _calibrated(path, name, backend, default_dtype, calibration_path)
+        return _calibrated(path, name, backend, default_dtype, calibration_path, threads)
     peaks = _get(path, data, "peak_macs_per_s")
     if not isinstance(peaks, dict) or not peaks:
         raise InvalidInputError(f"profile {path}: 'peak_macs_per_s' must map element types to figures")
@@ -110,16 +123,19 @@ def read_profile(path: Path, calibration_path: str | Path | None = None) -> Prof
 
 
 def _calibrated(path: Path, name: str, backend: str, default_dtype: str,
-                calibration_path: str | Path | None) -> Profile:
+                calibration_path: str | Path | None, threads: int | None) -> Profile:
     from dfit_mlir.tools import calibration
 
-    measured = calibration.calibrate(calibration_path)
+    measured = calibration.calibrate(calibration_path, threads=threads)
     cache = None if measured.last_level_cache_bytes is None else Figure(measured.last_level_cache_bytes,
                                                                           measured.cache_method)
     return Profile(name=name, backend=backend, path=path, default_dtype=default_dtype,
                    peak_macs_per_s={default_dtype: Figure(measured.peak_macs_per_s, measured.compute_method)},
                    memory_bandwidth=Figure(measured.memory_bandwidth_bytes_per_s, measured.bandwidth_method),
-                   on_chip_memory=cache, calibrated=True)
+                   on_chip_memory=cache, calibrated=True,
+                   cache_roofs=tuple((f"L{roof.level}", roof.capacity_bytes,
+                                      Figure(roof.bandwidth_bytes_per_s, roof.method))
+                                     for roof in measured.cache_roofs))
 
 
 def _get(path: Path, data: Mapping[str, Any], key: str, prefix: str = "") -> Any:
