@@ -91,6 +91,45 @@ def test_bert_every_op_has_module_class_and_phase(bert: dict[str, Any]) -> None:
     assert all(op["module_class"] == "Linear" for op in linears)
 
 
+PARAMETER_OPS = {"torch.vtensor.literal", "util.global.load", "torch_c.from_builtin_tensor", "util.global"}
+
+
+def test_bert_weights_belong_to_the_module_that_uses_them(bert: dict[str, Any]) -> None:
+    """iree-turbine hoists every weight to the location of the graph's first op
+    (``embeddings``); dfit moves each to its user's module, scaffolding to the root."""
+    manifest = bert["compiled"].manifest
+    params = [op for op in manifest["operators"] if op["op"] in PARAMETER_OPS]
+    assert params
+    query = "encoder.layer.0.attention.self.query"
+    weight = 4 * frontend_models.BERT_HIDDEN * frontend_models.BERT_HIDDEN
+    query_params = [op for op in params if op["module_path"] == query]
+    # The 64x64 weight (global, its load, its conversion) and the bias, nothing else.
+    assert {tuple(op["results"][0]["shape"]) for op in query_params if op["results"]} == \
+        {(frontend_models.BERT_HIDDEN, frontend_models.BERT_HIDDEN), (frontend_models.BERT_HIDDEN,)}
+    assert {op["op"] for op in query_params} >= {"util.global.load", "torch_c.from_builtin_tensor"}
+    # Only the embedding tables (vocab x hidden, positions x hidden, 2 x hidden) and the
+    # position/token-type id buffers sit in ``embeddings`` — no layer's weights.
+    embedding_shapes = {tuple(op["results"][0]["shape"]) for op in params
+                        if op["module_path"] == "embeddings" and op["results"]}
+    assert (frontend_models.BERT_HIDDEN, frontend_models.BERT_HIDDEN) not in embedding_shapes
+    assert embedding_shapes and all(shape[-1] in (frontend_models.BERT_HIDDEN, 32) for shape in embedding_shapes), \
+        embedding_shapes
+    # Every layer's linears own their weights.
+    for layer in range(frontend_models.BERT_LAYERS):
+        for name in ("attention.self.query", "attention.self.key", "attention.self.value", "intermediate.dense"):
+            assert any(op["module_path"] == f"encoder.layer.{layer}.{name}" for op in params), (layer, name)
+    scaffolding = [op for op in manifest["operators"] if op["op"] in STRUCTURAL]
+    assert scaffolding and {(op["module_path"], op["module_class"]) for op in scaffolding} == {("", "BertModel")}
+    # In the module tree: the query's self-bytes include its weight; ``embeddings`` holds
+    # its own tables (100x64 words, 32x64 positions, 2x64 types) and not the layers' weights.
+    rows = {row["module_path"]: row for row in read_csv(bert["out"] / "modules.csv")}
+    assert int(float(rows[query]["self_bytes"])) >= weight
+    all_param_bytes = sum(op["bytes"] or 0 for op in params)
+    embedding_param_bytes = sum(op["bytes"] or 0 for op in params if op["module_path"] == "embeddings")
+    assert embedding_param_bytes < all_param_bytes / 2
+    assert int(float(rows["embeddings"]["self_bytes"])) < all_param_bytes / 2
+
+
 def test_bert_top_sites_are_modeling_bert_lines(bert: dict[str, Any]) -> None:
     sites = read_csv(bert["out"] / "sites.csv")
     summary = json.loads((bert["out"] / "summary.json").read_text())
@@ -98,8 +137,10 @@ def test_bert_top_sites_are_modeling_bert_lines(bert: dict[str, Any]) -> None:
     top = sites[:5]
     assert all(row["site"].split(":")[0].endswith("transformers/models/bert/modeling_bert.py") for row in top), top
     assert all(row["site_kind"] == "source" for row in top)
-    # No op lands on framework code or on the export call.
-    assert not [row for row in sites if row["site_kind"] != "source"]
+    # No op lands on framework code or on the export call; only the function and its
+    # return (no line of model code) sit in the root module.
+    assert [(row["site"], row["site_kind"], row["operators"]) for row in sites if row["site_kind"] != "source"] \
+        == [("(root)", "module", "2")]
     assert not [row for row in sites if "frontends/torch.py" in row["site"] or "test_frontend" in row["site"]]
     # The query projection line is shared by every layer's query, and only theirs.
     query = [row for row in sites if row["module_paths"] and all(p.endswith("attention.self.query") or
