@@ -203,17 +203,57 @@ def _block_ops(function: Any) -> list[Any]:
 def export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None, *,
                 strict: bool = False) -> str:
     """The model as torch-dialect MLIR text with locations and module names."""
-    from dfit_mlir.errors import CompileError, ToolchainError
+    from dfit_mlir.errors import ToolchainError
 
     try:
         import torch
-        from iree.turbine import aot
+        from iree.turbine import aot  # noqa: F401  (used by _export_mlir; missing = not installed)
     except ImportError as error:
         raise ToolchainError(f"the PyTorch frontend needs torch and iree-turbine ({error}); "
                              "pip install 'dfit-mlir[frontends]'") from None
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"dfit_mlir.frontends.torch.compile takes an nn.Module, not {type(model).__name__}")
+    with quiet_export():
+        return _export_mlir(model, args, kwargs, strict=strict)
+
+
+#: Warnings torch 2.13 gives on every export that say nothing about the user's model.
+EXPORT_WARNINGS = (r"`isinstance\(treespec, LeafSpec\)` is deprecated",)
+
+
+@contextlib.contextmanager
+def quiet_export() -> Iterator[None]:
+    """While exporting: torch's own deprecation warnings about its internals are ignored,
+    torch's loggers are raised to CRITICAL (a failing export logs multi-line ``E1201 …
+    fake_tensor.py`` records) and what torch prints straight to stderr (its export
+    wrapper prints the partial FX graph of a failed export) is dropped, so that a failure
+    is dfit's one line naming the model and the error. All restored on exit."""
+    import io
+    import logging
+    import warnings
+
+    loggers = [logger for name, logger in list(logging.root.manager.loggerDict.items())
+               if isinstance(logger, logging.Logger) and name.split(".")[0] in ("torch", "torch_mlir", "iree")]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        for message in EXPORT_WARNINGS:
+            warnings.filterwarnings("ignore", message=message, category=FutureWarning)
+        for logger in loggers:
+            logger.setLevel(logging.CRITICAL)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels, strict=True):
+                logger.setLevel(level)
+
+
+def _export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, *, strict: bool) -> str:
+    import torch
+    from iree.turbine import aot
+
+    from dfit_mlir.errors import CompileError
+
     try:
         program = torch.export.export(model, tuple(args), kwargs or None, strict=strict)
         # torch.export gives training IR, with in-place ops (``x += residual``) that the
