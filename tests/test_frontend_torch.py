@@ -350,3 +350,23 @@ def test_failing_export_prints_one_dfit_line(tmp_path: Path) -> None:
     assert result.stderr.startswith("dfit: torch.export failed on DataDependent: GuardOnDataDependentSymNode")
     assert "FutureWarning" not in result.stderr + result.stdout and "def forward" not in result.stdout
     assert not (tmp_path / "m.vmfb").exists()
+
+
+def test_model_explorer_keys_each_torch_op_by_its_id(bert: dict[str, Any]) -> None:
+    """A PyTorch export's location names are nn.Module stacks, shared by every op of a
+    module: keyed by them, ops would fold into module totals matching no graph node."""
+    from dfit_mlir import model_explorer
+    from dfit_mlir.tools.model import SemanticModel
+
+    model = SemanticModel.open(bert["bundle"])
+    flops = model_explorer.node_data(model, "flops")["results"]
+    with_flops = {op.id: op.flops for op in model.operators.values() if op.flops is not None}
+    assert len(with_flops) > 100
+    assert {key: entry["value"] for key, entry in flops.items()} == with_flops
+    modules = model_explorer.node_data(model, "module")["results"]
+    query = next(op["id"] for op in bert["compiled"].manifest["operators"]
+                 if op["op"] == "torch.aten.linear" and op["module_path"] == "encoder.layer.0.attention.self.query")
+    assert modules[query]["value"] == "encoder.layer.0.attention.self.query"
+    assert not [key for key in (*flops, *modules) if key.startswith("nn.Module:")]
+    # Nothing lost or counted twice.
+    assert sum(entry["value"] for entry in flops.values()) == sum(with_flops.values())
