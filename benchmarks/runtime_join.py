@@ -14,6 +14,7 @@ section of ``benchmarks/RESULTS.md``.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import shlex
 import sys
 import tempfile
@@ -58,12 +59,13 @@ def main() -> None:
     for total in (1_000_000, 2_000_000):
         invocations = total // len(real)
         events = synthetic(real, invocations)
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = hal_profile.join_structural(events, manifest, "main", invocations)
-        seconds = time.perf_counter() - start
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
         assert sum(len(block) for block in result.invocations) == len(events)
-        rows.append((len(events), invocations, seconds))
-        print(f"{len(events):,} records, {invocations:,} invocations: {seconds:.2f} s", flush=True)
+        rows.append((len(events), invocations, seconds, cpu))
+        print(f"{len(events):,} records, {invocations:,} invocations: {seconds:.2f} s ({cpu:.2f} s CPU)", flush=True)
+    load = os.getloadavg()[0]
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
         BEGIN,
@@ -72,15 +74,16 @@ def main() -> None:
         f"Measured {when}; {len(real)} real local-task records of `tests/inputs/shapes/loop.mlir` "
         f"(trip count {TRIPS}) replicated with fresh submission ids (SYNTHETIC beyond the first invocation). "
         "The join runs after the run, on the decoded profile: it adds to `dfit run`'s wall time, not to the "
-        "module's. Command:",
+        f"module's. CPU time is this process's (the machine is shared: load average {load:.1f} on "
+        f"{os.cpu_count()} cores at the end). Command:",
         "",
         "```",
         f"python benchmarks/{Path(__file__).name}" + (" " + shlex.join(sys.argv[1:]) if sys.argv[1:] else ""),
         "```",
         "",
-        "| records | invocations | join (s) | s per 1M records |",
-        "|---:|---:|---:|---:|",
-        *(f"| {n:,} | {k:,} | {s:.2f} | {s / n * 1e6:.2f} |" for n, k, s in rows),
+        "| records | invocations | join wall (s) | join CPU (s) | CPU s per 1M records |",
+        "|---:|---:|---:|---:|---:|",
+        *(f"| {n:,} | {k:,} | {s:.2f} | {c:.2f} | {c / n * 1e6:.2f} |" for n, k, s, c in rows),
     ]
     publish(lines, begin=BEGIN, end=END)
 

@@ -16,7 +16,6 @@ from dfit_mlir.errors import (
     EXIT_INVALID_INPUT,
     EXIT_TABLE,
     DfitError,
-    Interrupted,
 )
 
 # --- the CLI contract: one exit-status table, one line per error, no traceback ---------
@@ -39,7 +38,7 @@ def _user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             return command(*args, **kwargs)
         except DfitError as error:
             # One `dfit:` line says what failed; a toolchain's own diagnostics follow it.
-            click.echo(f"dfit: {error}", err=True)
+            click.echo(_capped(f"dfit: {error}"), err=True)
             sys.exit(error.exit_code)
         except KeyboardInterrupt:
             atomic.remove_temporaries()
@@ -66,6 +65,22 @@ def _user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             _restore_sigterm(previous)
 
     return wrapper
+
+
+#: What an error message may echo of a pathological input: characters per line, lines.
+MAX_LINE_CHARS = 1000
+MAX_LINES = 60
+
+
+def _capped(message: str) -> str:
+    """``message`` with each line and the line count bounded (a 1 MB line in an input
+    must not come back whole in the error about it)."""
+    lines = message.splitlines() or [""]
+    shown = [line if len(line) <= MAX_LINE_CHARS else
+             f"{line[:MAX_LINE_CHARS]}… ({len(line) - MAX_LINE_CHARS} more characters)" for line in lines[:MAX_LINES]]
+    if len(lines) > MAX_LINES:
+        shown.append(f"… ({len(lines) - MAX_LINES} more lines)")
+    return "\n".join(shown)
 
 
 def _main_input(kwargs: dict[str, Any]) -> str | None:
@@ -103,25 +118,23 @@ def _save_traceback(command: str) -> str:
 
 
 def _route_sigterm() -> Any:
-    """SIGTERM raises :class:`Interrupted` (a KeyboardInterrupt) in the main thread, so
-    that atomic writers remove their temporaries exactly as on SIGINT."""
+    """SIGINT and SIGTERM raise in the main thread (KeyboardInterrupt, :class:`Interrupted`)
+    so that every ``finally`` removes its temporaries, except while an output's temporary
+    is being created or swapped into place, which the signal waits for."""
     import signal
     import threading
 
     if threading.current_thread() is not threading.main_thread():
         return None
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise Interrupted(f"signal {signum}")
-
-    return signal.signal(signal.SIGTERM, interrupt)
+    wanted = [sig for sig in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(sig) != signal.SIG_IGN]
+    return {sig: signal.signal(sig, atomic.on_signal) for sig in wanted}
 
 
 def _restore_sigterm(previous: Any) -> None:
     import signal
 
-    if previous is not None:
-        signal.signal(signal.SIGTERM, previous)
+    for sig, handler in (previous or {}).items():
+        signal.signal(sig, handler)
 
 
 def _force_option(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -401,7 +414,8 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
     _require_file(vmfb, "vmfb")
     manifest_path = manifest_path or manifest.default_path(vmfb)
     input_files = [Path(text[1:]) for text in inputs if text.startswith("@")]
-    outputs.check(output, "bundle", inputs=[vmfb, manifest_path, inputs_from, *input_files], force=force)
+    # Resolved: `-o .` names the folder itself, which is renamed away when it is replaced.
+    output = outputs.check(output, "bundle", inputs=[vmfb, manifest_path, inputs_from, *input_files], force=force)
     sample_every = max(1, round(1 / sample))
     policy = Policy(mode=mode, ids=NameFilter.parse(id_globs, "--ids").patterns if id_globs else (),
                     sample_every=sample_every, max_events=max_events)
@@ -448,13 +462,25 @@ def reconstruct(dumps: tuple[Path, ...], backend: str, output: Path, force: bool
     missing = [path for path in dumps if not path.exists()]
     if missing:  # the input's error first: it is the one the user came for
         raise InvalidInputError(f"{missing[0]}: no such file or directory")
-    outputs.check(output, "bundle", inputs=dumps, force=force)
+    output = outputs.check(output, "bundle", inputs=dumps, force=force)
     summary = reconstruct_bundle(list(dumps), output, backend)
     recovered = summary["recovered"]
     groups = f" (in {recovered['partition_groups']} groups)" if recovered.get("partition_groups") else ""
     click.echo(f"wrote {output}: {summary['backend']} ({'detected' if summary['detected'] else 'given'}), "
                f"{recovered['operators']} operators, {recovered['tensors']} tensors, {recovered['partitions']} "
                f"partitions{groups}, {recovered['measurements']} measurements from {len(summary['sources'])} file(s)")
+    scopes = recovered.get("scopes") or {}
+    if len(scopes) > 1:  # several compiles or runs in the input: each counted on its own
+        import re
+
+        kinds: dict[str, int] = {}
+        for scope in scopes:
+            kind = re.sub(r"\d+$", "", scope) or "scope"
+            kinds[kind] = kinds.get(kind, 0) + 1
+        found = ", ".join(f"{n} {kind}{'s' if n > 1 else ''}" for kind, n in kinds.items())
+        click.echo(f"  found {found}: " + "; ".join(
+            f"{scope} {counts['operators']} operators, {counts['partitions']} partitions, "
+            f"{counts['measurements']} measurements" for scope, counts in scopes.items()))
     for aspect, status in summary["coverage"].items():
         click.echo(f"  {aspect:<22} {status}")
     unparsed = summary.get("lines", {}).get("unparsed", 0)

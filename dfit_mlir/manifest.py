@@ -31,19 +31,19 @@ def validate(manifest: dict[str, Any], source: str = "<manifest>") -> None:
     import jsonschema
 
     if manifest.get("schema") != SCHEMA_NAME:
-        raise InvalidInputError(f"{source}: not a dfit manifest (schema is {manifest.get('schema')!r})")
+        raise InvalidInputError(f"{source}: not a dfit manifest (schema is {str(manifest.get('schema'))[:60]!r})")
     version = str(manifest.get("version", ""))
     major = version.split(".", 1)[0]
     if not major.isdigit() or int(major) not in SUPPORTED_MAJORS:
         readable = ", ".join(f"{m}.x" for m in sorted(SUPPORTED_MAJORS))
         raise InvalidInputError(
-            f"{source}: manifest version {version or '(none)'} is not supported; this dfit reads {readable}"
+            f"{source}: manifest version {version[:40] or '(none)'} is not supported; this dfit reads {readable}"
         )
     validator = jsonschema.Draft202012Validator(schema())
     error = next(iter(sorted(validator.iter_errors(manifest), key=lambda e: list(e.path))), None)
     if error is not None:
         where = "/".join(str(part) for part in error.absolute_path) or "(top level)"
-        raise InvalidInputError(f"{source}: invalid manifest at {where}: {error.message}")
+        raise InvalidInputError(f"{source}: invalid manifest at {where[:200]}: {error.message[:300]}")
 
 
 def load(path: str | Path) -> dict[str, Any]:

@@ -88,7 +88,7 @@ def refusal(target: Path, kind: str, *, directory: bool = True) -> str | None:
     entries = sorted(os.listdir(target))
     if not entries:
         return None
-    marker = read_marker(target)
+    marker = read_marker(target) or _legacy_bundle_marker(target, kind)
     if marker is None:
         return "it is a directory dfit did not write (no dfit marker in it)"
     if marker.get("kind") != kind:
@@ -98,6 +98,25 @@ def refusal(target: Path, kind: str, *, directory: bool = True) -> str | None:
     if foreign:
         return f"it holds {foreign[0]!r}, which dfit did not write there"
     return None
+
+
+#: What a bundle written before markers existed (dfit 0.1) holds.
+_LEGACY_BUNDLE_FILES = ("manifest.json", "summary.json", "events.parquet", "sites.parquet", "dispatches.csv",
+                        "events.csv", "trace.pftrace", "trace.json", "coverage.json")
+
+
+def _legacy_bundle_marker(directory: Path, kind: str) -> dict[str, Any] | None:
+    """The marker a bundle of an earlier dfit would have: recognised by its run summary,
+    so that re-running into it works without ``--force`` (its files only, as ever)."""
+    if kind != "bundle":
+        return None
+    try:
+        summary = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(summary, dict) or summary.get("schema") != "dfit.run-summary":
+        return None
+    return {"schema": MARKER_SCHEMA, "kind": "bundle", "files": list(_LEGACY_BUNDLE_FILES)}
 
 
 def is_marked(path: Path, kind: str | None = None) -> bool:
@@ -139,14 +158,15 @@ def is_dfit_file(path: Path, kind: str | None) -> bool:
     return False
 
 
-def record_file(path: str | os.PathLike[str], kind: str) -> None:
-    """Remember that dfit wrote ``path`` (best effort: a read-only cache only means the
-    file is not recognised later, and replacing it then needs ``--force``)."""
+def record_file(path: str | os.PathLike[str], kind: str, content: Path | None = None) -> None:
+    """Remember that dfit wrote ``path`` (with the bytes of ``content``, default: of
+    ``path`` itself). Best effort: a read-only cache only means the file is not
+    recognised later, and replacing it then needs ``--force``."""
     path = resolve(path)
     try:
         folder = _ledger_dir()
         folder.mkdir(parents=True, exist_ok=True)
-        entry = {"path": str(path), "kind": kind, "sha256": _sha256(path)}
+        entry = {"path": str(path), "kind": kind, "sha256": _sha256(content or path)}
         from dfit_mlir import atomic
 
         atomic.write_text(folder / _ledger_name(path), json.dumps(entry) + "\n")

@@ -78,6 +78,9 @@ def reconstruct_bundle(paths: Sequence[Path], bundle: Path, backend: str | Adapt
                       "measurements": len(recovery.measurements)},
         "coverage": coverage["aspects"],
     }
+    scopes = scope_counts(recovery)
+    if scopes:
+        summary["recovered"]["scopes"] = scopes
     session = uuid.uuid4().hex[:12]
 
     def fill(sink: Any) -> EventPipeline:
@@ -90,6 +93,36 @@ def reconstruct_bundle(paths: Sequence[Path], bundle: Path, backend: str | Adapt
     write_bundle(bundle, manifest, fill, summary,
                  extra_files={"coverage.json": json.dumps(coverage, indent=1) + "\n"})
     return json.loads((bundle / "summary.json").read_text())
+
+
+def scope_counts(recovery: Recovery) -> dict[str, dict[str, int]]:
+    """Records per run scope (one compile or run of a file holding several): ``{scope:
+    {operators, partitions, partition_groups, measurements}}``, so the counts of pasted
+    logs can be checked against each log's own. Empty when no record carries a scope.
+    Scope IDs are per file (``compile0``, ``run1``); records of several files with the
+    same scope ID count together."""
+    scopes: dict[str, dict[str, int]] = {}
+
+    def tally(attributes: Any, what: str) -> None:
+        scope = attributes.get("run_scope") if attributes else None
+        if isinstance(scope, str):
+            counts = scopes.setdefault(
+                scope, {"operators": 0, "partitions": 0, "partition_groups": 0, "measurements": 0})
+            counts[what] += 1
+
+    for operator in recovery.operators:
+        tally(operator.attributes, "operators")
+    for partition in recovery.partitions:
+        tally(partition.attributes, "partition_groups" if partition.kind in PARTITION_GROUP_KINDS else "partitions")
+    for measurement in recovery.measurements:
+        tally(measurement.attributes, "measurements")
+
+    def natural(scope: str) -> tuple[str, int, str]:  # compile2 before compile10
+        stem = scope.rstrip("0123456789")
+        digits = scope[len(stem):]
+        return (stem, int(digits) if digits else -1, scope)
+
+    return {scope: scopes[scope] for scope in sorted(scopes, key=natural)}
 
 
 def to_manifest(recovery: Recovery, capabilities: dict[str, Any], paths: Sequence[Path]) -> dict[str, Any]:

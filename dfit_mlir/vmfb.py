@@ -174,6 +174,8 @@ def exported_functions(path: Path) -> list[ExportedFunction]:
                 if functions or line.startswith("//"):
                     break
     return [f for f in functions if not f.name.startswith("__")]
+
+
 #: Flags that choose what code IREE generates for, by name in ``codegen.target``.
 TARGET_FLAGS = {
     "--iree-hal-target-device": "device",

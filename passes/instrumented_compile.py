@@ -11,6 +11,7 @@ generates (64 unique executables instead of 1 in RUNTIME-NOTES.md). Locations do
 from __future__ import annotations
 
 import hashlib
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -164,7 +165,7 @@ def build_manifest(*, source: Path, mode: str, flags: Sequence[str], driver: str
                    host_program: dict[str, Any] | None = None) -> dict[str, Any]:
     source_ids = [op["id"] for op in operators]
     by_name = {figures.stage: figures for figures in stages}
-    partitions = dispatch_table(by_name, host_program)
+    partitions = dispatch_table(by_name, host_program, tensors)
     return {
         "schema": manifest.SCHEMA_NAME,
         "version": manifest.MANIFEST_VERSION,
@@ -217,7 +218,8 @@ def _stage_row(figures: StageFigures, source_ids: list[str], phase_s: float | No
     }
 
 
-def dispatch_table(by_stage: dict[str, StageFigures], host_program: dict[str, Any] | None = None) -> dict[str, Any]:
+def dispatch_table(by_stage: dict[str, StageFigures], host_program: dict[str, Any] | None = None,
+                   tensors: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
     """Exports and dispatch call sites in program order, each with its root and fused IDs,
     and the host program the runtime join matches (``passes/recordings.py``).
 
@@ -234,7 +236,8 @@ def dispatch_table(by_stage: dict[str, StageFigures], host_program: dict[str, An
     host_program = host_program or {"recordings": [], "functions": {}}
     placement = site_placement(host_program)
     fused_of = site_regions(sites, regions)
-    site_rows = [site_row(index, site, fused_of[index], placement.get(index)) for index, site in enumerate(sites)]
+    site_rows = [site_row(index, site, fused_of[index], placement.get(index), tensors)
+                 for index, site in enumerate(sites)]
     export_rows = [
         {
             "executable": export.executable,
@@ -264,10 +267,17 @@ ENCODING_MARKERS = ("set_encoding", "unset_encoding", "encoding")
 
 
 def site_row(index: int, site: DispatchSite, fused: tuple[str, ...],
-             placement: tuple[int, int, bool] | None) -> dict[str, Any]:
-    """One manifest call-site row. ``placement``: (recording, command index, load time)."""
+             placement: tuple[int, int, bool] | None, tensors: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """One manifest call-site row. ``placement``: (recording, command index, load time).
+    An encoding site's IDs are its consumer op (its location's root) and the tensors it
+    encodes (``encodes``: the source tensors of that shape the root consumes)."""
     recording, command_index, load_time = placement if placement else (None, None, False)
-    encoding = any(marker in site.export for marker in ENCODING_MARKERS)
+    encoding = is_encoding(site.export)
+    encodes: list[str] = []
+    if encoding and site.ids:
+        encodes = encoded_tensors(site.export, site.ids[0], tensors)
+        producers = {t["id"]: t.get("producer") for t in tensors if t["id"] in encodes}
+        fused = (site.ids[0], *dict.fromkeys(p for p in producers.values() if p and "/" in p and p != site.ids[0]))
     return {
         "index": index,
         "function": site.function,
@@ -283,7 +293,57 @@ def site_row(index: int, site: DispatchSite, fused: tuple[str, ...],
         "phase": "load" if load_time else "invocation",
         # encoding: a data-tiling layout change of the tensors its IDs name.
         "kind": "encoding" if encoding else "compute",
+        **({"encodes": encodes} if encoding else {}),
     }
+
+
+_ENCODE_RE = re.compile(r"encode_(?P<shape>(?:[0-9D]+x)*)(?P<dtype>[a-z]+\d+)_to_")
+
+
+def is_encoding(export: str) -> bool:
+    return any(marker in export for marker in ENCODING_MARKERS)
+
+
+def encoded_tensors(export: str, root: str, tensors: Sequence[dict[str, Any]]) -> list[str]:
+    """Source tensors an encoding dispatch (``_encoding_0_encode_128x784xi8_to_…``) lays
+    out: those ``root`` consumes with the export's shape (unit dims aside; ``D``: any) and
+    element type, followed back through reshapes and casts to the constant or argument
+    they come from (TFLite's weights reach a conv2d through a reshape)."""
+    match = _ENCODE_RE.search(export)
+    if match is None:
+        return []
+    wanted = [None if d == "D" else int(d) for d in match["shape"].split("x") if d and d != "1"]
+    dtype = match["dtype"].lstrip("su")
+    feeding: dict[str, list[dict[str, Any]]] = {}
+    for tensor in tensors:
+        for consumer in tensor.get("consumers", ()):
+            feeding.setdefault(consumer, []).append(tensor)
+    found = []
+    matching = []
+    for tensor in feeding.get(root, ()):
+        dims = [d for d in tensor.get("shape") or [] if d != 1]
+        if len(dims) != len(wanted) or str(tensor.get("dtype", "")).lstrip("su") != dtype \
+                or any(w is not None and w != d for w, d in zip(wanted, dims, strict=True)):
+            continue
+        # A dynamic dim (D) is one the tensor leaves dynamic too, where one does.
+        exact = all((w is None) == (d is None) for w, d in zip(wanted, dims, strict=True))
+        matching.append((exact, tensor))
+    if any(exact for exact, _ in matching):
+        matching = [(exact, tensor) for exact, tensor in matching if exact]
+    for _, tensor in matching:
+        for _ in range(4):  # back through layout-only ops to the stored tensor
+            producer = tensor.get("producer") or ""
+            op_name = producer.rsplit("/", 1)[-1].split("#")[0]
+            upstream = feeding.get(producer, [])
+            if not any(part in op_name for part in _LAYOUT_OPS) or len(upstream) < 1:
+                break
+            tensor = max(upstream, key=lambda t: t.get("bytes") or 0)
+        found.append(tensor["id"])
+    return found
+
+
+#: Ops that change only a tensor's layout or type, between a weight and its consumer.
+_LAYOUT_OPS = ("reshape", "transpose", "cast", "convert", "expand_shape", "collapse_shape")
 
 
 def site_placement(host_program: dict[str, Any]) -> dict[int, tuple[int, int, bool]]:
@@ -316,7 +376,7 @@ def site_regions(sites: Sequence[DispatchSite], regions: Sequence[DispatchRegion
     for site in sites:
         root = site.ids[0] if site.ids else None
         fused: tuple[str, ...] = tuple(site.ids)
-        if root is not None:
+        if root is not None and not is_encoding(site.export):  # encodings have no region of their own
             first = next((p for p in by_root.get(root, ()) if not used[p]), None)
             if first is not None:
                 used[first] = True

@@ -25,7 +25,7 @@ from typing import Protocol, Sequence
 from iree.compiler import ir
 from iree.compiler.api import Output, Session, ctypes_dl
 
-from dfit_mlir import toolchain
+from dfit_mlir import atomic, toolchain
 from dfit_mlir.errors import CompileError, InvalidInputError, ToolchainError
 
 #: Used when the user's flags name no target; a plain ``iree-compile`` needs one too.
@@ -136,7 +136,7 @@ def preflight_target_flags(flags: Sequence[str]) -> None:
         return
     from iree.compiler.tools.binaries import find_tool
 
-    with tempfile.TemporaryDirectory(prefix="dfit-preflight-") as scratch:
+    with atomic.scratch_directory("dfit-preflight-") as scratch:
         command = [find_tool("iree-compile"), "-", "-o", os.path.join(scratch, "probe.vmfb"),
                    *with_default_target(flags)]
         result = subprocess.run(command, input=_PREFLIGHT_MODULE, capture_output=True, text=True, timeout=300)
@@ -251,6 +251,7 @@ class SubprocessDriver(_SessionDriver):
 
         self.iree_compile = find_tool("iree-compile")
         self.workdir = Path(tempfile.mkdtemp(prefix="dfit-phases-"))
+        atomic.LIVE_TEMPORARIES.add(self.workdir)  # removed on SIGINT/SIGTERM too
 
     def _compile(self, module: ir.Operation, after: str | None, extra: list[str], out: Path) -> None:
         source = self.workdir / "in.mlirbc"
@@ -277,6 +278,7 @@ class SubprocessDriver(_SessionDriver):
         for path in self.workdir.iterdir():
             path.unlink()
         self.workdir.rmdir()
+        atomic.LIVE_TEMPORARIES.discard(self.workdir)
         super().close()
 
 

@@ -163,12 +163,14 @@ def host_program(module: ir.Operation) -> dict[str, Any]:
             function.entry[-1] = ["execute", _traced(_command_operand(function.entry[-1][1]), recording_of, by_global)]
     load_roots = {name for name, f in functions.items() if f.initializer}
     load_reach = reachable(load_roots, {n: f.calls for n, f in functions.items()})
+    call_reach = reachable({name for name, f in functions.items() if f.public},
+                           {n: f.calls for n, f in functions.items()})
     for recording in recordings:
         # A buffer stored in a global is executed by the functions that load it; one
-        # recorded where it runs, by that function.
-        recording.load_time = any(executor in load_reach and functions[executor].initializer
-                                  or executor in load_reach and recording.global_name is None
-                                  for executor in recording.executors if executor in functions)
+        # recorded where it runs, by that function. Load time: only initializers (and
+        # what only they call) execute it.
+        executors = [e for e in recording.executors if e in functions]
+        recording.load_time = bool(executors) and all(e in load_reach and e not in call_reach for e in executors)
     return {
         "recordings": [_recording_json(r) for r in recordings],
         "functions": {name: {k: v for k, v in asdict(f).items() if k != "name"} for name, f in functions.items()},

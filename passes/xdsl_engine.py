@@ -83,10 +83,16 @@ def parse(text: str, name: str = "<text>") -> ModuleOp:
 
 
 def walk_ops(root: Operation) -> Iterator[Operation]:
-    """Pre-order walk of every op nested under ``root`` (``root`` excluded)."""
-    for op in root.walk():
-        if op is not root:
-            yield op
+    """Pre-order walk of every op nested under ``root`` (``root`` excluded). Iterative:
+    xDSL's own ``Operation.walk`` recurses, and nesting depth is the input's."""
+    stack = [iter(child for region in root.regions for block in region.blocks for child in block.ops)]
+    while stack:
+        op = next(stack[-1], None)
+        if op is None:
+            stack.pop()
+            continue
+        yield op
+        stack.append(iter(child for region in op.regions for block in region.blocks for child in block.ops))
 
 
 class XdslEngine:

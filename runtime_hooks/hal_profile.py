@@ -17,13 +17,14 @@ that shows the record and the candidates — never a guess, never a silent drop.
 
 from __future__ import annotations
 
+import bisect
 import json
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from dfit_mlir import atomic
 from dfit_mlir.errors import EXIT_TOOLCHAIN_FAILED, DfitError, UnresolvedRecordError
 from dfit_mlir.perf import paused_gc
 from dfit_mlir.toolchain import runtime_tool
@@ -118,7 +119,7 @@ def capture_profile(vmfb: Path, inputs: Sequence[str], *, driver: str = "local-s
     ``function``)."""
     if driver not in DRIVERS:
         raise ProfileError(f"driver {driver!r} is not one of {', '.join(DRIVERS)}")
-    with tempfile.TemporaryDirectory(prefix="dfit-profile-") as tmp:
+    with atomic.scratch_directory("dfit-profile-") as tmp:
         profile = Path(tmp) / "profile.bin"
         if invocations == 1:
             tool, extra = "iree-run-module", []
@@ -311,24 +312,37 @@ def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], f
     # A command buffer replays the same commands: a block already explained (same
     # buffer, same exports, indices and workgroups) needs no second match.
     explained: dict[tuple[Any, ...], tuple[int, list[int]]] = {}
+    # Blocks of memoized buffers that several recordings explain equally, per buffer.
+    pending: dict[int, list[tuple[tuple[int, int], list[tuple[int, list[int]]], list[int]]]] = {}
     keys = sorted(blocks)
     for key in keys:
         block = blocks[key]
-        if numbered and len(block) > 1:
-            block.sort(key=lambda e: (e.command_index if e.command_index is not None else -1, e.start_ns))
+        if len(block) > 1:
+            # local-task: command order; local-sync (unnumbered): execution order.
+            block.sort(key=(lambda e: (e.command_index if e.command_index is not None else -1, e.start_ns))
+                       if numbered else (lambda e: e.start_ns))
         buffer = key[1]
-        signature = (buffer, *((e.command_index, e.key, e.workgroup_count) for e in block))
+        if len(block) == 1:
+            only = block[0]
+            signature: tuple[Any, ...] = (buffer, only.command_index, only.key, only.workgroup_count)
+        else:
+            signature = (buffer, *((e.command_index, e.key, e.workgroup_count) for e in block))
         fit = explained.get(signature)
         if fit is None:
             known = recording_of_buffer.get(buffer)
             pool = [known] if known is not None else load_ids + invocation_ids
             fits = [(index, positions) for index in pool
                     if (positions := _explains(recordings[index], block, numbered)) is not None]
+            if len(fits) > 1 and all(recordings[index].get("global_name") for index, _ in fits):
+                pending.setdefault(buffer, []).append((key, fits, pool))  # decided by creation order
+                continue
             if len(fits) != 1:
                 raise UnresolvedDispatchError(_unresolved(block, fits, pool, recordings, function))
             fit = explained[signature] = fits[0]
             recording_of_buffer[buffer] = fit[0]
         placed[key] = fit
+    if pending:
+        _by_creation_order(pending, recording_of_buffer, recordings, placed, blocks, function)
     starts = invocation_starts(manifest, function, invocations, recording_of_buffer, execute_submissions or keys)
     result = Join([[] for _ in range(invocations)], [], starts, recording_of_buffer)
     load = set(load_ids)
@@ -340,9 +354,10 @@ def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], f
                 site = sites[command["site"]]
                 site_of[recording["index"], position] = (site["index"], site["root_id"], tuple(site["fused_ids"]))
     first = starts[0] if starts else None
+    locate = bisect.bisect_right
     for key in keys:
         index, positions = placed[key]
-        invocation = result.invocation_of_submission(key[0])
+        invocation = locate(starts, key[0]) - 1
         phase = "load" if index in load else "invocation"
         if index in load and invocation >= 0 or index not in load and invocation < 0:
             recording = recordings[index]
@@ -351,12 +366,56 @@ def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], f
                 f"dispatch record {_describe(blocks[key][0])} of {phase}-phase recording #{index} "
                 f"({recording['function']}) was submitted in {where} of {function}")
         target = result.load_time if phase == "load" else result.invocations[invocation]
-        for event, position in zip(blocks[key], positions, strict=True):
-            site_index, root, fused = site_of[index, position]
-            target.append(JoinedDispatch(event, site_index, root, fused, phase))
-    for block in result.invocations:
-        block.sort(key=lambda j: (j.event.submission_id, j.event.command_index or 0, j.event.start_ns))
+        block = blocks[key]
+        if len(block) == 1:
+            target.append(JoinedDispatch(block[0], *site_of[index, positions[0]], phase))
+            continue
+        for event, position in zip(block, positions, strict=True):
+            target.append(JoinedDispatch(event, *site_of[index, position], phase))
+    # Blocks went in submission order, each in command order: runtime order already.
     return result
+
+
+def _by_creation_order(pending: dict[int, list[tuple[tuple[int, int], list[tuple[int, list[int]]], list[int]]]],
+                       recording_of_buffer: dict[int, int], recordings: list[dict[str, Any]],
+                       placed: dict[tuple[int, int], tuple[int, list[int]]],
+                       blocks: dict[tuple[int, int], list[DispatchEvent]], function: str) -> None:
+    """Decide between recordings with the same commands (a deduplicated export at two
+    places, on local-sync where commands are not numbered) by when their buffers were
+    created: memoized command buffers are recorded once at load, by the initializers in
+    module order, so their ``command_buffer_id`` grows with the recording's index. A
+    buffer takes the one candidate between its neighbours' recordings, and no recording
+    another buffer has; anything still open is the ambiguity error."""
+    memoized = {r["index"] for r in recordings if r.get("global_name")}
+    known = {buffer: index for buffer, index in recording_of_buffer.items() if index in memoized}
+    candidates = {buffer: set.intersection(*({index for index, _ in fits} for _, fits, _ in entries))
+                  for buffer, entries in pending.items()}
+    # Every assignment of recordings to these buffers that grows with the buffer id and
+    # gives no recording two buffers; exactly one must remain.
+    order = sorted({*known, *candidates})
+    options = [[known[b]] if b in known else sorted(candidates[b]) for b in order]
+    solutions: list[list[int]] = []
+
+    def extend(position: int, chosen: list[int]) -> None:
+        if len(solutions) > 1:
+            return
+        if position == len(order):
+            solutions.append(list(chosen))
+            return
+        for index in options[position]:
+            if not chosen or index > chosen[-1]:
+                extend(position + 1, [*chosen, index])
+
+    extend(0, [])
+    if len(solutions) == 1:
+        for buffer, index in zip(order, solutions[0], strict=True):
+            known[buffer] = recording_of_buffer[buffer] = index
+    for buffer, entries in pending.items():
+        for key, fits, pool in entries:
+            chosen = [fit for fit in fits if fit[0] == known.get(buffer)]
+            if len(chosen) != 1:
+                raise UnresolvedDispatchError(_unresolved(blocks[key], fits, pool, recordings, function))
+            placed[key] = chosen[0]
 
 
 def invocation_starts(manifest: dict[str, Any], function: str, invocations: int,
@@ -380,6 +439,8 @@ def invocation_starts(manifest: dict[str, Any], function: str, invocations: int,
         others = [e for e in _executions_reachable(manifest, function) if e is None or wanted.intersection(e)]
         if len(others) == 1:
             anchored = sorted(s for s, buffer in executions if recording_of_buffer.get(buffer) in wanted)
+            if not anchored:
+                anchored = _dispatchless_anchor(manifest, wanted, invocations, recording_of_buffer, executions)
             if len(anchored) == invocations:
                 return [s - issued_before for s in anchored]
             if anchored:
@@ -389,8 +450,25 @@ def invocation_starts(manifest: dict[str, Any], function: str, invocations: int,
     if invocations == 1:
         return [_first_after_load(manifest, recording_of_buffer, executions)]
     raise UnresolvedDispatchError(
-        f"cannot split {invocations} invocations of {function}: its entry block executes no command buffer "
-        f"of its own; run it with --repeat 1")
+        f"cannot split {invocations} invocations of {function}: no command-buffer execution in its entry "
+        f"block could be found in the records once per call; run it with --repeat 1")
+
+
+def _dispatchless_anchor(manifest: dict[str, Any], wanted: set[int], invocations: int,
+                         recording_of_buffer: dict[int, int], executions: Sequence[tuple[int, int]]) -> list[int]:
+    """Executions of an anchor recording that issues no dispatch (copies, fills): no
+    dispatch record names its buffer. A memoized one is the only buffer no dispatch
+    explains that runs exactly once per invocation; else none is found."""
+    recordings = manifest["partitions"]["recordings"]
+    if any(c["op"].startswith("dispatch") for index in wanted for c in recordings[index]["commands"]) or \
+            not all(recordings[index].get("global_name") for index in wanted):
+        return []
+    counts: dict[int, list[int]] = {}
+    for submission, buffer in executions:
+        if buffer not in recording_of_buffer:
+            counts.setdefault(buffer, []).append(submission)
+    fitting = [sorted(subs) for subs in counts.values() if len(subs) == invocations]
+    return fitting[0] if len(fitting) == 1 else []
 
 
 def _executions_reachable(manifest: dict[str, Any], function: str) -> list[list[int] | None]:

@@ -95,17 +95,59 @@ class InputPlan:
     reason: str | None = None
 
 
+#: Comparisons that make a one-hot against an iota (JAX's ``one_hot``).
+COMPARE_OPS = ("stablehlo.compare", "mhlo.compare", "arith.cmpi", "onnx.Equal", "torch.aten.eq.Tensor", "tosa.equal")
+CALL_OPS = ("func.call", "util.call")
+
+
 def integer_bounds(manifest: dict[str, Any] | None, function: str) -> dict[int, tuple[int, str]]:
     """Argument index -> (exclusive bound, why) for integer inputs that reach a gather,
-    embedding or one-hot table through casts and shape ops: the smallest dimension of
-    every table they index (an embedding: its row count)."""
+    embedding or one-hot through casts, shape ops and calls: the smallest dimension of
+    every table they index (an embedding: its row count), or the length of the iota a
+    one-hot compares them with."""
     if not manifest:
         return {}
     operators = {op["id"]: op for op in manifest.get("operators", [])}
     tensors = manifest.get("tensors", [])
     results: dict[str, list[dict[str, Any]]] = {}
+    feeding: dict[str, list[dict[str, Any]]] = {}
     for tensor in tensors:
         results.setdefault(tensor["producer"], []).append(tensor)
+        for consumer in tensor.get("consumers", ()):
+            feeding.setdefault(consumer, []).append(tensor)
+    by_id = {tensor["id"]: tensor for tensor in tensors}
+    functions = [op["id"] for op in operators.values() if op.get("parent") is None and "func" in op.get("op", "")]
+
+    def callee_arguments(call: dict[str, Any], tensor: dict[str, Any]) -> list[dict[str, Any]]:
+        """The callee's argument tensors ``tensor`` is passed as: the callee is the one
+        function whose argument types match the call's operands (calls keep no name)."""
+        wanted = [(o.get("shape"), o.get("dtype")) for o in call.get("operands") or []]
+        matches = []
+        for name in functions:
+            arguments = [by_id.get(f"{name}/arg{i}") for i in range(len(wanted))]
+            if all(arguments) and by_id.get(f"{name}/arg{len(wanted)}") is None and \
+                    [(a["shape"], a["dtype"]) for a in arguments] == wanted:  # type: ignore[index]
+                matches.append(arguments)
+        if len(matches) != 1:
+            return []
+        return [a for a in matches[0] if (a["shape"], a["dtype"]) == (tensor.get("shape"), tensor.get("dtype"))]
+
+    def iota_length(compare: str, tensor: dict[str, Any]) -> int | None:
+        for other in feeding.get(compare, ()):
+            current = other
+            for _ in range(4):
+                producer = operators.get(current.get("producer", ""))
+                if producer is None:
+                    break
+                if "iota" in producer["op"]:
+                    dims = [d for d in current.get("shape") or [] if d and d != 1]
+                    return max(dims) if dims else None
+                upstream = feeding.get(producer["id"], [])
+                if len(upstream) != 1:
+                    break
+                current = upstream[0]
+        return None
+
     bounds: dict[int, tuple[int, str]] = {}
     for argument in signature(manifest, function):
         if argument["dtype"] not in DTYPES or np.dtype(DTYPES[argument["dtype"]][1]).kind == "f":
@@ -127,6 +169,12 @@ def integer_bounds(manifest: dict[str, Any] | None, function: str) -> dict[int, 
                     if shape and table.get("shape") != tensor.get("shape") and all(d for d in shape):
                         rows = shape[0] if op["op"] == "torch.aten.embedding" else min(shape)
                         found.append((rows, f"{consumer} indexes a {'x'.join(map(str, shape))} table"))
+                elif op["op"] in COMPARE_OPS:
+                    length = iota_length(consumer, tensor)
+                    if length:
+                        found.append((length, f"{consumer} compares it with a {length}-long iota (one-hot)"))
+                elif op["op"] in CALL_OPS:
+                    frontier.extend(callee_arguments(op, tensor))
                 elif any(fragment in op["op"] for fragment in PASS_THROUGH):
                     frontier.extend(results.get(consumer, ()))
         if found:

@@ -15,6 +15,10 @@ can drive — use ``dfit run --mode full``):
 * ``lite`` — plus ``function`` events from the module's probe calls, delivered to the
   ``dfit`` hook module (the same vmfb runs without it: the probes fall back).
 
+The module runs in your process: a fault in it (SIGSEGV on an out-of-range index, say)
+kills your program, which dfit cannot isolate here; ``dfit run`` runs the same modes in
+a child process and reports such a fault as one line.
+
 ``tensors``: statistics of the values a ``--tensors`` compile traces
 (:class:`TensorPolicy`: filter, sampling, kept values). A traced module always gets a
 debug sink, even without ``tensors``: IREE would otherwise print every traced tensor.

@@ -9,9 +9,16 @@ Modes:
   received by the ``dfit`` hook module (``runtime_hooks/instrument.py``), and ``queue``
   events of the same invocations from a second pass under HAL profiling;
 * ``full`` — under HAL profiling through the shipped ``iree-run-module`` /
-  ``iree-benchmark-module``: one ``dispatch`` event per dispatch joined to its IDs,
-  ``queue`` events (submissions and non-model host operations: allocations, command
-  buffer executions, copies) and ``memory`` events (pool reservations, allocations).
+  ``iree-benchmark-module``: one ``dispatch`` event per dispatch joined to the call site
+  that issued it (``hal_profile.join_structural``), ``queue`` events (submissions and
+  non-model host operations: allocations, command buffer executions, copies) and
+  ``memory`` events (pool reservations, allocations), each in the invocation of its
+  submission.
+
+``none`` and ``ids`` run any vmfb (no manifest needed); the function comes from the
+vmfb's export table; inputs not given are made so the model can take them
+(``inputs.default_inputs``). The module always runs in a child process, so a fault in
+it is a :class:`ModuleFaultError`, not a dead ``dfit``.
 
 ``tensors`` (in-process modes): statistics of the values a ``--tensors`` compile traces.
 """
@@ -20,7 +27,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -80,7 +86,7 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
     if abi_model == "coarse-fences" and mode != "full":
         raise InvalidInputError(f"{vmfb}: {function} is an async (coarse-fences) function, which the in-process "
                                 f"modes cannot call; run it with --mode full (the IREE tools pass its fences)")
-    with tempfile.TemporaryDirectory(prefix="dfit-run-") as scratch:
+    with atomic.scratch_directory("dfit-run-") as scratch:
         if inputs:
             check_inputs(inputs, arguments)
             made = [{"shape": a["shape"], "dtype": a["dtype"], "made": "given", "value": text}

@@ -102,6 +102,23 @@ def _flip(fraction: float, byte: int) -> Callable[[bytes], bytes]:
     return apply
 
 
+def _flip_breaking_json(fraction: float, byte: int) -> Callable[[bytes], bytes]:
+    """Like :func:`_flip`, at the first position from ``fraction`` on where the flipped
+    byte breaks the JSON (a flip inside a string value would still be valid JSON)."""
+    import json
+
+    def apply(data: bytes) -> bytes:
+        for at in range(int(len(data) * fraction), len(data)):
+            flipped = data[:at] + bytes([byte]) + data[at + 1:]
+            try:
+                json.loads(flipped)
+            except ValueError:
+                return flipped
+        raise AssertionError("no position breaks the JSON")
+
+    return apply
+
+
 def _number_text(text: str) -> Callable[[bytes], bytes]:
     """Replace the first ``"macs": <int>`` value by ``text`` (raw JSON, e.g. NaN)."""
     import re
@@ -121,7 +138,7 @@ MANIFEST_CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
     "truncated-last-byte": lambda data: data[:-2],
     "flip-0xff-early": _flip(0.02, 0xFF),
     "flip-0xff-middle": _flip(0.5, 0xFF),
-    "flip-brace-middle": _flip(0.5, ord("}")),
+    "flip-brace-middle": _flip_breaking_json(0.5, ord("}")),
     "latin1-prefix": lambda data: "é".encode("latin-1") + data,
     "utf16": lambda data: data.decode().encode("utf-16"),
     "utf8-bom": lambda data: b"\xef\xbb\xbf" + data,
@@ -135,6 +152,7 @@ MANIFEST_CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
     "version-2": _edit_json(_set(("version",), "2.0")),
     "version-garbage": _edit_json(_set(("version",), "x" * 10_000)),
     "operators-not-a-list": _edit_json(_set(("operators",), "conv")),
+    "operators-a-1mb-string": _edit_json(_set(("operators",), "conv" * 250_000)),
     "no-operators": _edit_json(lambda d: d.pop("operators")),
     "no-partitions": _edit_json(lambda d: d.pop("partitions")),
     "number-5000-digits": _number_text("9" * 5000),
@@ -373,6 +391,11 @@ def option_cases() -> list[Case]:
     for name, extra, names in analyze_options:
         cases.append(Case(f"analyze-option-{name}",
                           lambda w, a, e=extra: ["analyze", put(a.bundle, w, "run"), *e, "--out", "out"], 2, names))
+    for name, argv, names in [("backends-extra-argument", ["backends", "edgetpu"], "edgetpu"),
+                              ("tools-unknown-option", ["tools", "--all"], "--all"),
+                              ("unknown-command", ["analyse", "run"], "analyse"),
+                              ("show-no-argument", ["show"], "MANIFEST_PATH")]:
+        cases.append(Case(f"usage-{name}", lambda w, a, argv=argv: list(argv), 2, names))
     explorer = [("metric-unknown", ["--metric", "speed"], "speed"), ("metric-empty", ["--metric", ","], "metric"),
                 ("key-unknown", ["--key", "hash"], "hash")]
     for name, extra, names in explorer:
@@ -549,10 +572,13 @@ def source_cases() -> list[Case]:
                 return [part.replace("{IN}", source) for part in argv]
 
             cases.append(Case(f"source-{kind}-{command}", build, status, names))
-    for depth in (500, 1000):
+    import pytest
+
+    for depth in (500, 1000):  # deeper than Python's recursion limit; iree-compile takes 2000
         cases.append(Case(f"source-nested-{depth}-opt",
                           lambda w, a, d=depth: (w.joinpath("deep.mlir").write_text(_deep_mlir(d)) and None) or
-                          ["opt", "--dfit-tag", "deep.mlir", "-o", "deep.tagged.mlir"], 0))
+                          ["opt", "--dfit-tag", "deep.mlir", "-o", "deep.tagged.mlir"], 0,
+                          marks=(pytest.mark.slow,) if depth > 500 else ()))
     cases.append(Case("compile-flag-unknown", lambda w, a: ["compile", put(a.mlir, w), "-o", "o.vmfb",
                                                             "--iree-no-such-flag"], 2, "no-such-flag"))
     cases.append(Case("compile-bad-target-triple",
@@ -623,6 +649,7 @@ def reconstruct_cases() -> list[Case]:
                                                         "--backend", "sambanova", "-o", "b"], 2, "dump"),
         Case("reconstruct-a-bundle", lambda w, a: ["reconstruct", put(a.bundle, w, "run"), "-o", "b"], 2, "run"),
         Case("reconstruct-unrelated-tflite-pair", _unrelated_pair, 2, "model_edgetpu.tflite"),
+        Case("analyze-second-tool-fails", _analysis_fails_late, 2, "bad.yaml"),
     ]
     return cases
 
@@ -681,6 +708,21 @@ def _diff_folder_twice(work: Path, art: Artifacts) -> list[str]:
     (work / "d" / "diff.csv").write_text("old\n")
     outputs.write_marker(work / "d", "diff")
     return ["diff", "run", "run", "-o", "d"]
+
+
+def _analysis_fails_late(work: Path, art: Artifacts) -> list[str]:
+    """A previous analysis in the bundle; now the first tool runs and the second fails
+    on its (bad) profile: nothing of the first may be written, the old one stays."""
+    from dfit_mlir import outputs
+
+    put(art.bundle, work, "run")
+    analysis = work / "run" / "analysis"
+    (analysis / "compile-metrics").mkdir(parents=True)
+    (analysis / "compile-metrics" / "stages.csv").write_text("old,analysis\n")
+    outputs.write_marker(analysis, "analysis")
+    (work / "bad.yaml").write_text("name: x\nbackend: x\n")
+    return ["analyze", "run", "--tool", "compile-metrics", "--tool", "program-analyzer",
+            "--option", "program-analyzer.profile=bad.yaml"]
 
 
 def success_cases() -> list[Case]:

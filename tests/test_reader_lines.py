@@ -526,14 +526,15 @@ def test_an_op_type_with_two_not_mapped_reasons_keeps_both_with_counts(tmp_path:
     assert log.cpu_status_counts("ADD") == {}
 
 
-def test_a_second_operation_log_pasted_into_the_file_is_not_added_to_the_first(tmp_path: Path) -> None:
+def test_a_second_operation_log_pasted_into_the_file_is_its_own_scope_not_added_to_the_first(tmp_path: Path) -> None:
     one = vendor_fixture("edgetpu/franco_fc_v15/model_edgetpu.log").read_text()
     path = tmp_path / "model_edgetpu.log"  # a real log pasted twice
     path.write_text(one + one)
-    log = OperationLogReader(path).log()
-    assert log.counts() == OperationLogReader(vendor_fixture("edgetpu/franco_fc_v15/model_edgetpu.log")).log().counts()
-    assert log.lines is not None
+    logs = OperationLogReader(path).logs()
+    alone = OperationLogReader(vendor_fixture("edgetpu/franco_fc_v15/model_edgetpu.log")).log()
+    assert [log.counts() for log in logs] == [alone.counts(), alone.counts()]
     total = len(one.splitlines())
-    blank = sum(1 for line in one.splitlines() if not line.strip())  # consumed as blank
-    assert (log.lines.total, log.lines.unparsed) == (2 * total, total - blank)
-    assert log.lines.problems[0] == (total + 1, "a second operation log starts here: not read")
+    assert [(log.run_scope, log.first_line) for log in logs] == [("compile0", 1), ("compile1", total + 1)]
+    assert logs[0].lines is not None and (logs[0].lines.total, logs[0].lines.unparsed) == (2 * total, 0)
+    with pytest.raises(ArtifactError, match=f"holds 2 operation logs \\(lines 1, {total + 1}\\)"):
+        OperationLogReader(path).log()  # the one-log API refuses rather than drop one

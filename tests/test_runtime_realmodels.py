@@ -98,6 +98,7 @@ def test_bert_with_default_inputs(bert: CompileResult, tmp_path: Path, driver: s
         "shape": [1, SEQUENCE], "dtype": "si64", "made": "integers-below", "bound": BERT_CONFIG["vocab_size"],
         "reason": "main/torch.aten.embedding#0 indexes a 1000x64 table"}]
     sites = bert.manifest["partitions"]["dispatch_sites"]
+    assert all(s["root_id"] in s["fused_ids"] for s in sites)
     events = events_of(result.bundle)
     dispatches = [e for e in events if e["kind"] == "dispatch"]
     # One straight-line command buffer: each invocation runs every site once, and the
@@ -126,6 +127,11 @@ def test_data_tiled_tflite_with_load_time_encodings(franco_tiled: CompileResult,
     # the matmuls run per call.
     load = [s for s in sites if s["phase"] == "load"]
     assert load and all(s["kind"] == "encoding" and s["export"].startswith("_encoding_") for s in load)
+    # The two fully-connected layers' weight matrices, each encoded once at load time.
+    weights = [t for s in load for t in s["encodes"] if t.startswith("main/tosa.const")]
+    assert len(weights) == len(set(weights)) == 2
+    for s in load:
+        assert all(t.split(":")[0] in s["fused_ids"] for t in s["encodes"])
     assert {s["kind"] for s in sites if s["phase"] == "invocation"} == {"encoding", "compute"}
     result = run_bundle(franco_tiled.vmfb, franco_tiled.manifest_path, tmp_path / "b", driver=driver, repeat=3)
     events = events_of(result.bundle)

@@ -27,7 +27,8 @@ DRIVERS = hal_profile.DRIVERS
 #: Each program's compile flags (the initializer must survive compile-time evaluation).
 FLAGS = {"initializer": ("--iree-opt-const-eval=false",), "async": ("--iree-execution-model=async-external",)}
 SOURCES = {"loop": "loop.mlir", "branch": "branch.mlir", "two": "two_functions.mlir",
-           "initializer": "initializer.mlir", "async": "two_functions.mlir", "fault": "gather_fault.mlir"}
+           "initializer": "initializer.mlir", "async": "two_functions.mlir", "fault": "gather_fault.mlir",
+           "shared": "loop_shared_export.mlir"}
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,19 @@ def test_loop_trip_count_from_an_input(compiled, tmp_path: Path, driver: str, tr
         assert [e["root_id"] for e in events] == ["main/linalg.generic#0", *["main/scf.for#0/linalg.matmul#0"] * trips,
                                                    "main/linalg.generic#1"]
         # 16x16x16 matmul: 2 workgroups; the 256-element elementwise ops: 1.
+        assert [e["workgroups"] for e in events] == [1, *[2] * trips, 1]
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("trips", [0, 2])
+def test_one_export_in_two_command_buffers(compiled, tmp_path: Path, driver: str, trips: int) -> None:
+    recordings = compiled["shared"].manifest["partitions"]["recordings"]
+    exports = [c["export"] for r in recordings for c in r["commands"] if "export" in c]
+    assert exports[0] == exports[-1] and len(set(exports)) == 2  # exp before and after: one export
+    bundle = run(compiled["shared"], tmp_path / "b", "16x16xf32=0.1", f"i32={trips}", driver=driver, repeat=2)
+    for events in by_invocation(dispatches(bundle)).values():
+        assert [e["root_id"] for e in events] == ["main/linalg.generic#0", *["main/scf.for#0/linalg.matmul#0"] * trips,
+                                                   "main/linalg.generic#1"]
         assert [e["workgroups"] for e in events] == [1, *[2] * trips, 1]
 
 
@@ -162,7 +176,8 @@ def test_unexplained_and_ambiguous_records_are_errors(compiled) -> None:
         hal_profile.join_structural(events, wrong, "main", 1)
     twin = copy.deepcopy(result.manifest)
     recordings = twin["partitions"]["recordings"]
-    recordings.append({**copy.deepcopy(recordings[1]), "index": len(recordings)})
+    # A twin recorded where it runs (no memoized buffer, so no creation order to go by).
+    recordings.append({**copy.deepcopy(recordings[1]), "index": len(recordings), "global_name": None})
     with pytest.raises(hal_profile.UnresolvedDispatchError, match=r"explained equally by recordings #1 .*, #3 "):
         hal_profile.join_structural(events, twin, "main", 1)
 
@@ -199,3 +214,36 @@ def test_a_module_fault_is_one_line_exit_3_and_no_bundle(compiled, tmp_path: Pat
     # Default inputs of the same module: the index defaults to 0, which the model can take.
     ok = run_bundle(result.vmfb, result.manifest_path, tmp_path / "ok", mode=mode)
     assert [i["made"] for i in ok.summary["inputs"]] == ["random-normal", "zeros"]
+
+
+@pytest.mark.frontends
+def test_jax_program_with_private_helpers_and_a_one_hot(tmp_path: Path) -> None:
+    """A JAX program (one public main; private _one_hot and log_softmax helpers) runs
+    with default inputs: main is the entry point, and the labels are below the one-hot
+    depth."""
+    import jax
+    import jax.numpy as jnp
+
+    def loss(x, labels):
+        logits = x @ jnp.ones((8, 4))
+        return -(jax.nn.log_softmax(logits) * jax.nn.one_hot(labels, 4)).sum()
+
+    source = tmp_path / "loss.mlir"
+    source.write_text(jax.jit(loss).lower(jnp.ones((2, 8)), jnp.zeros((2,), jnp.int32)).as_text(debug_info=True))
+    assert "func.func private @log_softmax" in source.read_text()
+    compiled = compile_instrumented(source, tmp_path / "loss.vmfb", mode="ids")
+    result = run_bundle(compiled.vmfb, compiled.manifest_path, tmp_path / "b", repeat=2)
+    assert result.summary["function"] == "main"
+    assert [(i["made"], i.get("bound")) for i in result.summary["inputs"]] == [("random-normal", None),
+                                                                               ("integers-below", 4)]
+    events = dispatches(result.bundle)
+    assert events and all(e["site"] is not None and e["root_id"] for e in events)
+
+
+def test_every_site_has_its_root_among_its_fused_ids(compiled) -> None:
+    for name, result in compiled.items():
+        sites = result.manifest["partitions"]["dispatch_sites"]
+        assert sites, name
+        for site in sites:
+            assert site["root_id"] in site["fused_ids"], (name, site)
+            assert site["recording"] is not None and site["command_index"] is not None, (name, site)

@@ -60,6 +60,20 @@ def _manifest(*chain: tuple[str, list]) -> dict:
     return {"operators": operators, "tensors": tensors}
 
 
+def _one_hot_manifest() -> dict:
+    """main(arg0) compared with a broadcast iota of 10, as JAX's one_hot lowers."""
+    manifest = _manifest(("stablehlo.broadcast_in_dim", [IDS]), ("stablehlo.compare", [IDS, IDS]))
+    manifest["operators"] += [{"id": "main/stablehlo.iota#0", "op": "stablehlo.iota", "operands": []},
+                              {"id": "main/stablehlo.broadcast_in_dim#9", "op": "stablehlo.broadcast_in_dim",
+                               "operands": [{"shape": [1, 10]}]}]
+    manifest["tensors"] += [
+        {"id": "main/stablehlo.iota#0:0", "producer": "main/stablehlo.iota#0",
+         "consumers": ["main/stablehlo.broadcast_in_dim#9"], "shape": [1, 10], "dtype": "si64"},
+        {"id": "main/stablehlo.broadcast_in_dim#9:0", "producer": "main/stablehlo.broadcast_in_dim#9",
+         "consumers": ["main/stablehlo.compare#1"], "shape": [8, 10], "dtype": "si64"}]
+    return manifest
+
+
 TABLE = {"shape": [500, 16], "dtype": "f32"}
 IDS = {"shape": [1, 8], "dtype": "si64"}
 
@@ -70,6 +84,7 @@ IDS = {"shape": [1, 8], "dtype": "si64"}
     (_manifest(("onnx.Gather", [{"shape": [30, 40, 7]}, IDS])), {0: 7}),  # any axis: the smallest dim
     (_manifest(("torch.aten.add.Tensor", [IDS, IDS]), ("torch.aten.embedding", [TABLE, IDS])), {}),  # not an index
     (_manifest(("torch.aten.mul.Tensor", [IDS, IDS])), {}),
+    (_one_hot_manifest(), {0: 10}),
 ])
 def test_integer_bounds(manifest: dict, expected: dict[int, int]) -> None:
     assert {k: bound for k, (bound, _) in integer_bounds(manifest, "main").items()} == expected
@@ -86,3 +101,39 @@ def test_integer_bounds(manifest: dict, expected: dict[int, int]) -> None:
 ])
 def test_export_declarations(declaration: str | None, arguments: list | None) -> None:
     assert ExportedFunction("f", declaration).arguments == arguments
+
+
+def test_a_fault_saves_the_generated_inputs(tmp_path) -> None:
+    """Generated inputs live in a scratch directory that goes with the run: a fault
+    copies them beside the (unwritten) bundle and names that directory."""
+    import numpy as np
+
+    from dfit_mlir.errors import ModuleFaultError
+    from dfit_mlir.runtime_hooks.run import FaultContext
+
+    scratch = tmp_path / "dfit-run-abc"
+    scratch.mkdir()
+    np.save(scratch / "input0.npy", np.arange(4))
+    fault = FaultContext(tmp_path / "m.vmfb", "main", [f"@{scratch / 'input0.npy'}", "2xf32=1"], tmp_path / "b", 1)
+    with pytest.raises(ModuleFaultError, match=r"m\.vmfb: main faulted with SIGABRT in iree-run-module in invocation 1 "
+                                               r"of 1 \(no bundle written\); inputs used: .*/b\.fault-inputs$"):
+        fault.raise_for(6, "iree-run-module")
+    assert np.array_equal(np.load(tmp_path / "b.fault-inputs" / "input0.npy"), np.arange(4))
+    assert not (tmp_path / "b").exists()
+
+
+def test_an_anchor_that_dispatches_nothing_is_found_by_its_executions() -> None:
+    """The entry block's first command buffer only copies (no dispatch record names its
+    buffer): it is the one buffer nothing else explains that runs once per call."""
+    from dfit_mlir.runtime_hooks.hal_profile import invocation_starts
+
+    manifest = {"partitions": {
+        "recordings": [
+            {"index": 0, "function": "__main_memoize_apply", "commands": [{"op": "copy_buffer"}],
+             "global_name": "g0", "executors": ["main"], "load_time": False},
+            {"index": 1, "function": "__main_memoize_apply_0", "commands": [{"op": "dispatch", "site": 0}],
+             "global_name": "g1", "executors": ["main"], "load_time": False}],
+        "host_functions": {"main": _function([["queue"], ["execute", [0]]], 4) | {"executes": [[0], [1]]}},
+    }}
+    executions = [(4, 1), (6, 2), (9, 1), (11, 2)]  # (submission, command buffer) of each execute
+    assert invocation_starts(manifest, "main", 2, {2: 1}, executions) == [3, 8]

@@ -14,11 +14,12 @@ from __future__ import annotations
 import calendar
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from dfit_mlir.adapters.cerebras.logs import BACKEND
-from dfit_mlir.adapters.lines import Line, finite, read_file
+from dfit_mlir.adapters.lines import Line, Scopes, finite, read_file
 from dfit_mlir.adapters.recovery import (
     ArtifactError,
     Coverage,
@@ -304,18 +305,28 @@ class CompileReportReader:
     def read(self) -> Recovery:
         """Rules: the title and rule lines are decoration; ``Key: figure`` lines before
         the kernel table are overall estimates (no time: the compiler's prediction);
-        ``| ... |`` rows are the kernel table (its first row the header)."""
+        ``| ... |`` rows are the kernel table (its first row the header). The title
+        line starts a report: a second one after figures were read is a second report
+        pasted into the file, its own scope (``compile1``), whose figures and kernels are
+        kept apart from the first's."""
         compile_hash = compile_hash_of(self.path)
         measurements: list[Measurement] = []
         partitions: list[RecoveredPartition] = []
         columns: list[str] | None = None
         seen: dict[str, int] = {}
+        scopes = Scopes("compile")
+        read_in_scope = False
 
         def feed(line: Line) -> bool:
-            nonlocal columns
+            nonlocal columns, seen, read_in_scope
             number, text = line.number, line.text.strip()
-            if text.startswith(("#", "+", "---")) or text == "Estimated Overall Performance":
-                return True  # title, comments and table frames: decoration
+            if text == "Estimated Overall Performance":
+                if read_in_scope or not scopes.all:
+                    scopes.open(number if scopes.all else 1)
+                    columns, seen, read_in_scope = None, {}, False
+                return True
+            if text.startswith(("#", "+", "---")):
+                return True  # comments and table frames: decoration
             if text.startswith("|"):
                 cells = [cell.strip() for cell in text.strip("|").split("|")]
                 if columns is None:
@@ -329,7 +340,9 @@ class CompileReportReader:
                     raise ArtifactError.at(
                         self.path, number, f"kernel row has {len(cells)} cells, the header {len(columns)}"
                     )
-                partitions.append(self.kernel(number, columns, cells, seen, compile_hash))
+                kernel = self.kernel(number, columns, cells, seen, compile_hash)
+                partitions.append(replace(kernel, attributes={**kernel.attributes, "run_scope": scopes.current.id}))
+                read_in_scope = True
                 return True
             key, colon, value = text.partition(":")
             if not colon or columns is not None:
@@ -343,14 +356,28 @@ class CompileReportReader:
                     float(figure),
                     "samples/s" if name.endswith("per_sec") else unit,
                     origin=f"{self.path}:{number}",
-                    attributes={"text": value.strip(), "compile_hash": compile_hash},
+                    attributes={"text": value.strip(), "compile_hash": compile_hash, "run_scope": scopes.current.id},
                 )
             )
+            read_in_scope = True
             return True
 
         lines = read_file(self.path, feed, required=False)
         if not measurements and not partitions:
             raise ArtifactError.at(self.path, None, "no estimates found")
+        attributes: dict[str, Any] = {"compile_report": {"compile_hash": compile_hash, "kernels": len(partitions)}}
+        if len(scopes.all) > 1:
+            # Several reports in one file: kernel IDs of each within its own scope, so
+            # the same kernel of two reports stays two partitions.
+            partitions = [replace(p, id=f"{p.attributes['run_scope']}/{p.id}") for p in partitions]
+            attributes["compiles"] = [
+                {
+                    **scope,
+                    "kernels": sum(1 for p in partitions if p.attributes["run_scope"] == scope["run_scope"]),
+                    "estimates": sum(1 for m in measurements if m.attributes["run_scope"] == scope["run_scope"]),
+                }
+                for scope in scopes.as_attribute()
+            ]
         notes = [
             CoverageNote(
                 "static_cost",
@@ -366,7 +393,7 @@ class CompileReportReader:
             partitions=tuple(partitions),
             measurements=tuple(measurements),
             coverage=tuple(notes),
-            attributes={"compile_report": {"compile_hash": compile_hash, "kernels": len(partitions)}},
+            attributes=attributes,
         )
 
     def kernel(

@@ -322,8 +322,9 @@ def _read_all(paths: Iterable[Path | str]) -> _Inputs:
             inputs.models.append(TFLiteModelReader(path).model())
             inputs.sources.append(source_artifact(path, reader.format, TFLiteModelReader.parser))
         elif reader is OperationLogReader:
-            inputs.logs.append(OperationLogReader(path).log())
-            inputs.sources.append(source_artifact(path, reader.format, lines=inputs.logs[-1].lines))
+            logs = OperationLogReader(path).logs()  # one per compile pasted into the file
+            inputs.logs.extend(logs)
+            inputs.sources.append(source_artifact(path, reader.format, lines=logs[0].lines))
         elif reader is ConsoleSummaryReader:
             inputs.consoles.append(ConsoleSummaryReader(path).summary())
             inputs.sources.append(source_artifact(path, reader.format, lines=inputs.consoles[-1].lines))
@@ -337,11 +338,14 @@ def _group(inputs: _Inputs, scopes: dict[Path, str]) -> tuple[list[ModelGroup], 
     groups: list[ModelGroup] = []
 
     def take_log(compiled: TFLiteModel) -> OperationLog | None:
-        for log in logs:
-            names = {Path(log.output_model or "").name, log.path.stem + ".tflite"}
-            if log.path.parent == compiled.path.parent and compiled.path.name in names:
-                logs.remove(log)
-                return log
+        # The log that names this output first: a file of several pasted logs has one
+        # file name for all of them.
+        for by_name in (True, False):
+            for log in logs:
+                names = {Path(log.output_model or "").name} if by_name else {log.path.stem + ".tflite"}
+                if log.path.parent == compiled.path.parent and compiled.path.name in names:
+                    logs.remove(log)
+                    return log
         return None
 
     def take_original(directory: Path | None, names: set[str]) -> TFLiteModel | None:
@@ -371,6 +375,8 @@ def _group(inputs: _Inputs, scopes: dict[Path, str]) -> tuple[list[ModelGroup], 
             group.key = (
                 scopes[group.compiled.path] if group.compiled else f"{group.name} ({group.directory()})"
             )
+        if group.key in taken and group.log is not None:  # one model's log pasted twice into a file
+            group.key = f"{group.key} [{group.log.run_scope}]"
         taken.add(group.key)
 
     unattached = []

@@ -99,6 +99,10 @@ class OperationLog:
     output_model: str | None
     rows: tuple[OperationRow, ...]
     lines: LineAccount | None = field(default=None, compare=False)
+    #: Which log of its file this is (``compile0``; ``compile1`` for a second log
+    #: pasted after the first) and the line it starts at.
+    run_scope: str = "compile0"
+    first_line: int = 1
 
     @property
     def model(self) -> str:
@@ -164,24 +168,47 @@ class OperationLogReader:
         has_log_lines = any(_PATH_RE.match(line) or _HEADER_RE.match(line) for line in lines)
         return has_log_lines and not any(line.startswith("Input model:") for line in lines)
 
-    def log(self) -> OperationLog:
+    def logs(self) -> tuple[OperationLog, ...]:
+        """Every operation log of the file, in order: one per compile (a file holding
+        several pasted logs gives several, each its own scope, none added to another)."""
         state = _OpLogState(self.path)
         account = read_file(self.path, state.feed)
-        if state.version is None:
+        state.close_log()
+        first = state.done[0] if state.done else None
+        if first is None or first.version is None:
             raise ArtifactError.at(self.path, 1, "no 'Edge TPU Compiler version' line")
-        if not state.in_table:
+        if not first.in_table:
             raise ArtifactError.at(self.path, None, "no 'Operator  Count  Status' table")
-        return OperationLog(
-            self.path,
-            state.version,
-            state.paths.get("Input"),
-            state.paths.get("Output"),
-            tuple(state.rows),
-            account,
+        for part in state.done[1:]:
+            if not part.in_table:
+                raise ArtifactError.at(
+                    self.path, part.first_line, "an operation log starts here but has no 'Operator  Count  Status' table"
+                )
+        return tuple(
+            OperationLog(
+                self.path,
+                part.version or first.version,
+                part.paths.get("Input"),
+                part.paths.get("Output"),
+                tuple(part.rows),
+                account,
+                run_scope=f"compile{index}",
+                first_line=part.first_line,
+            )
+            for index, part in enumerate(state.done)
         )
 
+    def log(self) -> OperationLog:
+        """The file's operation log; a file holding several is an error here (read it
+        with :meth:`logs`, which keeps them apart)."""
+        logs = self.logs()
+        if len(logs) > 1:
+            starts = ", ".join(str(log.first_line) for log in logs)
+            raise ArtifactError.at(self.path, None, f"holds {len(logs)} operation logs (lines {starts}): one expected")
+        return logs[0]
+
     def read(self) -> Recovery:
-        return log_recovery(self.log(), self.format)
+        return logs_recovery(self.logs(), self.format)
 
 
 #: A table row's line -> (IDs of the ops it counts, the partition they run in).
@@ -206,6 +233,7 @@ def log_measurements(log: OperationLog, links: RowLinks | None = None) -> tuple[
                 "op_type": row.op_type,
                 "status": row.status,
                 "mapped": row.mapped,
+                "run_scope": log.run_scope,
             },
         )
         for row in log.rows
@@ -225,61 +253,85 @@ def log_attributes(log: OperationLog) -> dict[str, object]:
 
 
 def log_recovery(log: OperationLog, format: str = OperationLogReader.format) -> Recovery:
+    return logs_recovery((log,), format)
+
+
+def logs_recovery(logs: tuple[OperationLog, ...], format: str = OperationLogReader.format) -> Recovery:
+    """The logs of one file (one per compile pasted into it)."""
+    first = logs[0]
+    total = sum(log.total for log in logs)
+    mapped = sum(log.mapped for log in logs)
+    attributes = log_attributes(first)
+    if len(logs) > 1:
+        attributes["compiles"] = [
+            {"run_scope": log.run_scope, "first_line": log.first_line, **log_attributes(log)} for log in logs
+        ]
     return Recovery(
         backend=BACKEND,
-        sources=(source_artifact(log.path, format, lines=log.lines),),
-        measurements=log_measurements(log),
+        sources=(source_artifact(first.path, format, lines=first.lines),),
+        measurements=tuple(m for log in logs for m in log_measurements(log)),
         coverage=(
             CoverageNote(
                 "operators",
                 Coverage.PARTIAL,
-                f"{log.total} ops counted per type and mapping status; no individual ops",
+                f"{total} ops counted per type and mapping status; no individual ops"
+                + (f" ({len(logs)} compiles)" if len(logs) > 1 else ""),
             ),
             CoverageNote(
                 "partitions",
                 Coverage.PARTIAL,
-                f"{log.mapped} ops mapped to the Edge TPU, {log.total - log.mapped} not; "
-                "which op went where needs the models",
+                f"{mapped} ops mapped to the Edge TPU, {total - mapped} not; which op went where needs the models",
             ),
         ),
-        attributes=log_attributes(log),
+        attributes=attributes,
     )
+
+
+@dataclass
+class _LogPart:
+    """One operation log of a file, while it is read."""
+
+    first_line: int
+    version: str | None = None
+    paths: dict[str, str] = field(default_factory=dict)
+    rows: list[OperationRow] = field(default_factory=list)
+    in_table: bool = False
 
 
 @dataclass
 class _OpLogState:
     """The operation log's rules: a head (version, model paths), the table header, then
-    one row per op type and status. Every record is a fact of the compile (no time)."""
+    one row per op type and status. Every record is a fact of the compile (no time). A
+    version line after a table starts the next log pasted into the file (one per
+    compile: its counts are never added to the previous log's); one repeated before
+    the table is a duplicated header line."""
 
     path: Path
-    version: str | None = None
-    paths: dict[str, str] = field(default_factory=dict)
-    rows: list[OperationRow] = field(default_factory=list)
-    in_table: bool = False
-    #: Line where a second log pasted into the file starts (its lines are not read).
-    second_log: int | None = None
+    part: _LogPart = field(default_factory=lambda: _LogPart(1))
+    done: list[_LogPart] = field(default_factory=list)
+
+    @property
+    def in_table(self) -> bool:
+        return self.part.in_table
+
+    def close_log(self) -> None:
+        self.done.append(self.part)
 
     def version_line(self, found: re.Match[str], line: Line) -> None:
-        self.version = found["version"]
+        if self.part.in_table:
+            self.close_log()
+            self.part = _LogPart(line.number)
+        self.part.version = found["version"]
 
     def path_line(self, found: re.Match[str], line: Line) -> None:
-        self.paths[found["key"]] = found["path"].strip()
+        self.part.paths[found["key"]] = found["path"].strip()
 
     def header(self, found: re.Match[str], line: Line) -> None:
-        self.in_table = True
+        self.part.in_table = True
 
     def feed(self, line: Line) -> bool:
-        if self.second_log is not None:
-            raise ArtifactError.at(
-                self.path, line.number, f"part of a second operation log pasted at line {self.second_log}: not read"
-            )
-        if self.in_table and _VERSION_RE.match(line.text):
-            # One log per compile: the counts of a second one would add to the first's.
-            # (A version line repeated before the table is a duplicated header line.)
-            self.second_log = line.number
-            raise ArtifactError.at(self.path, line.number, "a second operation log starts here: not read")
-        if self.in_table and not _HEADER_RE.match(line.text):
-            self.rows.append(parse_table_row(self.path, line.number, line.text))
+        if self.part.in_table and not _HEADER_RE.match(line.text) and not _VERSION_RE.match(line.text):
+            self.part.rows.append(parse_table_row(self.path, line.number, line.text))
             return True
         return apply_rules(_OPLOG_RULES, self, line)
 

@@ -449,6 +449,8 @@ class _Operator:
     op_type: str
     first_line: int
     scope: str = "graph"
+    #: The compile of the file it belongs to (``compile0``, ``compile1``, ...).
+    run_scope: str = "compile0"
     partition: str | None = None
     inputs: list[ValueInfo] = field(default_factory=list)
     outputs: list[ValueInfo] = field(default_factory=list)
@@ -464,6 +466,7 @@ class _Partition:
     #: N of ``partition_N_M_``.
     index: int
     first_line: int
+    run_scope: str = "compile0"
     status: str | None = None
     log_dir: str | None = None
     rail_warnings: int = 0
@@ -511,9 +514,12 @@ class _CompileLogParse:
         self.tracebacks = TracebackCollector()
         self.facts: dict[str, Any] = {}
         self.evidence = False
-        self.operators: dict[str, _Operator] = {}
+        #: Keyed by (compile scope, operator name): two compiles pasted into one file
+        #: name the same operators, which stay two operators.
+        self.operators: dict[tuple[str, str], _Operator] = {}
         self.unnamed: list[_Operator] = []
-        self.partitions: dict[str, _Partition] = {}
+        #: Keyed by (compile scope, partition ID), as operators.
+        self.partitions: dict[tuple[str, str], _Partition] = {}
         self.current_partition: _Partition | None = None
         self.squeezed: _Operator | None = None
         self.plasma_modules: list[dict[str, Any]] = []
@@ -524,9 +530,14 @@ class _CompileLogParse:
         self.warning_lines = 0
         self.log_files: list[str] = []
         self.log_ids: list[str] = []
-        self.app_stamps: list[tuple[str, int, str, int]] = []
+        #: (stamp, pid, message, line, compile scope).
+        self.app_stamps: list[tuple[str, int, str, int, str]] = []
         self.measurements: list[Measurement] = []
-        self.script_marks: dict[str, tuple[int, int]] = {}
+        #: (compile scope, START|END) → (job-script seconds, line).
+        self.script_marks: dict[tuple[str, str], tuple[int, int]] = {}
+        #: The job-script header of each compile (a pasted second job log has its own
+        #: model, date and SambaFlow version).
+        self.scope_headers: dict[str, JobScriptHeader] = {}
         self.scopes = Scopes("compile")
         self.noise = ConsoleNoise()
         self.pef_written_in_scope = False
@@ -536,6 +547,19 @@ class _CompileLogParse:
 
     def origin(self, number: int) -> str:
         return f"{self.path}:{number}"
+
+    @property
+    def scope_id(self) -> str:
+        """The compile the line being read belongs to."""
+        return self.scopes.current.id if self.scopes.all else "compile0"
+
+    def scope_at(self, number: int) -> str:
+        """The compile a line read earlier belongs to (the last one started at or before it)."""
+        found = "compile0"
+        for scope in self.scopes.all:
+            if scope.first_line <= number:
+                found = scope.id
+        return found
 
     # -- the pass --------------------------------------------------------------------
 
@@ -569,7 +593,13 @@ class _CompileLogParse:
             self.bracketed(found["level"], found["component"], found["scope"], found["message"])
             return True
         in_context = self.current_partition is not None and self.partition_context(line)
+        model = JobScriptHeader._MODEL.match(line)
+        if model is not None:
+            # A job script prints its header once: a second ``Model:`` line is a second
+            # job log pasted after the first, and starts its compile.
+            self.compile_scope(number, "job_model", model["model"])
         if self.header.feed(line):
+            self.scope_headers.setdefault(self.scope_id, JobScriptHeader()).feed(line)
             self.job_lines += 1
             return True
         return (
@@ -586,22 +616,23 @@ class _CompileLogParse:
 
     def compile_scope(self, number: int, fact: str, value: Any) -> None:
         """A fact every compile states once: seen again, it starts the next compile of
-        the file (a console transcript of several compiles)."""
-        scope = self.scopes.current if self.scopes.all else self.scopes.open(number)
+        the file (a console transcript of several compiles, job logs pasted together)."""
+        scope = self.scopes.current if self.scopes.all else self.scopes.open(1)
         if fact in scope.facts:
             scope = self.scopes.open(number)
+            # Nothing read in the previous compile goes on into this one.
+            self.current_partition = None
+            self.squeezed = None
         scope.facts[fact] = value
 
     def script_line(self, number: int, line: str) -> bool | Continue:
         found = _SCRIPT_MARK.match(line)
         if found is not None:
             self.evidence = True
-            self.script_marks[found["which"]] = (
-                to_int(found["value"], self.path, number, line.strip()),
-                number,
-            )
+            seconds = to_int(found["value"], self.path, number, line.strip())
             if found["which"] == "START":
                 self.compile_scope(number, "compile_start", number)
+            self.script_marks[(self.scope_id, found["which"])] = (seconds, number)
             return True
         found = _SCRIPT_DURATION.match(line)
         if found is not None:
@@ -674,7 +705,7 @@ class _CompileLogParse:
         message = found["message"].strip()
         if "compile mode" in message:
             self.evidence = True
-        self.app_stamps.append((found["stamp"], pid, message, number))
+        self.app_stamps.append((found["stamp"], pid, message, number, self.scope_id))
 
     def levelled(self, number: int, level: str, message: str) -> None:
         if level == "warning":
@@ -774,6 +805,7 @@ class _CompileLogParse:
             op_type=found["op"],
             first_line=number,
             status="dimension mapping not supported",
+            run_scope=self.scope_id,
         )
         operator.attributes["ssa"] = f"%{found['ssa']}"
         if len(message_types) == 2 and ") -> " in message_types[1]:
@@ -791,7 +823,9 @@ class _CompileLogParse:
     def plasma_start(self, number: int, found: re.Match[str]) -> None:
         self.current_partition = None
         module = PurePosixPath(found["dir"]).name
-        self.plasma_modules.append({"module": module, "line": number, "passes": [], "status": None})
+        self.plasma_modules.append(
+            {"module": module, "line": number, "passes": [], "status": None, "run_scope": self.scope_id}
+        )
 
     def plasma_pass(self, number: int, found: re.Match[str]) -> None:
         if self.plasma_modules:
@@ -844,19 +878,21 @@ class _CompileLogParse:
         scope.facts.setdefault("pef_line", number)
 
     def named_operator(self, name: str, number: int) -> _Operator:
-        operator = self.operators.get(name)
+        operator = self.operators.get((self.scope_id, name))
         if operator is None:
             _, _, op_type = split_operator_name(name)
-            operator = _Operator(name=name, op_type=op_type, first_line=number)
-            self.operators[name] = operator
+            operator = _Operator(name=name, op_type=op_type, first_line=number, run_scope=self.scope_id)
+            self.operators[(self.scope_id, name)] = operator
         return operator
 
     def partition(self, vendor_name: str, number: int) -> _Partition:
-        key = partition_id(vendor_name)
+        key = (self.scope_id, partition_id(vendor_name))
         if key not in self.partitions:
             # the callers' patterns guarantee ``partition_<N>_<M>_``
             index = int(vendor_name.split("_")[1])
-            self.partitions[key] = _Partition(name=vendor_name, index=index, first_line=number)
+            self.partitions[key] = _Partition(
+                name=vendor_name, index=index, first_line=number, run_scope=self.scope_id
+            )
         return self.partitions[key]
 
     def named_tensors(self, number: int, side: str, body: str) -> None:
@@ -887,19 +923,23 @@ class _CompileLogParse:
         if found is None:
             return False
         key = partition_id(found["partition"])
-        partition = self.partitions.get(key)
+        partition = self.partitions.get((self.scope_id, key))
         if partition is None:
             return False
         partition.naming_groups.add(int(found["group"]))
         if "__" not in found["name"]:
             return True  # a buffer's own name (``tbuf1a_8_0_35187``), not an operator's
-        operator = self.operators.get(found["name"])
+        operator = self.operators.get((self.scope_id, found["name"]))
         if operator is None:
             _, _, op_type = split_operator_name(found["name"])
             operator = _Operator(
-                name=found["name"], op_type=op_type, first_line=partition.first_line, scope=key
+                name=found["name"],
+                op_type=op_type,
+                first_line=partition.first_line,
+                scope=key,
+                run_scope=self.scope_id,
             )
-            self.operators[found["name"]] = operator
+            self.operators[(self.scope_id, found["name"])] = operator
         if operator.partition is None:
             operator.partition = key
             operator.attributes["naming_group"] = int(found["group"])
@@ -932,6 +972,12 @@ class _CompileLogParse:
         partitions = self.build_partitions(operators)
         self.compile_timing()
         self.compile_outcomes(failure)
+        if len(self.scopes.all) > 1:
+            # Resource estimates name their partition as the compile printed it.
+            self.measurements = [
+                m if m.partition is None else replace(m, partition=self.scoped(m.attributes["run_scope"], m.partition))
+                for m in self.measurements
+            ]
         attributes: dict[str, Any] = {
             **self.header.facts,
             **self.facts,
@@ -960,9 +1006,7 @@ class _CompileLogParse:
         if self.noise.facts:
             attributes["console"] = self.noise.facts
         if len(self.scopes.all) > 1:
-            attributes["compiles"] = [
-                {k: v for k, v in scope.items() if k != "app_args"} for scope in self.scopes.as_attribute()
-            ]
+            attributes["compiles"] = self.compiles_attribute(operators, partitions)
         attributes["compiler_warning_lines"] = self.warning_lines
         return Recovery(
             backend=BACKEND,
@@ -974,15 +1018,49 @@ class _CompileLogParse:
             attributes=attributes,
         )
 
+    def compiles_attribute(
+        self, operators: tuple[RecoveredOperator, ...], partitions: tuple[RecoveredPartition, ...]
+    ) -> list[dict[str, Any]]:
+        """One entry per compile of the file: where it starts, its own job header facts
+        (model, SambaFlow version), its PEF, and how many records are its own."""
+        compiles = []
+        for scope in self.scopes.as_attribute():
+            run_scope = scope["run_scope"]
+            header = self.scope_headers.get(run_scope)
+            compiles.append(
+                {
+                    **{k: v for k, v in scope.items() if k not in ("app_args", "job_model")},
+                    **(header.facts if header is not None else {}),
+                    "operators": sum(1 for o in operators if o.attributes["run_scope"] == run_scope),
+                    "partitions": sum(
+                        1 for p in partitions if p.kind == "partition" and p.attributes["run_scope"] == run_scope
+                    ),
+                    "sections": sum(
+                        1 for p in partitions if p.kind == "section" and p.attributes["run_scope"] == run_scope
+                    ),
+                    "measurements": sum(1 for m in self.measurements if m.attributes["run_scope"] == run_scope),
+                }
+            )
+        return compiles
+
     def compile_outcomes(self, failure: Traceback | None) -> None:
         """One ``compile.outcome`` record per compile of the file (its scope): what it
         was asked to build and the PEF it wrote. No time: the transcripts carry none."""
         if not self.scopes.all:
             self.scopes.open(1)
-        last = len(self.scopes.all) - 1
-        for index, scope in enumerate(self.scopes.all):
+        failed_in = None if failure is None else self.scope_at(failure.first_line)
+        for scope in self.scopes.all:
             wrote = scope.facts.get("pef_path")
-            status = "succeeded" if wrote else ("failed" if failure is not None and index == last else "incomplete")
+            if wrote:
+                status = "succeeded"
+            elif not scope.facts.keys() & {"compile_start", "command", "app_args"} and len(self.scopes.all) > 1:
+                # A job header and nothing of a compile (a run's job log pasted after it):
+                # its traceback, if any, is not a compile's failure.
+                status = "no compile output"
+            elif scope.id == failed_in:
+                status = "failed"
+            else:
+                status = "incomplete"
             args = scope.facts.get("app_args") or {}
             self.add(
                 Measurement(
@@ -1036,6 +1114,7 @@ class _CompileLogParse:
                     op_type=op_type,
                     first_line=failure.first_line,
                     status="compile failed",
+                    run_scope=self.scope_at(failure.first_line),
                 )
                 operator.attributes["error"] = f"{failure.exception}: {failure.message}"
                 if caller is not None:
@@ -1052,13 +1131,19 @@ class _CompileLogParse:
             failed = self.failed_operator(failure)
             if failed is not None:
                 pending.append(failed)
-        root = _shared_root([o.name for o in pending if o.name is not None])
-        counts: Counter[tuple[str, str]] = Counter()
+        roots = {
+            run_scope: _shared_root([o.name for o in pending if o.name is not None and o.run_scope == run_scope])
+            for run_scope in {o.run_scope for o in pending}
+        }
+        counts: Counter[tuple[str, str, str]] = Counter()
         built: list[RecoveredOperator] = []
         for operator in sorted(pending, key=lambda o: o.first_line):
-            k = counts[(operator.scope, operator.op_type)]
-            counts[(operator.scope, operator.op_type)] += 1
+            counted = (operator.run_scope, operator.scope, operator.op_type)
+            k = counts[counted]
+            counts[counted] += 1
+            root = roots[operator.run_scope]
             attributes = dict(operator.attributes)
+            attributes["run_scope"] = operator.run_scope
             module_path: tuple[str, ...] = ()
             phase = None
             if operator.name is not None:
@@ -1072,7 +1157,7 @@ class _CompileLogParse:
                 attributes["dim_names"] = operator.dim_names
             built.append(
                 RecoveredOperator(
-                    id=f"{operator.scope}/{operator.op_type}#{k}",
+                    id=self.scoped(operator.run_scope, f"{operator.scope}/{operator.op_type}#{k}"),
                     op=f"{BACKEND}.{operator.op_type}",
                     index=operator.first_line,
                     name=operator.name,
@@ -1081,12 +1166,18 @@ class _CompileLogParse:
                     source=operator.source,
                     module_path=module_path,
                     phase=phase,
-                    partition=operator.partition,
+                    partition=None if operator.partition is None else self.scoped(operator.run_scope, operator.partition),
                     status=operator.status,
                     attributes=attributes,
                 )
             )
         return tuple(built)
+
+    def scoped(self, run_scope: str, local_id: str) -> str:
+        """The ID of a record of one compile: ``compile1/partition_7_0`` when the file
+        holds several compiles (their partitions and operators share names), the local ID
+        when it holds one (the IDs of a single compile log do not change)."""
+        return f"{run_scope}/{local_id}" if len(self.scopes.all) > 1 else local_id
 
     def build_partitions(
         self, operators: tuple[RecoveredOperator, ...]
@@ -1095,26 +1186,36 @@ class _CompileLogParse:
         for operator in operators:
             if operator.partition is not None:
                 members.setdefault(operator.partition, []).append(operator.id)
-        sections: list[tuple[str, int, int, dict[str, Any]]] = []
+        #: (compile scope, module, first, last, module record)
+        sections: list[tuple[str, str, int, int, dict[str, Any]]] = []
         for module in self.plasma_modules:
             found = _SECTIONS_MODULE.match(module["module"])
             if found is not None:
-                sections.append((module["module"], int(found["first"]), int(found["last"]), module))
+                sections.append(
+                    (module["run_scope"], module["module"], int(found["first"]), int(found["last"]), module)
+                )
         section_of: dict[str, str] = {}
         built: list[RecoveredPartition] = []
-        for key, partition in self.partitions.items():
+        for (run_scope, key), partition in self.partitions.items():
             index = partition.index
+            scoped_key = self.scoped(run_scope, key)
             section = next(
-                (name for name, first, last, _ in sections if first <= index <= last), None
+                (
+                    self.scoped(run_scope, name)
+                    for section_scope, name, first, last, _ in sections
+                    if section_scope == run_scope and first <= index <= last
+                ),
+                None,
             )
             if section is not None:
-                section_of[key] = section
+                section_of[scoped_key] = section
             attributes: dict[str, Any] = {
                 "name": partition.name,
                 "index": index,
                 "status": partition.status,
                 "rail_warnings": partition.rail_warnings,
                 "line": partition.first_line,
+                "run_scope": run_scope,
             }
             if partition.log_dir is not None:
                 attributes["rail_log_dir"] = partition.log_dir
@@ -1124,17 +1225,18 @@ class _CompileLogParse:
                 attributes["naming_groups"] = sorted(partition.naming_groups)
             built.append(
                 RecoveredPartition(
-                    id=key,
+                    id=scoped_key,
                     kind="partition",
-                    operator_ids=tuple(members.get(key, ())),
+                    operator_ids=tuple(members.get(scoped_key, ())),
                     attributes=attributes,
                 )
             )
-        for name, first, last, module in sections:
-            inside = [key for key, section in section_of.items() if section == name]
+        for run_scope, name, first, last, module in sections:
+            section_id = self.scoped(run_scope, name)
+            inside = [key for key, section in section_of.items() if section == section_id]
             built.append(
                 RecoveredPartition(
-                    id=name,
+                    id=section_id,
                     kind="section",
                     operator_ids=tuple(op for key in inside for op in members.get(key, ())),
                     attributes={
@@ -1145,13 +1247,19 @@ class _CompileLogParse:
                         "plasma_passes": module["passes"],
                         "status": module["status"],
                         "line": module["line"],
+                        "run_scope": run_scope,
                     },
                 )
             )
         return tuple(built)
 
     def compile_timing(self) -> None:
-        start, end = self.script_marks.get("START"), self.script_marks.get("END")
+        """Per compile of the file: its job-script duration and its app phase."""
+        for scope in self.scopes.all or [self.scopes.open(1)]:
+            self.scope_timing(scope.id)
+
+    def scope_timing(self, run_scope: str) -> None:
+        start, end = self.script_marks.get((run_scope, "START")), self.script_marks.get((run_scope, "END"))
         if start is not None and end is not None:
             self.add(
                 Measurement(
@@ -1164,11 +1272,13 @@ class _CompileLogParse:
                     attributes={
                         "what": "COMPILE START AT .. COMPILE END AT (job-script seconds)",
                         "script_offsets_s": [start[0], end[0]],
+                        "run_scope": run_scope,
                     },
                 )
             )
-        started = [s for s in self.app_stamps if s[2].startswith("NLP app started")]
-        finished = [s for s in self.app_stamps if s[2].startswith("NLP app finished")]
+        stamps = [s for s in self.app_stamps if s[4] == run_scope]
+        started = [s for s in stamps if s[2].startswith("NLP app started")]
+        finished = [s for s in stamps if s[2].startswith("NLP app finished")]
         if started and finished:
             begin, stop = wall_clock_s(started[0][0]), wall_clock_s(finished[-1][0])
             self.add(
@@ -1185,6 +1295,7 @@ class _CompileLogParse:
                         "what": "'NLP app started' .. 'NLP app finished': tracing and graph (MAC) compile, "
                         "before Plasma, rail and PEF",
                         "pid": started[0][1],
+                        "run_scope": run_scope,
                     },
                 )
             )
