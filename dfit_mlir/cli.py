@@ -234,7 +234,9 @@ def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool
     """Compile with iree-compile; with --dfit-tag also write the manifest. Any other
     option is passed to iree-compile. SOURCE may be a PyTorch model file (.py defining
     make_model() -> (nn.Module, example args)): it is exported with iree-turbine, each op
-    keeping its nn.Module path, to OUTPUT with .mlir first."""
+    keeping its nn.Module path, to OUTPUT with .mlir first. SOURCE may be an ONNX model
+    (.onnx): it is imported with node names as locations (opset upgraded to 17, dynamic
+    input dims pinned to 1) to OUTPUT with .mlir first."""
     from dfit_mlir.errors import InvalidInputError
 
     flags = list(ctx.args)
@@ -250,6 +252,15 @@ def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool
         source = exported
         if not any(flag.startswith("--iree-hal-target-device") for flag in flags):
             flags += list(torch_frontend.DEFAULT_FLAGS)
+    elif source.suffix.lower() == ".onnx":
+        from dfit_mlir import atomic, outputs
+        from dfit_mlir.frontends import onnx as onnx_frontend
+
+        exported = output.with_suffix(".mlir")
+        outputs.check(exported, "mlir", inputs=[source], force=force, directory=False)
+        atomic.write_text(exported, onnx_frontend.import_model(source), kind="mlir")
+        click.echo(f"wrote {exported}")
+        source = exported
     if tensor_filter is not None and not tag:
         raise InvalidInputError("--tensors needs --dfit-tag (traces are keyed by dfit IDs)")
     _check_compile_paths(source, output, manifest_path if tag else None, force, tag)

@@ -20,8 +20,10 @@ dfit manifest). So the default key (``key="name"``) is the op's tensor name: a
 reconstruction's op ``name`` (the TFLite output tensor), else the innermost location name
 (``name_path[-1]``), which for an IREE compile of a TFLite model is again the TFLite
 tensor name — IREE's numbers then land on the original ``.tflite`` graph. Ops that share
-a name (IREE's several TOSA ops for one TFLite op) are summed; an op without a name is
-keyed by its dfit ID. ``key="id"`` keys every op by its dfit ID. Ops that stand in for a
+a key (IREE's several TOSA ops for one TFLite op) are one node: numbers are **summed**,
+text values joined with ``; `` (never overwritten). An op without a name, or whose name
+is no node name (a PyTorch export's names are nn.Module stacks shared by every op of a
+module, :data:`NOT_NODE_NAMES`), is keyed by its dfit ID, so PyTorch ops stay one key each. ``key="id"`` keys every op by its dfit ID. Ops that stand in for a
 partition (an Edge TPU custom op) are left out: their numbers are their members'.
 
 **Metrics.** ``macs``, ``flops``, ``bytes`` (static, from the manifest), ``time`` (mean
@@ -68,9 +70,19 @@ class Exported:
     nodes: int
 
 
+#: Location names that are no node or tensor name: the PyTorch frontend's nn.Module
+#: stack (``nn.Module::BertModel;embeddings:BertEmbeddings``), shared by every op of a
+#: module. Keyed by such a name, a BERT's 287 ops would fold into ~30 module totals that
+#: match no node of the graph.
+NOT_NODE_NAMES = ("nn.Module:",)
+
+
 def node_key(op: Operator, key: str = "name") -> str:
     """The key Model Explorer matches ``op`` by (see the module docstring)."""
-    return (diff.tensor_name(op) or op.id) if key == "name" else op.id
+    if key == "id":
+        return op.id
+    name = diff.tensor_name(op)
+    return op.id if name is None or name.startswith(NOT_NODE_NAMES) else name
 
 
 def parse_metrics(text: str | Iterable[str]) -> tuple[str, ...]:

@@ -85,7 +85,8 @@ class _SessionDriver:
 
 #: Model formats people hand to a compiler, and how to bring each into MLIR first.
 MODEL_IMPORTERS = {
-    ".onnx": "import it with iree-import-onnx (opset >= 17, static input shapes)",
+    ".onnx": "compile it with `dfit compile model.onnx` or import it with dfit_mlir.frontends.onnx.import_model "
+             "(keeps node names; the iree-import-onnx CLI drops them)",
     ".tflite": "convert it with tosa-converter-for-tflite --bytecode --emit-debug-info",
     ".pt": "export it to MLIR with iree-turbine (torch==2.13.0)",
     ".pb": "export it to StableHLO (e.g. jax.export or tf's MLIR export) first",

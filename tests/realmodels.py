@@ -26,6 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from dfit_mlir.frontends.onnx import IMPORT_OPSET
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: The project's shared directory (``../shared`` next to the repository); real TFLite
 #: models live in its ``fixtures/edgetpu``.
@@ -46,7 +48,7 @@ TFLITE_MODELS = {
     "franco_fc": "franco_fc_v15/model.tflite",  # MLP: two fully-connected layers, dynamic batch
 }
 
-ONNX_OPSET = 17
+ONNX_OPSET = IMPORT_OPSET
 IREE_CPU_FLAGS = (
     "--iree-hal-target-device=local",
     "--iree-hal-local-target-device-backends=llvm-cpu",
@@ -104,35 +106,11 @@ def _publish(tmp: Path, target: Path) -> None:
     os.replace(tmp, target)
 
 
-def _static_inputs(model) -> None:
-    """Pin every symbolic or unknown graph-input dim to 1 (dynamic dims fail in IREE)."""
-    initializers = {init.name for init in model.graph.initializer}
-    for value in model.graph.input:
-        if value.name in initializers:
-            continue
-        for dim in value.type.tensor_type.shape.dim:
-            if not dim.HasField("dim_value") or dim.dim_value <= 0:
-                dim.Clear()
-                dim.dim_value = 1
-
-
-def _name_unnamed_nodes(model) -> None:
-    for node in model.graph.node:
-        if not node.name and node.output:
-            node.name = node.output[0]
-
-
 def prepare_onnx(onnx_path: Path, opset: int = ONNX_OPSET):
-    """The model as it is imported: opset upgraded, static inputs, every node named."""
-    import onnx
+    """The model as it is imported (the frontend's :func:`dfit_mlir.frontends.onnx.prepare`)."""
+    from dfit_mlir.frontends import onnx as onnx_frontend
 
-    model = onnx.load(str(onnx_path))
-    if model.opset_import and model.opset_import[0].version < opset:
-        model = onnx.version_converter.convert_version(model, opset)
-    _static_inputs(model)
-    _name_unnamed_nodes(model)
-    onnx.checker.check_model(model)
-    return onnx.shape_inference.infer_shapes(model, data_prop=True)
+    return onnx_frontend.prepare(onnx_path, opset)
 
 
 def onnx_source_names(name: str) -> set[str]:
@@ -147,23 +125,14 @@ def onnx_source_names(name: str) -> set[str]:
 
 
 def import_onnx(onnx_path: Path, target: Path, opset: int = ONNX_OPSET) -> Path:
-    """Import ``onnx_path`` into torch-dialect MLIR text at ``target``, keeping node
-    names as locations."""
-    from iree.compiler import ir
-    from iree.compiler.extras import onnx_importer
+    """Import ``onnx_path`` into torch-dialect MLIR text at ``target`` with the frontend's
+    :func:`dfit_mlir.frontends.onnx.import_model` (node names kept as locations)."""
+    from dfit_mlir.frontends import onnx as onnx_frontend
 
-    model = prepare_onnx(onnx_path, opset)
-
-    context = ir.Context()
-    info = onnx_importer.ModelInfo(model)
-    module = info.create_module(context=context).operation
-    importer = onnx_importer.NodeImporter.define_function(info.main_graph, module)
-    importer.import_all()
-    module.verify()
+    text = onnx_frontend.import_model(onnx_path, opset)
     tmp = _atomic_target(target)
     try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            module.print(file=handle, enable_debug_info=True, assume_verified=True)
+        tmp.write_text(text, encoding="utf-8")
         _publish(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)

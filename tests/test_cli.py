@@ -62,7 +62,7 @@ def test_verifier_errors_are_reported(tmp_path: Path) -> None:
         (["opt", "--dfit-tag", "missing.mlir"], "missing.mlir: no such file"),
         (["compile", str(CONVNET), "--dfit-tag", "--iree-no-such-flag", "-o", "x.vmfb"], "iree-compile rejected the flags"),
         (["show", "missing.manifest.json"], "missing.manifest.json: no such file"),
-        (["compile", "model.onnx", "--dfit-tag", "-o", "x.vmfb"], "model.onnx: a .onnx model is not MLIR; import it with iree-import-onnx"),
+        (["compile", "model.onnx", "--dfit-tag", "-o", "x.vmfb"], "model.onnx: not a valid ONNX model"),
     ],
 )
 def test_one_clear_line(args: list[str], expected: str, tmp_path: Path) -> None:

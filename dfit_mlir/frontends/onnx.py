@@ -6,14 +6,24 @@ module path is the name's ``/``-prefix (``/model.22/cv3.0/cv3.0.0/conv``); a nam
 without ``/`` (``conv1``, ``n58``) is a layer of its own; a top-level ``/Concat`` sits in
 the root (``""``). The source op is the importer's ``onnx.<OpType>``. An ONNX graph is an
 inference graph: every node is ``forward``.
+
+:func:`import_model` is the import that keeps those names (``dfit compile model.onnx``
+uses it): IREE's ONNX importer *Python API* printed with debug info. The
+``iree-import-onnx`` CLI prints without debug info, so its output has no node names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from dfit_mlir.errors import EXIT_TOOLCHAIN_FAILED, DfitError, InvalidInputError
 from dfit_mlir.frontends import SourceModel
+
+#: Models below this opset are upgraded to it before import: IREE does not legalize
+#: the opset-9 BatchNormalization the onnx wheel's models use (``MODELS.md``).
+IMPORT_OPSET = 17
 
 #: The importer names the graph's function ``graph:<name>``; it is no node.
 GRAPH_NAME_PREFIX = "graph:"
@@ -55,3 +65,79 @@ class OnnxFrontend:
 
 
 FRONTEND = OnnxFrontend()
+
+
+class OnnxImportError(DfitError):
+    """IREE's ONNX importer (or the opset upgrade before it) rejected a valid ONNX file:
+    the toolchain failed on the model (exit 3)."""
+
+    exit_code = EXIT_TOOLCHAIN_FAILED
+
+
+def prepare(path: str | Path, opset: int = IMPORT_OPSET) -> Any:
+    """The ``onnx.ModelProto`` as it is imported: opset upgraded to ``opset`` (when
+    lower), every graph-input dim that is symbolic or unknown pinned to 1 (IREE fails
+    later on dynamic dims), every unnamed node named after its first output (so that
+    every op of the import names the ONNX value it stands for), shapes inferred."""
+    try:
+        import onnx
+    except ImportError as error:
+        raise OnnxImportError(f"importing {path} needs the onnx package ({error}); pip install onnx") from None
+    path = Path(path)
+    try:
+        model = onnx.load(str(path))
+    except FileNotFoundError:
+        raise InvalidInputError(f"{path}: no such file") from None
+    except Exception as error:  # protobuf's DecodeError and friends: not an ONNX model
+        raise InvalidInputError(f"{path}: not an ONNX model ({type(error).__name__}: {_first_line(error)})") from None
+    try:
+        onnx.checker.check_model(model)
+    except Exception as error:  # onnx.checker.ValidationError: the file is at fault
+        raise InvalidInputError(f"{path}: not a valid ONNX model ({type(error).__name__}: "
+                                f"{_first_line(error)})") from None
+    try:
+        if model.opset_import and model.opset_import[0].version < opset:
+            model = onnx.version_converter.convert_version(model, opset)
+        _static_inputs(model)
+        for node in model.graph.node:
+            if not node.name and node.output:
+                node.name = node.output[0]
+        onnx.checker.check_model(model)
+        return onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception as error:  # onnx raises its own checker / converter errors
+        raise OnnxImportError(f"{path}: preparing the model for import failed: {type(error).__name__}: "
+                              f"{_first_line(error)}") from None
+
+
+def import_model(path: str | Path, opset: int = IMPORT_OPSET) -> str:
+    """``path`` (an .onnx file) as torch-dialect MLIR text for IREE, each op located at
+    its ONNX node name (``loc("/model.22/cv3.0/cv3.0.0/conv/Conv")``); see :func:`prepare`."""
+    from iree.compiler import ir
+    from iree.compiler.extras import onnx_importer
+
+    model = prepare(path, opset)
+    try:
+        context = ir.Context()
+        info = onnx_importer.ModelInfo(model)
+        module = info.create_module(context=context).operation
+        onnx_importer.NodeImporter.define_function(info.main_graph, module).import_all()
+        module.verify()
+    except Exception as error:  # the importer names the node or type it rejects
+        raise OnnxImportError(f"{path}: IREE's ONNX importer failed: {type(error).__name__}: "
+                              f"{_first_line(error)}") from None
+    return module.get_asm(enable_debug_info=True, assume_verified=True)
+
+
+def _static_inputs(model: Any) -> None:
+    initializers = {init.name for init in model.graph.initializer}
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        for dim in value.type.tensor_type.shape.dim:
+            if not dim.HasField("dim_value") or dim.dim_value <= 0:
+                dim.Clear()
+                dim.dim_value = 1
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).splitlines()[0] if str(error) else ""

@@ -11,8 +11,19 @@ location is debug information only: IDs (assigned afterwards, over op structure)
 code IREE generates do not change (``tests/test_frontend_torch.py`` checks that the
 executables equal a plain compile's).
 
+The importer gives every op it makes for no FX node (hoisted parameters and buffers:
+``torch.vtensor.literal``, ``util.global.load``, ``torch_c.from_builtin_tensor``,
+``util.global``; the function and its ``func.return``) the location of the graph's
+*first* node, so all of a model's weights would land on its first submodule.
+:func:`relocate_scaffolding` fixes that after import: a parameter takes the location of
+the ops that use it when they all sit in one module; a parameter used from several
+modules (tied embeddings) or from none goes to the root module; the function and its
+return go to the root module.
+
 Per op: module path and short class from that name (``""``: the root module), source op
-= the torch op (``torch.aten.linear``), phase ``forward`` (an exported inference graph).
+= the torch op (``torch.aten.linear``), phase ``forward`` (an exported inference graph),
+except a parameter at the root (no single module uses it), whose phase is
+``initializer``.
 """
 
 from __future__ import annotations
@@ -27,6 +38,8 @@ from dfit_mlir.frontends import SourceModel
 
 #: Prefix of the NameLoc carrying a node's innermost nn.Module: ``nn.Module:<path>:<Class>``.
 MODULE_NAME_PREFIX = "nn.Module:"
+#: Ops the importer emits to materialise a parameter or buffer (not an FX node's op).
+PARAMETER_OPS = frozenset({"torch.vtensor.literal", "util.global.load", "torch_c.from_builtin_tensor"})
 #: Default target when the caller gives no iree-compile flags: this machine's CPU.
 DEFAULT_FLAGS = (
     "--iree-hal-target-device=local",
@@ -83,7 +96,9 @@ class TorchFrontend:
         stack = self.module_classes(op)
         if stack:
             path, module_class = list(stack.items())[-1]
-            return SourceModel(module_path=path, module_class=module_class, source_op=source_op, phase="forward")
+            # A parameter no single module uses was put at the root: an initial value.
+            phase = "initializer" if path == "" and op["op"] in PARAMETER_OPS else "forward"
+            return SourceModel(module_path=path, module_class=module_class, source_op=source_op, phase=phase)
         return SourceModel(source_op=source_op)
 
     def module_classes(self, op: dict[str, Any]) -> dict[str, str]:
@@ -125,20 +140,120 @@ def module_locations() -> Iterator[None]:
         fx_importer.ContextCache.get_node_location = original
 
 
+def _location_name(location: Any) -> str | None:
+    """The name of a NameLoc (``loc("name"(child))`` or ``loc("name")``), else ``None``."""
+    import re
+
+    match = re.match(r'loc\("((?:[^"\\]|\\.)*)"([()])', str(location))
+    return match.group(1) if match else None
+
+
+def relocate_scaffolding(module: Any) -> None:
+    """Give hoisted parameters the location of the module that uses them, and the
+    function and its return the root module's (see the module docstring). In place."""
+    from iree.compiler import ir
+
+    operation = getattr(module, "operation", module)  # an ir.Module or its module op
+    context = operation.context
+    body = operation.regions[0].blocks[0].operations
+    root = None
+    for function in body:
+        for op in _block_ops(function):
+            stack = parse_module_name(_location_name(op.location) or "")
+            if stack:
+                root = module_name(stack[:1])
+                break
+        if root:
+            break
+    if root is None:  # no module names at all: nothing to correct
+        return
+    root_location = ir.Location.name(root, context=context)
+    global_loads: dict[str, list[Any]] = {}
+    for function in body:
+        if _op_name(function) not in ("func.func", "util.func"):
+            continue
+        function.location = root_location
+        for op in reversed(list(_block_ops(function))):
+            if _op_name(op) in ("func.return", "util.return"):
+                op.location = root_location
+            elif _op_name(op) in PARAMETER_OPS:
+                users = [use.owner for result in op.results for use in result.uses]
+                names = {_location_name(user.location) for user in users}
+                single = len(names) == 1 and parse_module_name(next(iter(names)) or "")
+                op.location = users[0].location if single else root_location
+                if _op_name(op) == "util.global.load":
+                    global_loads.setdefault(str(op.attributes["global"]).lstrip("@"), []).append(op)
+    for declaration in body:
+        if _op_name(declaration) != "util.global":
+            continue
+        loads = global_loads.get(str(declaration.attributes["sym_name"]).strip('"'), [])
+        names = {_location_name(load.location) for load in loads}
+        declaration.location = loads[0].location if len(names) == 1 else root_location
+
+
+def _op_name(op: Any) -> str:
+    """The op's kind (an OpView's ``.name`` can be its symbol: ``func.func``'s is ``main``)."""
+    return op.operation.name
+
+
+def _block_ops(function: Any) -> list[Any]:
+    return [op for region in function.regions for block in region.blocks for op in block.operations]
+
+
 def export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None, *,
                 strict: bool = False) -> str:
     """The model as torch-dialect MLIR text with locations and module names."""
-    from dfit_mlir.errors import CompileError, ToolchainError
+    from dfit_mlir.errors import ToolchainError
 
     try:
         import torch
-        from iree.turbine import aot
+        from iree.turbine import aot  # noqa: F401  (used by _export_mlir; missing = not installed)
     except ImportError as error:
         raise ToolchainError(f"the PyTorch frontend needs torch and iree-turbine ({error}); "
                              "pip install 'dfit-mlir[frontends]'") from None
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"dfit_mlir.frontends.torch.compile takes an nn.Module, not {type(model).__name__}")
+    with quiet_export():
+        return _export_mlir(model, args, kwargs, strict=strict)
+
+
+#: Warnings torch 2.13 gives on every export that say nothing about the user's model.
+EXPORT_WARNINGS = (r"`isinstance\(treespec, LeafSpec\)` is deprecated",)
+
+
+@contextlib.contextmanager
+def quiet_export() -> Iterator[None]:
+    """While exporting: torch's own deprecation warnings about its internals are ignored,
+    torch's loggers are raised to CRITICAL (a failing export logs multi-line ``E1201 …
+    fake_tensor.py`` records) and what torch prints straight to stderr (its export
+    wrapper prints the partial FX graph of a failed export) is dropped, so that a failure
+    is dfit's one line naming the model and the error. All restored on exit."""
+    import io
+    import logging
+    import warnings
+
+    loggers = [logger for name, logger in list(logging.root.manager.loggerDict.items())
+               if isinstance(logger, logging.Logger) and name.split(".")[0] in ("torch", "torch_mlir", "iree")]
+    levels = [logger.level for logger in loggers]
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        for message in EXPORT_WARNINGS:
+            warnings.filterwarnings("ignore", message=message, category=FutureWarning)
+        for logger in loggers:
+            logger.setLevel(logging.CRITICAL)
+        try:
+            yield
+        finally:
+            for logger, level in zip(loggers, levels, strict=True):
+                logger.setLevel(level)
+
+
+def _export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, *, strict: bool) -> str:
+    import torch
+    from iree.turbine import aot
+
+    from dfit_mlir.errors import CompileError
+
     try:
         program = torch.export.export(model, tuple(args), kwargs or None, strict=strict)
         # torch.export gives training IR, with in-place ops (``x += residual``) that the
@@ -155,6 +270,7 @@ def export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None
         except Exception as error:  # the importer's verifier names the op it rejects
             raise CompileError(f"iree-turbine could not import {type(model).__name__}: {type(error).__name__}: "
                                f"{str(error).splitlines()[0] if str(error) else ''}") from error
+        relocate_scaffolding(output.mlir_module)
         return output.mlir_module.operation.get_asm(enable_debug_info=True)
 
 
