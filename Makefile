@@ -33,8 +33,8 @@ demo: $(STAMP)  ## the main job on the bundled model: tagged compile, runs, ever
 test: $(STAMP)  ## run the whole test suite (unit, golden IR, real models)
 	$(VENV)/bin/pytest -q
 
-test-fast: $(STAMP)  ## skip the real-model compiles
-	$(VENV)/bin/pytest -q -m "not slow"
+test-fast: $(STAMP)  ## skip the real-model compiles, PyTorch/JAX exports and Spark
+	$(VENV)/bin/pytest -q -m "not slow and not frontends and not spark"
 
 lint: $(STAMP)  ## ruff (pyflakes, bugbear, import order)
 	$(VENV)/bin/ruff check dfit_mlir passes dialects adapters runtime_hooks tests benchmarks examples
