@@ -15,7 +15,7 @@ import json
 import sys
 import uuid
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -277,8 +277,6 @@ def _with_line_notes(recovery: Recovery) -> Recovery:
         notes.append(CoverageNote("lines", Coverage.PARTIAL, detail))
     if not notes:
         return recovery
-    from dataclasses import replace
-
     return replace(recovery, coverage=recovery.coverage + tuple(notes))
 
 

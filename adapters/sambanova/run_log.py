@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dfit_mlir.adapters.lines import Continue, Line, Scopes, echo, read_file
+from dfit_mlir.adapters.lines import MAX_MAGNITUDE, Continue, Line, Scopes, echo, read_file
 from dfit_mlir.adapters.recovery import (
     ArtifactError,
     Coverage,
@@ -339,7 +339,7 @@ class _RunLogParse:
                 raise ArtifactError.at(
                     self.path, number, f"summary figure {echo(str(key))} is not a number: {echo(repr(value))}"
                 )
-            if not math.isfinite(value) or abs(value) > 1e300:
+            if not math.isfinite(value) or abs(value) > MAX_MAGNITUDE:
                 raise ArtifactError.at(self.path, number, f"summary figure {echo(str(key))} is not finite")
             self.add(
                 Measurement(
