@@ -131,16 +131,6 @@ def pef_stem(pef_path: str) -> str:
     return PurePosixPath(pef_path).name.removesuffix(".pef")
 
 
-def to_number(text: str, path: Path, line: int | None, what: str) -> float:
-    """A finite number (``inf``, ``nan``, thousands of digits raise naming the line)."""
-    return finite(text, what, path, line)
-
-
-def to_int(text: str, path: Path, line: int | None, what: str) -> int:
-    """A non-negative integer of believable size."""
-    return count(text, what, path, line)
-
-
 _FRAME = re.compile(r'^\s+File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>.+)$')
 _EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*): ?(?P<message>.*)$")
 #: A traceback's last line without a message (``KeyboardInterrupt``).
@@ -629,7 +619,7 @@ class _CompileLogParse:
         found = _SCRIPT_MARK.match(line)
         if found is not None:
             self.evidence = True
-            seconds = to_int(found["value"], self.path, number, line.strip())
+            seconds = count(found["value"], line.strip(), self.path, number)
             if found["which"] == "START":
                 self.compile_scope(number, "compile_start", number)
             self.script_marks[(self.scope_id, found["which"])] = (seconds, number)
@@ -637,7 +627,7 @@ class _CompileLogParse:
         found = _SCRIPT_DURATION.match(line)
         if found is not None:
             self.job_lines += 1
-            seconds = to_int(found["value"], self.path, number, "Duration")
+            seconds = count(found["value"], "Duration", self.path, number)
             self.add(
                 Measurement(
                     kind="metric",
@@ -671,7 +661,7 @@ class _CompileLogParse:
         found = _SUBMITTED.match(line)
         if found is not None:
             self.job_lines += 1
-            self.facts["submitted_batch_job"] = to_int(found["job"], self.path, number, "batch job")
+            self.facts["submitted_batch_job"] = count(found["job"], "batch job", self.path, number)
             return True
         found = LOG_ID.match(line)
         if found is not None:
@@ -748,7 +738,7 @@ class _CompileLogParse:
         partition = partition_id(scope) if _PARTITION_NAME.match(scope) else None
 
         def number_of(key: str) -> float:
-            return to_number(figures[key], self.path, number, f"Amortized resources {key}")
+            return finite(figures[key], f"Amortized resources {key}", self.path, number)
 
         def scale(table: dict[str, float], unit_key: str) -> float:
             unit = figures[unit_key]
@@ -903,7 +893,7 @@ class _CompileLogParse:
         for tensor in _NAMED_TENSOR.finditer(body):
             dims = [d.strip() for d in tensor["shape"].split(",") if d.strip()]
             shape = tuple(
-                to_int(d, self.path, number, f"NamedTensor shape of {operator.name}") for d in dims
+                count(d, f"NamedTensor shape of {operator.name}", self.path, number) for d in dims
             )
             values.append(ValueInfo(name=None, shape=shape, dtype=None))
             names.append([n.strip() for n in tensor["names"].split(",") if n.strip()])

@@ -24,7 +24,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dfit_mlir.adapters.lines import MAX_MAGNITUDE, Continue, Line, Scopes, echo, read_file
+from dfit_mlir.adapters.lines import (
+    MAX_MAGNITUDE,
+    Continue,
+    Line,
+    Scopes,
+    count,
+    echo,
+    finite,
+    read_file,
+)
 from dfit_mlir.adapters.recovery import (
     ArtifactError,
     Coverage,
@@ -47,8 +56,6 @@ from .compile_log import (
     is_sambatune_head,
     pef_stem,
     python_warning_echo,
-    to_int,
-    to_number,
     wall_clock_s,
 )
 
@@ -83,8 +90,8 @@ def _tasks(text: str, path: Path, line: int) -> list[int]:
     tasks: list[int] = []
     for part in text.split(","):
         first, _, last = part.partition("-")
-        low = to_int(first, path, line, "srun task")
-        high = to_int(last or first, path, line, "srun task")
+        low = count(first, "srun task", path, line)
+        high = count(last or first, "srun task", path, line)
         if high < low or high - low + len(tasks) > 65536:
             raise ArtifactError.at(path, line, f"srun task list {echo(text)} is not a believable list")
         tasks.extend(range(low, high + 1))
@@ -268,7 +275,7 @@ class _RunLogParse:
             found = _STEP_FIELD.match(item)
             if found is None:
                 raise ArtifactError.at(self.path, number, f"unreadable step field {echo(item)}")
-            value = to_number(found["value"], self.path, number, found["key"])
+            value = finite(found["value"], found["key"], self.path, number)
             fields[found["key"]] = int(value) if found["value"].lstrip("-").isdigit() else value
         if "local_step" not in fields:
             raise ArtifactError.at(self.path, number, "step line without local_step")
@@ -302,7 +309,7 @@ class _RunLogParse:
             return
         if rate is None:
             return
-        value = to_number(rate["value"], self.path, number, "progress rate")
+        value = finite(rate["value"], "progress rate", self.path, number)
         seconds = value if rate["unit"] == "s/it" else (1.0 / value if value else None)
         self.add(
             Measurement(
@@ -382,7 +389,7 @@ class _RunLogParse:
             Measurement(
                 kind="metric",
                 name="test_accuracy",
-                value=to_number(found["accuracy"], self.path, number, "Test Accuracy"),
+                value=finite(found["accuracy"], "Test Accuracy", self.path, number),
                 unit="%",
                 origin=self.origin(number),
                 attributes=report,
@@ -392,7 +399,7 @@ class _RunLogParse:
             Measurement(
                 kind="metric",
                 name="test_loss",
-                value=to_number(found["loss"], self.path, number, "test Loss"),
+                value=finite(found["loss"], "test Loss", self.path, number),
                 origin=self.origin(number),
                 attributes=report,
             )
@@ -470,9 +477,7 @@ class _RunLogParse:
         if self.slurm:
             attributes["slurm"] = dict(self.slurm)
         if "SLURM_NTASKS" in self.slurm:
-            attributes["num_tasks"] = to_int(
-                self.slurm["SLURM_NTASKS"], self.path, None, "SLURM_NTASKS"
-            )
+            attributes["num_tasks"] = count(self.slurm["SLURM_NTASKS"], "SLURM_NTASKS", self.path, None)
             attributes["num_tasks_from"] = "SLURM_NTASKS"
         elif len(self.pef_loads) > 1:
             attributes["num_tasks"] = len({load["pid"] for load in self.pef_loads})

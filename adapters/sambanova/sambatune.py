@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dfit_mlir.adapters.lines import Continue, Line, echo, read_file
+from dfit_mlir.adapters.lines import Continue, Line, echo, finite, read_file
 from dfit_mlir.adapters.recovery import (
     ArtifactError,
     Coverage,
@@ -40,7 +40,6 @@ from .compile_log import (
     TracebackCollector,
     is_sambatune_head,
     pef_stem,
-    to_number,
     wall_clock_s,
 )
 
@@ -284,7 +283,7 @@ class _SambaTuneParse:
             return True
         found = _ELAPSED.match(line)
         if found is not None:
-            seconds = to_number(found["seconds"], self.path, number, "Elapsed time")
+            seconds = finite(found["seconds"], "Elapsed time", self.path, number)
             self.measurements.append(
                 Measurement(
                     kind="metric",
