@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -360,6 +360,11 @@ class Scopes:
 
     def as_attribute(self) -> list[dict[str, Any]]:
         return [{"run_scope": s.id, "first_line": s.first_line, **s.facts} for s in self.all]
+
+    def tagged(self, record: Any) -> Any:
+        """``record`` (a dataclass with ``attributes``) carrying the current run's id as
+        ``run_scope``."""
+        return replace(record, attributes={**record.attributes, "run_scope": self.current.id})
 
 
 # --- numbers ------------------------------------------------------------------------

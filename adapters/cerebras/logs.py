@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import calendar
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -245,10 +245,7 @@ class _LogParser:
 
     def add(self, measurement: Measurement) -> None:
         """Every measurement carries its run scope."""
-        scope = self.scopes.current
-        self.measurements.append(
-            replace(measurement, attributes={**measurement.attributes, "run_scope": scope.id})
-        )
+        self.measurements.append(self.scopes.tagged(measurement))
 
     def feed(self, line: Line) -> bool:
         match = _RECORD_RE.match(line.text)

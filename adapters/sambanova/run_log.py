@@ -20,7 +20,6 @@ import ast
 import math
 import re
 from collections import Counter
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -168,9 +167,7 @@ class _RunLogParse:
 
     def add(self, measurement: Measurement) -> None:
         """Every record carries the run it belongs to."""
-        self.measurements.append(
-            replace(measurement, attributes={**measurement.attributes, "run_scope": self.scopes.current.id})
-        )
+        self.measurements.append(self.scopes.tagged(measurement))
 
     def feed_line(self, line: Line) -> bool | Continue:
         if line.overwritten and _TQDM.match(line.overwritten.rsplit("\r", 1)[-1]) is not None:
