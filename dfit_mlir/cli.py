@@ -241,26 +241,16 @@ def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool
 
     flags = list(ctx.args)
     if source.suffix == ".py":
-        from dfit_mlir import atomic, outputs
         from dfit_mlir.frontends import torch as torch_frontend
 
-        exported = output.with_suffix(".mlir")
-        outputs.check(exported, "mlir", inputs=[source], force=force, directory=False)
-        model, args = torch_frontend.load_module_file(source, model_factory)
-        atomic.write_text(exported, torch_frontend.export_mlir(model, args), kind="mlir")
-        click.echo(f"wrote {exported}")
-        source = exported
+        source = _write_frontend_mlir(source, output, force, lambda: torch_frontend.export_mlir(
+            *torch_frontend.load_module_file(source, model_factory)))
         if not any(flag.startswith("--iree-hal-target-device") for flag in flags):
             flags += list(torch_frontend.DEFAULT_FLAGS)
     elif source.suffix.lower() == ".onnx":
-        from dfit_mlir import atomic, outputs
         from dfit_mlir.frontends import onnx as onnx_frontend
 
-        exported = output.with_suffix(".mlir")
-        outputs.check(exported, "mlir", inputs=[source], force=force, directory=False)
-        atomic.write_text(exported, onnx_frontend.import_model(source), kind="mlir")
-        click.echo(f"wrote {exported}")
-        source = exported
+        source = _write_frontend_mlir(source, output, force, lambda: onnx_frontend.import_model(source))
     if tensor_filter is not None and not tag:
         raise InvalidInputError("--tensors needs --dfit-tag (traces are keyed by dfit IDs)")
     _check_compile_paths(source, output, manifest_path if tag else None, force, tag)
@@ -287,6 +277,18 @@ def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool
         skipped = result.manifest["tensor_traces_skipped"]
         click.echo(f"tensor traces: {len(traced)} ops" + (f" ({len(skipped)} matched but skipped: "
                    + "; ".join(f"{s['id']}: {s['reason']}" for s in skipped[:3]) + ")" if skipped else ""))
+
+
+def _write_frontend_mlir(source: Path, output: Path, force: bool, produce: Callable[[], str]) -> Path:
+    """Write the MLIR a frontend makes of ``source`` (``produce``, called after the output
+    check) to OUTPUT with .mlir first; the path written."""
+    from dfit_mlir import atomic, outputs
+
+    exported = output.with_suffix(".mlir")
+    outputs.check(exported, "mlir", inputs=[source], force=force, directory=False)
+    atomic.write_text(exported, produce(), kind="mlir")
+    click.echo(f"wrote {exported}")
+    return exported
 
 
 def _check_compile_paths(source: Path, output: Path, manifest_path: Path | None, force: bool, tag: bool) -> None:

@@ -64,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from dfit_mlir import atomic, costs
+from dfit_mlir.ids import op_name_of
 from dfit_mlir.lineage import is_constant
 from dfit_mlir.materialisation import makes_data
 from dfit_mlir.tools.model import Operator, Partition, SemanticModel
@@ -203,7 +204,7 @@ def is_data_or_structure(op: Operator) -> bool:
     and a program's structure (functions, returns, yields)."""
     kind = op.op
     return (is_constant(kind) or makes_data(kind) or kind in STRUCTURE_KINDS
-            or kind.rsplit(".", 1)[-1] in ("return", "yield") or "#" not in op.id.rsplit("/", 1)[-1])
+            or kind.rsplit(".", 1)[-1] in ("return", "yield") or op_name_of(op.id) is None)
 
 
 def tensor_name(op: Operator) -> str | None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dfit_mlir.errors import EXIT_INVALID_INPUT, DfitError
+from dfit_mlir.frontends import parse_globs
 from dfit_mlir.ids import op_name_of
 
 _GLOB_CHARACTERS = "*?[]"
@@ -76,8 +77,7 @@ class NameFilter:
     @classmethod
     def parse(cls, text: str | Iterable[str], option: str) -> NameFilter:
         """``"a,b"`` or several values (``--ids a --ids b``), each possibly comma-separated."""
-        parts = [text] if isinstance(text, str) else list(text)
-        patterns = tuple(p.strip() for part in parts for p in part.split(",") if p.strip())
+        patterns = parse_globs(text)
         if not patterns:
             raise FilterMatchesNothing(f"{option} needs at least one glob: an ID such as 'main/*', an op name such "
                                        f"as 'onnx.Softmax' or '*softmax*', or a module path")
