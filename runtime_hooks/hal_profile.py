@@ -233,8 +233,6 @@ class Join:
 
     def invocation_of_submission(self, submission_id: int) -> int:
         """Index of the invocation a submission belongs to; -1 for load time."""
-        import bisect
-
         return bisect.bisect_right(self.starts, submission_id) - 1
 
 

@@ -240,6 +240,20 @@ def integer_bounds(manifest: dict[str, Any] | None, function: str) -> dict[int, 
     return bounds
 
 
+def _array_spec(argument: dict[str, Any], purpose: str) -> tuple[np.dtype, list[int]]:
+    """The numpy dtype and shape (dynamic dims as 1) of a tensor argument's made-up input."""
+    if argument["dtype"] not in DTYPES:
+        raise InvalidInputError(f"cannot make a {purpose} input of dtype {argument['dtype']}; give --input")
+    return np.dtype(DTYPES[argument["dtype"]][1]), [dim or 1 for dim in argument["shape"]]
+
+
+def _saved_input(workdir: Path, index: int, values: np.ndarray) -> str:
+    """``values`` saved as ``input{index}.npy`` in ``workdir``, as an ``@file`` input."""
+    path = workdir / f"input{index}.npy"
+    np.save(path, values)
+    return f"@{path}"
+
+
 def default_inputs(arguments: list[dict[str, Any]], workdir: Path, *, manifest: dict[str, Any] | None = None,
                    function: str | None = None, seed: int = 0) -> tuple[list[str], list[InputPlan]]:
     """``@file.npy`` inputs a model can take (dynamic dims as 1): floats random normal;
@@ -254,10 +268,7 @@ def default_inputs(arguments: list[dict[str, Any]], workdir: Path, *, manifest: 
             inputs.append(value)
             plans.append(plan)
             continue
-        if argument["dtype"] not in DTYPES:
-            raise InvalidInputError(f"cannot make a default input of dtype {argument['dtype']}; give --input")
-        dtype = np.dtype(DTYPES[argument["dtype"]][1])
-        shape = [dim or 1 for dim in argument["shape"]]
+        dtype, shape = _array_spec(argument, "default")
         if dtype.kind == "f":
             values, plan = generator.standard_normal(shape).astype(dtype), InputPlan("random-normal")
         elif index in bounds:
@@ -266,9 +277,7 @@ def default_inputs(arguments: list[dict[str, Any]], workdir: Path, *, manifest: 
             plan = InputPlan("integers-below", bound, reason)
         else:
             values, plan = np.zeros(shape, dtype=dtype), InputPlan("zeros")
-        path = workdir / f"input{index}.npy"
-        np.save(path, values)
-        inputs.append(f"@{path}")
+        inputs.append(_saved_input(workdir, index, values))
         plans.append(plan)
     return inputs, plans
 
@@ -291,18 +300,13 @@ def random_inputs(arguments: list[dict[str, Any]], workdir: Path, seed: int = 0)
         if argument.get("scalar"):
             inputs.append(default_scalar(argument)[0])
             continue
-        if argument["dtype"] not in DTYPES:
-            raise InvalidInputError(f"cannot make a random input of dtype {argument['dtype']}; give --input")
-        dtype = np.dtype(DTYPES[argument["dtype"]][1])
-        shape = [dim or 1 for dim in argument["shape"]]
+        dtype, shape = _array_spec(argument, "random")
         if dtype.kind == "f":
             values = generator.standard_normal(shape).astype(dtype)
         else:
             info = np.iinfo(dtype)
             values = generator.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
-        path = workdir / f"input{index}.npy"
-        np.save(path, values)
-        inputs.append(f"@{path}")
+        inputs.append(_saved_input(workdir, index, values))
     return inputs
 
 

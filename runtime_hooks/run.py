@@ -93,19 +93,19 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
     with atomic.scratch_directory("dfit-run-") as scratch:
         if inputs:
             inputs = check_inputs(inputs, arguments)
-            made = [{"shape": a["shape"], "dtype": a["dtype"], **({"scalar": True} if a.get("scalar") else {}),
-                     "made": "given", "value": text} for a, text in zip(arguments, inputs, strict=True)]
+            made = [{**_argument_entry(a), "made": "given", "value": text}
+                    for a, text in zip(arguments, inputs, strict=True)]
         else:
             inputs, plans = default_inputs(arguments, Path(scratch), manifest=manifest, function=function)
-            made = [{"shape": a["shape"], "dtype": a["dtype"], **({"scalar": True} if a.get("scalar") else {}),
-                     "made": plan.made, **({"value": text} if a.get("scalar") else {}),
+            made = [{**_argument_entry(a), "made": plan.made, **({"value": text} if a.get("scalar") else {}),
                      **({"bound": plan.bound} if plan.bound is not None else {}),
                      **({"reason": plan.reason} if plan.reason is not None else {})}
                     for a, plan, text in zip(arguments, plans, inputs, strict=True)]
+        vmfb_sha256 = manifest["compile"]["vmfb_sha256"] if manifest else _sha256(vmfb)
         summary = {
             "mode": mode, "driver": driver, "function": function, "repeat": repeat, "warmup": warmup,
             "inputs": made,
-            "vmfb": {"path": str(vmfb), "sha256": manifest["compile"]["vmfb_sha256"] if manifest else _sha256(vmfb)},
+            "vmfb": {"path": str(vmfb), "sha256": vmfb_sha256},
             "manifest": str(manifest_path) if manifest else None,
         }
         fault = FaultContext(vmfb, function, inputs, bundle, warmup + repeat)
@@ -115,12 +115,19 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
             write_bundle(bundle, manifest, lambda sink: profile.pipeline(manifest, policy, sink),
                          {**summary, **profile.summary()})
         else:
-            _in_child(InProcessRun(vmfb, manifest or plain_manifest(vmfb), mode, driver, function, tuple(inputs),
-                                   repeat, warmup, policy, tensors, summary, Path(scratch) / "bundle"), fault)
+            _in_child(InProcessRun(vmfb, manifest or plain_manifest(vmfb, vmfb_sha256), mode, driver,
+                                   function, tuple(inputs), repeat, warmup, policy, tensors, summary,
+                                   Path(scratch) / "bundle"), fault)
             with atomic.atomic_directory(bundle, kind=BUNDLE_KIND) as tmp:
                 for entry in (Path(scratch) / "bundle").iterdir():
                     shutil.move(str(entry), tmp / entry.name)
     return RunResult(bundle, json.loads((bundle / "summary.json").read_text()))
+
+
+def _argument_entry(argument: dict[str, Any]) -> dict[str, Any]:
+    """An argument's shape and dtype (and scalar flag) as the summary's ``inputs`` list them."""
+    return {"shape": argument["shape"], "dtype": argument["dtype"],
+            **({"scalar": True} if argument.get("scalar") else {})}
 
 
 def entry_point(vmfb: Path, manifest: dict[str, Any] | None,
@@ -184,11 +191,13 @@ def is_mlir_source(path: Path) -> bool:
     return any(word in text for word in ("module", "func.func", "util.func", "#map", "stablehlo.", "torch."))
 
 
-def plain_manifest(vmfb: Path) -> dict[str, Any]:
+def plain_manifest(vmfb: Path, vmfb_sha256: str | None = None) -> dict[str, Any]:
     """Stand-in for a vmfb compiled without ``--dfit-tag`` (``none``/``ids`` runs): no
-    operators, no call sites — the bundle's events carry no IDs."""
+    operators, no call sites — the bundle's events carry no IDs. ``vmfb_sha256``: the
+    vmfb's digest where the caller has it already (else it is read here)."""
     return {"schema": manifest_io.SCHEMA_NAME, "version": manifest_io.MANIFEST_VERSION, "plain_vmfb": True,
-            "compile": {"output": str(vmfb), "vmfb_sha256": _sha256(vmfb)}, "operators": [], "tensors": [],
+            "compile": {"output": str(vmfb), "vmfb_sha256": vmfb_sha256 or _sha256(vmfb)},
+            "operators": [], "tensors": [],
             "partitions": {"exports": [], "dispatch_sites": []}, "probes": [], "tensor_traces": []}
 
 
