@@ -19,6 +19,7 @@ from typing import Any
 from dfit_mlir import atomic
 from dfit_mlir import event_schema as es
 from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.merge import bundle_backend
 from dfit_mlir.store import layout
 
 _BATCH_ROWS = 262_144
@@ -143,8 +144,7 @@ def _run_id(source: _Source) -> str:
 
 
 def _backend(source: _Source) -> str:
-    return layout.partition_value(source.summary.get("backend")
-                                  or source.manifest.get("capabilities", {}).get("backend") or "iree")
+    return layout.partition_value(bundle_backend(source.summary, source.manifest))
 
 
 def model_name(manifest: dict[str, Any]) -> str:
