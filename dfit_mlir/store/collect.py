@@ -128,8 +128,8 @@ def _run_id(source: _Source) -> str:
         import pyarrow.parquet as pq
 
         try:
-            sessions = pq.ParquetFile(source.events).read_row_group(0, columns=[es.SESSION]).column(es.SESSION) \
-                if pq.ParquetFile(source.events).num_row_groups else []
+            events = pq.ParquetFile(source.events)
+            sessions = events.read_row_group(0, columns=[es.SESSION]).column(es.SESSION) if events.num_row_groups else []
         except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
             raise InvalidInputError(f"{source.events}: unreadable events ({str(error).splitlines()[0]})") from None
         if len(sessions):
