@@ -181,6 +181,12 @@ def update_results(section: str, path: Path = RESULTS, *, begin: str = BEGIN, en
     atomic.write_text(path, text)
 
 
+def command_line(script: str, argv: list[str] | None) -> str:
+    """The command that reruns benchmark ``script`` (its ``__file__``) with ``argv``
+    (default: this process's arguments), as RESULTS.md quotes it."""
+    return shlex.join(["python", f"benchmarks/{Path(script).name}", *(sys.argv[1:] if argv is None else argv)])
+
+
 def publish(lines: list[str], *, begin: str, end: str) -> None:
     """Close a section started with ``begin``, write it to RESULTS.md and print it."""
     section = "\n".join([*lines, "", end]) + "\n"

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import shlex
 import sys
 import tempfile
 import time
@@ -29,7 +28,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.compile_overhead import publish  # noqa: E402
+from benchmarks.compile_overhead import command_line, publish  # noqa: E402
 from dfit_mlir import traces  # noqa: E402
 from dfit_mlir.event_pipeline import EventPipeline, ParquetSink, Policy  # noqa: E402
 
@@ -95,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--manifest", type=Path, default=None, help="default: compile squeezenet (ids mode)")
     args = parser.parse_args(argv)
-    command = shlex.join(["python", "benchmarks/event_pipeline.py", *(sys.argv[1:] if argv is None else argv)])
+    command = command_line(__file__, argv)
     started = dt.datetime.now(dt.timezone.utc)
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)

@@ -36,7 +36,6 @@ import json
 import os
 import platform
 import resource
-import shlex
 import statistics
 import subprocess
 import sys
@@ -670,10 +669,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.run_log_gb is not None:
         if args.run_log_gb <= 0:
             parser.error("--run-log-gb must be positive")
-        command = shlex.join(
-            ["python", "benchmarks/reconstruct_scale.py", *(sys.argv[1:] if argv is None else argv)]
-        )
-        from benchmarks.compile_overhead import publish
+        from benchmarks.compile_overhead import command_line, publish
+
+        command = command_line(__file__, argv)
 
         publish(run_log_section(args.run_log_gb, command), begin=RUN_LOG_BEGIN, end=RUN_LOG_END)
         return 0
@@ -681,9 +679,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--ops must be at least {OPS_PER_LAYER + 2}")
     if args.runs < 1:
         parser.error("--runs must be at least 1")
-    command = shlex.join(
-        ["python", "benchmarks/reconstruct_scale.py", *(sys.argv[1:] if argv is None else argv)]
-    )
+    from benchmarks.compile_overhead import command_line, publish
+
+    command = command_line(__file__, argv)
     started = dt.datetime.now(dt.timezone.utc)
     with tempfile.TemporaryDirectory() as tmp:
         directory = args.keep or Path(tmp)
@@ -731,8 +729,6 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{key} {value:,}" for key, value in sorted(run["phases"].items()))
         + ".",
     ]
-    from benchmarks.compile_overhead import publish
-
     publish(lines, begin=BEGIN, end=END)
     return 0
 

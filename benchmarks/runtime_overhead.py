@@ -42,7 +42,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.compile_overhead import build_inputs, publish  # noqa: E402
+from benchmarks.compile_overhead import build_inputs, command_line, publish  # noqa: E402
 from dfit_mlir.passes.instrumented_compile import compile_instrumented  # noqa: E402
 from dfit_mlir.passes.plain_compile import plain_compile  # noqa: E402
 from dfit_mlir.runtime_hooks import hal_profile  # noqa: E402
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tensor-sample", type=int, default=10, help="tensors: statistics of 1 call in N per ID")
     parser.add_argument("--models", default=None, help="comma-separated subset (default: all)")
     args = parser.parse_args(argv)
-    command = shlex.join(["python", "benchmarks/runtime_overhead.py", *(sys.argv[1:] if argv is None else argv)])
+    command = command_line(__file__, argv)
     started = dt.datetime.now(dt.timezone.utc)
     selected = set(args.models.split(",")) if args.models else None
     rows = []

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.compile_overhead import publish  # noqa: E402
+from benchmarks.compile_overhead import command_line, publish  # noqa: E402
 
 BEGIN = "<!-- store_scale:begin -->"
 END = "<!-- store_scale:end -->"
@@ -138,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="events of a separate, smaller store for Spark (default: the same store)")
     parser.add_argument("--workdir", type=Path, default=None, help="where the store is generated (default: a temp dir)")
     args = parser.parse_args(argv)
-    command = shlex.join(["python", "benchmarks/store_scale.py", *(sys.argv[1:] if argv is None else argv)])
+    command = command_line(__file__, argv)
     started = dt.datetime.now(dt.timezone.utc)
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         store = Path(tmp) / "store"

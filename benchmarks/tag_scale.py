@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import resource
-import shlex
 import sys
 import tempfile
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.compile_overhead import update_results  # noqa: E402
+from benchmarks.compile_overhead import command_line, update_results  # noqa: E402
 
 BEGIN = "<!-- tag_scale:begin -->"
 END = "<!-- tag_scale:end -->"
@@ -93,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--ops", type=int, default=100_000)
     args = parser.parse_args(argv)
-    command = shlex.join(["python", "benchmarks/tag_scale.py", *(sys.argv[1:] if argv is None else argv)])
+    command = command_line(__file__, argv)
     started = dt.datetime.now(dt.timezone.utc)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "big.mlir"

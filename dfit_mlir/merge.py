@@ -157,7 +157,8 @@ def _anchor_starts(bundles: list[_Bundle], rank_count: int, anchor: str) -> list
     return found
 
 
-def _backend(summary: dict[str, Any], manifest: dict[str, Any]) -> str:
+def bundle_backend(summary: dict[str, Any], manifest: dict[str, Any]) -> str:
+    """The backend a bundle is of: its summary's, else its manifest's capabilities', else IREE."""
     return str(summary.get("backend") or (manifest.get("capabilities") or {}).get("backend") or "iree")
 
 
@@ -178,9 +179,9 @@ def _check_one_job(bundles: list[_Bundle]) -> None:
     """Refuse bundles of different backends or models: their "ranks" share no clock or
     step, and an anchor found between them aligns nothing."""
     first = bundles[0]
-    first_backend, (first_name, first_print) = _backend(first.summary, first.manifest), _model(first.manifest)
+    first_backend, (first_name, first_print) = bundle_backend(first.summary, first.manifest), _model(first.manifest)
     for other in bundles[1:]:
-        backend, (name, fingerprint) = _backend(other.summary, other.manifest), _model(other.manifest)
+        backend, (name, fingerprint) = bundle_backend(other.summary, other.manifest), _model(other.manifest)
         if backend != first_backend:
             why = f"different backends ({first_backend}, {backend})"
         elif fingerprint != first_print:
@@ -296,7 +297,7 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
         "schema": "dfit.run-summary", "version": "1.1", "mode": "merged",
         "backend": bundles[0].summary.get("backend") or "iree",
         "sources": [str(b.path) for b in bundles],
-        "mixed": allow_mixed and len({(_backend(b.summary, b.manifest), _model(b.manifest)[1]) for b in bundles}) > 1,
+        "mixed": allow_mixed and len({(bundle_backend(b.summary, b.manifest), _model(b.manifest)[1]) for b in bundles}) > 1,
         "ranks": [asdict(rank) for rank in ranks],
         "alignment": alignment,
         "linked_steps": len(common),

@@ -99,13 +99,18 @@ class _SliceNamer:
         return {name: value for name, value in args.items() if value not in (None, "")}
 
 
+def _trace_columns(events: Any) -> list[str]:
+    """The columns of ``events`` (a ``pq.ParquetFile``) the traces read."""
+    return [name for name in (*_PER_EVENT, *_DESCRIBING) if name in events.schema_arrow.names]
+
+
 def _events(parquet: Path) -> Iterator[dict[str, Any]]:
     """The events of ``parquet`` as dicts of the fields the traces read, column by column
     (a whole-row ``to_pylist`` costs most of the export)."""
     import pyarrow.parquet as pq
 
     events = pq.ParquetFile(parquet)
-    fields = [name for name in (*_PER_EVENT, *_DESCRIBING) if name in events.schema_arrow.names]
+    fields = _trace_columns(events)
     for batch in events.iter_batches(batch_size=16_384, columns=fields):
         columns = [_pylist(batch.column(name)) for name in fields]
         for values in zip(*columns, strict=True):
@@ -160,7 +165,7 @@ def write_perfetto(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
     import pyarrow.parquet as pq
 
     events = pq.ParquetFile(parquet)
-    fields = [name for name in (*_PER_EVENT, *_DESCRIBING) if name in events.schema_arrow.names]
+    fields = _trace_columns(events)
     with path.open("wb") as stream:
         return PerfettoWriter(manifest, stream).write_batches(
             events.iter_batches(batch_size=_BATCH_ROWS, columns=fields))

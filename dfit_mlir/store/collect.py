@@ -19,6 +19,7 @@ from typing import Any
 from dfit_mlir import atomic
 from dfit_mlir import event_schema as es
 from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.merge import bundle_backend
 from dfit_mlir.store import layout
 
 _BATCH_ROWS = 262_144
@@ -127,8 +128,8 @@ def _run_id(source: _Source) -> str:
         import pyarrow.parquet as pq
 
         try:
-            sessions = pq.ParquetFile(source.events).read_row_group(0, columns=[es.SESSION]).column(es.SESSION) \
-                if pq.ParquetFile(source.events).num_row_groups else []
+            events = pq.ParquetFile(source.events)
+            sessions = events.read_row_group(0, columns=[es.SESSION]).column(es.SESSION) if events.num_row_groups else []
         except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
             raise InvalidInputError(f"{source.events}: unreadable events ({str(error).splitlines()[0]})") from None
         if len(sessions):
@@ -143,8 +144,7 @@ def _run_id(source: _Source) -> str:
 
 
 def _backend(source: _Source) -> str:
-    return layout.partition_value(source.summary.get("backend")
-                                  or source.manifest.get("capabilities", {}).get("backend") or "iree")
+    return layout.partition_value(bundle_backend(source.summary, source.manifest))
 
 
 def model_name(manifest: dict[str, Any]) -> str:

@@ -30,7 +30,7 @@ class Engine(Protocol):
 
 def _projection(table: str, present: set[str], dialect: dialects.Dialect) -> list[str]:
     """SELECT items giving ``table`` its current columns, whatever minor wrote the files."""
-    items = [key for key in layout.PARTITION_KEYS]
+    items = list(layout.PARTITION_KEYS)
     for name, kind in layout.table_columns(table):
         items.append(dialect.identifier(name) if name in present else
                      f"CAST(NULL AS {dialect.type_name(kind)}) AS {dialect.identifier(name)}")

@@ -53,7 +53,7 @@ def write_trace(table: Any, path: Path) -> int:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from dfit_mlir.traces import PerfettoWriter
+    from dfit_mlir.traces import _BATCH_ROWS, PerfettoWriter
 
     missing = [name for name in (es.START_NS, es.KIND, es.STAGE) if name not in table.column_names]
     if missing:
@@ -67,4 +67,4 @@ def write_trace(table: Any, path: Path) -> int:
         table = table.append_column("track_group", group)
     with atomic.atomic_path(path) as tmp, tmp.open("wb") as stream:
         writer = PerfettoWriter({}, stream)
-        return writer.write_batches(table.to_batches(max_chunksize=65_536))
+        return writer.write_batches(table.to_batches(max_chunksize=_BATCH_ROWS))
