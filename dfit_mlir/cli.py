@@ -696,6 +696,26 @@ def query(store_path: str, sql_or_report: str, engine: str, master: str | None, 
         click.echo(f"wrote {trace_path} ({written} events)")
 
 
+@main.group("store")
+def store_group() -> None:
+    """Maintain a bundle store."""
+
+
+@store_group.command("compact")
+@click.argument("store_path", metavar="STORE", type=click.Path(path_type=Path))
+@click.option("--small-events", type=click.IntRange(min=0), default=None,
+              help="Merge a bundle's events too when it has fewer than this many (default 65536).")
+@_user_errors
+def store_compact(store_path: Path, small_events: int | None) -> None:
+    """Merge the store's bundles into a few larger files per backend and model (queries
+    open far fewer files); atomic, and safe to rerun or to interrupt."""
+    from dfit_mlir.store.compact import SMALL_BUNDLE_EVENTS, compact
+
+    done = compact(store_path, small_events=SMALL_BUNDLE_EVENTS if small_events is None else small_events)
+    click.echo(f"compacted {done.runs} bundles into {done.parts} files; removed {done.removed_files} files now "
+               f"merged; {done.compacted_runs} runs compacted in all")
+
+
 @main.command()
 @click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Merged bundle directory.")

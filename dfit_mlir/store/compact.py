@@ -35,6 +35,10 @@ from dfit_mlir.errors import DfitError
 from dfit_mlir.store import layout, rollup
 from dfit_mlir.store.collect import open_store
 
+#: A bundle's events join a part only below this many: a file of a few thousand events
+#: costs the engines more to open than to read, one of 100k+ does not, and in a part
+#: ``run`` becomes a column (grouping by it is slower than by a path's partition value).
+SMALL_BUNDLE_EVENTS = 1 << 16
 #: Rows per row group in a part: large enough for the engines' scans, small enough to
 #: prune by run (parts are written run after run, so each row group spans few runs).
 _ROW_GROUP_ROWS = 1 << 20
@@ -51,15 +55,16 @@ class StoreBusyError(DfitError):
 class Compacted:
     """What one compaction did."""
 
-    runs: int  # bundles merged into parts by this compaction
+    runs: int  # bundles merged into parts by this compaction (their events too if small)
     parts: int  # part files written
     removed_files: int  # bundle files (and unlisted parts) removed after the commit
     compacted_runs: int  # runs in compacted parts in all, after it
 
 
-def compact(store: Path) -> Compacted:
+def compact(store: Path, *, small_events: int = SMALL_BUNDLE_EVENTS) -> Compacted:
     """Merge every bundle of ``store`` not yet compacted into new parts, one per table and
-    (backend, model); commit; remove the bundles' files now read from the parts."""
+    (backend, model) — its events only if it has fewer than ``small_events`` — then
+    commit, then remove the bundles' files now read from the parts."""
     open_store(store, create=False)
     with _locked(store):
         index = layout.read_index(store)
@@ -72,13 +77,16 @@ def compact(store: Path) -> Compacted:
         written = 0
         runs = dict(index["runs"])
         for (backend, model), bundles in sorted(by_partition.items()):
+            events = {path: _events(path) for path in bundles}
+            tables = {path: [t for t in layout.TABLES if t != "events" or events[path] < small_events] for path in bundles}
             for table in layout.TABLES:
+                chosen = [path for path in bundles if table in tables[path]]
                 relative = f"backend={backend}/model={model}/part-{uuid.uuid4().hex[:16]}.parquet"
-                if _write_part(store, table, relative, bundles):
+                if chosen and _write_part(store, table, relative, chosen):
                     parts[table].append(relative)
                     written += 1
             for path in bundles:
-                runs[_run(path)] = {"backend": backend, "model": model, "events": _events(path)}
+                runs[_run(path)] = {"backend": backend, "model": model, "events": events[path], "tables": tables[path]}
         if pending:
             document = {"schema": layout.INDEX_SCHEMA, "store_version": layout.STORE_VERSION,
                         "parts": {table: names for table, names in parts.items() if names}, "runs": runs}
@@ -156,7 +164,7 @@ def _remove_superseded(store: Path, index: dict[str, Any]) -> int:
     removed = 0
     for run, placed in index["runs"].items():
         bundle = layout.bundle_dir(store, placed["backend"], placed["model"], run)
-        for table in layout.TABLES:
+        for table in placed["tables"]:
             path = bundle / f"{table}.parquet"
             if path.is_file():
                 path.unlink()

@@ -57,14 +57,20 @@ class _StoreFiles:
         self.local = "://" not in store
         self.use_rollups = use_rollups
         self.index: dict[str, Any] = {"parts": {}, "runs": {}}
-        self.bundles: list[Path] = []
+        self.dirs: list[Path] = []
         if self.local:
             self.index = layout.read_index(Path(store))
-            self.bundles = [path for path in layout.bundle_dirs(Path(store))
-                            if (path / f"{layout.RUNS_TABLE}.parquet").is_file()
-                            and path.name.split("=", 1)[1] not in self.index["runs"]]
-            if not self.bundles and not self.index["runs"]:
+            self.dirs = layout.bundle_dirs(Path(store))
+            if not self.bundles() and not self.index["runs"]:
                 raise InvalidInputError(f"{store}: the store holds no bundles yet (add some with `dfit collect`)")
+
+    def bundles(self) -> list[Path]:
+        """The bundle directories not compacted (all their tables are in them)."""
+        return [path for path in self.dirs if (path / f"{layout.RUNS_TABLE}.parquet").is_file()
+                and _run(path) not in self.index["runs"]]
+
+    def in_parts(self, run: str, table: str) -> bool:
+        return table in self.index["runs"].get(run, {}).get("tables", ())
 
     def read_remote_index(self, read_text: Any) -> None:
         """A URL store's compaction index, read with the engine's own reader (None: absent)."""
@@ -80,26 +86,32 @@ class _StoreFiles:
         """What the views of a local store were set up for, to tell when they are stale."""
         if not self.local:
             return None
-        return (tuple(str(path) for path in self.bundles),
+        return (tuple(str(path) for path in self.bundles()),
                 tuple((table, tuple(names)) for table, names in sorted(self.index["parts"].items())))
 
     def bundle_files(self, table: str) -> list[str] | None:
         """``table``'s files in bundle directories (None: not known, a URL: use the glob)."""
         if not self.local:
             return None
-        return [str(path / f"{table}.parquet") for path in self.bundles if (path / f"{table}.parquet").is_file()]
+        return [str(path / f"{table}.parquet") for path in self.dirs
+                if (path / f"{table}.parquet").is_file() and not self.in_parts(_run(path), table)]
 
     def parts(self, table: str) -> list[str]:
         return [layout.part_path(self.location, table, name) for name in self.index["parts"].get(table, [])]
 
-    def compacted_runs(self) -> list[str]:
-        return sorted(self.index["runs"])
+    def compacted_runs(self, table: str) -> list[str]:
+        """Runs whose ``table`` rows are in parts."""
+        return sorted(run for run in self.index["runs"] if self.in_parts(run, table))
 
     def without(self, table: str) -> list[str] | None:
         """Runs of the bundles that have no ``table`` file (written by layout 1.0); None: not known."""
         if not self.local:
             return None
-        return [path.name.split("=", 1)[1] for path in self.bundles if not (path / f"{table}.parquet").is_file()]
+        return [_run(path) for path in self.bundles() if not (path / f"{table}.parquet").is_file()]
+
+
+def _run(bundle: Path) -> str:
+    return bundle.name.split("=", 1)[1]
 
 
 def _empty(table: str, dialect: dialects.Dialect) -> str:
@@ -195,7 +207,7 @@ class DuckDBEngine:
         glob = layout.table_glob(self.files.location, table)
         if bundle_files is None or bundle_files:
             sources.append((glob if bundle_files is None else bundle_files, layout.PARTITION_KEYS,
-                            self.files.compacted_runs() if bundle_files is None else []))
+                            self.files.compacted_runs(table) if bundle_files is None else []))
         parts = self.files.parts(table)
         if parts:
             sources.append((parts, layout.PARTITION_KEYS[:-1], []))
@@ -321,7 +333,7 @@ class SparkEngine:
             reader = self.session.read.schema(", ".join(keys + columns)).option("basePath", f"{location}/{layout.BUNDLES}")
             try:
                 frame = reader.parquet(*(bundle_files or [layout.table_glob(location, table)]))
-                excluded = self.files.compacted_runs() if bundle_files is None else []
+                excluded = self.files.compacted_runs(table) if bundle_files is None else []
                 if excluded:
                     frame = frame.where(~frame["run"].isin(excluded))
                 frames.append(frame.select(*order))

@@ -26,9 +26,11 @@ the tables of many bundles merged into a few larger files per partition::
     STORE/compacted/index.json                  the commit: parts and runs compacted
     STORE/compacted/TABLE/backend=B/model=M/part-ID.parquet   run is a column
 
-A run listed in the index is read from the parts the index lists, never from its
-bundle directory (which keeps its ownership marker, so collecting it again is a no-op);
-a part the index does not list is not part of the store.
+The index lists, per run compacted, the tables of it that are in parts (every table
+but ``events`` for a bundle of many events, whose file is large enough to stay); such a
+table is read from the parts the index lists, never from the run's bundle directory
+(which keeps its ownership marker, so collecting it again is a no-op). A part the
+index does not list is not part of the store.
 
 Layout 1.1 also adds ``op_totals`` (:mod:`dfit_mlir.store.rollup`): per bundle and root op,
 the events' count, total, min, max and sum of squares of ``duration_ns``, computed at
