@@ -38,14 +38,26 @@ def _projection(table: str, present: set[str], dialect: dialects.Dialect) -> lis
     return items
 
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NAMED = re.compile(r"\b(?:FROM|JOIN)\s+([A-Za-z_][A-Za-z0-9_]*)", re.IGNORECASE)
 
 
 def tables_named(text: str) -> list[str]:
-    """The store tables ``text`` may read: those whose name appears in it as a word (a
-    view is set up only for those: each costs a read of every file's footer)."""
-    words = {word.lower() for word in _WORD.findall(text)}
+    """The store tables ``text`` reads after FROM or JOIN: their views are set up before
+    it runs (each costs a read of every file's footer, so only those). A table named
+    otherwise (``FROM a, events``) is set up when the engine reports it missing."""
+    words = {word.lower() for word in _NAMED.findall(text)}
     return [table for table in layout.TABLES if table in words]
+
+
+def missing_table(message: str, registered: Any) -> str | None:
+    """The store table an engine's "no such table" error names, if not set up yet."""
+    lowered = message.lower()
+    if "does not exist" not in lowered and "cannot be found" not in lowered:
+        return None
+    for table in layout.TABLES:
+        if table not in registered and re.search(rf"\b{table}\b", lowered):
+            return table
+    return None
 
 
 class _StoreFiles:
@@ -235,7 +247,15 @@ class DuckDBEngine:
         try:
             for table in tables_named(text):
                 self._register(table)
-            relation = self.connection.sql(text)
+            while True:
+                try:
+                    relation = self.connection.sql(text)
+                    break
+                except duckdb.CatalogException as error:
+                    table = missing_table(str(error), self.views)
+                    if table is None:
+                        raise
+                    self._register(table)
             if relation is None:  # a statement, not a query
                 import pyarrow as pa
 
@@ -370,7 +390,16 @@ class SparkEngine:
         try:
             for table in tables_named(text):
                 self._register(table)
-            return self.session.sql(text).toArrow()
+            registered = set(tables_named(text))
+            while True:
+                try:
+                    return self.session.sql(text).toArrow()
+                except PySparkException as error:
+                    table = missing_table(str(error), registered)
+                    if table is None:
+                        raise
+                    self._register(table)
+                    registered.add(table)
         except PySparkException as error:
             raise QueryError(f"query failed (spark): {str(error).splitlines()[0]}") from None
 
