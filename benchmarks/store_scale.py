@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -97,33 +98,65 @@ def generate(store: Path, bundles: int, events: int, seed: int = 0) -> float:
     return time.perf_counter() - started
 
 
-def prepared(workdir: Path | None, scratch: Path, bundles: int, events: int) -> tuple[Path, float | None]:
-    """The store of ``bundles`` × ``events``: under ``workdir`` it is kept and reused by
-    later runs (a stamp beside it says it was generated whole, with this layout); else
-    generated in ``scratch``. Returns (store, seconds generating it; None: reused)."""
+def prepared(workdir: Path | None, scratch: Path, bundles: int, events: int,
+             compacted: bool = False) -> tuple[Path, dict[str, float] | None]:
+    """The store of ``bundles`` × ``events`` as ``dfit collect`` writes it, or (``compacted``)
+    a copy of it compacted by ``dfit store compact``. Under ``workdir`` it is kept and
+    reused by later runs (a stamp beside it says it was made whole, with this layout);
+    else made in ``scratch``. Returns (store, {seconds, peak MiB} making it; None: reused)."""
     from dfit_mlir.store import layout
 
-    if workdir is None:
-        store = scratch / f"store-{bundles}x{events}"
-        return store, generate(store, bundles, events)
-    store = workdir / f"store-{bundles}x{events}"
-    stamp = workdir / f"store-{bundles}x{events}.json"
-    expected = {"bundles": bundles, "events": events, "layout": layout.STORE_VERSION}
+    root = workdir if workdir is not None else scratch
+    name = f"store-{bundles}x{events}" + ("-compacted" if compacted else "")
+    store, stamp = root / name, root / f"{name}.json"
+    expected = {"bundles": bundles, "events": events, "layout": layout.STORE_VERSION, "compacted": compacted}
     if stamp.is_file() and store.is_dir() and json.loads(stamp.read_text()) == expected:
         print(f"reusing {store} ({stamp.name})", flush=True)
         return store, None
     if store.exists():
-        raise SystemExit(f"{store}: exists but was not generated whole by this benchmark with layout "
+        raise SystemExit(f"{store}: exists but was not made whole by this benchmark with layout "
                          f"{layout.STORE_VERSION} (no matching {stamp.name}); remove it")
-    workdir.mkdir(parents=True, exist_ok=True)
-    seconds = generate(store, bundles, events)
+    root.mkdir(parents=True, exist_ok=True)
+    if not compacted:
+        made = {"seconds": generate(store, bundles, events)}
+    else:
+        source, _ = prepared(workdir, scratch, bundles, events)
+        shutil.copytree(source, store)
+        made = _timed_compaction(store)
+        print(f"compacted {store}: {made}", flush=True)
     stamp.write_text(json.dumps(expected))
-    return store, seconds
+    return store, made
 
 
-#: (report, reads the rollup op_totals): the named reports as shipped, then the same
-#: SQL with op_totals computed from every event (the raw ``events`` scan ad-hoc SQL pays).
-CASES = (("top-sites", True), ("regressions", True), ("top-sites", False), ("regressions", False))
+def _timed_compaction(store: Path) -> dict[str, float]:
+    """``dfit store compact`` in a fresh process: its seconds and peak resident memory."""
+    code = f"""
+import json, resource, sys, time
+sys.path.insert(0, {str(REPO)!r})
+from pathlib import Path
+from dfit_mlir.store.compact import compact
+t0 = time.perf_counter()
+done = compact(Path({str(store)!r}))
+print(json.dumps({{"seconds": time.perf_counter() - t0, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "parts": done.parts, "runs": done.runs}}))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+#: (report, store, reads the rollup op_totals, engines): the named reports as shipped on
+#: the store as collected and compacted, then the same SQL with op_totals computed from
+#: every event (the raw ``events`` scan that ad-hoc SQL, or a store of layout 1.0, pays;
+#: on Spark over the smaller ``raw`` store).
+CASES = (
+    ("top-sites", "compacted", True, ("duckdb", "spark")),
+    ("regressions", "compacted", True, ("duckdb", "spark")),
+    ("top-sites", "collected", True, ("duckdb", "spark")),
+    ("regressions", "collected", True, ("duckdb",)),
+    ("top-sites", "collected", False, ("duckdb",)),
+    ("top-sites", "raw", False, ("spark",)),
+    ("regressions", "collected", False, ("duckdb",)),
+)
 
 
 def measure(store: Path, engine: str, report: str, use_rollups: bool) -> dict[str, float]:
@@ -172,78 +205,105 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bundles", type=int, default=1000)
     parser.add_argument("--events", type=int, default=100_000_000)
     parser.add_argument("--spark-raw-events", type=int, default=5_000_000,
-                        help="events of a separate, smaller store for Spark's raw-events runs (0: the same store)")
+                        help="events of the smaller store Spark scans every event of (0: the same store)")
     parser.add_argument("--workdir", type=Path, default=None,
                         help="keep the generated stores here and reuse them in later runs (default: a temp dir)")
     args = parser.parse_args(argv)
     command = command_line(__file__, argv)
     started = dt.datetime.now(dt.timezone.utc)
     from dfit_mlir.store import layout
+    from dfit_mlir.store.compact import SMALL_BUNDLE_EVENTS
 
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
-        store, generated_s = prepared(args.workdir, Path(tmp), args.bundles, args.events)
-        size = sum(p.stat().st_size for p in store.rglob("*.parquet"))
-        raw_size = sum(p.stat().st_size for p in store.rglob("events.parquet"))
-        rollup_size = sum(p.stat().st_size for p in store.rglob("op_totals.parquet"))
-        files = sum(1 for _ in store.rglob("*.parquet"))
         events = args.bundles * (args.events // args.bundles)
-        print(f"store: {events:,} events in {args.bundles} bundles, {files} files, {size / 2**20:.0f} MiB "
-              f"({size / events:.2f} bytes/event; events.parquet {raw_size / events:.2f})"
-              + (f", generated in {generated_s:.0f} s" if generated_s is not None else ", reused"), flush=True)
-        spark_raw, spark_raw_events = store, events
+        collected, generated = prepared(args.workdir, Path(tmp), args.bundles, args.events)
+        compacted, compaction = prepared(args.workdir, Path(tmp), args.bundles, args.events, compacted=True)
+        stores = {"collected": (collected, events), "compacted": (compacted, events)}
         if args.spark_raw_events:
-            spark_raw, _ = prepared(args.workdir, Path(tmp), args.bundles, args.spark_raw_events)
-            spark_raw_events = args.bundles * (args.spark_raw_events // args.bundles)
-        results = {}
-        for report, use_rollups in CASES:
-            for engine in ("duckdb", "spark"):
-                target, count = (spark_raw, spark_raw_events) if engine == "spark" and not use_rollups else \
-                    (store, events)
-                found = measure(target, engine, report, use_rollups)
-                results[(report, use_rollups, engine)] = {**found, "events": count}
-                print(f"{engine} {report} ({'op_totals' if use_rollups else 'raw events'}, {count:,} events): "
-                      f"{found}", flush=True)
+            raw, _ = prepared(args.workdir, Path(tmp), args.bundles, args.spark_raw_events)
+            stores["raw"] = (raw, args.bundles * (args.spark_raw_events // args.bundles))
+        else:
+            stores["raw"] = stores["collected"]
+        shape = {}
+        for variant in ("collected", "compacted"):
+            path = stores[variant][0]
+            parquet = sorted(path.rglob("*.parquet"))
+            shape[variant] = {"files": len(parquet), "bytes": sum(p.stat().st_size for p in parquet),
+                              "events_bytes": sum(p.stat().st_size for p in parquet if p.name == "events.parquet"
+                                                  or "/compacted/events/" in str(p)),
+                              "rollup_bytes": sum(p.stat().st_size for p in parquet if p.name == "op_totals.parquet"
+                                                  or "/compacted/op_totals/" in str(p))}
+            print(f"{variant}: {events:,} events in {args.bundles} bundles: {shape[variant]}", flush=True)
+        results = []
+        for report, variant, use_rollups, engine_names in CASES:
+            path, count = stores[variant]
+            for engine in engine_names:
+                found = measure(path, engine, report, use_rollups)
+                results.append({**found, "report": report, "variant": variant, "rollups": use_rollups,
+                                "engine": engine, "events": count})
+                print(f"{engine} {report} on {variant} ({'op_totals' if use_rollups else 'raw events'}, "
+                      f"{count:,} events): {found}", flush=True)
+    collected_shape, compacted_shape = shape["collected"], shape["compacted"]
+    made = (f"generated in {generated['seconds']:.0f} s" if generated else "reused from an earlier run")
+    compacted_how = (f"`dfit store compact` took {compaction['seconds']:.0f} s, peak RSS {compaction['peak_mib']:.0f} MiB"
+                     if compaction else "compacted in an earlier run")
     lines = [
         BEGIN,
         "## Bundle store: top-sites and regressions at fleet scale (DuckDB vs Spark local)",
         "",
-        f"Measured {started.strftime('%Y-%m-%d %H:%M UTC')} on this 2-core machine (shared with other jobs, timed "
-        f"runs serialized by a lock); SYNTHETIC store (layout {layout.STORE_VERSION}, written by `dfit collect`'s "
-        f"bundle writer) of {args.bundles:,} bundles, {events:,} dispatch events ({MODELS} models × {SITES} call "
-        f"sites), {files:,} files, {size / 2**20:,.0f} MiB of Parquet: **{size / events:.2f} bytes per event** "
-        f"(events.parquet {raw_size / events:.2f}, the op_totals rollup {rollup_size / 2**20:.1f} MiB in all)"
-        + (f"; generated in {generated_s:.0f} s" if generated_s is not None else "") + ".",
+        f"Measured {started.strftime('%Y-%m-%d %H:%M UTC')} on this 2-core machine (shared with other jobs; timed "
+        f"runs serialized by a lock). SYNTHETIC store, layout {layout.STORE_VERSION}, written by `dfit collect`'s own "
+        f"bundle writer: {args.bundles:,} bundles, {events:,} dispatch events ({MODELS} models × {SITES} call sites), "
+        f"{made}.",
         "",
-        "The named reports read the rollup table `op_totals` (per bundle and root op: timed events, total, min, "
-        "max, sum of squares, written by `dfit collect`); the rows marked *raw events* run the same report SQL "
-        "with `op_totals` computed from every event instead (`use_rollups=False`: what a store written by "
-        "layout 1.0, or ad-hoc SQL over `events`, pays). DuckDB with 2 threads; Spark `local[2]`"
-        + (f"; Spark's raw-events rows over a separate store of {spark_raw_events:,} events (same shape)"
-           if spark_raw != store else "")
-        + ". Each report in a fresh process: *start* = import and engine start (Spark: its JVM), *first* = the "
-          "first query including its views' set-up (reading the footers of the files it names), *again* = the "
-          "same query once more in that process; peak = largest resident set (VmHWM) of the Python process or, "
-          "for Spark, of its JVM. Command:",
+        f"- *collected* (as `dfit collect` leaves it): {collected_shape['files']:,} files, "
+        f"{collected_shape['bytes'] / 2**20:,.0f} MiB: **{collected_shape['bytes'] / events:.2f} bytes per event** "
+        f"(events.parquet {collected_shape['events_bytes'] / events:.2f}; the op_totals rollup "
+        f"{collected_shape['rollup_bytes'] / 2**20:.1f} MiB in all).",
+        f"- *compacted* (the same store after `dfit store compact`; {compacted_how}): "
+        f"{compacted_shape['files']:,} files, {compacted_shape['bytes'] / 2**20:,.0f} MiB, "
+        f"{compacted_shape['bytes'] / events:.2f} bytes per event. "
+        + (f"Its bundles' {events // args.bundles:,} events each stay in their events.parquet (compaction merges "
+           f"the events of bundles under {SMALL_BUNDLE_EVENTS:,} only)" if events // args.bundles >= SMALL_BUNDLE_EVENTS
+           else f"Its bundles' {events // args.bundles:,} events each are merged too (under {SMALL_BUNDLE_EVENTS:,})")
+        + "; every other table, op_totals included, is in one part per table and model.",
+        "",
+        "`top-sites` and `regressions` read the rollup table **op_totals** (per bundle and root op: timed events, "
+        "total, min, max, sum of squares; written by `dfit collect`). Rows marked *raw events* run the same report "
+        "SQL with op_totals computed from every event instead (`use_rollups=False`: what ad-hoc SQL over `events`, "
+        "or a store written by layout 1.0, pays)"
+        + (f"; Spark's raw-events row is over a separate store of {stores['raw'][1]:,} events (same shape)"
+           if stores["raw"] != stores["collected"] else "")
+        + ". DuckDB with 2 threads; Spark `local[2]`. Each report in a fresh process: *start* = import and engine "
+          "start (Spark: its JVM), *first* = the first query including its views' set-up (reading the footers of "
+          "the files it names), *again* = the same query once more in that process; peak = largest resident set "
+          "(VmHWM) of the Python process or, for Spark, of its JVM. The 5 s target applies to DuckDB's *first*. "
+          "Command:",
         "",
         "```",
         command,
         "```",
         "",
-        "| report | reads | engine | events | start (s) | first (s) | again (s) | rows | peak RSS (MiB) | ≤ 5 s |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|:-:|",
+        "| report | store | reads | engine | events | start (s) | first (s) | again (s) | rows | peak RSS (MiB) | ≤ 5 s |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|:-:|",
     ]
-    for (report, use_rollups, engine), found in results.items():
-        target = ("yes" if found["first_s"] <= TARGET_S else "**no**") if engine == "duckdb" else ""
-        lines.append(f"| {report} | {'op_totals' if use_rollups else 'raw events'} | {engine} | {found['events']:,} | "
-                     f"{found['start_s']:.1f} | {found['first_s']:.2f} | {found['again_s']:.2f} | {found['rows']} | "
-                     f"{found['peak_mib']:.0f} | {target} |")
+    for found in results:
+        target = ("yes" if found["first_s"] <= TARGET_S else "**no**") if found["engine"] == "duckdb" else ""
+        lines.append(f"| {found['report']} | {found['variant'] if found['variant'] != 'raw' else 'collected'} | "
+                     f"{'op_totals' if found['rollups'] else 'raw events'} | {found['engine']} | "
+                     f"{found['events']:,} | {found['start_s']:.1f} | {found['first_s']:.2f} | {found['again_s']:.2f} | "
+                     f"{found['rows']} | {found['peak_mib']:.0f} | {target} |")
     lines.append("")
-    for report, use_rollups in CASES:
-        duck, spark = results[(report, use_rollups, "duckdb")], results[(report, use_rollups, "spark")]
+    by = {(r["report"], r["variant"] if r["variant"] != "raw" else "collected", r["rollups"], r["engine"]): r
+          for r in results}
+    for (report, variant, rollups, engine), spark in by.items():
+        duck = by.get((report, variant, rollups, "duckdb"))
+        if engine != "spark" or duck is None:
+            continue
         ratio = (spark["first_s"] / spark["events"]) / (duck["first_s"] / duck["events"])
-        lines.append(f"- {report} ({'op_totals' if use_rollups else 'raw events'}): Spark local / DuckDB = "
-                     f"{ratio:.1f}× per event, first query ({spark['first_s']:.2f} s for {spark['events']:,} vs "
-                     f"{duck['first_s']:.2f} s for {duck['events']:,}).")
+        lines.append(f"- {report} on the {variant} store ({'op_totals' if rollups else 'raw events'}): Spark local / "
+                     f"DuckDB = {ratio:.1f}× per event, first query ({spark['first_s']:.2f} s for "
+                     f"{spark['events']:,} events vs {duck['first_s']:.2f} s for {duck['events']:,}).")
     publish(lines, begin=BEGIN, end=END)
     return 0
 
