@@ -142,6 +142,8 @@ def test_compaction_keeps_every_row_in_few_files(store: Path, compacted_store: P
     for path in after:
         assert path.parent.name.startswith("model=") and path.parent.parent.name.startswith("backend=")
     assert set(index["runs"]) == {r["run"] for r in reference["SELECT * FROM runs ORDER BY run"]}
+    meta = json.loads((compacted_store / layout.META_FILE).read_text())
+    assert meta["min_reader_version"] == "1.1"  # a dfit that knows no compaction must not read it
     # Each bundle directory stays, with its ownership marker only (collect knows the run).
     for bundle in layout.bundle_dirs(compacted_store):
         assert [p.name for p in bundle.iterdir()] == [".dfit-output.json"]
@@ -238,3 +240,8 @@ def test_one_compaction_at_a_time_and_cli(tmp_path: Path, store: Path) -> None:
     assert "compacted 17 bundles" in result.output and "17 runs compacted in all" in result.output
     result = runner.invoke(main, ["store", "compact", str(tmp_path / "nothing")])
     assert result.exit_code == 2 and "not a dfit store" in result.output and "Traceback" not in result.output
+    # A store a newer layout wrote for newer readers only: refused, named, exit 2.
+    meta = json.loads((path / layout.META_FILE).read_text())
+    (path / layout.META_FILE).write_text(json.dumps({**meta, "version": "1.9", "min_reader_version": "1.9"}))
+    result = runner.invoke(main, ["query", str(path), "top-sites"])
+    assert result.exit_code == 2 and "needs a dfit that reads store layout 1.9" in result.output

@@ -66,6 +66,10 @@ def open_store(store: Path, *, create: bool) -> dict[str, Any]:
         if str(document.get("version", "")).split(".")[0] != layout.STORE_VERSION.split(".")[0]:
             raise InvalidInputError(f"{meta}: store layout {document.get('version')} is not readable by this dfit "
                                     f"(reads {layout.STORE_VERSION.split('.')[0]}.x)")
+        needed = str(document.get("min_reader_version") or "1.0")
+        if _version(needed) > _version(layout.STORE_VERSION):
+            raise InvalidInputError(f"{meta}: this store needs a dfit that reads store layout {needed} or later "
+                                    f"(this one reads up to {layout.STORE_VERSION})")
         return document
     if not create:
         raise InvalidInputError(f"{store}: not a dfit store (no {layout.META_FILE}; create one with `dfit collect`)")
@@ -75,6 +79,23 @@ def open_store(store: Path, *, create: bool) -> dict[str, Any]:
                 "event_schema": es.SCHEMA_VERSION}
     atomic.write_text(meta, json.dumps(document, indent=1) + "\n")
     return document
+
+
+def _version(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split("."))
+    except ValueError:
+        raise InvalidInputError(f"store layout version {text!r} is not MAJOR.MINOR") from None
+
+
+def require_reader(store: Path, version: str) -> None:
+    """Record in the store's description that reading it now takes layout ``version``
+    (compaction moves rows where an older reader would not look for them)."""
+    meta = store / layout.META_FILE
+    document = json.loads(meta.read_text())
+    if _version(str(document.get("min_reader_version") or "1.0")) < _version(version):
+        document.update(version=version, min_reader_version=version)
+        atomic.write_text(meta, json.dumps(document, indent=1) + "\n")
 
 
 def collect(bundles: Sequence[Path], store: Path, placement: Placement = Placement()) -> list[Collected]:

@@ -33,7 +33,7 @@ from typing import Any
 from dfit_mlir import atomic
 from dfit_mlir.errors import DfitError
 from dfit_mlir.store import layout, rollup
-from dfit_mlir.store.collect import open_store
+from dfit_mlir.store.collect import open_store, require_reader
 
 #: A bundle's events join a part only below this many: a file of a few thousand events
 #: costs the engines more to open than to read, one of 100k+ does not, and in a part
@@ -43,6 +43,10 @@ SMALL_BUNDLE_EVENTS = 1 << 16
 #: prune by run (parts are written run after run, so each row group spans few runs).
 _ROW_GROUP_ROWS = 1 << 20
 _BATCH_ROWS = 262_144
+
+
+#: The store layout that introduced compaction: readers of older ones must refuse a compacted store.
+COMPACTED_LAYOUT = "1.1"
 
 
 class StoreBusyError(DfitError):
@@ -88,6 +92,9 @@ def compact(store: Path, *, small_events: int = SMALL_BUNDLE_EVENTS) -> Compacte
             for path in bundles:
                 runs[_run(path)] = {"backend": backend, "model": model, "events": events[path], "tables": tables[path]}
         if pending:
+            # Before the commit: a dfit reading only bundle directories must refuse the store
+            # from now on (it would miss the compacted runs), not read part of it.
+            require_reader(store, COMPACTED_LAYOUT)
             document = {"schema": layout.INDEX_SCHEMA, "store_version": layout.STORE_VERSION,
                         "parts": {table: names for table, names in parts.items() if names}, "runs": runs}
             atomic.write_text(store / layout.COMPACTED / layout.INDEX_FILE, json.dumps(document, indent=1) + "\n")
