@@ -82,6 +82,16 @@ def test_dialect_rules_hold_on_spark(store: Path) -> None:
     assert engines.SparkEngine(str(store)).sql(order).to_pylist() == [{"x": 1}, {"x": None}]
 
 
+def test_a_table_named_after_a_comma_is_set_up_when_the_engine_misses_it(compacted_store: Path) -> None:
+    """Views are set up for the tables after FROM/JOIN; ``FROM runs r, events e`` names
+    events otherwise: both engines report it missing, it is set up, the query reruns."""
+    sql = ("SELECT r.label, count(*) AS n FROM runs r, events e WHERE r.run = e.run AND e.kind = 'dispatch' "
+           "GROUP BY r.label ORDER BY r.label NULLS LAST")
+    spark = bundle_store.query(compacted_store, sql, engine="spark").to_pylist()
+    assert spark == bundle_store.query(compacted_store, sql).to_pylist()
+    assert {row["label"] for row in spark} >= {"base", "slow", "same", "job"}
+
+
 def test_spark_query_errors_are_one_line(store: Path) -> None:
     from dfit_mlir.store.engines import QueryError
 

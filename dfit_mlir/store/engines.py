@@ -2,6 +2,13 @@
 local or a cluster). Both expose every table of the store as a view with the current
 schema's columns (columns an older minor lacks read as nulls) plus the Hive partition
 keys, and return results as Arrow tables.
+
+A table's view is set up the first time a query reads it (setting one up reads the
+footer of each of its files). It is the union of the bundle directories' files and the
+compacted parts the index lists (:mod:`dfit_mlir.store.compact`; a run is read from one
+or the other, never both); the rollup ``op_totals`` adds the rows computed from
+``events`` for bundles that have no such file (layout 1.0), or is computed from
+``events`` entirely with ``use_rollups=False``.
 """
 
 from __future__ import annotations
