@@ -44,6 +44,13 @@ _DESCRIBING = (es.KIND, es.STAGE, es.SITE, es.ROOT_ID, es.PARTITION, es.MACS, es
 _DESCRIPTION_CACHE = 100_000
 
 
+def track_name(kind: str, invocation: int | None, partition: str | None, name: str | None) -> str:
+    """The track an event is drawn on, within its stage: its invocation's, else its operation's."""
+    if kind in INVOCATION_KINDS and invocation is not None:
+        return f"invocation {invocation}"
+    return f"{kind}: {partition or name or kind}"
+
+
 class _SliceNamer:
     """Event → (track key, slice name, args). Per-site and per-op lookups are built once
     and descriptions are memoised by the event's describing fields."""
@@ -54,10 +61,8 @@ class _SliceNamer:
         self._described: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
 
     def track(self, event: dict[str, Any]) -> tuple[str, str]:
-        kind = event[es.KIND]
-        if kind in INVOCATION_KINDS and event[es.INVOCATION] is not None:
-            return event[es.STAGE], f"invocation {event[es.INVOCATION]}"
-        return event[es.STAGE], f"{kind}: {event[es.PARTITION] or event.get(es.NAME) or kind}"
+        return event[es.STAGE], track_name(event[es.KIND], event[es.INVOCATION], event[es.PARTITION],
+                                           event.get(es.NAME))
 
     def describe(self, event: dict[str, Any]) -> tuple[tuple[Any, ...], str, dict[str, Any]]:
         """(memo key, slice name, args) of an event."""
@@ -172,7 +177,7 @@ def write_perfetto(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
 
 
 #: Events encoded at a time: bounds the writer's memory (~100 bytes of output per event).
-_BATCH_ROWS = 65_536
+_BATCH_ROWS = 131_072
 #: TracePacket / TrackEvent field tags (wire type in the low 3 bits), as Perfetto's protos number them.
 _TRACE_PACKET = 0x0A  # Trace.packet = 1, length-delimited
 _TIMESTAMP = 0x40  # TracePacket.timestamp = 8, varint
@@ -184,6 +189,10 @@ _SLICE_END = b"\x48\x02"  # TrackEvent.type = 9: TYPE_SLICE_END
 
 
 def _varint(value: int) -> bytes:
+    if value < 0x80:  # most lengths and uuids: no loop
+        return _SMALL_VARINTS[value]
+    if value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
     out = bytearray()
     while True:
         byte = value & 0x7F
@@ -195,24 +204,97 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _varint_lengths(values: np.ndarray) -> np.ndarray:
-    """Bytes each (non-negative) value takes as a protobuf varint."""
-    lengths = np.ones(len(values), dtype=np.int64)
-    rest = values.astype(np.uint64) >> np.uint64(7)
-    while rest.any():
-        lengths += rest > 0
-        rest >>= np.uint64(7)
-    return lengths
+_SMALL_VARINTS = [bytes((value,)) for value in range(0x80)]
 
 
-def _put_varints(out: np.ndarray, positions: np.ndarray, values: np.ndarray, lengths: np.ndarray) -> None:
-    """Write ``values`` as varints at ``positions`` of ``out`` (all at once, byte k of every value per step)."""
-    rest = values.astype(np.uint64)
-    for k in range(int(lengths.max(initial=0))):
-        has = lengths > k
-        byte = (rest & np.uint64(0x7F)).astype(np.uint8) | np.where(lengths > k + 1, 0x80, 0).astype(np.uint8)
-        out[positions[has] + k] = byte[has]
-        rest = rest >> np.uint64(7)
+def _varint_width(value: int) -> int:
+    """Bytes ``value`` (non-negative) takes as a minimal protobuf varint."""
+    return max(1, (int(value).bit_length() + 6) // 7)
+
+
+def _padded_varints(out: np.ndarray, values: np.ndarray, width: int) -> None:
+    """Write ``values`` into the ``width`` columns of ``out`` (rows × width bytes) as
+    varints padded to ``width`` bytes: every byte but the last has its continuation bit
+    set, so 5 in three bytes is ``85 80 00``. Protobuf parsers read padded varints as the
+    value (Perfetto's own writer pads message lengths the same way); a fixed width per
+    batch is what lets every packet's head be one row of a byte matrix."""
+    rest = values.astype(np.uint64, copy=False)
+    for k in range(width):
+        byte = (rest >> np.uint64(7 * k)) & np.uint64(0x7F)
+        out[:, k] = byte.astype(np.uint8) | (0x80 if k + 1 < width else 0)
+
+
+def _fixed_rows(matrix: np.ndarray) -> Any:
+    """An Arrow binary array whose values are the rows of ``matrix`` (no copy)."""
+    import pyarrow as pa
+
+    rows, width = matrix.shape
+    offsets = np.arange(rows + 1, dtype=np.int32) * np.int32(width)
+    return pa.Array.from_buffers(pa.binary(), rows, [None, pa.py_buffer(offsets),
+                                                      pa.py_buffer(np.ascontiguousarray(matrix))])
+
+
+def _sparse_rows(count: int, values: dict[int, bytes]) -> Any:
+    """An Arrow binary array of ``count`` values, empty but at the rows of ``values``."""
+    import pyarrow as pa
+
+    lengths = np.zeros(count + 1, dtype=np.int32)
+    rows = sorted(values)
+    lengths[np.asarray(rows, dtype=np.int64) + 1] = [len(values[row]) for row in rows]
+    data = b"".join(values[row] for row in rows)
+    return pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(np.cumsum(lengths, dtype=np.int32)),
+                                                      pa.py_buffer(data)])
+
+
+def _track_descriptor(uuid: int, name: str, parent: int | None) -> bytes:
+    """A TracePacket holding one TrackDescriptor (uuid = 1, name = 2, parent_uuid = 5;
+    TracePacket.track_descriptor = 60)."""
+    encoded = name.encode()
+    descriptor = b"\x08" + _varint(uuid) + b"\x12" + _varint(len(encoded)) + encoded + \
+        (b"\x28" + _varint(parent) if parent is not None else b"")
+    packet = b"\xe2\x03" + _varint(len(descriptor)) + descriptor
+    return bytes([_TRACE_PACKET]) + _varint(len(packet)) + packet
+
+
+def _track_descriptors(tracks: list[tuple[int, str, int]]) -> bytes:
+    """:func:`_track_descriptor` of many (uuid, name, parent) at once: a run has a track per
+    invocation, so a batch can hold thousands of new ones. Heads are fixed-width rows
+    (padded varints), the names a column joined after them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    uuids = np.fromiter((uuid for uuid, _, _ in tracks), dtype=np.int64, count=len(tracks))
+    parents = np.fromiter((parent for _, _, parent in tracks), dtype=np.int64, count=len(tracks))
+    names = pa.array([name for _, name, _ in tracks], pa.string()).cast(pa.binary())
+    name_lengths = np.asarray(pc.binary_length(names), dtype=np.int64)
+    uuid_width = _varint_width(int(max(uuids.max(), parents.max())))
+    name_width = _varint_width(int(name_lengths.max()))
+    descriptor = 2 * (1 + uuid_width) + 1 + name_width + name_lengths
+    descriptor_width = _varint_width(int(descriptor.max()))
+    packet = 2 + descriptor_width + descriptor
+    packet_width = _varint_width(int(packet.max()))
+    layout = [(_TRACE_PACKET, 1), (packet, packet_width), (b"\xe2\x03", 2), (descriptor, descriptor_width),
+              (0x08, 1), (uuids, uuid_width), (0x28, 1), (parents, uuid_width), (0x12, 1),
+              (name_lengths, name_width)]
+    heads = _fixed_rows(_byte_rows(len(tracks), layout))
+    return pc.binary_join_element_wise(heads, names, pa.scalar(b"", pa.binary())).buffers()[2].to_pybytes()
+
+
+def _byte_rows(rows: int, layout: list[tuple[Any, int]]) -> np.ndarray:
+    """A rows × width byte matrix laid out by ``layout``: (value, width) in order, where a
+    value is constant bytes, a constant byte (int < 128, width 1), or an int or int array
+    written as varints padded to ``width``."""
+    matrix = np.empty((rows, sum(width for _, width in layout)), dtype=np.uint8)
+    at = 0
+    for value, width in layout:
+        if isinstance(value, bytes):
+            matrix[:, at:at + width] = np.frombuffer(value, dtype=np.uint8)
+        elif isinstance(value, int) and width == 1 and value < 0x80:
+            matrix[:, at] = value
+        else:
+            _padded_varints(matrix[:, at:at + width], np.broadcast_to(np.asarray(value), (rows,)), width)
+        at += width
+    return matrix
 
 
 def _codes(column: Any) -> tuple[np.ndarray, list[Any]]:
@@ -220,6 +302,8 @@ def _codes(column: Any) -> tuple[np.ndarray, list[Any]]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if column.null_count == len(column):
+        return np.zeros(len(column), dtype=np.int64), [None]
     encoded = column if pa.types.is_dictionary(column.type) else pc.dictionary_encode(column)
     values = encoded.dictionary.to_pylist() + [None]
     indices = encoded.indices.fill_null(len(values) - 1)
@@ -227,18 +311,27 @@ def _codes(column: Any) -> tuple[np.ndarray, list[Any]]:
 
 
 def _row_keys(codes: list[tuple[np.ndarray, list[Any]]], count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Group rows by their codes: (first row of each group, group of each row, group order)."""
-    key = np.zeros(count, dtype=np.int64)
+    """Group rows by their codes: (first row of each group, group of each row, group order).
+    Groups are numbered in first-use order when the codes fit one integer key (hashed by
+    Arrow, no sort), else by a row-wise sort and then put in first-use order."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     radix = 1
     for _, values in codes:
         radix *= len(values)
     if radix < 2**62:
+        key = np.zeros(count, dtype=np.int64)
         for column, values in codes:
             key = key * len(values) + column
-        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    else:  # too many distinct combinations for one integer: compare rows
-        stacked = np.ascontiguousarray(np.stack([column for column, _ in codes], axis=1))
-        _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
+        encoded = pc.dictionary_encode(pa.array(key))
+        inverse = np.asarray(encoded.indices, dtype=np.int64)
+        # Groups are numbered as they first appear, so a group's first row is where the
+        # running maximum of the group numbers first reaches it.
+        first = np.flatnonzero(np.diff(np.maximum.accumulate(inverse), prepend=-1) > 0)
+        return first, inverse, np.arange(len(first))
+    stacked = np.ascontiguousarray(np.stack([column for column, _ in codes], axis=1))
+    _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
     return first, inverse.reshape(-1), np.argsort(first, kind="stable")
 
 
@@ -247,9 +340,11 @@ class PerfettoWriter:
 
     The wire format is plain protobuf, so packets are written column-wise: what a slice
     looks like (its name, category and arguments, interned) is built once per distinct
-    description with Perfetto's own message classes, and each event adds only varints
-    (timestamp, track) and the lengths around them, computed for the whole batch with
-    numpy. The packets are the ones one ``TracePacket`` object per event would give.
+    description with Perfetto's own message classes; each event adds only its head (a
+    fixed-width byte row: timestamp, track and the lengths around them, as padded
+    varints), filled for the whole batch with numpy, and Arrow joins heads and
+    descriptions row by row into the output bytes. The packets decode to the ones one
+    ``TracePacket`` object per event would give (``tests/perfetto_reference.py``).
 
     Optional columns: ``track_group`` (a string: the host/rank a track belongs under, as
     a parent track) and ``flow_id`` (an integer: events sharing one are linked by a
@@ -285,24 +380,20 @@ class PerfettoWriter:
         body = packet.SerializeToString()
         self.stream.write(bytes([_TRACE_PACKET]) + _varint(len(body)) + body)
 
-    def _track_uuid(self, group: str | None, stage: str, track: str, out: list[bytes]) -> int:
-        """The track's uuid; descriptors of tracks new so far (and their parents) go to ``out``."""
-        parent = None
-        if group is not None:
-            parent = self._track((group,), group, None, out)
-        stage_uuid = self._track((group, stage), f"stage: {stage}", parent, out)
-        return self._track((group, stage, track), track, stage_uuid, out)
+    def _stage_track(self, group: str | None, stage: str, out: list[bytes]) -> int:
+        """The uuid of ``stage``'s track (under ``group``'s, if any); descriptors of those
+        new so far go to ``out``."""
+        stage_uuid = self.tracks.get((group, stage))
+        if stage_uuid is None:
+            parent = None if group is None else self._track((group,), group, None, out)
+            stage_uuid = self._track((group, stage), f"stage: {stage}", parent, out)
+        return stage_uuid
 
     def _track(self, key: tuple[Any, ...], name: str, parent: int | None, out: list[bytes]) -> int:
         uuid = self.tracks.get(key)
         if uuid is None:
             uuid = self.tracks[key] = len(self.tracks) + 1
-            encoded = name.encode()
-            # TrackDescriptor: uuid = 1, name = 2, parent_uuid = 5; TracePacket.track_descriptor = 60.
-            descriptor = b"\x08" + _varint(uuid) + b"\x12" + _varint(len(encoded)) + encoded + \
-                (b"\x28" + _varint(parent) if parent is not None else b"")
-            packet = b"\xe2\x03" + _varint(len(descriptor)) + descriptor
-            out.append(bytes([_TRACE_PACKET]) + _varint(len(packet)) + packet)
+            out.append(_track_descriptor(uuid, name, parent))
         return uuid
 
     def _description(self, instant: bool, event: dict[str, Any]) -> tuple[bytes, bytes]:
@@ -380,17 +471,24 @@ class PerfettoWriter:
         track_of_group = np.zeros(len(first), dtype=np.int64)
         rows = first[order]
         values_of = [[values[code] for code in codes[rows].tolist()] for codes, values in track_columns]
-        descriptors: list[bytes] = []
-        known = self.uuids
+        parents: list[bytes] = []
+        new_tracks: list[tuple[int, str, int]] = []  # (uuid, name, parent uuid): one per new invocation, mostly
+        known, tracks_by_key = self.uuids, self.tracks
         for group_index, key in zip(order.tolist(), zip(*values_of, strict=True), strict=True):
             uuid = known.get(key)
             if uuid is None:
                 group, stage, kind, invocation, partition, name = key
-                stage_name, track = self.namer.track({es.KIND: kind, es.STAGE: stage, es.INVOCATION: invocation,
-                                                      es.PARTITION: partition, es.NAME: name})
-                uuid = known[key] = self._track_uuid(group, stage_name, track, descriptors)
+                track = track_name(kind, invocation, partition, name)
+                uuid = tracks_by_key.get((group, stage, track))
+                if uuid is None:
+                    parent = self._stage_track(group, stage, parents)
+                    uuid = tracks_by_key[(group, stage, track)] = len(tracks_by_key) + 1
+                    new_tracks.append((uuid, track, parent))
+                known[key] = uuid
             track_of_group[group_index] = uuid
-        self.stream.write(b"".join(descriptors))
+        self.stream.write(b"".join(parents))
+        if new_tracks:
+            self.stream.write(_track_descriptors(new_tracks))
         tracks = track_of_group[inverse]
 
         # Descriptions: distinct (instant, describing fields), built in first-use order.
@@ -418,80 +516,66 @@ class PerfettoWriter:
     def _encode(self, starts: np.ndarray, durations: np.ndarray, instant: np.ndarray, tracks: np.ndarray,
                 descriptions: np.ndarray, fields_of: list[bytes], interned_at: dict[int, bytes],
                 flows: dict[int, bytes]) -> None:
-        """Every event's packets (begin, then end unless an instant), laid out column-wise.
+        """Every event's packets (a begin or instant packet, then an end packet unless an
+        instant), laid out as four columns joined row by row by Arrow:
 
-        A packet is seven segments: [Trace.packet tag, length, timestamp tag, timestamp],
-        the shared fields, interned data (first use only), [TrackEvent tag, length], the
-        description's fields, a flow (merged traces), [track_uuid tag, uuid]. The varying
-        ones are written into small per-packet byte matrices, the constant ones exist once;
-        the output is one gather over all of them (``np.repeat`` of segment starts)."""
+        * head: ``[packet tag][length][timestamp tag][timestamp][shared fields]
+          [TrackEvent tag][length][track_uuid tag][uuid]`` — one row of a byte matrix;
+        * the description's TrackEvent fields (type, name, category, arguments), taken
+          from the few distinct ones;
+        * sparse extras: a flow id (still inside the TrackEvent, which is why it comes
+          right after the fields) and interned data first used here (a TracePacket field
+          after the TrackEvent; a packet's fields may come in any order);
+        * the end packet (slices only): again one row of a byte matrix.
+
+        Varints in the heads are padded to one width per batch (:func:`_padded_varints`),
+        so the heads are fixed-width rows and the only per-event work is filling their
+        varying columns (timestamp, uuid, lengths), a few numpy operations per column."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         count = len(starts)
-        packets_per_event = np.where(instant, 1, 2)
-        first_packet = np.concatenate([[0], np.cumsum(packets_per_event)[:-1]])
-        total = int(packets_per_event.sum())
-        event_of = np.repeat(np.arange(count), packets_per_event)
-        is_end = np.zeros(total, dtype=bool)
-        is_end[first_packet[~instant] + 1] = True
-        timestamp = starts[event_of] + np.where(is_end, durations[event_of], 0)
-        blobs = [*fields_of, _SLICE_END]
-        description_of = np.where(is_end, len(fields_of), descriptions[event_of])
-        fields_length = np.array([len(blob) for blob in blobs], dtype=np.int64)[description_of]
-        interned_length = np.zeros(total, dtype=np.int64)
-        flow_length = np.zeros(total, dtype=np.int64)
-        for row, data in interned_at.items():
-            interned_length[first_packet[row]] = len(data)
+        common = self.common
+        ends = starts + durations
+        timestamp_width = _varint_width(max(int(starts.max()), int(ends.max())))
+        uuid_width = _varint_width(int(tracks.max()))
+        fields_length = np.array([len(blob) for blob in fields_of], dtype=np.int64)[descriptions]
+        flow_length = np.zeros(count, dtype=np.int64)
+        interned_length = np.zeros(count, dtype=np.int64)
         for row, data in flows.items():
-            flow_length[first_packet[row]] = len(data)
-        uuid = tracks[event_of]
-        uuid_length = _varint_lengths(uuid)
-        event_length = fields_length + flow_length + 1 + uuid_length
-        event_length_length = _varint_lengths(event_length)
-        timestamp_length = _varint_lengths(timestamp)
-        body = 1 + timestamp_length + len(self.common) + interned_length + 1 + event_length_length + event_length
-        body_length_length = _varint_lengths(body)
+            flow_length[row] = len(data)
+        for row, data in interned_at.items():
+            interned_length[row] = len(data)
+        event_length = 1 + uuid_width + fields_length + flow_length
+        end_event_length = 1 + uuid_width + len(_SLICE_END)
+        event_width = _varint_width(max(int(event_length.max()), end_event_length))
+        fixed = 1 + timestamp_width + len(common) + 1 + event_width  # up to the TrackEvent's contents
+        packet_length = fixed + event_length + interned_length
+        end_packet_length = fixed + end_event_length
+        packet_width = _varint_width(max(int(packet_length.max()), end_packet_length))
 
-        rows = np.arange(total)
-        head = np.zeros((total, 14), dtype=np.uint8)  # tag, length (<= 3), tag, timestamp (<= 10)
-        head[:, 0] = _TRACE_PACKET
-        _put_varints(head.reshape(-1), rows * 14 + 1, body, body_length_length)
-        head.reshape(-1)[rows * 14 + 1 + body_length_length] = _TIMESTAMP
-        _put_varints(head.reshape(-1), rows * 14 + 2 + body_length_length, timestamp, timestamp_length)
-        head_length = 2 + body_length_length + timestamp_length
-        event_head = np.zeros((total, 4), dtype=np.uint8)
-        event_head[:, 0] = _TRACK_EVENT
-        _put_varints(event_head.reshape(-1), rows * 4 + 1, event_length, event_length_length)
-        tail = np.zeros((total, 11), dtype=np.uint8)
-        tail[:, 0] = _TRACK_UUID
-        _put_varints(tail.reshape(-1), rows * 11 + 1, uuid, uuid_length)
+        def heads(rows: int, lengths: np.ndarray | int, timestamps: np.ndarray, events: np.ndarray | int,
+                  uuids: np.ndarray, tail: bytes = b"") -> np.ndarray:
+            return _byte_rows(rows, [(_TRACE_PACKET, 1), (lengths, packet_width), (_TIMESTAMP, 1),
+                                     (timestamps, timestamp_width), (common, len(common)), (_TRACK_EVENT, 1),
+                                     (events, event_width), (_TRACK_UUID, 1), (uuids, uuid_width),
+                                     (tail, len(tail))])
 
-        sparse = [interned_at[row] for row in sorted(interned_at)] + [flows[row] for row in sorted(flows)]
-        parts = [head.reshape(-1), event_head.reshape(-1), tail.reshape(-1),
-                 np.frombuffer(self.common + b"".join(blobs) + b"".join(sparse), dtype=np.uint8)]
-        base = np.cumsum([0] + [len(part) for part in parts])
-        common_at = base[3]
-        blob_at = common_at + len(self.common) + np.concatenate([[0], np.cumsum([len(b) for b in blobs])[:-1]])
-        sparse_at = common_at + len(self.common) + sum(len(b) for b in blobs)
-        interned_start = np.zeros(total, dtype=np.int64)
-        flow_start = np.zeros(total, dtype=np.int64)
-        for row in sorted(interned_at):
-            interned_start[first_packet[row]] = sparse_at
-            sparse_at += len(interned_at[row])
-        for row in sorted(flows):
-            flow_start[first_packet[row]] = sparse_at
-            sparse_at += len(flows[row])
-        segment_starts = np.stack([
-            base[0] + rows * 14, np.full(total, common_at), interned_start, base[1] + rows * 4,
-            blob_at[description_of], flow_start, base[2] + rows * 11], axis=1).reshape(-1)
-        segment_lengths = np.stack([
-            head_length, np.full(total, len(self.common)), interned_length, 1 + event_length_length,
-            fields_length, flow_length, 1 + uuid_length], axis=1).reshape(-1)
-        ends = np.cumsum(segment_lengths)
-        source = np.concatenate(parts)
-        # Output byte k comes from source[k + shift of its segment]; int32 halves the index traffic.
-        kind = np.int32 if max(len(source), int(ends[-1])) < 2**31 else np.int64
-        index = np.repeat((segment_starts - (ends - segment_lengths)).astype(kind), segment_lengths)
-        index += np.arange(len(index), dtype=kind)
-        self.stream.write(source.take(index).tobytes())
+        columns = [_fixed_rows(heads(count, packet_length, starts, event_length, tracks)),
+                   pa.array(fields_of, pa.binary()).take(pa.array(descriptions))]
+        if flows or interned_at:
+            extras = {row: flows.get(row, b"") + interned_at.get(row, b"") for row in {*flows, *interned_at}}
+            columns.append(_sparse_rows(count, extras))
+        slices = ~instant
+        if slices.any():
+            end_rows = heads(int(slices.sum()), end_packet_length, ends[slices], end_event_length, tracks[slices],
+                             _SLICE_END)
+            offsets = np.concatenate([[0], np.cumsum(slices * end_rows.shape[1])]).astype(np.int32)
+            columns.append(pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets),
+                                                                      pa.py_buffer(end_rows)]))
+        packets = pc.binary_join_element_wise(*columns, pa.scalar(b"", pa.binary()))
+        offsets = np.frombuffer(packets.buffers()[1], dtype=np.int32, count=count + 1, offset=packets.offset * 4)
+        self.stream.write(memoryview(packets.buffers()[2])[offsets[0]:offsets[-1]])
 
 
 def write_chrome_json(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
