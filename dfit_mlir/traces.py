@@ -176,6 +176,10 @@ def write_perfetto(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
             events.iter_batches(batch_size=_BATCH_ROWS, columns=fields))
 
 
+#: Tracks of invocations (and operations) remembered: events of an invocation that come
+#: back after this many others were drawn go on a second track of the same name. Keeps
+#: the writer's memory bounded however many invocations a run has.
+_LIVE_TRACKS = 65_536
 #: Events encoded at a time: bounds the writer's memory (~100 bytes of output per event).
 _BATCH_ROWS = 131_072
 #: TracePacket / TrackEvent field tags (wire type in the low 3 bits), as Perfetto's protos number them.
@@ -358,8 +362,12 @@ class PerfettoWriter:
         self.namer = _SliceNamer(manifest)
         self.interner = _Interner()
         #: Track uuid by the events' track fields, and by (group, stage, track name).
-        self.uuids: dict[tuple[Any, ...], int] = {}
+        #: Uuids of the group and stage tracks (few), and of the tracks events are drawn on
+        #: by (group, stage, track name): one per invocation, so the writer keeps only the
+        #: most recently used :data:`_LIVE_TRACKS` of those.
+        self.parents: dict[tuple[Any, ...], int] = {}
         self.tracks: dict[tuple[Any, ...], int] = {}
+        self.next_uuid = 1
         self.descriptions: dict[tuple[Any, ...], bytes] = {}
         self._track_event = TrackEvent
         self._trace_packet = TracePacket
@@ -383,18 +391,22 @@ class PerfettoWriter:
     def _stage_track(self, group: str | None, stage: str, out: list[bytes]) -> int:
         """The uuid of ``stage``'s track (under ``group``'s, if any); descriptors of those
         new so far go to ``out``."""
-        stage_uuid = self.tracks.get((group, stage))
+        stage_uuid = self.parents.get((group, stage))
         if stage_uuid is None:
-            parent = None if group is None else self._track((group,), group, None, out)
-            stage_uuid = self._track((group, stage), f"stage: {stage}", parent, out)
+            parent = None if group is None else self._parent_track((group,), group, None, out)
+            stage_uuid = self._parent_track((group, stage), f"stage: {stage}", parent, out)
         return stage_uuid
 
-    def _track(self, key: tuple[Any, ...], name: str, parent: int | None, out: list[bytes]) -> int:
-        uuid = self.tracks.get(key)
+    def _parent_track(self, key: tuple[Any, ...], name: str, parent: int | None, out: list[bytes]) -> int:
+        uuid = self.parents.get(key)
         if uuid is None:
-            uuid = self.tracks[key] = len(self.tracks) + 1
+            uuid = self.parents[key] = self._new_uuid()
             out.append(_track_descriptor(uuid, name, parent))
         return uuid
+
+    def _new_uuid(self) -> int:
+        self.next_uuid += 1
+        return self.next_uuid - 1
 
     def _description(self, instant: bool, event: dict[str, Any]) -> tuple[bytes, bytes]:
         """(TrackEvent fields of a slice begin or instant, interned data first used by it)."""
@@ -473,19 +485,18 @@ class PerfettoWriter:
         values_of = [[values[code] for code in codes[rows].tolist()] for codes, values in track_columns]
         parents: list[bytes] = []
         new_tracks: list[tuple[int, str, int]] = []  # (uuid, name, parent uuid): one per new invocation, mostly
-        known, tracks_by_key = self.uuids, self.tracks
-        for group_index, key in zip(order.tolist(), zip(*values_of, strict=True), strict=True):
-            uuid = known.get(key)
+        live = self.tracks
+        for group_index, (group, stage, kind, invocation, partition, name) in zip(
+                order.tolist(), zip(*values_of, strict=True), strict=True):
+            key = (group, stage, track_name(kind, invocation, partition, name))
+            uuid = live.pop(key, None)  # popped and put back: the most recently used come last
             if uuid is None:
-                group, stage, kind, invocation, partition, name = key
-                track = track_name(kind, invocation, partition, name)
-                uuid = tracks_by_key.get((group, stage, track))
-                if uuid is None:
-                    parent = self._stage_track(group, stage, parents)
-                    uuid = tracks_by_key[(group, stage, track)] = len(tracks_by_key) + 1
-                    new_tracks.append((uuid, track, parent))
-                known[key] = uuid
-            track_of_group[group_index] = uuid
+                parent = self._stage_track(group, stage, parents)
+                uuid = self._new_uuid()
+                new_tracks.append((uuid, key[2], parent))
+            live[key] = track_of_group[group_index] = uuid
+        while len(live) > _LIVE_TRACKS:
+            del live[next(iter(live))]
         self.stream.write(b"".join(parents))
         if new_tracks:
             self.stream.write(_track_descriptors(new_tracks))

@@ -102,3 +102,34 @@ def test_padded_varints_read_back_as_their_values(width: int) -> None:
         encoded = bytes([0x40]) + row.tobytes()  # TracePacket.timestamp = 8, varint
         assert len(encoded) == 1 + width
         assert TracePacket.FromString(encoded).timestamp == value
+
+
+def test_bounded_track_table_still_describes_every_track(monkeypatch: pytest.MonkeyPatch,
+                                                         iree_bundles: dict[str, Path]) -> None:
+    """The writer remembers only the most recently used tracks (memory stays bounded over
+    millions of invocations); a track forgotten and used again is described again, under
+    a new uuid and the same name, before its next event."""
+    from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
+
+    bundle = iree_bundles["full"]
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    table = pq.read_table(bundle / "events.parquet")
+    # Interleave the invocations so that every batch brings back tracks the last one forgot.
+    table = table.take(pa.array(sorted(range(table.num_rows), key=lambda row: (row % 5, row))))
+
+    def track_names_per_event(live_tracks: int) -> tuple[list[str], int]:
+        monkeypatch.setattr(traces, "_LIVE_TRACKS", live_tracks)
+        out = io.BytesIO()
+        traces.PerfettoWriter(manifest, out).write_batches(table.to_batches(max_chunksize=3))
+        described: dict[int, str] = {}
+        names: list[str] = []
+        for packet in Trace.FromString(out.getvalue()).packet:
+            if packet.HasField("track_descriptor"):
+                described[packet.track_descriptor.uuid] = packet.track_descriptor.name
+            elif packet.HasField("track_event"):
+                names.append(described[packet.track_event.track_uuid])  # described before use
+        return names, len(described)
+
+    bounded, unbounded = track_names_per_event(2), track_names_per_event(1 << 20)
+    assert bounded[0] == unbounded[0]
+    assert bounded[1] > unbounded[1]  # forgotten tracks were described again
