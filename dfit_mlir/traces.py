@@ -228,13 +228,22 @@ def _padded_varints(out: np.ndarray, values: np.ndarray, width: int) -> None:
         out[:, k] = byte.astype(np.uint8) | (0x80 if k + 1 < width else 0)
 
 
+def _joined(*columns: Any) -> Any:
+    """Arrow's row-wise concatenation of binary ``columns``. They are ``large_binary``
+    (64-bit offsets), so a batch of long descriptions cannot overflow them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.binary_join_element_wise(*columns, pa.scalar(b"", pa.large_binary()))
+
+
 def _fixed_rows(matrix: np.ndarray) -> Any:
     """An Arrow binary array whose values are the rows of ``matrix`` (no copy)."""
     import pyarrow as pa
 
     rows, width = matrix.shape
-    offsets = np.arange(rows + 1, dtype=np.int32) * np.int32(width)
-    return pa.Array.from_buffers(pa.binary(), rows, [None, pa.py_buffer(offsets),
+    offsets = np.arange(rows + 1, dtype=np.int64) * width
+    return pa.Array.from_buffers(pa.large_binary(), rows, [None, pa.py_buffer(offsets),
                                                       pa.py_buffer(np.ascontiguousarray(matrix))])
 
 
@@ -242,11 +251,11 @@ def _sparse_rows(count: int, values: dict[int, bytes]) -> Any:
     """An Arrow binary array of ``count`` values, empty but at the rows of ``values``."""
     import pyarrow as pa
 
-    lengths = np.zeros(count + 1, dtype=np.int32)
+    lengths = np.zeros(count + 1, dtype=np.int64)
     rows = sorted(values)
     lengths[np.asarray(rows, dtype=np.int64) + 1] = [len(values[row]) for row in rows]
     data = b"".join(values[row] for row in rows)
-    return pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(np.cumsum(lengths, dtype=np.int32)),
+    return pa.Array.from_buffers(pa.large_binary(), count, [None, pa.py_buffer(np.cumsum(lengths)),
                                                       pa.py_buffer(data)])
 
 
@@ -269,7 +278,7 @@ def _track_descriptors(tracks: list[tuple[int, str, int]]) -> bytes:
 
     uuids = np.fromiter((uuid for uuid, _, _ in tracks), dtype=np.int64, count=len(tracks))
     parents = np.fromiter((parent for _, _, parent in tracks), dtype=np.int64, count=len(tracks))
-    names = pa.array([name for _, name, _ in tracks], pa.string()).cast(pa.binary())
+    names = pa.array([name for _, name, _ in tracks], pa.large_string()).cast(pa.large_binary())
     name_lengths = np.asarray(pc.binary_length(names), dtype=np.int64)
     uuid_width = _varint_width(int(max(uuids.max(), parents.max())))
     name_width = _varint_width(int(name_lengths.max()))
@@ -281,7 +290,7 @@ def _track_descriptors(tracks: list[tuple[int, str, int]]) -> bytes:
               (0x08, 1), (uuids, uuid_width), (0x28, 1), (parents, uuid_width), (0x12, 1),
               (name_lengths, name_width)]
     heads = _fixed_rows(_byte_rows(len(tracks), layout))
-    return pc.binary_join_element_wise(heads, names, pa.scalar(b"", pa.binary())).buffers()[2].to_pybytes()
+    return _joined(heads, names).buffers()[2].to_pybytes()
 
 
 def _byte_rows(rows: int, layout: list[tuple[Any, int]]) -> np.ndarray:
@@ -543,7 +552,6 @@ class PerfettoWriter:
         so the heads are fixed-width rows and the only per-event work is filling their
         varying columns (timestamp, uuid, lengths), a few numpy operations per column."""
         import pyarrow as pa
-        import pyarrow.compute as pc
 
         count = len(starts)
         common = self.common
@@ -573,7 +581,7 @@ class PerfettoWriter:
                                      (tail, len(tail))])
 
         columns = [_fixed_rows(heads(count, packet_length, starts, event_length, tracks)),
-                   pa.array(fields_of, pa.binary()).take(pa.array(descriptions))]
+                   pa.array(fields_of, pa.large_binary()).take(pa.array(descriptions))]
         if flows or interned_at:
             extras = {row: flows.get(row, b"") + interned_at.get(row, b"") for row in {*flows, *interned_at}}
             columns.append(_sparse_rows(count, extras))
@@ -581,11 +589,11 @@ class PerfettoWriter:
         if slices.any():
             end_rows = heads(int(slices.sum()), end_packet_length, ends[slices], end_event_length, tracks[slices],
                              _SLICE_END)
-            offsets = np.concatenate([[0], np.cumsum(slices * end_rows.shape[1])]).astype(np.int32)
-            columns.append(pa.Array.from_buffers(pa.binary(), count, [None, pa.py_buffer(offsets),
+            offsets = np.concatenate([[0], np.cumsum(slices * end_rows.shape[1])]).astype(np.int64)
+            columns.append(pa.Array.from_buffers(pa.large_binary(), count, [None, pa.py_buffer(offsets),
                                                                       pa.py_buffer(end_rows)]))
-        packets = pc.binary_join_element_wise(*columns, pa.scalar(b"", pa.binary()))
-        offsets = np.frombuffer(packets.buffers()[1], dtype=np.int32, count=count + 1, offset=packets.offset * 4)
+        packets = _joined(*columns)
+        offsets = np.frombuffer(packets.buffers()[1], dtype=np.int64, count=count + 1, offset=packets.offset * 8)
         self.stream.write(memoryview(packets.buffers()[2])[offsets[0]:offsets[-1]])
 
 
