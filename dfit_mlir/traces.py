@@ -112,9 +112,7 @@ def _trace_columns(events: Any) -> list[str]:
 def _events(parquet: Path) -> Iterator[dict[str, Any]]:
     """The events of ``parquet`` as dicts of the fields the traces read, column by column
     (a whole-row ``to_pylist`` costs most of the export)."""
-    import pyarrow.parquet as pq
-
-    events = pq.ParquetFile(parquet)
+    events = es.open_parquet(parquet)
     fields = _trace_columns(events)
     for batch in events.iter_batches(batch_size=16_384, columns=fields):
         columns = [_pylist(batch.column(name)) for name in fields]
@@ -167,9 +165,7 @@ class _Interner:
 def write_perfetto(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
     """Write ``trace.pftrace`` from ``events.parquet``; returns the number of slices and
     instants written (events without a start time are left out and not counted)."""
-    import pyarrow.parquet as pq
-
-    events = pq.ParquetFile(parquet)
+    events = es.open_parquet(parquet)
     fields = _trace_columns(events)
     with path.open("wb") as stream:
         return PerfettoWriter(manifest, stream).write_batches(
