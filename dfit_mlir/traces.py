@@ -19,8 +19,9 @@ wire format column-wise (:class:`PerfettoWriter`), not one message object per ev
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -107,27 +108,6 @@ class _SliceNamer:
 def _trace_columns(events: Any) -> list[str]:
     """The columns of ``events`` (a ``pq.ParquetFile``) the traces read."""
     return [name for name in (*_PER_EVENT, *_DESCRIBING) if name in events.schema_arrow.names]
-
-
-def _events(parquet: Path) -> Iterator[dict[str, Any]]:
-    """The events of ``parquet`` as dicts of the fields the traces read, column by column
-    (a whole-row ``to_pylist`` costs most of the export)."""
-    events = es.open_parquet(parquet)
-    fields = _trace_columns(events)
-    for batch in events.iter_batches(batch_size=16_384, columns=fields):
-        columns = [_pylist(batch.column(name)) for name in fields]
-        for values in zip(*columns, strict=True):
-            yield dict(zip(fields, values, strict=True))
-
-
-def _pylist(column: Any) -> list[Any]:
-    """``column.to_pylist()``, 20-40x faster for dictionary columns (decoded by hand)."""
-    import pyarrow as pa
-
-    if not pa.types.is_dictionary(column.type):
-        return column.to_pylist()
-    words = column.dictionary.to_pylist()
-    return [None if index is None else words[index] for index in column.indices.to_pylist()]
 
 
 class _Interner:
@@ -222,6 +202,12 @@ def _padded_varints(out: np.ndarray, values: np.ndarray, width: int) -> None:
     for k in range(width):
         byte = (rest >> np.uint64(7 * k)) & np.uint64(0x7F)
         out[:, k] = byte.astype(np.uint8) | (0x80 if k + 1 < width else 0)
+
+
+def _data_end(array: Any) -> int:
+    """Where the values of ``array`` (large_binary, unsliced) end in its data buffer."""
+    assert array.offset == 0
+    return int(np.frombuffer(array.buffers()[1], dtype=np.int64, count=len(array) + 1)[-1])
 
 
 def _joined(*columns: Any) -> Any:
@@ -344,6 +330,94 @@ def _row_keys(codes: list[tuple[np.ndarray, list[Any]]], count: int) -> tuple[np
     return first, inverse.reshape(-1), np.argsort(first, kind="stable")
 
 
+@dataclass(frozen=True)
+class _Grouped:
+    """A batch of events (those with a start time), grouped for the trace writers: the
+    few distinct tracks and slice descriptions, and which one each event has."""
+
+    count: int
+    starts: np.ndarray
+    durations: np.ndarray
+    #: Drawn as an instant (a tensor record, or no duration), not a slice.
+    instant: np.ndarray
+    #: (group, stage, track name) of each distinct track, in first-use order.
+    tracks: list[tuple[str | None, str, str]]
+    track_of_row: np.ndarray
+    #: (instant, the describing fields) of each distinct description, in first-use order.
+    descriptions: list[tuple[bool, dict[str, Any]]]
+    description_of_row: np.ndarray
+    #: The first row with each description.
+    description_rows: np.ndarray
+    #: Row → flow id (merged traces: events sharing one are linked).
+    flows: dict[int, int]
+
+
+def _group(batch: Any) -> _Grouped | None:
+    """Group ``batch``'s events (Arrow record batch of :func:`_trace_columns`, plus the
+    optional ``track_group`` and ``flow_id``); ``None`` when none has a start time."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = batch.schema.names
+    if es.START_NS not in names or not batch.num_rows:
+        return None
+    starts_column = batch.column(es.START_NS)
+    if starts_column.null_count:
+        batch = batch.filter(pc.is_valid(starts_column))
+    count = batch.num_rows
+    if not count:
+        return None
+    column = {name: batch.column(name) for name in names}
+
+    def optional(name: str) -> Any:
+        return column[name] if name in column else pa.nulls(count, pa.string())
+
+    starts = np.asarray(column[es.START_NS], dtype=np.int64)
+    durations = np.asarray(column[es.DURATION_NS].fill_null(0), dtype=np.int64) if es.DURATION_NS in column \
+        else np.zeros(count, dtype=np.int64)
+    kinds, kind_values = _codes(column[es.KIND])
+    tensor_kind = np.array([value == "tensor" for value in kind_values])
+    instant = tensor_kind[kinds] | (durations <= 0)
+
+    # Tracks: distinct (group, stage, kind, invocation, partition, name), then their track names.
+    track_columns = [_codes(optional(name)) for name in ("track_group", es.STAGE)] + [(kinds, kind_values)] + \
+        [_codes(optional(name)) for name in (es.INVOCATION, es.PARTITION, es.NAME)]
+    # An invocation's events share its track whatever their partition; the others, one per operation.
+    (invocations, invocation_values), (partitions, partition_values), (names_, name_values) = track_columns[3:]
+    on_invocation = np.array([value in INVOCATION_KINDS for value in kind_values])[kinds] & \
+        (invocations != len(invocation_values) - 1)
+    track_columns[3] = (np.where(on_invocation, invocations, len(invocation_values) - 1), invocation_values)
+    track_columns[4] = (np.where(on_invocation, len(partition_values) - 1, partitions), partition_values)
+    track_columns[5] = (np.where(on_invocation, len(name_values) - 1, names_), name_values)
+    first, inverse, order = _row_keys(track_columns, count)
+    rows = first[order]
+    values_of = [[values[code] for code in codes[rows].tolist()] for codes, values in track_columns]
+    tracks: dict[tuple[str | None, str, str], int] = {}
+    track_of_key = np.zeros(len(first), dtype=np.int64)
+    for key_index, (group, stage, kind, invocation, partition, name) in zip(
+            order.tolist(), zip(*values_of, strict=True), strict=True):
+        track_of_key[key_index] = tracks.setdefault(
+            (group, stage, track_name(kind, invocation, partition, name)), len(tracks))
+
+    # Descriptions: distinct (instant, describing fields), in first-use order.
+    describing = [(instant.astype(np.int64), [False, True])] + \
+        [_codes(column[name]) if name in column else (np.zeros(count, dtype=np.int64), [None])
+         for name in _DESCRIBING]
+    first, description_of_row, order = _row_keys(describing, count)
+    descriptions = []
+    for key_index in order.tolist():
+        row = first[key_index]
+        descriptions.append((bool(instant[row]), {name: describing[k + 1][1][describing[k + 1][0][row]]
+                                                  for k, name in enumerate(_DESCRIBING)}))
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    flows: dict[int, int] = {}
+    if "flow_id" in column and column["flow_id"].null_count < count:
+        flows = {row: int(flow) for row, flow in enumerate(column["flow_id"].to_pylist()) if flow is not None}
+    return _Grouped(count, starts, durations, instant, list(tracks), track_of_key[inverse], descriptions,
+                    rank[description_of_row], first[order], flows)
+
+
 class PerfettoWriter:
     """Events → ``.pftrace`` bytes, encoded a batch of events at a time.
 
@@ -450,84 +524,37 @@ class PerfettoWriter:
         return self.written
 
     def write_batch(self, batch: Any) -> None:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        names = batch.schema.names
-        if es.START_NS not in names or not batch.num_rows:
+        grouped = _group(batch)
+        if grouped is None:
             return
-        starts_column = batch.column(es.START_NS)
-        if starts_column.null_count:
-            batch = batch.filter(pc.is_valid(starts_column))
-        count = batch.num_rows
-        if not count:
-            return
-        column = {name: batch.column(name) for name in names}
-
-        def optional(name: str) -> Any:
-            return column[name] if name in column else pa.nulls(count, pa.string())
-
-        starts = np.asarray(column[es.START_NS], dtype=np.int64)
-        durations = np.asarray(column[es.DURATION_NS].fill_null(0), dtype=np.int64) if es.DURATION_NS in column \
-            else np.zeros(count, dtype=np.int64)
-        kinds, kind_values = _codes(column[es.KIND])
-        tensor_kind = np.array([value == "tensor" for value in kind_values])
-        instant = tensor_kind[kinds] | (durations <= 0)
-
-        # Tracks: distinct (group, stage, kind, invocation, partition, name), numbered in first-use order.
-        track_columns = [_codes(optional(name)) for name in ("track_group", es.STAGE)] + [(kinds, kind_values)] + \
-            [_codes(optional(name)) for name in (es.INVOCATION, es.PARTITION, es.NAME)]
-        # An invocation's events share its track whatever their partition; the others, one per operation.
-        (invocations, invocation_values), (partitions, partition_values), (names, name_values) = track_columns[3:]
-        on_invocation = np.array([value in INVOCATION_KINDS for value in kind_values])[kinds] & \
-            (invocations != len(invocation_values) - 1)
-        track_columns[3] = (np.where(on_invocation, invocations, len(invocation_values) - 1), invocation_values)
-        track_columns[4] = (np.where(on_invocation, len(partition_values) - 1, partitions), partition_values)
-        track_columns[5] = (np.where(on_invocation, len(name_values) - 1, names), name_values)
-        first, inverse, order = _row_keys(track_columns, count)
-        track_of_group = np.zeros(len(first), dtype=np.int64)
-        rows = first[order]
-        values_of = [[values[code] for code in codes[rows].tolist()] for codes, values in track_columns]
         parents: list[bytes] = []
         new_tracks: list[tuple[int, str, int]] = []  # (uuid, name, parent uuid): one per new invocation, mostly
+        uuids = np.zeros(len(grouped.tracks), dtype=np.int64)
         live = self.tracks
-        for group_index, (group, stage, kind, invocation, partition, name) in zip(
-                order.tolist(), zip(*values_of, strict=True), strict=True):
-            key = (group, stage, track_name(kind, invocation, partition, name))
+        for index, key in enumerate(grouped.tracks):
             uuid = live.pop(key, None)  # popped and put back: the most recently used come last
             if uuid is None:
-                parent = self._stage_track(group, stage, parents)
+                parent = self._stage_track(key[0], key[1], parents)
                 uuid = self._new_uuid()
                 new_tracks.append((uuid, key[2], parent))
-            live[key] = track_of_group[group_index] = uuid
+            live[key] = uuids[index] = uuid
         while len(live) > _LIVE_TRACKS:
             del live[next(iter(live))]
         self.stream.write(b"".join(parents))
         if new_tracks:
             self.stream.write(_track_descriptors(new_tracks))
-        tracks = track_of_group[inverse]
 
-        # Descriptions: distinct (instant, describing fields), built in first-use order.
-        describing = [(instant.astype(np.int64), [False, True])] + \
-            [_codes(column[name]) if name in column else (np.zeros(count, dtype=np.int64), [None])
-             for name in _DESCRIBING]
-        first, inverse, order = _row_keys(describing, count)
-        fields_of: list[bytes] = [b""] * len(first)
+        fields_of: list[bytes] = []
         interned_at: dict[int, bytes] = {}
-        for group_index in order:
-            row = first[group_index]
-            event = {name: describing[k + 1][1][describing[k + 1][0][row]] for k, name in enumerate(_DESCRIBING)}
-            fields, interned = self._description(bool(instant[row]), event)
-            fields_of[group_index] = fields
+        for (instant, event), row in zip(grouped.descriptions, grouped.description_rows.tolist(), strict=True):
+            fields, interned = self._description(instant, event)
+            fields_of.append(fields)
             if interned:
-                interned_at[int(row)] = interned
-        flows: dict[int, bytes] = {}
-        if "flow_id" in column and column["flow_id"].null_count < count:
-            for row, flow in enumerate(column["flow_id"].to_pylist()):
-                if flow is not None:
-                    flows[row] = _FLOW_IDS + int(flow).to_bytes(8, "little")
-        self._encode(starts, durations, instant, tracks, inverse, fields_of, interned_at, flows)
-        self.written += count
+                interned_at[row] = interned
+        flows = {row: _FLOW_IDS + flow.to_bytes(8, "little") for row, flow in grouped.flows.items()}
+        self._encode(grouped.starts, grouped.durations, grouped.instant, uuids[grouped.track_of_row],
+                     grouped.description_of_row, fields_of, interned_at, flows)
+        self.written += grouped.count
 
     def _encode(self, starts: np.ndarray, durations: np.ndarray, instant: np.ndarray, tracks: np.ndarray,
                 descriptions: np.ndarray, fields_of: list[bytes], interned_at: dict[int, bytes],
@@ -589,45 +616,123 @@ class PerfettoWriter:
             columns.append(pa.Array.from_buffers(pa.large_binary(), count, [None, pa.py_buffer(offsets),
                                                                       pa.py_buffer(end_rows)]))
         packets = _joined(*columns)
-        offsets = np.frombuffer(packets.buffers()[1], dtype=np.int64, count=count + 1, offset=packets.offset * 8)
-        self.stream.write(memoryview(packets.buffers()[2])[offsets[0]:offsets[-1]])
+        self.stream.write(memoryview(packets.buffers()[2])[:_data_end(packets)])
 
 
 def write_chrome_json(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
     """Write ``trace.json`` (Chrome trace event format: complete and instant events),
-    streaming one event per line."""
-    namer = _SliceNamer(manifest)
-    pids: dict[str, int] = {}
-    tids: dict[tuple[str, str], int] = {}
-    written = 0
-    with path.open("w") as out:
-        out.write('{"displayTimeUnit": "ns", "traceEvents": [\n')
-        first = True
-
-        def emit(record: dict[str, Any]) -> None:
-            nonlocal first
-            out.write(("" if first else ",\n") + json.dumps(record))
-            first = False
-
-        for event in _events(parquet):
-            if event[es.START_NS] is None:
-                continue
-            stage, track = namer.track(event)
-            if stage not in pids:
-                pids[stage] = len(pids) + 1
-                emit({"ph": "M", "name": "process_name", "pid": pids[stage], "args": {"name": f"stage: {stage}"}})
-            if (stage, track) not in tids:
-                tids[(stage, track)] = len(tids) + 1
-                emit({"ph": "M", "name": "thread_name", "pid": pids[stage], "tid": tids[(stage, track)],
-                      "args": {"name": track}})
-            _, name, args = namer.describe(event)
-            record = {"cat": "dfit", "name": name, "pid": pids[stage], "tid": tids[(stage, track)],
-                      "ts": event[es.START_NS] / 1000, "args": args}
-            if event[es.KIND] == "tensor" or not event[es.DURATION_NS]:
-                record.update(ph="i", s="t")
-            else:
-                record.update(ph="X", dur=event[es.DURATION_NS] / 1000)
-            emit(record)
-            written += 1
-        out.write("\n]}\n")
+    streamed from ``events.parquet``; returns the number of events written."""
+    events = es.open_parquet(parquet)
+    fields = _trace_columns(events)
+    with path.open("wb") as stream:
+        writer = ChromeJsonWriter(manifest, stream)
+        written = writer.write_batches(events.iter_batches(batch_size=_BATCH_ROWS, columns=fields))
+        writer.close()
     return written
+
+
+class ChromeJsonWriter:
+    """Events → Chrome trace JSON text, a batch at a time, grouped like
+    :class:`PerfettoWriter`'s: a process per (group and) stage, a thread per track. Each
+    distinct slice description becomes its JSON text once; each event adds its thread,
+    timestamp and duration, formatted for the whole batch by Arrow (exact decimal
+    microseconds, so nanoseconds survive) and joined row by row."""
+
+    def __init__(self, manifest: dict[str, Any], stream: Any):
+        self.stream = stream
+        self.namer = _SliceNamer(manifest)
+        self.pids: dict[tuple[str | None, str], int] = {}
+        #: Threads by (group, stage, track name); like the Perfetto writer's tracks, only
+        #: the most recently used are kept (a forgotten one comes back as a new thread).
+        self.tids: dict[tuple[str | None, str, str], int] = {}
+        self.next_tid = 1
+        self.descriptions: dict[tuple[Any, ...], tuple[str, str]] = {}
+        self.written = 0
+        self.first = True
+        stream.write(b'{"displayTimeUnit": "ns", "traceEvents": [\n')
+
+    def _emit(self, text: str | bytes | memoryview) -> None:
+        """Write records (text joined by ",\\n"; bytes already separated)."""
+        if not text:
+            return
+        if isinstance(text, str):
+            text = (text if self.first else ",\n" + text).encode()
+        self.stream.write(text)
+        self.first = False
+
+    def write_batches(self, batches: Any) -> int:
+        for batch in batches:
+            self.write_batch(batch)
+        return self.written
+
+    def close(self) -> None:
+        self.stream.write(b"\n]}\n")
+
+    def write_batch(self, batch: Any) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        grouped = _group(batch)
+        if grouped is None:
+            return
+        metadata: list[str] = []
+        threads = []
+        for key in grouped.tracks:
+            group, stage, track = key
+            pid = self.pids.get((group, stage))
+            if pid is None:
+                pid = self.pids[(group, stage)] = len(self.pids) + 1
+                name = f"stage: {stage}" if group is None else f"{group} / stage: {stage}"
+                metadata.append(json.dumps({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}))
+            tid = self.tids.pop(key, None)
+            if tid is None:
+                tid = self.next_tid
+                self.next_tid += 1
+                metadata.append(json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                                            "args": {"name": track}}))
+            self.tids[key] = tid
+            threads.append(f'"pid": {pid}, "tid": {tid}, "ts": ')
+        while len(self.tids) > _LIVE_TRACKS:
+            del self.tids[next(iter(self.tids))]
+        self._emit(",\n".join(metadata))
+
+        heads = []
+        for instant, event in grouped.descriptions:
+            key = (instant, *(event.get(field) for field in _DESCRIBING))
+            found = self.descriptions.get(key)
+            if found is None:
+                found = (json.dumps({"cat": "dfit", "name": self.namer.name(event), "args": self.namer.args(event)})
+                         [:-1] + ", ",  # the object left open for the event's own fields
+                         ', "ph": "i", "s": "t"}' if instant else ', "ph": "X", "dur": ')
+                if len(self.descriptions) < _DESCRIPTION_CACHE:
+                    self.descriptions[key] = found
+            heads.append(found)
+        text = pa.large_string()
+        description = pa.array(grouped.description_of_row)
+        columns = [pa.array([head for head, _ in heads], text).take(description),
+                   pa.array(threads, text).take(pa.array(grouped.track_of_row)),
+                   _microseconds(grouped.starts),
+                   pa.array([tail for _, tail in heads], text).take(description),
+                   pc.if_else(pa.array(grouped.instant), pa.scalar("", text),
+                              pc.binary_join_element_wise(_microseconds(grouped.durations), pa.scalar("}", text),
+                                                          pa.scalar("", text)))]
+        # Every record is preceded by its separator; the first of the file drops it.
+        records = pc.binary_join_element_wise(pa.scalar(",\n", text), *columns, pa.scalar("", text)) \
+            .cast(pa.large_binary())
+        data = memoryview(records.buffers()[2])[:_data_end(records)]
+        self._emit(bytes(data[2:]) if self.first else data)
+        self.written += grouped.count
+
+
+def _microseconds(nanoseconds: np.ndarray) -> Any:
+    """Nanoseconds as exact decimal microseconds (``1234567`` → ``"1234.567"``), an Arrow
+    string array: JSON numbers, with no float rounding of large timestamps."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = pa.large_string()
+    magnitude = np.abs(nanoseconds)
+    whole = pc.cast(pa.array(magnitude // 1000), text)
+    fraction = pc.utf8_lpad(pc.cast(pa.array(magnitude % 1000), text), 3, "0")
+    sign = pc.if_else(pa.array(nanoseconds < 0), pa.scalar("-", text), pa.scalar("", text))
+    return pc.binary_join_element_wise(sign, whole, pa.scalar(".", text), fraction, pa.scalar("", text))

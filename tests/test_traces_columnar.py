@@ -16,7 +16,7 @@ import pytest
 
 from dfit_mlir import traces
 from tests.conftest import bundle_path
-from tests.perfetto_reference import write_perfetto_reference
+from tests.perfetto_reference import write_chrome_json_reference, write_perfetto_reference
 
 
 def packets(path: Path) -> list[Any]:
@@ -48,6 +48,28 @@ def test_same_packets_as_one_message_per_event(request: pytest.FixtureRequest, t
         assert ours_packet == their_packet  # every field, interned data included
     # Varints padded to one width per batch cost a few bytes per packet, no more.
     assert theirs.stat().st_size <= ours.stat().st_size <= 1.1 * theirs.stat().st_size
+
+
+@pytest.mark.parametrize("name", ["iree-full", "iree-lite", "iree-ids", "cerebras", "sambanova"])
+def test_same_chrome_json_as_one_record_per_event(request: pytest.FixtureRequest, tmp_path: Path, name: str) -> None:
+    """The column-wise Chrome JSON writer against the one-``json.dumps``-per-event one:
+    the same events in the same order, on the same named processes and threads, with the
+    same fields (timestamps parse to the same microseconds)."""
+    bundle = bundle_path(request, name)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    ours, theirs = tmp_path / "columnar.json", tmp_path / "reference.json"
+    written = traces.write_chrome_json(bundle / "events.parquet", manifest, ours)
+    assert written == write_chrome_json_reference(bundle / "events.parquet", manifest, theirs) > 0
+
+    def named(path: Path) -> list[dict[str, Any]]:
+        records = json.loads(path.read_text())["traceEvents"]
+        processes = {r["pid"]: r["args"]["name"] for r in records if r["ph"] == "M" and r["name"] == "process_name"}
+        threads = {(r["pid"], r["tid"]): r["args"]["name"] for r in records
+                   if r["ph"] == "M" and r["name"] == "thread_name"}
+        return [{**r, "pid": processes[r["pid"]], "tid": threads[(r["pid"], r["tid"])]}
+                for r in records if r["ph"] != "M"]
+
+    assert named(ours) == named(theirs)
 
 
 def test_batches_split_anywhere_give_the_same_trace(tmp_path: Path, iree_bundles: dict[str, Path]) -> None:
@@ -133,3 +155,16 @@ def test_bounded_track_table_still_describes_every_track(monkeypatch: pytest.Mon
     bounded, unbounded = track_names_per_event(2), track_names_per_event(1 << 20)
     assert bounded[0] == unbounded[0]
     assert bounded[1] > unbounded[1]  # forgotten tracks were described again
+
+
+def test_microseconds_are_exact_decimals() -> None:
+    """Chrome JSON timestamps are microseconds; written as exact decimals, a boot-time
+    nanosecond clock keeps its last digit (a float of microseconds would not)."""
+    from decimal import Decimal
+
+    nanoseconds = np.array([0, 1, 999, 1000, 1_234_567, -1_500, -7, 2**62 + 1], dtype=np.int64)
+    texts = traces._microseconds(nanoseconds).to_pylist()
+    assert texts[:4] == ["0.000", "0.001", "0.999", "1.000"]
+    for value, text in zip(nanoseconds.tolist(), texts, strict=True):
+        assert Decimal(text) * 1000 == value
+        json.loads(text)  # a JSON number
