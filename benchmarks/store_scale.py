@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -211,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     command = command_line(__file__, argv)
     started = dt.datetime.now(dt.timezone.utc)
+    load_before = os.getloadavg()[0]
     from dfit_mlir.store import layout
     from dfit_mlir.store.compact import SMALL_BUNDLE_EVENTS
 
@@ -243,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                                 "engine": engine, "events": count})
                 print(f"{engine} {report} on {variant} ({'op_totals' if use_rollups else 'raw events'}, "
                       f"{count:,} events): {found}", flush=True)
+    load_after = os.getloadavg()[0]
     collected_shape, compacted_shape = shape["collected"], shape["compacted"]
     made = (f"generated in {generated['seconds']:.0f} s" if generated else "reused from an earlier run")
     compacted_how = (f"`dfit store compact` took {compaction['seconds']:.0f} s, peak RSS {compaction['peak_mib']:.0f} MiB"
@@ -252,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         "## Bundle store: top-sites and regressions at fleet scale (DuckDB vs Spark local)",
         "",
         f"Measured {started.strftime('%Y-%m-%d %H:%M UTC')} on this 2-core machine (shared with other jobs; timed "
-        f"runs serialized by a lock). SYNTHETIC store, layout {layout.STORE_VERSION}, written by `dfit collect`'s own "
+        f"runs serialized by a lock; 1-minute load average {load_before:.1f} at the start, {load_after:.1f} at the "
+        f"end). SYNTHETIC store, layout {layout.STORE_VERSION}, written by `dfit collect`'s own "
         f"bundle writer: {args.bundles:,} bundles, {events:,} dispatch events ({MODELS} models × {SITES} call sites), "
         f"{made}.",
         "",

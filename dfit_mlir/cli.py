@@ -673,7 +673,7 @@ def query(store_path: str, sql_or_report: str, engine: str, master: str | None, 
           candidate: str | None, min_runs: int | None, threshold: float | None, limit: int | None,
           output: Path | None, trace_path: Path | None, shown: int) -> None:
     """Run SQL or a named report over a bundle store. Reports: top-sites, regressions,
-    rank-skew, coverage. Tables: events, sites, operators, partitions, coverage, runs."""
+    rank-skew, coverage. Tables: events, sites, operators, partitions, coverage, runs, op_totals."""
     from dfit_mlir import store
     from dfit_mlir.errors import InvalidInputError
     from dfit_mlir.store import output as outputs
