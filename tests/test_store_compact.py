@@ -266,3 +266,15 @@ def test_one_compaction_at_a_time_and_cli(tmp_path: Path, store: Path) -> None:
     (path / layout.META_FILE).write_text(json.dumps({**meta, "version": "1.9", "min_reader_version": "1.9"}))
     result = runner.invoke(main, ["query", str(path), "top-sites"])
     assert result.exit_code == 2 and "needs a dfit that reads store layout 1.9" in result.output
+
+
+def test_a_missing_store_dependency_is_a_one_line_toolchain_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``dfit collect`` computes rollups with DuckDB: without the store extra, say so (exit 3)."""
+    import sys
+
+    from dfit_mlir.errors import ToolchainError
+
+    monkeypatch.setitem(sys.modules, "duckdb", None)  # what an environment without it imports
+    with pytest.raises(ToolchainError, match=r"needs duckdb: pip install 'dfit-mlir\[store\]'") as raised:
+        layout.require("duckdb")
+    assert raised.value.exit_code == 3
