@@ -645,9 +645,13 @@ def collect(bundles: tuple[Path, ...], store_path: Path, label: str | None, host
             model: str | None) -> None:
     """Add run / reconstruct bundles and compile manifests to a bundle store (Parquet,
     Hive-partitioned by backend, model and run); a bundle already there is skipped."""
+    from dfit_mlir import outputs
     from dfit_mlir.store import Placement
     from dfit_mlir.store import collect as collect_bundles
 
+    # An existing store is recognised by its dfit-store.json (collect refuses any other
+    # non-empty directory); what is left to refuse is a store over, around or in a bundle.
+    outputs.check_inputs(store_path, "store", inputs=bundles)
     for done in collect_bundles(list(bundles), store_path, Placement(label=label, host=host, rank=rank, model=model)):
         verb = "added" if done.added else "already in the store:"
         click.echo(f"{verb} {done.source} → backend={done.backend}/model={done.model}/run={done.run} "
@@ -668,10 +672,11 @@ def collect(bundles: tuple[Path, ...], store_path: Path, label: str | None, host
 @click.option("--trace", "trace_path", type=click.Path(path_type=Path), default=None,
               help="Write the selected events (rows with start_ns and kind) as a Perfetto trace.")
 @click.option("--rows", "shown", type=click.IntRange(min=0), default=50, show_default=True, help="Rows printed.")
+@_force_option
 @_user_errors
 def query(store_path: str, sql_or_report: str, engine: str, master: str | None, baseline: str | None,
           candidate: str | None, min_runs: int | None, threshold: float | None, limit: int | None,
-          output: Path | None, trace_path: Path | None, shown: int) -> None:
+          output: Path | None, trace_path: Path | None, shown: int, force: bool) -> None:
     """Run SQL or a named report over a bundle store. Reports: top-sites, regressions,
     rank-skew, coverage. Tables: events, sites, operators, partitions, coverage, runs."""
     from dfit_mlir import store
@@ -683,6 +688,8 @@ def query(store_path: str, sql_or_report: str, engine: str, master: str | None, 
     is_report = sql_or_report in store.REPORTS
     if not is_report and any(value is not None for value in parameters.values()):
         raise InvalidInputError("--baseline/--candidate/--min-runs/--threshold/--limit go with a named report")
+    # Before the query: a refused output must not cost a cluster job, and writes nothing.
+    outputs.check_paths(store_path, output, trace_path, force=force)
     table = store.query(store_path, None if is_report else sql_or_report,
                         report=sql_or_report if is_report else None,
                         parameters={k: v for k, v in parameters.items() if v is not None},
@@ -704,11 +711,16 @@ def query(store_path: str, sql_or_report: str, engine: str, master: str | None, 
                    "first program invocation).")
 @click.option("--allow-mixed", is_flag=True,
               help="Merge bundles of different models or backends (refused by default: not one job).")
+@_force_option
 @_user_errors
-def merge(bundles: tuple[Path, ...], output: Path, anchor: str | None, allow_mixed: bool) -> None:
+def merge(bundles: tuple[Path, ...], output: Path, anchor: str | None, allow_mixed: bool, force: bool) -> None:
     """Put the runs of one job (ranks, hosts, or the tasks of one data-parallel log) on one
     timeline: a track group per host/rank, clocks aligned, the same step linked across ranks."""
+    from dfit_mlir import outputs
     from dfit_mlir.merge import merge_bundles
+    from dfit_mlir.runtime_hooks.bundle import BUNDLE_KIND
+
+    outputs.check(output, BUNDLE_KIND, inputs=bundles, force=force)
 
     summary = merge_bundles(list(bundles), output, anchor=anchor, allow_mixed=allow_mixed)
     alignment = summary["alignment"]
