@@ -99,8 +99,9 @@ def test_anchor_option_and_errors(tmp_path: Path, convnet_runs: dict[str, Path],
         merge_bundles([convnet_runs["rerun0"], shifted], tmp_path / "x", anchor="tensor")
     runner = CliRunner()
     result = runner.invoke(main, ["merge", str(shifted), "-o", str(shifted)])
-    assert result.exit_code == 2 and "is one of the inputs" in result.output
-    result = runner.invoke(main, ["merge", str(tmp_path), "-o", str(tmp_path / "y")])
+    assert result.exit_code == 2 and "refusing to write an output over the input" in result.output
+    (tmp_path / "empty").mkdir()
+    result = runner.invoke(main, ["merge", str(tmp_path / "empty"), "-o", str(tmp_path / "y")])
     assert result.exit_code == 2 and "not a dfit run or reconstruct bundle" in result.output
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
 
