@@ -23,9 +23,7 @@ WITH placed AS (
     SELECT e.backend, e.model, COALESCE(r.label, '') AS label, e.host, e.rank, e.pid,
            COALESCE('rank ' || CAST(e.rank AS STRING), 'pid ' || CAST(e.pid AS STRING)) AS who,
            COALESCE(e.step, CAST(e.invocation AS BIGINT)) AS step,
-           e.kind, e.name, e.value, e.start_ns, e.duration_ns,
-           get_json_object(e.attributes, '$$.unit') AS unit,
-           get_json_object(e.attributes, '$$.phase') AS phase
+           e.kind, e.name, e.value, e.start_ns, e.duration_ns, e.attributes
     FROM events e
     JOIN runs r ON r.run = e.run AND r.backend = e.backend AND r.model = e.model
     WHERE (e.rank IS NOT NULL OR e.pid IS NOT NULL) AND e.kind <> 'compile'
@@ -46,6 +44,14 @@ per_step AS (
     WHERE step IS NOT NULL
     GROUP BY backend, model, label, host, rank, pid, who, step
 ),
+run_attributes AS (
+    -- JSON is read only here: step records (most events of a long job) need none of it.
+    SELECT backend, model, label, host, rank, pid, who, kind, name, value, duration_ns,
+           get_json_object(attributes, '$$.unit') AS unit,
+           get_json_object(attributes, '$$.phase') AS phase
+    FROM placed
+    WHERE step IS NULL
+),
 run_records AS (
     SELECT backend, model, label, host, rank, pid, who,
            kind || ':' || name || COALESCE(':' || phase, '') AS measure,
@@ -53,8 +59,7 @@ run_records AS (
            CASE WHEN duration_ns IS NOT NULL THEN CAST(duration_ns AS DOUBLE)
                 WHEN kind = 'metric' AND unit = 's' THEN value * 1e9
                 WHEN kind = 'metric' AND unit LIKE '%/s' THEN value END AS amount
-    FROM placed
-    WHERE step IS NULL
+    FROM run_attributes
 ),
 per_run AS (
     -- A rank's time in a phase is the sum of its events' times; a rate, their mean.
