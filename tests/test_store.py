@@ -253,8 +253,11 @@ def test_cli_collect_query_outputs_and_errors(tmp_path: Path, store: Path, iree_
         result = runner.invoke(main, ["query", *args])
         assert result.exit_code == 2 and message in result.output, result.output
         assert "Traceback" not in result.output
-    result = runner.invoke(main, ["collect", str(tmp_path), "-o", str(tmp_path / "s2")])
+    (tmp_path / "notes").mkdir()
+    result = runner.invoke(main, ["collect", str(tmp_path / "notes"), "-o", str(tmp_path / "s2")])
     assert result.exit_code == 2 and "not a dfit bundle" in result.output
+    result = runner.invoke(main, ["collect", str(tmp_path), "-o", str(tmp_path / "s2")])  # a store in its input
+    assert result.exit_code == 2 and "refusing to write an output inside the input" in result.output
 
 
 def test_collect_refuses_a_directory_that_is_not_a_store(tmp_path: Path, iree_bundles: dict[str, Path]) -> None:
