@@ -220,3 +220,23 @@ def test_spark_gives_the_same_rank_skew(skew_store: Path) -> None:
 
     duckdb = report(skew_store)
     assert len(duckdb) > 20 and rounded(report(skew_store, "spark")) == rounded(duckdb)
+
+
+def test_a_query_trace_gives_each_task_its_track_group(skew_store: Path, tmp_path: Path) -> None:
+    """``--trace`` of the dp8 run's task phases: one group per task pid (the log names no
+    rank), the Cerebras pair's events one per rank."""
+    from click.testing import CliRunner
+
+    from dfit_mlir.cli import main
+    from tests.conftest import read_pftrace
+
+    out = tmp_path / "tasks.pftrace"
+    sql = ("SELECT * FROM events WHERE kind = 'program' "
+           "AND model IN ('bertlarge_compile_sf1.17.7_sn30', 'bert-cs')")
+    result = CliRunner().invoke(main, ["query", str(skew_store), sql, "--trace", str(out), "--rows", "0"])
+    assert result.exit_code == 0, result.output
+    tracks, traced = read_pftrace(out)
+    groups = {name.split(" ", 2)[2] for name in tracks.values() if name.startswith("run ")}
+    assert groups == {f"task pid {pid}" for pid in DP8_TASKS} | {"rank 0", "rank 1"}
+    # 15 task phases; per Cerebras run 2 checkpoint saves, 4 execute phases, 1 processed, 10 windows.
+    assert sum(p.track_event.type == p.track_event.TYPE_SLICE_BEGIN for p, _, _ in traced) == 15 + 2 * 17

@@ -77,7 +77,8 @@ def write_table(table: Any, path: Path) -> None:
 
 
 def write_trace(table: Any, path: Path) -> int:
-    """The selected events as a Perfetto trace: one track group per run (and rank, where known)."""
+    """The selected events as a Perfetto trace: one track group per run, and per rank where
+    known, else per task (pid) where the reader tagged one (a data-parallel log's tasks)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -89,9 +90,13 @@ def write_trace(table: Any, path: Path) -> int:
                                 "(select them, e.g. SELECT * FROM events WHERE ...)")
     if "run" in table.column_names:
         group = pc.binary_join_element_wise("run ", table.column("run").cast(pa.string()), "")
+        within = pa.nulls(table.num_rows, pa.string())
+        if "pid" in table.column_names:
+            within = pc.binary_join_element_wise(" task pid ", table.column("pid").cast(pa.string()), "")
         if "rank" in table.column_names:
             rank = pc.binary_join_element_wise(" rank ", table.column("rank").cast(pa.string()), "")
-            group = pc.binary_join_element_wise(group, pc.fill_null(rank, ""), "")
+            within = pc.coalesce(rank, within)
+        group = pc.binary_join_element_wise(group, pc.fill_null(within, ""), "")
         table = table.append_column("track_group", group)
     with atomic.atomic_path(path, TRACE_KIND) as tmp, tmp.open("wb") as stream:
         writer = PerfettoWriter({}, stream)
