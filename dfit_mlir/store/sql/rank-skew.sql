@@ -21,20 +21,15 @@
 -- that, beside the measures its tasks do share. `job_ranks` is the ranks the job's events name.
 WITH placed AS (
     SELECT e.backend, e.model, COALESCE(r.label, '') AS label, e.host, e.rank, e.pid,
-           COALESCE('rank ' || CAST(e.rank AS STRING), 'pid ' || CAST(e.pid AS STRING)) AS who,
            COALESCE(e.step, CAST(e.invocation AS BIGINT)) AS step,
            e.kind, e.name, e.value, e.start_ns, e.duration_ns, e.attributes
     FROM events e
     JOIN runs r ON r.run = e.run AND r.backend = e.backend AND r.model = e.model
     WHERE (e.rank IS NOT NULL OR e.pid IS NOT NULL) AND e.kind <> 'compile'
 ),
-jobs AS (
-    SELECT backend, model, label, COUNT(DISTINCT COALESCE(host, '') || '|' || who) AS job_ranks
-    FROM placed
-    GROUP BY backend, model, label
-),
 per_step AS (
-    SELECT backend, model, label, host, rank, pid, who, step,
+    -- Per event row only integer keys: names and texts are made once per rank and step.
+    SELECT backend, model, label, host, rank, pid, step,
            CASE WHEN COUNT(CASE WHEN kind = 'metric' AND name = 'step_time' THEN 1 END) > 0
                 THEN 'step_time' ELSE 'step_span' END AS measure,
            'ns' AS unit,
@@ -42,18 +37,18 @@ per_step AS (
                     CAST(MAX(start_ns + duration_ns) - MIN(start_ns) AS DOUBLE)) AS amount
     FROM placed
     WHERE step IS NOT NULL
-    GROUP BY backend, model, label, host, rank, pid, who, step
+    GROUP BY backend, model, label, host, rank, pid, step
 ),
 run_attributes AS (
     -- JSON is read only here: step records (most events of a long job) need none of it.
-    SELECT backend, model, label, host, rank, pid, who, kind, name, value, duration_ns,
+    SELECT backend, model, label, host, rank, pid, kind, name, value, duration_ns,
            get_json_object(attributes, '$$.unit') AS unit,
            get_json_object(attributes, '$$.phase') AS phase
     FROM placed
     WHERE step IS NULL
 ),
 run_records AS (
-    SELECT backend, model, label, host, rank, pid, who,
+    SELECT backend, model, label, host, rank, pid,
            kind || ':' || name || COALESCE(':' || phase, '') AS measure,
            CASE WHEN duration_ns IS NULL AND unit LIKE '%/s' THEN unit ELSE 'ns' END AS unit,
            CASE WHEN duration_ns IS NOT NULL THEN CAST(duration_ns AS DOUBLE)
@@ -63,28 +58,33 @@ run_records AS (
 ),
 per_run AS (
     -- A rank's time in a phase is the sum of its events' times; a rate, their mean.
-    SELECT backend, model, label, host, rank, pid, who, CAST(NULL AS BIGINT) AS step, measure, unit,
+    SELECT backend, model, label, host, rank, pid, CAST(NULL AS BIGINT) AS step, measure, unit,
            CASE WHEN unit = 'ns' THEN SUM(amount) ELSE AVG(amount) END AS amount
     FROM run_records
-    WHERE amount IS NOT NULL
-    GROUP BY backend, model, label, host, rank, pid, who, measure, unit
+    GROUP BY backend, model, label, host, rank, pid, measure, unit
 ),
-measured AS (
-    SELECT backend, model, label, host, rank, pid, who, step, measure, unit, amount,
-           CASE WHEN unit = 'ns' THEN amount ELSE -amount END AS slowness
-    FROM per_step
-    WHERE amount IS NOT NULL
+every_record AS (
+    SELECT backend, model, label, host, rank, pid, step, measure, unit, amount FROM per_step
     UNION ALL
-    SELECT backend, model, label, host, rank, pid, who, step, measure, unit, amount,
-           CASE WHEN unit = 'ns' THEN amount ELSE -amount END AS slowness
-    FROM per_run
+    SELECT backend, model, label, host, rank, pid, step, measure, unit, amount FROM per_run
+),
+jobs AS (
+    -- Every rank or task the job's events name, timed or not.
+    SELECT backend, model, label,
+           COUNT(DISTINCT COALESCE(host, '') || '|' || COALESCE(CAST(rank AS STRING), '') || '|'
+                          || COALESCE(CAST(pid AS STRING), '')) AS job_ranks
+    FROM every_record
+    GROUP BY backend, model, label
 ),
 ordered AS (
     SELECT m.*,
+           COALESCE('rank ' || CAST(rank AS STRING), 'pid ' || CAST(pid AS STRING)) AS who,
            ROW_NUMBER() OVER (PARTITION BY backend, model, label, measure, unit, step
-                              ORDER BY slowness DESC, rank NULLS LAST, pid NULLS LAST, host NULLS LAST) AS place,
+                              ORDER BY CASE WHEN unit = 'ns' THEN amount ELSE -amount END DESC,
+                                       rank NULLS LAST, pid NULLS LAST, host NULLS LAST) AS place,
            COUNT(*) OVER (PARTITION BY backend, model, label, measure, unit, step) AS reporting
-    FROM measured m
+    FROM every_record m
+    WHERE amount IS NOT NULL
 ),
 compared AS (
     SELECT backend, model, label, measure, unit, step,
@@ -101,7 +101,7 @@ compared AS (
 alone AS (
     -- Measures no step (or run) of which two ranks report: who reports them, over how many steps.
     SELECT backend, model, label, measure, unit,
-           MIN(host) AS host, MIN(who) AS who, MIN(rank) AS rank, MIN(pid) AS pid,
+           MIN(who) AS who, MIN(rank) AS rank, MIN(pid) AS pid,
            COUNT(DISTINCT COALESCE(host, '') || '|' || who) AS reporters,
            COUNT(step) AS steps
     FROM ordered
