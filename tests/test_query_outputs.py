@@ -163,3 +163,16 @@ def test_collect_and_merge_rewrite_their_own_outputs(store_art: StoreArt, tmp_pa
     user_folder(tmp_path, "u")
     status, _, stderr, _ = invoke(["merge", "run", "other", "-o", "u", "--allow-mixed", "--force"], tmp_path)
     assert status == 0 and not (tmp_path / "u" / "notes.txt").exists(), stderr
+
+
+def test_a_store_url_is_the_cluster_s_and_not_checked_as_a_local_path(tmp_path: Path) -> None:
+    """``s3a://bucket/store`` names no local folder: only the local output's own rules apply."""
+    from dfit_mlir.errors import OutputRefusedError
+    from dfit_mlir.store.output import check_paths
+
+    check_paths("s3a://bucket/store", tmp_path / "rows.csv", tmp_path / "t.pftrace")
+    (tmp_path / "rows.csv").write_text("mine\n")
+    with pytest.raises(OutputRefusedError, match="rows.csv: refusing to overwrite"):
+        check_paths("s3a://bucket/store", tmp_path / "rows.csv", None)
+    with pytest.raises(OutputRefusedError, match="inside the input"):
+        check_paths(str(tmp_path), tmp_path / "t.pftrace", None)
