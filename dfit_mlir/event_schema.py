@@ -102,6 +102,21 @@ def arrow_schema() -> Any:
     return pa.schema(fields, metadata=metadata)
 
 
+def open_parquet(path: Any) -> Any:
+    """``events.parquet`` opened for streaming (``pq.ParquetFile``), its string columns
+    read as dictionaries: a run repeats a few dozen strings millions of times, and reading
+    them dictionary-encoded is ~3x faster than materialising every value (or than Arrow's
+    default, which decodes and then re-encodes the stored dictionary columns)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    stored = pq.read_schema(path)
+    strings = [field.name for field in stored
+               if pa.types.is_string(field.type) or pa.types.is_large_string(field.type)
+               or pa.types.is_dictionary(field.type)]
+    return pq.ParquetFile(path, read_dictionary=strings)
+
+
 def readable(version: str) -> bool:
     """Whether this reader reads events written with schema ``version``."""
     def parse(text: str) -> tuple[int, int]:

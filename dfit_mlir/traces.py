@@ -19,8 +19,9 @@ wire format column-wise (:class:`PerfettoWriter`), not one message object per ev
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +45,13 @@ _DESCRIBING = (es.KIND, es.STAGE, es.SITE, es.ROOT_ID, es.PARTITION, es.MACS, es
 _DESCRIPTION_CACHE = 100_000
 
 
+def track_name(kind: str, invocation: int | None, partition: str | None, name: str | None) -> str:
+    """The track an event is drawn on, within its stage: its invocation's, else its operation's."""
+    if kind in INVOCATION_KINDS and invocation is not None:
+        return f"invocation {invocation}"
+    return f"{kind}: {partition or name or kind}"
+
+
 class _SliceNamer:
     """Event → (track key, slice name, args). Per-site and per-op lookups are built once
     and descriptions are memoised by the event's describing fields."""
@@ -54,10 +62,8 @@ class _SliceNamer:
         self._described: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
 
     def track(self, event: dict[str, Any]) -> tuple[str, str]:
-        kind = event[es.KIND]
-        if kind in INVOCATION_KINDS and event[es.INVOCATION] is not None:
-            return event[es.STAGE], f"invocation {event[es.INVOCATION]}"
-        return event[es.STAGE], f"{kind}: {event[es.PARTITION] or event.get(es.NAME) or kind}"
+        return event[es.STAGE], track_name(event[es.KIND], event[es.INVOCATION], event[es.PARTITION],
+                                           event.get(es.NAME))
 
     def describe(self, event: dict[str, Any]) -> tuple[tuple[Any, ...], str, dict[str, Any]]:
         """(memo key, slice name, args) of an event."""
@@ -104,29 +110,6 @@ def _trace_columns(events: Any) -> list[str]:
     return [name for name in (*_PER_EVENT, *_DESCRIBING) if name in events.schema_arrow.names]
 
 
-def _events(parquet: Path) -> Iterator[dict[str, Any]]:
-    """The events of ``parquet`` as dicts of the fields the traces read, column by column
-    (a whole-row ``to_pylist`` costs most of the export)."""
-    import pyarrow.parquet as pq
-
-    events = pq.ParquetFile(parquet)
-    fields = _trace_columns(events)
-    for batch in events.iter_batches(batch_size=16_384, columns=fields):
-        columns = [_pylist(batch.column(name)) for name in fields]
-        for values in zip(*columns, strict=True):
-            yield dict(zip(fields, values, strict=True))
-
-
-def _pylist(column: Any) -> list[Any]:
-    """``column.to_pylist()``, 20-40x faster for dictionary columns (decoded by hand)."""
-    import pyarrow as pa
-
-    if not pa.types.is_dictionary(column.type):
-        return column.to_pylist()
-    words = column.dictionary.to_pylist()
-    return [None if index is None else words[index] for index in column.indices.to_pylist()]
-
-
 class _Interner:
     """Perfetto's incremental interning: each string (event name, category, annotation
     name, string value) travels once, in the ``interned_data`` of the first packet that
@@ -162,17 +145,19 @@ class _Interner:
 def write_perfetto(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
     """Write ``trace.pftrace`` from ``events.parquet``; returns the number of slices and
     instants written (events without a start time are left out and not counted)."""
-    import pyarrow.parquet as pq
-
-    events = pq.ParquetFile(parquet)
+    events = es.open_parquet(parquet)
     fields = _trace_columns(events)
     with path.open("wb") as stream:
         return PerfettoWriter(manifest, stream).write_batches(
             events.iter_batches(batch_size=_BATCH_ROWS, columns=fields))
 
 
+#: Tracks of invocations (and operations) remembered: events of an invocation that come
+#: back after this many others were drawn go on a second track of the same name. Keeps
+#: the writer's memory bounded however many invocations a run has.
+_LIVE_TRACKS = 65_536
 #: Events encoded at a time: bounds the writer's memory (~100 bytes of output per event).
-_BATCH_ROWS = 65_536
+_BATCH_ROWS = 131_072
 #: TracePacket / TrackEvent field tags (wire type in the low 3 bits), as Perfetto's protos number them.
 _TRACE_PACKET = 0x0A  # Trace.packet = 1, length-delimited
 _TIMESTAMP = 0x40  # TracePacket.timestamp = 8, varint
@@ -184,6 +169,10 @@ _SLICE_END = b"\x48\x02"  # TrackEvent.type = 9: TYPE_SLICE_END
 
 
 def _varint(value: int) -> bytes:
+    if value < 0x80:  # most lengths and uuids: no loop
+        return _SMALL_VARINTS[value]
+    if value < 0x4000:
+        return bytes((value & 0x7F | 0x80, value >> 7))
     out = bytearray()
     while True:
         byte = value & 0x7F
@@ -195,24 +184,112 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def _varint_lengths(values: np.ndarray) -> np.ndarray:
-    """Bytes each (non-negative) value takes as a protobuf varint."""
-    lengths = np.ones(len(values), dtype=np.int64)
-    rest = values.astype(np.uint64) >> np.uint64(7)
-    while rest.any():
-        lengths += rest > 0
-        rest >>= np.uint64(7)
-    return lengths
+_SMALL_VARINTS = [bytes((value,)) for value in range(0x80)]
 
 
-def _put_varints(out: np.ndarray, positions: np.ndarray, values: np.ndarray, lengths: np.ndarray) -> None:
-    """Write ``values`` as varints at ``positions`` of ``out`` (all at once, byte k of every value per step)."""
-    rest = values.astype(np.uint64)
-    for k in range(int(lengths.max(initial=0))):
-        has = lengths > k
-        byte = (rest & np.uint64(0x7F)).astype(np.uint8) | np.where(lengths > k + 1, 0x80, 0).astype(np.uint8)
-        out[positions[has] + k] = byte[has]
-        rest = rest >> np.uint64(7)
+def _varint_width(value: int) -> int:
+    """Bytes ``value`` (non-negative) takes as a minimal protobuf varint."""
+    return max(1, (int(value).bit_length() + 6) // 7)
+
+
+def _padded_varints(out: np.ndarray, values: np.ndarray, width: int) -> None:
+    """Write ``values`` into the ``width`` columns of ``out`` (rows × width bytes) as
+    varints padded to ``width`` bytes: every byte but the last has its continuation bit
+    set, so 5 in three bytes is ``85 80 00``. Protobuf parsers read padded varints as the
+    value (Perfetto's own writer pads message lengths the same way); a fixed width per
+    batch is what lets every packet's head be one row of a byte matrix."""
+    rest = values.astype(np.uint64, copy=False)
+    for k in range(width):
+        byte = (rest >> np.uint64(7 * k)) & np.uint64(0x7F)
+        out[:, k] = byte.astype(np.uint8) | (0x80 if k + 1 < width else 0)
+
+
+def _data_end(array: Any) -> int:
+    """Where the values of ``array`` (large_binary, unsliced) end in its data buffer."""
+    assert array.offset == 0
+    return int(np.frombuffer(array.buffers()[1], dtype=np.int64, count=len(array) + 1)[-1])
+
+
+def _joined(*columns: Any) -> Any:
+    """Arrow's row-wise concatenation of binary ``columns``. They are ``large_binary``
+    (64-bit offsets), so a batch of long descriptions cannot overflow them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    return pc.binary_join_element_wise(*columns, pa.scalar(b"", pa.large_binary()))
+
+
+def _fixed_rows(matrix: np.ndarray) -> Any:
+    """An Arrow binary array whose values are the rows of ``matrix`` (no copy)."""
+    import pyarrow as pa
+
+    rows, width = matrix.shape
+    offsets = np.arange(rows + 1, dtype=np.int64) * width
+    return pa.Array.from_buffers(pa.large_binary(), rows, [None, pa.py_buffer(offsets),
+                                                      pa.py_buffer(np.ascontiguousarray(matrix))])
+
+
+def _sparse_rows(count: int, values: dict[int, bytes]) -> Any:
+    """An Arrow binary array of ``count`` values, empty but at the rows of ``values``."""
+    import pyarrow as pa
+
+    lengths = np.zeros(count + 1, dtype=np.int64)
+    rows = sorted(values)
+    lengths[np.asarray(rows, dtype=np.int64) + 1] = [len(values[row]) for row in rows]
+    data = b"".join(values[row] for row in rows)
+    return pa.Array.from_buffers(pa.large_binary(), count, [None, pa.py_buffer(np.cumsum(lengths)),
+                                                      pa.py_buffer(data)])
+
+
+def _track_descriptor(uuid: int, name: str, parent: int | None) -> bytes:
+    """A TracePacket holding one TrackDescriptor (uuid = 1, name = 2, parent_uuid = 5;
+    TracePacket.track_descriptor = 60)."""
+    encoded = name.encode()
+    descriptor = b"\x08" + _varint(uuid) + b"\x12" + _varint(len(encoded)) + encoded + \
+        (b"\x28" + _varint(parent) if parent is not None else b"")
+    packet = b"\xe2\x03" + _varint(len(descriptor)) + descriptor
+    return bytes([_TRACE_PACKET]) + _varint(len(packet)) + packet
+
+
+def _track_descriptors(tracks: list[tuple[int, str, int]]) -> bytes:
+    """:func:`_track_descriptor` of many (uuid, name, parent) at once: a run has a track per
+    invocation, so a batch can hold thousands of new ones. Heads are fixed-width rows
+    (padded varints), the names a column joined after them."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    uuids = np.fromiter((uuid for uuid, _, _ in tracks), dtype=np.int64, count=len(tracks))
+    parents = np.fromiter((parent for _, _, parent in tracks), dtype=np.int64, count=len(tracks))
+    names = pa.array([name for _, name, _ in tracks], pa.large_string()).cast(pa.large_binary())
+    name_lengths = np.asarray(pc.binary_length(names), dtype=np.int64)
+    uuid_width = _varint_width(int(max(uuids.max(), parents.max())))
+    name_width = _varint_width(int(name_lengths.max()))
+    descriptor = 2 * (1 + uuid_width) + 1 + name_width + name_lengths
+    descriptor_width = _varint_width(int(descriptor.max()))
+    packet = 2 + descriptor_width + descriptor
+    packet_width = _varint_width(int(packet.max()))
+    layout = [(_TRACE_PACKET, 1), (packet, packet_width), (b"\xe2\x03", 2), (descriptor, descriptor_width),
+              (0x08, 1), (uuids, uuid_width), (0x28, 1), (parents, uuid_width), (0x12, 1),
+              (name_lengths, name_width)]
+    heads = _fixed_rows(_byte_rows(len(tracks), layout))
+    return _joined(heads, names).buffers()[2].to_pybytes()
+
+
+def _byte_rows(rows: int, layout: list[tuple[Any, int]]) -> np.ndarray:
+    """A rows × width byte matrix laid out by ``layout``: (value, width) in order, where a
+    value is constant bytes, a constant byte (int < 128, width 1), or an int or int array
+    written as varints padded to ``width``."""
+    matrix = np.empty((rows, sum(width for _, width in layout)), dtype=np.uint8)
+    at = 0
+    for value, width in layout:
+        if isinstance(value, bytes):
+            matrix[:, at:at + width] = np.frombuffer(value, dtype=np.uint8)
+        elif isinstance(value, int) and width == 1 and value < 0x80:
+            matrix[:, at] = value
+        else:
+            _padded_varints(matrix[:, at:at + width], np.broadcast_to(np.asarray(value), (rows,)), width)
+        at += width
+    return matrix
 
 
 def _codes(column: Any) -> tuple[np.ndarray, list[Any]]:
@@ -220,6 +297,8 @@ def _codes(column: Any) -> tuple[np.ndarray, list[Any]]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    if column.null_count == len(column):
+        return np.zeros(len(column), dtype=np.int64), [None]
     encoded = column if pa.types.is_dictionary(column.type) else pc.dictionary_encode(column)
     values = encoded.dictionary.to_pylist() + [None]
     indices = encoded.indices.fill_null(len(values) - 1)
@@ -227,19 +306,116 @@ def _codes(column: Any) -> tuple[np.ndarray, list[Any]]:
 
 
 def _row_keys(codes: list[tuple[np.ndarray, list[Any]]], count: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Group rows by their codes: (first row of each group, group of each row, group order)."""
-    key = np.zeros(count, dtype=np.int64)
+    """Group rows by their codes: (first row of each group, group of each row, group order).
+    Groups are numbered in first-use order when the codes fit one integer key (hashed by
+    Arrow, no sort), else by a row-wise sort and then put in first-use order."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     radix = 1
     for _, values in codes:
         radix *= len(values)
     if radix < 2**62:
+        key = np.zeros(count, dtype=np.int64)
         for column, values in codes:
             key = key * len(values) + column
-        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    else:  # too many distinct combinations for one integer: compare rows
-        stacked = np.ascontiguousarray(np.stack([column for column, _ in codes], axis=1))
-        _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
+        encoded = pc.dictionary_encode(pa.array(key))
+        inverse = np.asarray(encoded.indices, dtype=np.int64)
+        # Groups are numbered as they first appear, so a group's first row is where the
+        # running maximum of the group numbers first reaches it.
+        first = np.flatnonzero(np.diff(np.maximum.accumulate(inverse), prepend=-1) > 0)
+        return first, inverse, np.arange(len(first))
+    stacked = np.ascontiguousarray(np.stack([column for column, _ in codes], axis=1))
+    _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
     return first, inverse.reshape(-1), np.argsort(first, kind="stable")
+
+
+@dataclass(frozen=True)
+class _Grouped:
+    """A batch of events (those with a start time), grouped for the trace writers: the
+    few distinct tracks and slice descriptions, and which one each event has."""
+
+    count: int
+    starts: np.ndarray
+    durations: np.ndarray
+    #: Drawn as an instant (a tensor record, or no duration), not a slice.
+    instant: np.ndarray
+    #: (group, stage, track name) of each distinct track, in first-use order.
+    tracks: list[tuple[str | None, str, str]]
+    track_of_row: np.ndarray
+    #: (instant, the describing fields) of each distinct description, in first-use order.
+    descriptions: list[tuple[bool, dict[str, Any]]]
+    description_of_row: np.ndarray
+    #: The first row with each description.
+    description_rows: np.ndarray
+    #: Row → flow id (merged traces: events sharing one are linked).
+    flows: dict[int, int]
+
+
+def _group(batch: Any) -> _Grouped | None:
+    """Group ``batch``'s events (Arrow record batch of :func:`_trace_columns`, plus the
+    optional ``track_group`` and ``flow_id``); ``None`` when none has a start time."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    names = batch.schema.names
+    if es.START_NS not in names or not batch.num_rows:
+        return None
+    starts_column = batch.column(es.START_NS)
+    if starts_column.null_count:
+        batch = batch.filter(pc.is_valid(starts_column))
+    count = batch.num_rows
+    if not count:
+        return None
+    column = {name: batch.column(name) for name in names}
+
+    def optional(name: str) -> Any:
+        return column[name] if name in column else pa.nulls(count, pa.string())
+
+    starts = np.asarray(column[es.START_NS], dtype=np.int64)
+    durations = np.asarray(column[es.DURATION_NS].fill_null(0), dtype=np.int64) if es.DURATION_NS in column \
+        else np.zeros(count, dtype=np.int64)
+    kinds, kind_values = _codes(column[es.KIND])
+    tensor_kind = np.array([value == "tensor" for value in kind_values])
+    instant = tensor_kind[kinds] | (durations <= 0)
+
+    # Tracks: distinct (group, stage, kind, invocation, partition, name), then their track names.
+    track_columns = [_codes(optional(name)) for name in ("track_group", es.STAGE)] + [(kinds, kind_values)] + \
+        [_codes(optional(name)) for name in (es.INVOCATION, es.PARTITION, es.NAME)]
+    # An invocation's events share its track whatever their partition; the others, one per operation.
+    (invocations, invocation_values), (partitions, partition_values), (names_, name_values) = track_columns[3:]
+    on_invocation = np.array([value in INVOCATION_KINDS for value in kind_values])[kinds] & \
+        (invocations != len(invocation_values) - 1)
+    track_columns[3] = (np.where(on_invocation, invocations, len(invocation_values) - 1), invocation_values)
+    track_columns[4] = (np.where(on_invocation, len(partition_values) - 1, partitions), partition_values)
+    track_columns[5] = (np.where(on_invocation, len(name_values) - 1, names_), name_values)
+    first, inverse, order = _row_keys(track_columns, count)
+    rows = first[order]
+    values_of = [[values[code] for code in codes[rows].tolist()] for codes, values in track_columns]
+    tracks: dict[tuple[str | None, str, str], int] = {}
+    track_of_key = np.zeros(len(first), dtype=np.int64)
+    for key_index, (group, stage, kind, invocation, partition, name) in zip(
+            order.tolist(), zip(*values_of, strict=True), strict=True):
+        track_of_key[key_index] = tracks.setdefault(
+            (group, stage, track_name(kind, invocation, partition, name)), len(tracks))
+
+    # Descriptions: distinct (instant, describing fields), in first-use order.
+    describing = [(instant.astype(np.int64), [False, True])] + \
+        [_codes(column[name]) if name in column else (np.zeros(count, dtype=np.int64), [None])
+         for name in _DESCRIBING]
+    first, description_of_row, order = _row_keys(describing, count)
+    descriptions = []
+    for key_index in order.tolist():
+        row = first[key_index]
+        descriptions.append((bool(instant[row]), {name: describing[k + 1][1][describing[k + 1][0][row]]
+                                                  for k, name in enumerate(_DESCRIBING)}))
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    flows: dict[int, int] = {}
+    if "flow_id" in column and column["flow_id"].null_count < count:
+        flows = {row: int(flow) for row, flow in enumerate(column["flow_id"].to_pylist()) if flow is not None}
+    return _Grouped(count, starts, durations, instant, list(tracks), track_of_key[inverse], descriptions,
+                    rank[description_of_row], first[order], flows)
 
 
 class PerfettoWriter:
@@ -247,9 +423,11 @@ class PerfettoWriter:
 
     The wire format is plain protobuf, so packets are written column-wise: what a slice
     looks like (its name, category and arguments, interned) is built once per distinct
-    description with Perfetto's own message classes, and each event adds only varints
-    (timestamp, track) and the lengths around them, computed for the whole batch with
-    numpy. The packets are the ones one ``TracePacket`` object per event would give.
+    description with Perfetto's own message classes; each event adds only its head (a
+    fixed-width byte row: timestamp, track and the lengths around them, as padded
+    varints), filled for the whole batch with numpy, and Arrow joins heads and
+    descriptions row by row into the output bytes. The packets decode to the ones one
+    ``TracePacket`` object per event would give (``tests/perfetto_reference.py``).
 
     Optional columns: ``track_group`` (a string: the host/rank a track belongs under, as
     a parent track) and ``flow_id`` (an integer: events sharing one are linked by a
@@ -263,8 +441,12 @@ class PerfettoWriter:
         self.namer = _SliceNamer(manifest)
         self.interner = _Interner()
         #: Track uuid by the events' track fields, and by (group, stage, track name).
-        self.uuids: dict[tuple[Any, ...], int] = {}
+        #: Uuids of the group and stage tracks (few), and of the tracks events are drawn on
+        #: by (group, stage, track name): one per invocation, so the writer keeps only the
+        #: most recently used :data:`_LIVE_TRACKS` of those.
+        self.parents: dict[tuple[Any, ...], int] = {}
         self.tracks: dict[tuple[Any, ...], int] = {}
+        self.next_uuid = 1
         self.descriptions: dict[tuple[Any, ...], bytes] = {}
         self._track_event = TrackEvent
         self._trace_packet = TracePacket
@@ -285,25 +467,25 @@ class PerfettoWriter:
         body = packet.SerializeToString()
         self.stream.write(bytes([_TRACE_PACKET]) + _varint(len(body)) + body)
 
-    def _track_uuid(self, group: str | None, stage: str, track: str, out: list[bytes]) -> int:
-        """The track's uuid; descriptors of tracks new so far (and their parents) go to ``out``."""
-        parent = None
-        if group is not None:
-            parent = self._track((group,), group, None, out)
-        stage_uuid = self._track((group, stage), f"stage: {stage}", parent, out)
-        return self._track((group, stage, track), track, stage_uuid, out)
+    def _stage_track(self, group: str | None, stage: str, out: list[bytes]) -> int:
+        """The uuid of ``stage``'s track (under ``group``'s, if any); descriptors of those
+        new so far go to ``out``."""
+        stage_uuid = self.parents.get((group, stage))
+        if stage_uuid is None:
+            parent = None if group is None else self._parent_track((group,), group, None, out)
+            stage_uuid = self._parent_track((group, stage), f"stage: {stage}", parent, out)
+        return stage_uuid
 
-    def _track(self, key: tuple[Any, ...], name: str, parent: int | None, out: list[bytes]) -> int:
-        uuid = self.tracks.get(key)
+    def _parent_track(self, key: tuple[Any, ...], name: str, parent: int | None, out: list[bytes]) -> int:
+        uuid = self.parents.get(key)
         if uuid is None:
-            uuid = self.tracks[key] = len(self.tracks) + 1
-            encoded = name.encode()
-            # TrackDescriptor: uuid = 1, name = 2, parent_uuid = 5; TracePacket.track_descriptor = 60.
-            descriptor = b"\x08" + _varint(uuid) + b"\x12" + _varint(len(encoded)) + encoded + \
-                (b"\x28" + _varint(parent) if parent is not None else b"")
-            packet = b"\xe2\x03" + _varint(len(descriptor)) + descriptor
-            out.append(bytes([_TRACE_PACKET]) + _varint(len(packet)) + packet)
+            uuid = self.parents[key] = self._new_uuid()
+            out.append(_track_descriptor(uuid, name, parent))
         return uuid
+
+    def _new_uuid(self) -> int:
+        self.next_uuid += 1
+        return self.next_uuid - 1
 
     def _description(self, instant: bool, event: dict[str, Any]) -> tuple[bytes, bytes]:
         """(TrackEvent fields of a slice begin or instant, interned data first used by it)."""
@@ -342,193 +524,215 @@ class PerfettoWriter:
         return self.written
 
     def write_batch(self, batch: Any) -> None:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        names = batch.schema.names
-        if es.START_NS not in names or not batch.num_rows:
+        grouped = _group(batch)
+        if grouped is None:
             return
-        starts_column = batch.column(es.START_NS)
-        if starts_column.null_count:
-            batch = batch.filter(pc.is_valid(starts_column))
-        count = batch.num_rows
-        if not count:
-            return
-        column = {name: batch.column(name) for name in names}
-
-        def optional(name: str) -> Any:
-            return column[name] if name in column else pa.nulls(count, pa.string())
-
-        starts = np.asarray(column[es.START_NS], dtype=np.int64)
-        durations = np.asarray(column[es.DURATION_NS].fill_null(0), dtype=np.int64) if es.DURATION_NS in column \
-            else np.zeros(count, dtype=np.int64)
-        kinds, kind_values = _codes(column[es.KIND])
-        tensor_kind = np.array([value == "tensor" for value in kind_values])
-        instant = tensor_kind[kinds] | (durations <= 0)
-
-        # Tracks: distinct (group, stage, kind, invocation, partition, name), numbered in first-use order.
-        track_columns = [_codes(optional(name)) for name in ("track_group", es.STAGE)] + [(kinds, kind_values)] + \
-            [_codes(optional(name)) for name in (es.INVOCATION, es.PARTITION, es.NAME)]
-        # An invocation's events share its track whatever their partition; the others, one per operation.
-        (invocations, invocation_values), (partitions, partition_values), (names, name_values) = track_columns[3:]
-        on_invocation = np.array([value in INVOCATION_KINDS for value in kind_values])[kinds] & \
-            (invocations != len(invocation_values) - 1)
-        track_columns[3] = (np.where(on_invocation, invocations, len(invocation_values) - 1), invocation_values)
-        track_columns[4] = (np.where(on_invocation, len(partition_values) - 1, partitions), partition_values)
-        track_columns[5] = (np.where(on_invocation, len(name_values) - 1, names), name_values)
-        first, inverse, order = _row_keys(track_columns, count)
-        track_of_group = np.zeros(len(first), dtype=np.int64)
-        rows = first[order]
-        values_of = [[values[code] for code in codes[rows].tolist()] for codes, values in track_columns]
-        descriptors: list[bytes] = []
-        known = self.uuids
-        for group_index, key in zip(order.tolist(), zip(*values_of, strict=True), strict=True):
-            uuid = known.get(key)
+        parents: list[bytes] = []
+        new_tracks: list[tuple[int, str, int]] = []  # (uuid, name, parent uuid): one per new invocation, mostly
+        uuids = np.zeros(len(grouped.tracks), dtype=np.int64)
+        live = self.tracks
+        for index, key in enumerate(grouped.tracks):
+            uuid = live.pop(key, None)  # popped and put back: the most recently used come last
             if uuid is None:
-                group, stage, kind, invocation, partition, name = key
-                stage_name, track = self.namer.track({es.KIND: kind, es.STAGE: stage, es.INVOCATION: invocation,
-                                                      es.PARTITION: partition, es.NAME: name})
-                uuid = known[key] = self._track_uuid(group, stage_name, track, descriptors)
-            track_of_group[group_index] = uuid
-        self.stream.write(b"".join(descriptors))
-        tracks = track_of_group[inverse]
+                parent = self._stage_track(key[0], key[1], parents)
+                uuid = self._new_uuid()
+                new_tracks.append((uuid, key[2], parent))
+            live[key] = uuids[index] = uuid
+        while len(live) > _LIVE_TRACKS:
+            del live[next(iter(live))]
+        self.stream.write(b"".join(parents))
+        if new_tracks:
+            self.stream.write(_track_descriptors(new_tracks))
 
-        # Descriptions: distinct (instant, describing fields), built in first-use order.
-        describing = [(instant.astype(np.int64), [False, True])] + \
-            [_codes(column[name]) if name in column else (np.zeros(count, dtype=np.int64), [None])
-             for name in _DESCRIBING]
-        first, inverse, order = _row_keys(describing, count)
-        fields_of: list[bytes] = [b""] * len(first)
+        fields_of: list[bytes] = []
         interned_at: dict[int, bytes] = {}
-        for group_index in order:
-            row = first[group_index]
-            event = {name: describing[k + 1][1][describing[k + 1][0][row]] for k, name in enumerate(_DESCRIBING)}
-            fields, interned = self._description(bool(instant[row]), event)
-            fields_of[group_index] = fields
+        for (instant, event), row in zip(grouped.descriptions, grouped.description_rows.tolist(), strict=True):
+            fields, interned = self._description(instant, event)
+            fields_of.append(fields)
             if interned:
-                interned_at[int(row)] = interned
-        flows: dict[int, bytes] = {}
-        if "flow_id" in column and column["flow_id"].null_count < count:
-            for row, flow in enumerate(column["flow_id"].to_pylist()):
-                if flow is not None:
-                    flows[row] = _FLOW_IDS + int(flow).to_bytes(8, "little")
-        self._encode(starts, durations, instant, tracks, inverse, fields_of, interned_at, flows)
-        self.written += count
+                interned_at[row] = interned
+        flows = {row: _FLOW_IDS + flow.to_bytes(8, "little") for row, flow in grouped.flows.items()}
+        self._encode(grouped.starts, grouped.durations, grouped.instant, uuids[grouped.track_of_row],
+                     grouped.description_of_row, fields_of, interned_at, flows)
+        self.written += grouped.count
 
     def _encode(self, starts: np.ndarray, durations: np.ndarray, instant: np.ndarray, tracks: np.ndarray,
                 descriptions: np.ndarray, fields_of: list[bytes], interned_at: dict[int, bytes],
                 flows: dict[int, bytes]) -> None:
-        """Every event's packets (begin, then end unless an instant), laid out column-wise.
+        """Every event's packets (a begin or instant packet, then an end packet unless an
+        instant), laid out as four columns joined row by row by Arrow:
 
-        A packet is seven segments: [Trace.packet tag, length, timestamp tag, timestamp],
-        the shared fields, interned data (first use only), [TrackEvent tag, length], the
-        description's fields, a flow (merged traces), [track_uuid tag, uuid]. The varying
-        ones are written into small per-packet byte matrices, the constant ones exist once;
-        the output is one gather over all of them (``np.repeat`` of segment starts)."""
+        * head: ``[packet tag][length][timestamp tag][timestamp][shared fields]
+          [TrackEvent tag][length][track_uuid tag][uuid]`` — one row of a byte matrix;
+        * the description's TrackEvent fields (type, name, category, arguments), taken
+          from the few distinct ones;
+        * sparse extras: a flow id (still inside the TrackEvent, which is why it comes
+          right after the fields) and interned data first used here (a TracePacket field
+          after the TrackEvent; a packet's fields may come in any order);
+        * the end packet (slices only): again one row of a byte matrix.
+
+        Varints in the heads are padded to one width per batch (:func:`_padded_varints`),
+        so the heads are fixed-width rows and the only per-event work is filling their
+        varying columns (timestamp, uuid, lengths), a few numpy operations per column."""
+        import pyarrow as pa
+
         count = len(starts)
-        packets_per_event = np.where(instant, 1, 2)
-        first_packet = np.concatenate([[0], np.cumsum(packets_per_event)[:-1]])
-        total = int(packets_per_event.sum())
-        event_of = np.repeat(np.arange(count), packets_per_event)
-        is_end = np.zeros(total, dtype=bool)
-        is_end[first_packet[~instant] + 1] = True
-        timestamp = starts[event_of] + np.where(is_end, durations[event_of], 0)
-        blobs = [*fields_of, _SLICE_END]
-        description_of = np.where(is_end, len(fields_of), descriptions[event_of])
-        fields_length = np.array([len(blob) for blob in blobs], dtype=np.int64)[description_of]
-        interned_length = np.zeros(total, dtype=np.int64)
-        flow_length = np.zeros(total, dtype=np.int64)
-        for row, data in interned_at.items():
-            interned_length[first_packet[row]] = len(data)
+        common = self.common
+        ends = starts + durations
+        timestamp_width = _varint_width(max(int(starts.max()), int(ends.max())))
+        uuid_width = _varint_width(int(tracks.max()))
+        fields_length = np.array([len(blob) for blob in fields_of], dtype=np.int64)[descriptions]
+        flow_length = np.zeros(count, dtype=np.int64)
+        interned_length = np.zeros(count, dtype=np.int64)
         for row, data in flows.items():
-            flow_length[first_packet[row]] = len(data)
-        uuid = tracks[event_of]
-        uuid_length = _varint_lengths(uuid)
-        event_length = fields_length + flow_length + 1 + uuid_length
-        event_length_length = _varint_lengths(event_length)
-        timestamp_length = _varint_lengths(timestamp)
-        body = 1 + timestamp_length + len(self.common) + interned_length + 1 + event_length_length + event_length
-        body_length_length = _varint_lengths(body)
+            flow_length[row] = len(data)
+        for row, data in interned_at.items():
+            interned_length[row] = len(data)
+        event_length = 1 + uuid_width + fields_length + flow_length
+        end_event_length = 1 + uuid_width + len(_SLICE_END)
+        event_width = _varint_width(max(int(event_length.max()), end_event_length))
+        fixed = 1 + timestamp_width + len(common) + 1 + event_width  # up to the TrackEvent's contents
+        packet_length = fixed + event_length + interned_length
+        end_packet_length = fixed + end_event_length
+        packet_width = _varint_width(max(int(packet_length.max()), end_packet_length))
 
-        rows = np.arange(total)
-        head = np.zeros((total, 14), dtype=np.uint8)  # tag, length (<= 3), tag, timestamp (<= 10)
-        head[:, 0] = _TRACE_PACKET
-        _put_varints(head.reshape(-1), rows * 14 + 1, body, body_length_length)
-        head.reshape(-1)[rows * 14 + 1 + body_length_length] = _TIMESTAMP
-        _put_varints(head.reshape(-1), rows * 14 + 2 + body_length_length, timestamp, timestamp_length)
-        head_length = 2 + body_length_length + timestamp_length
-        event_head = np.zeros((total, 4), dtype=np.uint8)
-        event_head[:, 0] = _TRACK_EVENT
-        _put_varints(event_head.reshape(-1), rows * 4 + 1, event_length, event_length_length)
-        tail = np.zeros((total, 11), dtype=np.uint8)
-        tail[:, 0] = _TRACK_UUID
-        _put_varints(tail.reshape(-1), rows * 11 + 1, uuid, uuid_length)
+        def heads(rows: int, lengths: np.ndarray | int, timestamps: np.ndarray, events: np.ndarray | int,
+                  uuids: np.ndarray, tail: bytes = b"") -> np.ndarray:
+            return _byte_rows(rows, [(_TRACE_PACKET, 1), (lengths, packet_width), (_TIMESTAMP, 1),
+                                     (timestamps, timestamp_width), (common, len(common)), (_TRACK_EVENT, 1),
+                                     (events, event_width), (_TRACK_UUID, 1), (uuids, uuid_width),
+                                     (tail, len(tail))])
 
-        sparse = [interned_at[row] for row in sorted(interned_at)] + [flows[row] for row in sorted(flows)]
-        parts = [head.reshape(-1), event_head.reshape(-1), tail.reshape(-1),
-                 np.frombuffer(self.common + b"".join(blobs) + b"".join(sparse), dtype=np.uint8)]
-        base = np.cumsum([0] + [len(part) for part in parts])
-        common_at = base[3]
-        blob_at = common_at + len(self.common) + np.concatenate([[0], np.cumsum([len(b) for b in blobs])[:-1]])
-        sparse_at = common_at + len(self.common) + sum(len(b) for b in blobs)
-        interned_start = np.zeros(total, dtype=np.int64)
-        flow_start = np.zeros(total, dtype=np.int64)
-        for row in sorted(interned_at):
-            interned_start[first_packet[row]] = sparse_at
-            sparse_at += len(interned_at[row])
-        for row in sorted(flows):
-            flow_start[first_packet[row]] = sparse_at
-            sparse_at += len(flows[row])
-        segment_starts = np.stack([
-            base[0] + rows * 14, np.full(total, common_at), interned_start, base[1] + rows * 4,
-            blob_at[description_of], flow_start, base[2] + rows * 11], axis=1).reshape(-1)
-        segment_lengths = np.stack([
-            head_length, np.full(total, len(self.common)), interned_length, 1 + event_length_length,
-            fields_length, flow_length, 1 + uuid_length], axis=1).reshape(-1)
-        ends = np.cumsum(segment_lengths)
-        source = np.concatenate(parts)
-        # Output byte k comes from source[k + shift of its segment]; int32 halves the index traffic.
-        kind = np.int32 if max(len(source), int(ends[-1])) < 2**31 else np.int64
-        index = np.repeat((segment_starts - (ends - segment_lengths)).astype(kind), segment_lengths)
-        index += np.arange(len(index), dtype=kind)
-        self.stream.write(source.take(index).tobytes())
+        columns = [_fixed_rows(heads(count, packet_length, starts, event_length, tracks)),
+                   pa.array(fields_of, pa.large_binary()).take(pa.array(descriptions))]
+        if flows or interned_at:
+            extras = {row: flows.get(row, b"") + interned_at.get(row, b"") for row in {*flows, *interned_at}}
+            columns.append(_sparse_rows(count, extras))
+        slices = ~instant
+        if slices.any():
+            end_rows = heads(int(slices.sum()), end_packet_length, ends[slices], end_event_length, tracks[slices],
+                             _SLICE_END)
+            offsets = np.concatenate([[0], np.cumsum(slices * end_rows.shape[1])]).astype(np.int64)
+            columns.append(pa.Array.from_buffers(pa.large_binary(), count, [None, pa.py_buffer(offsets),
+                                                                      pa.py_buffer(end_rows)]))
+        packets = _joined(*columns)
+        self.stream.write(memoryview(packets.buffers()[2])[:_data_end(packets)])
 
 
 def write_chrome_json(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
     """Write ``trace.json`` (Chrome trace event format: complete and instant events),
-    streaming one event per line."""
-    namer = _SliceNamer(manifest)
-    pids: dict[str, int] = {}
-    tids: dict[tuple[str, str], int] = {}
-    written = 0
-    with path.open("w") as out:
-        out.write('{"displayTimeUnit": "ns", "traceEvents": [\n')
-        first = True
-
-        def emit(record: dict[str, Any]) -> None:
-            nonlocal first
-            out.write(("" if first else ",\n") + json.dumps(record))
-            first = False
-
-        for event in _events(parquet):
-            if event[es.START_NS] is None:
-                continue
-            stage, track = namer.track(event)
-            if stage not in pids:
-                pids[stage] = len(pids) + 1
-                emit({"ph": "M", "name": "process_name", "pid": pids[stage], "args": {"name": f"stage: {stage}"}})
-            if (stage, track) not in tids:
-                tids[(stage, track)] = len(tids) + 1
-                emit({"ph": "M", "name": "thread_name", "pid": pids[stage], "tid": tids[(stage, track)],
-                      "args": {"name": track}})
-            _, name, args = namer.describe(event)
-            record = {"cat": "dfit", "name": name, "pid": pids[stage], "tid": tids[(stage, track)],
-                      "ts": event[es.START_NS] / 1000, "args": args}
-            if event[es.KIND] == "tensor" or not event[es.DURATION_NS]:
-                record.update(ph="i", s="t")
-            else:
-                record.update(ph="X", dur=event[es.DURATION_NS] / 1000)
-            emit(record)
-            written += 1
-        out.write("\n]}\n")
+    streamed from ``events.parquet``; returns the number of events written."""
+    events = es.open_parquet(parquet)
+    fields = _trace_columns(events)
+    with path.open("wb") as stream:
+        writer = ChromeJsonWriter(manifest, stream)
+        written = writer.write_batches(events.iter_batches(batch_size=_BATCH_ROWS, columns=fields))
+        writer.close()
     return written
+
+
+class ChromeJsonWriter:
+    """Events → Chrome trace JSON text, a batch at a time, grouped like
+    :class:`PerfettoWriter`'s: a process per (group and) stage, a thread per track. Each
+    distinct slice description becomes its JSON text once; each event adds its thread,
+    timestamp and duration, formatted for the whole batch by Arrow (exact decimal
+    microseconds, so nanoseconds survive) and joined row by row."""
+
+    def __init__(self, manifest: dict[str, Any], stream: Any):
+        self.stream = stream
+        self.namer = _SliceNamer(manifest)
+        self.pids: dict[tuple[str | None, str], int] = {}
+        #: Threads by (group, stage, track name); like the Perfetto writer's tracks, only
+        #: the most recently used are kept (a forgotten one comes back as a new thread).
+        self.tids: dict[tuple[str | None, str, str], int] = {}
+        self.next_tid = 1
+        self.descriptions: dict[tuple[Any, ...], tuple[str, str]] = {}
+        self.written = 0
+        self.first = True
+        stream.write(b'{"displayTimeUnit": "ns", "traceEvents": [\n')
+
+    def _emit(self, text: str | bytes | memoryview) -> None:
+        """Write records (text joined by ",\\n"; bytes already separated)."""
+        if not text:
+            return
+        if isinstance(text, str):
+            text = (text if self.first else ",\n" + text).encode()
+        self.stream.write(text)
+        self.first = False
+
+    def write_batches(self, batches: Any) -> int:
+        for batch in batches:
+            self.write_batch(batch)
+        return self.written
+
+    def close(self) -> None:
+        self.stream.write(b"\n]}\n")
+
+    def write_batch(self, batch: Any) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        grouped = _group(batch)
+        if grouped is None:
+            return
+        metadata: list[str] = []
+        threads = []
+        for key in grouped.tracks:
+            group, stage, track = key
+            pid = self.pids.get((group, stage))
+            if pid is None:
+                pid = self.pids[(group, stage)] = len(self.pids) + 1
+                name = f"stage: {stage}" if group is None else f"{group} / stage: {stage}"
+                metadata.append(json.dumps({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}))
+            tid = self.tids.pop(key, None)
+            if tid is None:
+                tid = self.next_tid
+                self.next_tid += 1
+                metadata.append(json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                                            "args": {"name": track}}))
+            self.tids[key] = tid
+            threads.append(f'"pid": {pid}, "tid": {tid}, "ts": ')
+        while len(self.tids) > _LIVE_TRACKS:
+            del self.tids[next(iter(self.tids))]
+        self._emit(",\n".join(metadata))
+
+        heads = []
+        for instant, event in grouped.descriptions:
+            key = (instant, *(event.get(field) for field in _DESCRIBING))
+            found = self.descriptions.get(key)
+            if found is None:
+                found = (json.dumps({"cat": "dfit", "name": self.namer.name(event), "args": self.namer.args(event)})
+                         [:-1] + ", ",  # the object left open for the event's own fields
+                         ', "ph": "i", "s": "t"}' if instant else ', "ph": "X", "dur": ')
+                if len(self.descriptions) < _DESCRIPTION_CACHE:
+                    self.descriptions[key] = found
+            heads.append(found)
+        text = pa.large_string()
+        description = pa.array(grouped.description_of_row)
+        columns = [pa.array([head for head, _ in heads], text).take(description),
+                   pa.array(threads, text).take(pa.array(grouped.track_of_row)),
+                   _microseconds(grouped.starts),
+                   pa.array([tail for _, tail in heads], text).take(description),
+                   pc.if_else(pa.array(grouped.instant), pa.scalar("", text),
+                              pc.binary_join_element_wise(_microseconds(grouped.durations), pa.scalar("}", text),
+                                                          pa.scalar("", text)))]
+        # Every record is preceded by its separator; the first of the file drops it.
+        records = pc.binary_join_element_wise(pa.scalar(",\n", text), *columns, pa.scalar("", text)) \
+            .cast(pa.large_binary())
+        data = memoryview(records.buffers()[2])[:_data_end(records)]
+        self._emit(bytes(data[2:]) if self.first else data)
+        self.written += grouped.count
+
+
+def _microseconds(nanoseconds: np.ndarray) -> Any:
+    """Nanoseconds as exact decimal microseconds (``1234567`` → ``"1234.567"``), an Arrow
+    string array: JSON numbers, with no float rounding of large timestamps."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = pa.large_string()
+    magnitude = np.abs(nanoseconds)
+    whole = pc.cast(pa.array(magnitude // 1000), text)
+    fraction = pc.utf8_lpad(pc.cast(pa.array(magnitude % 1000), text), 3, "0")
+    sign = pc.if_else(pa.array(nanoseconds < 0), pa.scalar("-", text), pa.scalar("", text))
+    return pc.binary_join_element_wise(sign, whole, pa.scalar(".", text), fraction, pa.scalar("", text))
