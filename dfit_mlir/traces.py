@@ -39,8 +39,11 @@ _TENSOR_ARGS = (es.TENSOR_MIN, es.TENSOR_MAX, es.TENSOR_MEAN, es.TENSOR_STD, es.
 #: Event fields the traces read; all but the per-event ones (invocation, start,
 #: duration) describe a slice, and runs repeat the same description many times.
 _PER_EVENT = (es.INVOCATION, es.START_NS, es.DURATION_NS)
-_DESCRIBING = (es.KIND, es.STAGE, es.SITE, es.ROOT_ID, es.PARTITION, es.MACS, es.BYTES, es.ATTRIBUTES, es.NAME,
-               *_TENSOR_ARGS)
+_DESCRIBING = (es.KIND, es.STAGE, es.SITE, es.ROOT_ID, es.PARTITION, es.MACS, es.BYTES, es.NAME, *_TENSOR_ARGS)
+#: Per-event text (a queue submission's or an allocation's own numbers, as JSON): it is
+#: not part of a slice's description, or every such event would have its own; the
+#: writers add it to the event's args column-wise, uninterned.
+_PER_EVENT_ARGS = (es.ATTRIBUTES,)
 #: Slice descriptions kept for reuse (distinct ones: call sites, operations).
 _DESCRIPTION_CACHE = 100_000
 
@@ -67,7 +70,7 @@ class _SliceNamer:
 
     def describe(self, event: dict[str, Any]) -> tuple[tuple[Any, ...], str, dict[str, Any]]:
         """(memo key, slice name, args) of an event."""
-        key = tuple(event.get(field) for field in _DESCRIBING)
+        key = tuple(event.get(field) for field in (*_DESCRIBING, *_PER_EVENT_ARGS))
         found = self._described.get(key)
         if found is None:
             found = (self.name(event), self.args(event))
@@ -100,14 +103,14 @@ class _SliceNamer:
             "name": event.get(es.NAME),
             **{name: event.get(name) for name in _TENSOR_ARGS},
         }
-        if event[es.ATTRIBUTES]:
+        if event.get(es.ATTRIBUTES):
             args["attributes"] = event[es.ATTRIBUTES]
         return {name: value for name, value in args.items() if value not in (None, "")}
 
 
 def _trace_columns(events: Any) -> list[str]:
     """The columns of ``events`` (a ``pq.ParquetFile``) the traces read."""
-    return [name for name in (*_PER_EVENT, *_DESCRIBING) if name in events.schema_arrow.names]
+    return [name for name in (*_PER_EVENT, *_DESCRIBING, *_PER_EVENT_ARGS) if name in events.schema_arrow.names]
 
 
 class _Interner:
@@ -350,6 +353,8 @@ class _Grouped:
     description_rows: np.ndarray
     #: Row → flow id (merged traces: events sharing one are linked).
     flows: dict[int, int]
+    #: Each event's attributes (Arrow large_binary, empty for none: no annotation).
+    attributes: Any
 
 
 def _group(batch: Any) -> _Grouped | None:
@@ -414,8 +419,10 @@ def _group(batch: Any) -> _Grouped | None:
     flows: dict[int, int] = {}
     if "flow_id" in column and column["flow_id"].null_count < count:
         flows = {row: int(flow) for row, flow in enumerate(column["flow_id"].to_pylist()) if flow is not None}
+    attributes = pa.nulls(count, pa.large_binary()) if es.ATTRIBUTES not in column \
+        else column[es.ATTRIBUTES].cast(pa.large_string()).cast(pa.large_binary())
     return _Grouped(count, starts, durations, instant, list(tracks), track_of_key[inverse], descriptions,
-                    rank[description_of_row], first[order], flows)
+                    rank[description_of_row], first[order], flows, attributes.fill_null(b""))
 
 
 class PerfettoWriter:
@@ -488,7 +495,8 @@ class PerfettoWriter:
         return self.next_uuid - 1
 
     def _description(self, instant: bool, event: dict[str, Any]) -> tuple[bytes, bytes]:
-        """(TrackEvent fields of a slice begin or instant, interned data first used by it)."""
+        """(TrackEvent fields of a slice begin or instant, body of the interned data first
+        used by it)."""
         key = (instant, *(event.get(field) for field in _DESCRIBING))
         found = self.descriptions.get(key)
         if found is not None:
@@ -511,12 +519,17 @@ class PerfettoWriter:
         fields = message.SerializeToString()
         if len(self.descriptions) < _DESCRIPTION_CACHE:
             self.descriptions[key] = fields
-        interned = b""
-        if interner.pending.ByteSize():
-            data = interner.pending.SerializeToString()
-            interned = bytes([_INTERNED_DATA]) + _varint(len(data)) + data
-            interner.pending.Clear()
-        return fields, interned
+        return fields, self._interned_body()
+
+    def _interned_body(self) -> bytes:
+        """The InternedData fields interned since the last call (unwrapped: a packet must
+        carry one ``interned_data`` field, so bodies of one packet are concatenated)."""
+        pending = self.interner.pending
+        if not pending.ByteSize():
+            return b""
+        body = pending.SerializeToString()
+        pending.Clear()
+        return body
 
     def write_batches(self, batches: Any) -> int:
         for batch in batches:
@@ -551,21 +564,52 @@ class PerfettoWriter:
             fields_of.append(fields)
             if interned:
                 interned_at[row] = interned
+        attributes = self._attribute_annotations(grouped.attributes, interned_at)
+        interned_at = {row: bytes([_INTERNED_DATA]) + _varint(len(body)) + body for row, body in interned_at.items()}
         flows = {row: _FLOW_IDS + flow.to_bytes(8, "little") for row, flow in grouped.flows.items()}
         self._encode(grouped.starts, grouped.durations, grouped.instant, uuids[grouped.track_of_row],
-                     grouped.description_of_row, fields_of, interned_at, flows)
+                     grouped.description_of_row, fields_of, attributes, interned_at, flows)
         self.written += grouped.count
 
+    def _attribute_annotations(self, attributes: Any, interned_at: dict[int, bytes]) -> list[Any]:
+        """Each event's ``attributes`` debug annotation (TrackEvent.debug_annotations = 4:
+        name_iid = 1, string_value = 6), column-wise: [] when no event has any, else two
+        Arrow columns (fixed-width heads, the text) joined into the TrackEvent. A new
+        ``attributes`` name iid goes with the first row that has one."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        lengths = np.asarray(pc.binary_length(attributes), dtype=np.int64)
+        present = lengths > 0
+        if not present.any():
+            return []
+        iid = self.interner.iid("debug_annotation_names", "attributes")
+        body = self._interned_body()
+        if body:
+            row = int(np.argmax(present))
+            interned_at[row] = interned_at.get(row, b"") + body
+        lengths = lengths[present]
+        text_width, iid_width = _varint_width(int(lengths.max())), _varint_width(iid)
+        annotation = 1 + iid_width + 1 + text_width + lengths
+        annotation_width = _varint_width(int(annotation.max()))
+        heads = _byte_rows(len(lengths), [(0x22, 1), (annotation, annotation_width), (0x08, 1), (iid, iid_width),
+                                          (0x32, 1), (lengths, text_width)])
+        offsets = np.concatenate([[0], np.cumsum(present * heads.shape[1])]).astype(np.int64)
+        return [pa.Array.from_buffers(pa.large_binary(), len(present), [None, pa.py_buffer(offsets),
+                                                                          pa.py_buffer(heads)]),
+                attributes]
+
     def _encode(self, starts: np.ndarray, durations: np.ndarray, instant: np.ndarray, tracks: np.ndarray,
-                descriptions: np.ndarray, fields_of: list[bytes], interned_at: dict[int, bytes],
-                flows: dict[int, bytes]) -> None:
+                descriptions: np.ndarray, fields_of: list[bytes], attributes: list[Any],
+                interned_at: dict[int, bytes], flows: dict[int, bytes]) -> None:
         """Every event's packets (a begin or instant packet, then an end packet unless an
-        instant), laid out as four columns joined row by row by Arrow:
+        instant), laid out as columns joined row by row by Arrow:
 
         * head: ``[packet tag][length][timestamp tag][timestamp][shared fields]
           [TrackEvent tag][length][track_uuid tag][uuid]`` — one row of a byte matrix;
         * the description's TrackEvent fields (type, name, category, arguments), taken
           from the few distinct ones;
+        * the event's own ``attributes`` annotation, if any (two columns: heads, text);
         * sparse extras: a flow id (still inside the TrackEvent, which is why it comes
           right after the fields) and interned data first used here (a TracePacket field
           after the TrackEvent; a packet's fields may come in any order);
@@ -575,6 +619,7 @@ class PerfettoWriter:
         so the heads are fixed-width rows and the only per-event work is filling their
         varying columns (timestamp, uuid, lengths), a few numpy operations per column."""
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         count = len(starts)
         common = self.common
@@ -588,7 +633,9 @@ class PerfettoWriter:
             flow_length[row] = len(data)
         for row, data in interned_at.items():
             interned_length[row] = len(data)
-        event_length = 1 + uuid_width + fields_length + flow_length
+        attributes_length = sum((np.asarray(pc.binary_length(column), dtype=np.int64) for column in attributes),
+                                np.zeros(count, dtype=np.int64))
+        event_length = 1 + uuid_width + fields_length + attributes_length + flow_length
         end_event_length = 1 + uuid_width + len(_SLICE_END)
         event_width = _varint_width(max(int(event_length.max()), end_event_length))
         fixed = 1 + timestamp_width + len(common) + 1 + event_width  # up to the TrackEvent's contents
@@ -604,7 +651,7 @@ class PerfettoWriter:
                                      (tail, len(tail))])
 
         columns = [_fixed_rows(heads(count, packet_length, starts, event_length, tracks)),
-                   pa.array(fields_of, pa.large_binary()).take(pa.array(descriptions))]
+                   pa.array(fields_of, pa.large_binary()).take(pa.array(descriptions)), *attributes]
         if flows or interned_at:
             extras = {row: flows.get(row, b"") + interned_at.get(row, b"") for row in {*flows, *interned_at}}
             columns.append(_sparse_rows(count, extras))
@@ -691,7 +738,7 @@ class ChromeJsonWriter:
                 metadata.append(json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                                             "args": {"name": track}}))
             self.tids[key] = tid
-            threads.append(f'"pid": {pid}, "tid": {tid}, "ts": ')
+            threads.append(f'}}, "pid": {pid}, "tid": {tid}, "ts": ')
         while len(self.tids) > _LIVE_TRACKS:
             del self.tids[next(iter(self.tids))]
         self._emit(",\n".join(metadata))
@@ -701,8 +748,10 @@ class ChromeJsonWriter:
             key = (instant, *(event.get(field) for field in _DESCRIBING))
             found = self.descriptions.get(key)
             if found is None:
+                # The record and its args left open: the event's attributes go in args,
+                # its thread, timestamp and duration after them.
                 found = (json.dumps({"cat": "dfit", "name": self.namer.name(event), "args": self.namer.args(event)})
-                         [:-1] + ", ",  # the object left open for the event's own fields
+                         [:-2],
                          ', "ph": "i", "s": "t"}' if instant else ', "ph": "X", "dur": ')
                 if len(self.descriptions) < _DESCRIPTION_CACHE:
                     self.descriptions[key] = found
@@ -710,6 +759,7 @@ class ChromeJsonWriter:
         text = pa.large_string()
         description = pa.array(grouped.description_of_row)
         columns = [pa.array([head for head, _ in heads], text).take(description),
+                   _json_attributes(grouped.attributes),
                    pa.array(threads, text).take(pa.array(grouped.track_of_row)),
                    _microseconds(grouped.starts),
                    pa.array([tail for _, tail in heads], text).take(description),
@@ -722,6 +772,26 @@ class ChromeJsonWriter:
         data = memoryview(records.buffers()[2])[:_data_end(records)]
         self._emit(bytes(data[2:]) if self.first else data)
         self.written += grouped.count
+
+
+def _json_attributes(attributes: Any) -> Any:
+    """Each event's ``, "attributes": "…"`` member of its args (empty for none), an Arrow
+    string array: the text JSON-escaped column-wise (backslashes and quotes; the rare
+    value with control characters goes through ``json.dumps``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = attributes.cast(pa.large_string())
+    escaped = pc.replace_substring(pc.replace_substring(text, "\\", "\\\\"), '"', '\\"')
+    controls = np.asarray(pc.match_substring_regex(text, "[\\x00-\\x1f]"), dtype=bool)
+    if controls.any():
+        values = escaped.to_pylist()
+        for row in np.flatnonzero(controls).tolist():
+            values[row] = json.dumps(text[row].as_py())[1:-1]
+        escaped = pa.array(values, pa.large_string())
+    member = pc.binary_join_element_wise(pa.scalar(', "attributes": "', pa.large_string()), escaped,
+                                         pa.scalar('"', pa.large_string()), pa.scalar("", pa.large_string()))
+    return pc.if_else(pc.greater(pc.binary_length(text), 0), member, pa.scalar("", pa.large_string()))
 
 
 def _microseconds(nanoseconds: np.ndarray) -> Any:

@@ -168,3 +168,12 @@ def test_microseconds_are_exact_decimals() -> None:
     for value, text in zip(nanoseconds.tolist(), texts, strict=True):
         assert Decimal(text) * 1000 == value
         json.loads(text)  # a JSON number
+
+
+def test_attributes_are_json_escaped_column_wise() -> None:
+    values = ['{"a": 1}', 'back\\slash', "tab\tand\nnewline \x01", "", "ünï"]
+    members = traces._json_attributes(pa.array([v.encode() for v in values], pa.large_binary())).to_pylist()
+    assert members[3] == ""  # no attributes: no member
+    for value, member in zip(values, members, strict=True):
+        if value:
+            assert json.loads("{" + member.removeprefix(", ") + "}") == {"attributes": value}
