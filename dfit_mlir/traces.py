@@ -333,6 +333,141 @@ def _row_keys(codes: list[tuple[np.ndarray, list[Any]]], count: int) -> tuple[np
     return first, inverse.reshape(-1), np.argsort(first, kind="stable")
 
 
+class _Lanes:
+    """Which lane of its track each slice goes on, so that the slices of one lane nest
+    (Perfetto ends the most recent open slice of a track: crossing slices would be paired
+    wrongly). Most tracks nest already and stay on lane 0, found by a vectorized check
+    that also sees the slices still open at the end of the previous batch; a track with
+    crossing slices is laid out slice by slice, first-fit, and keeps its lanes' open
+    slices for the next batches (the most recently used :data:`_LIVE_TRACKS` tracks).
+
+    Events are expected in time order across batches, as every bundle writes them: a
+    slice starting before the previous batch's last start is checked against the slices
+    still open then, not against all earlier ones."""
+
+    def __init__(self) -> None:
+        #: Laid-out track → per lane, the ends of its open slices (innermost last).
+        self.open: dict[tuple[Any, ...], list[list[int]]] = {}
+        #: Nesting track → its slices (start, end, kind) still open at the last batch's
+        #: last start: what a slice of the next batch could cross.
+        self.carried: dict[tuple[Any, ...], list[tuple[int, int, int]]] = {}
+        self.kind_numbers: dict[Any, int] = {}
+
+    def kinds(self, codes: np.ndarray, values: list[Any]) -> np.ndarray:
+        """Kind codes of one batch → kind numbers that hold across batches."""
+        numbers = self.kind_numbers
+        return np.array([numbers.setdefault(value, len(numbers)) for value in values], dtype=np.int64)[codes]
+
+    def assign(self, tracks: list[tuple[Any, ...]], track_of_row: np.ndarray, kinds: np.ndarray,
+               starts: np.ndarray, ends: np.ndarray, instant: np.ndarray) -> np.ndarray:
+        """The lane of each row (0 for instants); ``kinds`` from :meth:`kinds`."""
+        lanes = np.zeros(len(starts), dtype=np.int64)
+        rows = np.flatnonzero(~instant)
+        if not len(rows):
+            return lanes
+        # The batch's slices and the carried ones (row -1), by track, start, longest first.
+        keys = list(tracks)
+        index_of = {key: index for index, key in enumerate(keys)}
+        carried: list[tuple[int, int, int, int]] = []
+        for key, slices in self.carried.items():
+            index = index_of.get(key)
+            if index is None:  # a track of an earlier batch: its slices still count
+                index = index_of[key] = len(keys)
+                keys.append(key)
+            carried += [(index, *slice_) for slice_ in slices]
+        carried.sort(key=lambda slice_: slice_[1])  # they started before this batch: first, in time order
+        track = np.concatenate([np.array([c[0] for c in carried], dtype=np.int64), track_of_row[rows]])
+        start = np.concatenate([np.array([c[1] for c in carried], dtype=np.int64), starts[rows]])
+        end = np.concatenate([np.array([c[2] for c in carried], dtype=np.int64), ends[rows]])
+        kind = np.concatenate([np.array([c[3] for c in carried], dtype=np.int64), kinds[rows]])
+        row = np.concatenate([np.full(len(carried), -1, dtype=np.int64), rows])
+        order = _by_track_then_start(track, start)
+        track, start, end, kind, row = track[order], start[order], end[order], kind[order], row[order]
+        crossing = _crossing(track, kind, start, end)
+        todo = {index for index, key in enumerate(keys) if key in self.open} | set(track[crossing].tolist())
+        bounds = np.searchsorted(track, [sorted(todo), np.add(sorted(todo), 1)])
+        for index, begin, stop in zip(sorted(todo), bounds[0].tolist(), bounds[1].tolist(), strict=True):
+            key = keys[index]
+            stacks = self.open.pop(key, None)
+            if stacks is None:  # its carried slices nest (they all hold one instant): lane 0's stack
+                stacks = [[end for _, end, _ in sorted(self.carried.pop(key, []))]]
+            # Longest first among equal starts, so that the shorter nest in it.
+            for at in sorted(range(begin, stop), key=lambda at: (start[at], -end[at])):
+                if row[at] >= 0:
+                    lanes[row[at]] = _first_fit(stacks, int(start[at]), int(end[at]))
+            self.open[key] = stacks
+        while len(self.open) > _LIVE_TRACKS:
+            del self.open[next(iter(self.open))]
+        # What the nesting tracks carry into the next batch.
+        last_start = int(starts[rows].max())
+        keep = end > last_start
+        if todo:
+            keep &= ~np.isin(track, sorted(todo))
+        self.carried = {}
+        for index, slice_start, slice_end, slice_kind in zip(track[keep].tolist(), start[keep].tolist(),
+                                                             end[keep].tolist(), kind[keep].tolist(), strict=True):
+            self.carried.setdefault(keys[index], []).append((slice_start, slice_end, slice_kind))
+        return lanes
+
+
+def _by_track_then_start(track: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The order of rows by track, then start (one stable sort when the rows come in
+    time order, as they do from every bundle)."""
+    if len(start) < 2 or bool((start[1:] >= start[:-1]).all()):
+        return np.argsort(track, kind="stable")
+    return np.lexsort((start, track))
+
+
+def _first_fit(stacks: list[list[int]], start: int, end: int) -> int:
+    """The first lane where a slice [start, end) nests (its open slices that ended are
+    closed first), opening a new lane if none; the slice is pushed on it."""
+    for lane, stack in enumerate(stacks):
+        while stack and stack[-1] <= start:
+            stack.pop()
+        if not stack or end <= stack[-1]:
+            stack.append(end)
+            return lane
+    stacks.append([end])
+    return len(stacks) - 1
+
+
+def _crossing(track: np.ndarray, kind: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Which slices may cross another of their track (rows sorted by track, then start;
+    equal starts in any order).
+
+    Exact when each kind's slices on a track are disjoint (one invocation's program,
+    functions and dispatches; one queue's operations): then two slices can only cross if
+    they are of different kinds, and a slice y can only cross the slice x of another kind
+    that starts last at or before it — y must end inside x, or start at or after x's end.
+    Slices of one kind that overlap are flagged as they are (first-fit sorts them out)."""
+    count = len(start)
+    flagged = np.zeros(count, dtype=bool)
+    by_kind = np.argsort(track * (int(kind.max()) + 1) + kind, kind="stable")  # start order kept
+    same_group = (track[by_kind][1:] == track[by_kind][:-1]) & (kind[by_kind][1:] == kind[by_kind][:-1])
+    overlap = same_group & (start[by_kind][1:] < end[by_kind][:-1])
+    flagged[by_kind[1:][overlap]] = True
+    flagged[by_kind[:-1][overlap]] = True
+    # Position of each slice in (track, start) order: rows are sorted so already.
+    for kind_x in np.unique(kind).tolist():
+        xs = np.flatnonzero(kind == kind_x)
+        ys = np.flatnonzero(kind != kind_x)
+        if not len(ys):
+            continue
+        # The x of the same track starting last at or before each y: xs are in
+        # (track, start) order, so a search on the rows' order finds it.
+        found = np.searchsorted(xs, ys, side="right") - 1
+        has = found >= 0
+        x = xs[np.maximum(found, 0)]
+        has &= track[x] == track[ys]
+        nested = end[ys] <= end[x]
+        after = start[ys] >= end[x]
+        same_start = start[ys] == start[x]  # nested one way or the other: checked from x's side
+        bad = has & ~nested & ~after & ~same_start
+        flagged[ys[bad]] = True
+        flagged[x[bad]] = True
+    return flagged
+
+
 @dataclass(frozen=True)
 class _Grouped:
     """A batch of events (those with a start time), grouped for the trace writers: the
@@ -343,8 +478,8 @@ class _Grouped:
     durations: np.ndarray
     #: Drawn as an instant (a tensor record, or no duration), not a slice.
     instant: np.ndarray
-    #: (group, stage, track name) of each distinct track, in first-use order.
-    tracks: list[tuple[str | None, str, str]]
+    #: (group, stage, track name, lane) of each distinct track.
+    tracks: list[tuple[str | None, str, str, int]]
     track_of_row: np.ndarray
     #: (instant, the describing fields) of each distinct description, in first-use order.
     descriptions: list[tuple[bool, dict[str, Any]]]
@@ -357,9 +492,10 @@ class _Grouped:
     attributes: Any
 
 
-def _group(batch: Any) -> _Grouped | None:
+def _group(batch: Any, lanes: _Lanes) -> _Grouped | None:
     """Group ``batch``'s events (Arrow record batch of :func:`_trace_columns`, plus the
-    optional ``track_group`` and ``flow_id``); ``None`` when none has a start time."""
+    optional ``track_group`` and ``flow_id``); ``None`` when none has a start time.
+    A track whose slices cross is split into lanes (``lanes``, the writer's own)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -397,12 +533,24 @@ def _group(batch: Any) -> _Grouped | None:
     first, inverse, order = _row_keys(track_columns, count)
     rows = first[order]
     values_of = [[values[code] for code in codes[rows].tolist()] for codes, values in track_columns]
-    tracks: dict[tuple[str | None, str, str], int] = {}
+    named: dict[tuple[str | None, str, str], int] = {}
     track_of_key = np.zeros(len(first), dtype=np.int64)
     for key_index, (group, stage, kind, invocation, partition, name) in zip(
             order.tolist(), zip(*values_of, strict=True), strict=True):
-        track_of_key[key_index] = tracks.setdefault(
-            (group, stage, track_name(kind, invocation, partition, name)), len(tracks))
+        track_of_key[key_index] = named.setdefault(
+            (group, stage, track_name(kind, invocation, partition, name)), len(named))
+    # Slices on one track must nest; where some cross (asynchronous queue operations,
+    # overlapping vendor phases), they go on lanes: tracks of the same name (Perfetto's
+    # UI shows same-named siblings as one track).
+    named_tracks = list(named)
+    lane = lanes.assign(named_tracks, track_of_key[inverse], lanes.kinds(kinds, kind_values), starts,
+                        starts + durations, instant)
+    track_of_row = track_of_key[inverse]
+    tracks = [(*key, 0) for key in named_tracks]
+    if lane.any():
+        width = int(lane.max()) + 1
+        laned, track_of_row = np.unique(track_of_row * width + lane, return_inverse=True)
+        tracks = [(*named_tracks[key // width], key % width) for key in laned.tolist()]
 
     # Descriptions: distinct (instant, describing fields), in first-use order.
     describing = [(instant.astype(np.int64), [False, True])] + \
@@ -421,7 +569,7 @@ def _group(batch: Any) -> _Grouped | None:
         flows = {row: int(flow) for row, flow in enumerate(column["flow_id"].to_pylist()) if flow is not None}
     attributes = pa.nulls(count, pa.large_binary()) if es.ATTRIBUTES not in column \
         else column[es.ATTRIBUTES].cast(pa.large_string()).cast(pa.large_binary())
-    return _Grouped(count, starts, durations, instant, list(tracks), track_of_key[inverse], descriptions,
+    return _Grouped(count, starts, durations, instant, tracks, np.asarray(track_of_row).reshape(-1), descriptions,
                     rank[description_of_row], first[order], flows, attributes.fill_null(b""))
 
 
@@ -454,6 +602,7 @@ class PerfettoWriter:
         self.parents: dict[tuple[Any, ...], int] = {}
         self.tracks: dict[tuple[Any, ...], int] = {}
         self.next_uuid = 1
+        self.lanes = _Lanes()
         self.descriptions: dict[tuple[Any, ...], bytes] = {}
         self._track_event = TrackEvent
         self._trace_packet = TracePacket
@@ -537,7 +686,7 @@ class PerfettoWriter:
         return self.written
 
     def write_batch(self, batch: Any) -> None:
-        grouped = _group(batch)
+        grouped = _group(batch, self.lanes)
         if grouped is None:
             return
         parents: list[bytes] = []
@@ -691,8 +840,9 @@ class ChromeJsonWriter:
         self.pids: dict[tuple[str | None, str], int] = {}
         #: Threads by (group, stage, track name); like the Perfetto writer's tracks, only
         #: the most recently used are kept (a forgotten one comes back as a new thread).
-        self.tids: dict[tuple[str | None, str, str], int] = {}
+        self.tids: dict[tuple[str | None, str, str, int], int] = {}
         self.next_tid = 1
+        self.lanes = _Lanes()
         self.descriptions: dict[tuple[Any, ...], tuple[str, str]] = {}
         self.written = 0
         self.first = True
@@ -719,13 +869,13 @@ class ChromeJsonWriter:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        grouped = _group(batch)
+        grouped = _group(batch, self.lanes)
         if grouped is None:
             return
         metadata: list[str] = []
         threads = []
         for key in grouped.tracks:
-            group, stage, track = key
+            group, stage, track, _ = key
             pid = self.pids.get((group, stage))
             if pid is None:
                 pid = self.pids[(group, stage)] = len(self.pids) + 1
