@@ -209,3 +209,24 @@ def test_a_bundle_given_twice_is_refused(tmp_path: Path, convnet_runs: dict[str,
     result = CliRunner().invoke(main, ["merge", str(bundle), str(bundle), "-o", str(tmp_path / "m")])
     assert result.exit_code == 2 and "given twice" in result.output
     assert not (tmp_path / "m").exists()
+
+
+def test_runs_record_their_placement_for_merge(tmp_path: Path, iree_bundles: dict[str, Path]) -> None:
+    """`dfit run --host --rank --clock-offset-ns` keeps where a run ran in summary.json;
+    merge then ranks by it and aligns by the recorded offsets."""
+    vmfb = iree_bundles["manifest"].parent / "full.vmfb"
+    runner = CliRunner()
+    for rank in (0, 1):
+        result = runner.invoke(main, ["run", str(vmfb), "--manifest", str(iree_bundles["manifest"]), "--host",
+                                      f"node-{rank}", "--rank", str(rank), "--clock-offset-ns", str(rank * 1000),
+                                      "-o", str(tmp_path / f"r{rank}")])
+        assert result.exit_code == 0, result.output
+        summary = json.loads((tmp_path / f"r{rank}" / "summary.json").read_text())
+        assert (summary["host"], summary["rank"], summary["clock_offset_ns"]) == (f"node-{rank}", rank, rank * 1000)
+    merged = merge_bundles([tmp_path / "r1", tmp_path / "r0"], tmp_path / "m")
+    assert merged["alignment"]["method"].startswith("recorded offsets")
+    assert [(r["host"], r["rank"], r["ranked_by"], r["offset_ns"]) for r in merged["ranks"]] == \
+        [("node-1", 1, "summary", 1000), ("node-0", 0, "summary", 0)]
+    result = runner.invoke(main, ["run", str(vmfb), "--manifest", str(iree_bundles["manifest"]), "--rank", "-1",
+                                  "-o", str(tmp_path / "bad")])
+    assert result.exit_code == 2 and not (tmp_path / "bad").exists()
