@@ -393,14 +393,21 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
                    "tensors: per ID, so each traced ID is sampled).")
 @click.option("--max-events", type=click.IntRange(0, 1 << 62), default=None,
               help="Event budget: events past it are dropped and counted in summary.json.")
+@click.option("--host", default=None, help="The host this run is part of a job on (default: this machine's name).")
+@click.option("--rank", type=click.IntRange(0), default=None, help="Its rank in a multi-rank job.")
+@click.option("--clock-offset-ns", type=int, default=None,
+              help="What to add to this run's times to get the job's clock (dfit merge aligns by it when every "
+                   "bundle has one).")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Bundle directory.")
 @_force_option
 @_user_errors
 def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | None, tensor_values: int,
         inputs: tuple[str, ...], inputs_from: Path | None, repeat: int, warmup: int, driver: str,
         function: str | None, id_globs: tuple[str, ...], sample: float, max_events: int | None,
-        output: Path, force: bool) -> None:
+        host: str | None, rank: int | None, clock_offset_ns: int | None, output: Path, force: bool) -> None:
     """Run a compiled module, join runtime events to IDs, write a run bundle."""
+    import socket
+
     from dfit_mlir import manifest
     from dfit_mlir.errors import InvalidInputError
     from dfit_mlir.event_pipeline import Policy
@@ -436,7 +443,9 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
             raise InvalidInputError(str(error)) from None
     result = run_bundle(vmfb, manifest_path, output, mode=mode,
                         inputs=read_inputs_dir(inputs_from) if inputs_from else inputs, repeat=repeat,
-                        warmup=warmup, driver=driver, function=function, policy=policy, tensors=tensors)
+                        warmup=warmup, driver=driver, function=function, policy=policy, tensors=tensors,
+                        placement={"host": host or socket.gethostname(), "rank": rank,
+                                   "clock_offset_ns": clock_offset_ns})
     counts = result.summary["counts"]
     timing = result.summary.get("invocation_ns") or {}
     median = f", median invocation {timing['median'] / 1e6:.3f} ms" if timing else ""
@@ -645,9 +654,13 @@ def collect(bundles: tuple[Path, ...], store_path: Path, label: str | None, host
             model: str | None) -> None:
     """Add run / reconstruct bundles and compile manifests to a bundle store (Parquet,
     Hive-partitioned by backend, model and run); a bundle already there is skipped."""
+    from dfit_mlir import outputs
     from dfit_mlir.store import Placement
     from dfit_mlir.store import collect as collect_bundles
 
+    # An existing store is recognised by its dfit-store.json (collect refuses any other
+    # non-empty directory); what is left to refuse is a store over, around or in a bundle.
+    outputs.check_inputs(store_path, "store", inputs=bundles)
     for done in collect_bundles(list(bundles), store_path, Placement(label=label, host=host, rank=rank, model=model)):
         verb = "added" if done.added else "already in the store:"
         click.echo(f"{verb} {done.source} → backend={done.backend}/model={done.model}/run={done.run} "
@@ -668,10 +681,11 @@ def collect(bundles: tuple[Path, ...], store_path: Path, label: str | None, host
 @click.option("--trace", "trace_path", type=click.Path(path_type=Path), default=None,
               help="Write the selected events (rows with start_ns and kind) as a Perfetto trace.")
 @click.option("--rows", "shown", type=click.IntRange(min=0), default=50, show_default=True, help="Rows printed.")
+@_force_option
 @_user_errors
 def query(store_path: str, sql_or_report: str, engine: str, master: str | None, baseline: str | None,
           candidate: str | None, min_runs: int | None, threshold: float | None, limit: int | None,
-          output: Path | None, trace_path: Path | None, shown: int) -> None:
+          output: Path | None, trace_path: Path | None, shown: int, force: bool) -> None:
     """Run SQL or a named report over a bundle store. Reports: top-sites, regressions,
     rank-skew, coverage. Tables: events, sites, operators, partitions, coverage, runs, op_totals."""
     from dfit_mlir import store
@@ -683,6 +697,8 @@ def query(store_path: str, sql_or_report: str, engine: str, master: str | None, 
     is_report = sql_or_report in store.REPORTS
     if not is_report and any(value is not None for value in parameters.values()):
         raise InvalidInputError("--baseline/--candidate/--min-runs/--threshold/--limit go with a named report")
+    # Before the query: a refused output must not cost a cluster job, and writes nothing.
+    outputs.check_paths(store_path, output, trace_path, force=force)
     table = store.query(store_path, None if is_report else sql_or_report,
                         report=sql_or_report if is_report else None,
                         parameters={k: v for k, v in parameters.items() if v is not None},
@@ -724,11 +740,16 @@ def store_compact(store_path: Path, small_events: int | None) -> None:
                    "first program invocation).")
 @click.option("--allow-mixed", is_flag=True,
               help="Merge bundles of different models or backends (refused by default: not one job).")
+@_force_option
 @_user_errors
-def merge(bundles: tuple[Path, ...], output: Path, anchor: str | None, allow_mixed: bool) -> None:
+def merge(bundles: tuple[Path, ...], output: Path, anchor: str | None, allow_mixed: bool, force: bool) -> None:
     """Put the runs of one job (ranks, hosts, or the tasks of one data-parallel log) on one
     timeline: a track group per host/rank, clocks aligned, the same step linked across ranks."""
+    from dfit_mlir import outputs
     from dfit_mlir.merge import merge_bundles
+    from dfit_mlir.runtime_hooks.bundle import BUNDLE_KIND
+
+    outputs.check(output, BUNDLE_KIND, inputs=bundles, force=force)
 
     summary = merge_bundles(list(bundles), output, anchor=anchor, allow_mixed=allow_mixed)
     alignment = summary["alignment"]

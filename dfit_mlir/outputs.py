@@ -48,6 +48,25 @@ def check(output: str | os.PathLike[str], kind: str, *, inputs: Iterable[str | o
     """Refuse ``output`` (one line naming it, exit 2) unless dfit may write it; returns
     the resolved path. ``inside_input_ok``: a new output may go inside a directory input
     (``dfit analyze BUNDLE`` writes ``BUNDLE/analysis``) — never over one of its files."""
+    target = check_inputs(output, kind, inputs=inputs, directory=directory, inside_input_ok=inside_input_ok)
+    blocker = next((parent for parent in target.parents if parent.exists() and not parent.is_dir()), None)
+    if blocker is not None:
+        raise OutputRefusedError(f"{output}: cannot write there: {blocker} is a file, not a directory")
+    reason = refusal(target, kind, directory=directory)
+    if reason is not None:
+        if not force or (not directory and target.is_dir()):
+            hint = "" if not directory and target.is_dir() else " (use --force to replace it)"
+            raise OutputRefusedError(f"{output}: refusing to overwrite: {reason}{hint}")
+        _FORCED.add(target)
+    return target
+
+
+def check_inputs(output: str | os.PathLike[str], kind: str, *,
+                 inputs: Iterable[str | os.PathLike[str] | None] = (), directory: bool = True,
+                 inside_input_ok: bool = False) -> Path:
+    """The half of :func:`check` about inputs (an output that is, contains or lies inside
+    one of them is refused); alone for an output whose existing content has an owner
+    check of its own (a bundle store: its ``dfit-store.json``). Returns the resolved path."""
     target = resolve(output)
     for given in inputs:
         if given is None:
@@ -61,15 +80,6 @@ def check(output: str | os.PathLike[str], kind: str, *, inputs: Iterable[str | o
             existing_input_file = target.exists() and not (directory and is_marked(target, kind))
             if not inside_input_ok or existing_input_file:
                 raise OutputRefusedError(f"{output}: refusing to write an output inside the input {given}")
-    blocker = next((parent for parent in target.parents if parent.exists() and not parent.is_dir()), None)
-    if blocker is not None:
-        raise OutputRefusedError(f"{output}: cannot write there: {blocker} is a file, not a directory")
-    reason = refusal(target, kind, directory=directory)
-    if reason is not None:
-        if not force or (not directory and target.is_dir()):
-            hint = "" if not directory and target.is_dir() else " (use --force to replace it)"
-            raise OutputRefusedError(f"{output}: refusing to overwrite: {reason}{hint}")
-        _FORCED.add(target)
     return target
 
 

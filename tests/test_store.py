@@ -179,15 +179,19 @@ def test_rank_skew_compares_the_slowest_rank_with_the_median(store: Path, store_
             if event["invocation"] is not None and event["start_ns"] is not None:
                 spans[event["invocation"]] += [event["start_ns"], event["start_ns"] + (event["duration_ns"] or 0)]
         per_rank.append({step: max(v) - min(v) for step, v in spans.items()})
-    got = rows(store, report="rank-skew")
-    assert [r["step"] for r in got] == [0, 1, 2] and {r["label"] for r in got} == {"job"}
+    report = rows(store, report="rank-skew")
+    got = [r for r in report if r["label"] == "job"]
+    assert [(r["measure"], r["unit"], r["step"]) for r in got] == [("step_span", "ns", step) for step in (0, 1, 2)]
     for row in got:
         times = [per_rank[0][row["step"]], per_rank[1][row["step"]]]
-        assert row["ranks"] == 2
-        assert row["slowest_ns"] == max(times) and row["fastest_ns"] == min(times)
+        assert (row["ranks"], row["job_ranks"], row["note"]) == (2, 2, None)
+        assert row["slowest"] == max(times) and row["fastest"] == min(times)
         assert row["slowest_rank"] == times.index(max(times))
-        assert row["median_ns"] == pytest.approx(statistics.median(times))
+        assert row["median"] == pytest.approx(statistics.median(times))
         assert row["skew"] == pytest.approx(max(times) / statistics.median(times), abs=1e-3)
+    # The other multi-task job of the store: the SambaFlow dp8 run's tasks (tests/test_rank_skew.py).
+    assert {(r["label"], r["model"]) for r in report} == {("job", "convnet-dp"),
+                                                          ("vendor", "bertlarge_compile_sf1.17.7_sn30")}
 
 
 def test_coverage_states_what_each_backend_exposed(store: Path, store_bundles: dict[str, Any]) -> None:
@@ -249,8 +253,11 @@ def test_cli_collect_query_outputs_and_errors(tmp_path: Path, store: Path, iree_
         result = runner.invoke(main, ["query", *args])
         assert result.exit_code == 2 and message in result.output, result.output
         assert "Traceback" not in result.output
-    result = runner.invoke(main, ["collect", str(tmp_path), "-o", str(tmp_path / "s2")])
+    (tmp_path / "notes").mkdir()
+    result = runner.invoke(main, ["collect", str(tmp_path / "notes"), "-o", str(tmp_path / "s2")])
     assert result.exit_code == 2 and "not a dfit bundle" in result.output
+    result = runner.invoke(main, ["collect", str(tmp_path), "-o", str(tmp_path / "s2")])  # a store in its input
+    assert result.exit_code == 2 and "refusing to write an output inside the input" in result.output
 
 
 def test_collect_refuses_a_directory_that_is_not_a_store(tmp_path: Path, iree_bundles: dict[str, Path]) -> None:

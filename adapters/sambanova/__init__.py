@@ -334,9 +334,10 @@ def _coverage(
         note(
             "per_program_timing",
             bool(steps or summary),
-            bool(host or count(name="test_accuracy")),
+            bool(host or count(name="test_accuracy") or count(name="run.phase")),
             f"{steps} step losses with tqdm step times and {summary} run-summary figures "
             "(measured throughput); "
+            f"{count(name='run.phase')} per-task phases between the app's milestone lines; "
             f"{host} host call-tree frames from pyinstrument",
         ),
         note(

@@ -12,6 +12,9 @@ Styles the public logs show:
 
 Tasks of a data-parallel run interleave their lines; a figure keeps the ``pid`` of the
 task that logged it, and ``rank`` where the line says it (``Rank 0, PID n`` in 1.19).
+Every task logs the app's milestones (``NLP app started.``, ``... app running in run
+mode``, ``NLP app finished``) even where only one logs steps (the 1.17 BertLarge run:
+task 0 alone), so each task's phases between them are its own timing figures.
 """
 
 from __future__ import annotations
@@ -157,6 +160,10 @@ class _RunLogParse:
         #: Progress bars that could not be read (cut, pasted with an ellipsis): the step
         #: record after them is still read; the first one is kept as an example.
         self.unreadable_bars: list[tuple[int, str]] = []
+        #: pid → (stamp, line) of its ``NLP app started.`` not yet closed by ``... running
+        #: in <mode> mode`` (the setup phase) and by ``NLP app finished`` (the app phase).
+        self.app_starts: dict[int, tuple[str, int]] = {}
+        self.setup_open: set[int] = set()
 
     def origin(self, number: int) -> str:
         return f"{self.path}:{number}"
@@ -257,10 +264,49 @@ class _RunLogParse:
         if "running in run mode" in message:
             self.evidence = True
             self.modes.add("run")
+        self.app_milestone(number, app["stamp"], message, who)
         if "|local_step:" in message:
             self.step(number, line[: app.start()], app["stamp"], message, who)
         elif message.startswith("{") and message.endswith("}"):
             self.summary(number, message, who)
+
+    _PHASES: ClassVar[dict[str, str]] = {
+        "setup": "'NLP app started' .. 'app running in <mode> mode' of this task: model build, dataset load",
+        "app": "'NLP app started' .. 'NLP app finished' of this task: its whole run (setup, session, "
+        "steps, teardown)",
+    }
+
+    def app_milestone(self, number: int, stamp: str, message: str, who: dict[str, Any]) -> None:
+        """A task's phases between the app's milestone lines (``run.phase`` per task): the
+        per-task timing a data-parallel log holds when only one task logs steps."""
+        pid = who["pid"]
+        if message.startswith("NLP app started"):
+            self.app_starts[pid] = (stamp, number)
+            self.setup_open.add(pid)
+        elif re.search(r"app running in \w+ mode$", message) and pid in self.setup_open:
+            self.setup_open.discard(pid)
+            self.app_phase("setup", number, stamp, who)
+        elif message.startswith("NLP app finished") and pid in self.app_starts:
+            self.app_phase("app", number, stamp, who)
+            del self.app_starts[pid]
+
+    def app_phase(self, phase: str, number: int, stamp: str, who: dict[str, Any]) -> None:
+        started, line = self.app_starts[who["pid"]]
+        begin, end = wall_clock_s(started, self.path, line), wall_clock_s(stamp, self.path, number)
+        if end < begin:  # lines pasted out of order: no span to state
+            return
+        self.add(
+            Measurement(
+                kind="program",
+                name="run.phase",
+                value=round(end - begin, 6),
+                unit="s",
+                start_s=begin,
+                duration_s=round(end - begin, 6),
+                origin=self.origin(line),
+                attributes={**who, "phase": phase, "what": self._PHASES[phase], "end_line": number},
+            )
+        )
 
     def step(self, number: int, prefix: str, stamp: str, message: str, who: dict[str, Any]) -> None:
         """``epoch:0|local_step:125|...|step_loss:9.91058|...``; the tqdm bar in front of
@@ -483,6 +529,9 @@ class _RunLogParse:
             attributes["task_pids"] = sorted(self.pids)
         if self.ranks:
             attributes["ranks"] = {str(pid): rank for pid, rank in sorted(self.ranks.items())}
+        if self.app_starts:
+            # Started and never logged 'NLP app finished' (failed, killed, or the log is cut).
+            attributes["tasks_unfinished"] = sorted(self.app_starts)
         if self.task_exits:
             attributes["task_exits"] = {
                 str(task): status for task, status in sorted(self.task_exits.items())

@@ -1,4 +1,9 @@
-"""Query results out: a printed table, CSV / Parquet files, a Perfetto trace of the selected events."""
+"""Query results out: a printed table, CSV / Parquet files, a Perfetto trace of the selected events.
+
+The files go where the user names them, so they follow :mod:`dfit_mlir.outputs`: an
+existing file is replaced only when dfit wrote it (recorded in the output ledger when it
+is written, under :data:`TABLE_KIND` / :data:`TRACE_KIND`) or with ``--force``, and never
+when it is, or lies inside, the store read (it would become part of the dataset)."""
 
 from __future__ import annotations
 
@@ -7,7 +12,29 @@ from typing import Any
 
 from dfit_mlir import atomic
 from dfit_mlir import event_schema as es
-from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.errors import InvalidInputError, OutputRefusedError
+
+#: Output-ownership kinds (``dfit_mlir.outputs``) of ``dfit query -o`` and ``--trace``.
+TABLE_KIND = "query-table"
+TRACE_KIND = "query-trace"
+TABLE_SUFFIXES = (".csv", ".parquet")
+
+
+def check_paths(store: str, table: Path | None, trace: Path | None, *, force: bool = False) -> None:
+    """Refuse (exit 2, one line naming the path) an output dfit may not write, before the
+    query runs: a table file of another suffix, one path given for both outputs, a path
+    that is, contains or lies inside the store (a local one; a URL is the cluster's), or an
+    existing file dfit did not write (unless ``force``)."""
+    from dfit_mlir import outputs
+
+    if table is not None and trace is not None and outputs.resolve(table) == outputs.resolve(trace):
+        raise OutputRefusedError(f"{trace}: -o and --trace name the same file")
+    inputs = [] if "://" in store else [store]
+    for path, kind in ((table, TABLE_KIND), (trace, TRACE_KIND)):
+        if path is not None:
+            outputs.check(path, kind, inputs=inputs, force=force, directory=False)
+    if table is not None and table.suffix.lower() not in TABLE_SUFFIXES:
+        raise InvalidInputError(f"{table}: -o writes .csv or .parquet (by the suffix)")
 
 
 def render(table: Any, shown: int = 50) -> str:
@@ -34,14 +61,15 @@ def render(table: Any, shown: int = 50) -> str:
 
 
 def write_table(table: Any, path: Path) -> None:
-    """``.csv`` or ``.parquet`` by the suffix, written atomically."""
+    """``.csv`` or ``.parquet`` by the suffix, written atomically and recorded as dfit's
+    (call :func:`check_paths` first: this refuses only a file dfit did not write)."""
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
     suffix = path.suffix.lower()
-    if suffix not in (".csv", ".parquet"):
-        raise InvalidInputError(f"{path}: write .csv or .parquet")
-    with atomic.atomic_path(path) as tmp:
+    if suffix not in TABLE_SUFFIXES:
+        raise InvalidInputError(f"{path}: -o writes .csv or .parquet (by the suffix)")
+    with atomic.atomic_path(path, TABLE_KIND) as tmp:
         if suffix == ".csv":
             pacsv.write_csv(table, tmp)
         else:
@@ -49,7 +77,8 @@ def write_table(table: Any, path: Path) -> None:
 
 
 def write_trace(table: Any, path: Path) -> int:
-    """The selected events as a Perfetto trace: one track group per run (and rank, where known)."""
+    """The selected events as a Perfetto trace: one track group per run, and per rank where
+    known, else per task (pid) where the reader tagged one (a data-parallel log's tasks)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -61,10 +90,14 @@ def write_trace(table: Any, path: Path) -> int:
                                 "(select them, e.g. SELECT * FROM events WHERE ...)")
     if "run" in table.column_names:
         group = pc.binary_join_element_wise("run ", table.column("run").cast(pa.string()), "")
+        within = pa.nulls(table.num_rows, pa.string())
+        if "pid" in table.column_names:
+            within = pc.binary_join_element_wise(" task pid ", table.column("pid").cast(pa.string()), "")
         if "rank" in table.column_names:
             rank = pc.binary_join_element_wise(" rank ", table.column("rank").cast(pa.string()), "")
-            group = pc.binary_join_element_wise(group, pc.fill_null(rank, ""), "")
+            within = pc.coalesce(rank, within)
+        group = pc.binary_join_element_wise(group, pc.fill_null(within, ""), "")
         table = table.append_column("track_group", group)
-    with atomic.atomic_path(path) as tmp, tmp.open("wb") as stream:
+    with atomic.atomic_path(path, TRACE_KIND) as tmp, tmp.open("wb") as stream:
         writer = PerfettoWriter({}, stream)
         return writer.write_batches(table.to_batches(max_chunksize=_BATCH_ROWS))

@@ -58,7 +58,7 @@ REPORTS: Final = {report.name: report for report in (
             Parameter("candidate", str, None, "label of the candidate runs"),
             Parameter("min_runs", int, 2, "runs needed on each side"),
             Parameter("threshold", float, 0.05, "smallest relative change reported"))),
-    Report("rank-skew", "per step of a multi-rank job: slowest rank vs the median rank"),
+    Report("rank-skew", "per step (else per run record) of a multi-rank job: slowest rank vs the median rank"),
     Report("coverage", "what each backend exposed (declared) and what its runs hold (observed)"),
 )}
 
