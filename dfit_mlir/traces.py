@@ -325,6 +325,7 @@ def _row_keys(codes: list[tuple[np.ndarray, list[Any]]], count: int) -> tuple[np
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    codes = [(column, values) for column, values in codes if len(values) > 1]  # a constant tells no row apart
     radix = 1
     for _, values in codes:
         radix *= len(values)
@@ -377,7 +378,7 @@ class _Lanes:
             return lanes
         # The batch's slices and the carried ones (row -1), by track, start, longest first.
         keys = list(tracks)
-        index_of = {key: index for index, key in enumerate(keys)}
+        index_of = {key: index for index, key in enumerate(keys)} if self.carried else {}
         carried: list[tuple[int, int, int, int]] = []
         for key, slices in self.carried.items():
             index = index_of.get(key)
@@ -394,7 +395,9 @@ class _Lanes:
         order = _by_track_then_start(track, start)
         track, start, end, kind, row = track[order], start[order], end[order], kind[order], row[order]
         crossing = _crossing(track, kind, start, end)
-        todo = {index for index, key in enumerate(keys) if key in self.open} | set(track[crossing].tolist())
+        todo = {index for index, key in enumerate(keys) if key in self.open} if self.open else set()
+        if crossing.any():
+            todo |= set(track[crossing].tolist())
         bounds = np.searchsorted(track, [sorted(todo), np.add(sorted(todo), 1)])
         for index, begin, stop in zip(sorted(todo), bounds[0].tolist(), bounds[1].tolist(), strict=True):
             key = keys[index]
