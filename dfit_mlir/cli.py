@@ -678,7 +678,7 @@ def query(store_path: str, sql_or_report: str, engine: str, master: str | None, 
           candidate: str | None, min_runs: int | None, threshold: float | None, limit: int | None,
           output: Path | None, trace_path: Path | None, shown: int, force: bool) -> None:
     """Run SQL or a named report over a bundle store. Reports: top-sites, regressions,
-    rank-skew, coverage. Tables: events, sites, operators, partitions, coverage, runs."""
+    rank-skew, coverage. Tables: events, sites, operators, partitions, coverage, runs, op_totals."""
     from dfit_mlir import store
     from dfit_mlir.errors import InvalidInputError
     from dfit_mlir.store import output as outputs
@@ -701,6 +701,26 @@ def query(store_path: str, sql_or_report: str, engine: str, master: str | None, 
     if trace_path is not None:
         written = outputs.write_trace(table, trace_path)
         click.echo(f"wrote {trace_path} ({written} events)")
+
+
+@main.group("store")
+def store_group() -> None:
+    """Maintain a bundle store."""
+
+
+@store_group.command("compact")
+@click.argument("store_path", metavar="STORE", type=click.Path(path_type=Path))
+@click.option("--small-events", type=click.IntRange(min=0), default=None,
+              help="Merge a bundle's events too when it has fewer than this many (default 65536).")
+@_user_errors
+def store_compact(store_path: Path, small_events: int | None) -> None:
+    """Merge the store's bundles into a few larger files per backend and model (queries
+    open far fewer files); atomic, and safe to rerun or to interrupt."""
+    from dfit_mlir.store.compact import SMALL_BUNDLE_EVENTS, compact
+
+    done = compact(store_path, small_events=SMALL_BUNDLE_EVENTS if small_events is None else small_events)
+    click.echo(f"compacted {done.runs} bundles into {done.parts} files; removed {done.removed_files} files now "
+               f"merged; {done.compacted_runs} runs compacted in all")
 
 
 @main.command()

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["convnet_runs", "sambanova_mnist_bundle", "squeezenet_bundles", "store", "store_bundles"]
+__all__ = ["compacted_store", "convnet_runs", "sambanova_mnist_bundle", "squeezenet_bundles", "store", "store_bundles"]
 
 from tests.conftest import vendor_fixture
 
@@ -123,4 +123,17 @@ def store(tmp_path_factory: pytest.TempPathFactory, store_bundles: dict[str, Any
     collect([squeezenet["full"], squeezenet["ids"], squeezenet["manifest"]], path, Placement(label="base"))
     collect([store_bundles[name] for name in ("edgetpu", "cerebras", "sambanova", "sambanova_mnist")], path,
             Placement(label="vendor"))
+    return path
+
+
+@pytest.fixture(scope="session")
+def compacted_store(tmp_path_factory: pytest.TempPathFactory, store: Path) -> Path:
+    """A copy of ``store`` compacted by ``dfit store compact`` (every bundle of the suite is
+    small: its events are merged too)."""
+    from dfit_mlir.store.compact import compact
+
+    path = tmp_path_factory.mktemp("compacted") / "store"
+    shutil.copytree(store, path)
+    done = compact(path)
+    assert done.runs == 17 and done.compacted_runs == 17
     return path

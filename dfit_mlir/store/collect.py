@@ -3,15 +3,19 @@
 Each bundle becomes one directory of Parquet files (see :mod:`dfit_mlir.store.layout`),
 written beside its final place and renamed in whole: a store never holds half a bundle.
 A bundle already in the store (same run ID, whatever its label) is skipped, so
-collecting a nightly directory again adds only what is new.
+collecting a nightly directory again adds only what is new. :func:`bundle_writer` is
+the one way a bundle's directory is written (``benchmarks/store_scale.py`` writes its
+synthetic bundles through it too): the tables, then the rollups computed from the
+events just written, then the rename.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +24,7 @@ from dfit_mlir import atomic
 from dfit_mlir import event_schema as es
 from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.merge import bundle_backend
-from dfit_mlir.store import layout
+from dfit_mlir.store import layout, rollup
 
 _BATCH_ROWS = 262_144
 #: Output-ownership kind of one bundle's directory in a store (``dfit_mlir.outputs``).
@@ -62,6 +66,10 @@ def open_store(store: Path, *, create: bool) -> dict[str, Any]:
         if str(document.get("version", "")).split(".")[0] != layout.STORE_VERSION.split(".")[0]:
             raise InvalidInputError(f"{meta}: store layout {document.get('version')} is not readable by this dfit "
                                     f"(reads {layout.STORE_VERSION.split('.')[0]}.x)")
+        needed = str(document.get("min_reader_version") or "1.0")
+        if _version(needed) > _version(layout.STORE_VERSION):
+            raise InvalidInputError(f"{meta}: this store needs a dfit that reads store layout {needed} or later "
+                                    f"(this one reads up to {layout.STORE_VERSION})")
         return document
     if not create:
         raise InvalidInputError(f"{store}: not a dfit store (no {layout.META_FILE}; create one with `dfit collect`)")
@@ -71,6 +79,23 @@ def open_store(store: Path, *, create: bool) -> dict[str, Any]:
                 "event_schema": es.SCHEMA_VERSION}
     atomic.write_text(meta, json.dumps(document, indent=1) + "\n")
     return document
+
+
+def _version(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split("."))
+    except ValueError:
+        raise InvalidInputError(f"store layout version {text!r} is not MAJOR.MINOR") from None
+
+
+def require_reader(store: Path, version: str) -> None:
+    """Record in the store's description that reading it now takes layout ``version``
+    (compaction moves rows where an older reader would not look for them)."""
+    meta = store / layout.META_FILE
+    document = json.loads(meta.read_text())
+    if _version(str(document.get("min_reader_version") or "1.0")) < _version(version):
+        document.update(version=version, min_reader_version=version)
+        atomic.write_text(meta, json.dumps(document, indent=1) + "\n")
 
 
 def collect(bundles: Sequence[Path], store: Path, placement: Placement = Placement()) -> list[Collected]:
@@ -165,23 +190,43 @@ def _collect_one(path: Path, store: Path, placement: Placement) -> Collected:
     model = layout.partition_value(placement.model or model_name(source.manifest))
     existing = sorted((store / layout.BUNDLES).glob(f"backend=*/model=*/run={run}"))
     if existing:
-        count = _event_count(existing[0] / "events.parquet")
+        count = _event_count(existing[0] / "events.parquet") if (existing[0] / "events.parquet").is_file() else \
+            layout.read_index(store)["runs"].get(run, {}).get("events", 0)  # compacted: its files are in parts
         return Collected(path, run, existing[0].parent.parent.name.split("=", 1)[1],
                          existing[0].parent.name.split("=", 1)[1], count, added=False)
     host = placement.host if placement.host is not None else source.summary.get("host")
     rank = placement.rank if placement.rank is not None else source.summary.get("rank")
-    target = layout.bundle_dir(store, backend, model, run)
-    with atomic.atomic_directory(target, kind=STORE_BUNDLE_KIND) as tmp:
+    with bundle_writer(store, backend, model, run) as tmp:
         try:
             events, version = _write_events(source, run, tmp / "events.parquet", host, rank)
         except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
             raise InvalidInputError(f"{source.events}: unreadable events ({str(error).splitlines()[0]})") from None
-        _write_table(tmp / "sites.parquet", "sites", _site_rows(source.manifest))
-        _write_table(tmp / "operators.parquet", "operators", _operator_rows(source.manifest))
-        _write_table(tmp / "partitions.parquet", "partitions", _partition_rows(source.manifest))
-        _write_table(tmp / "coverage.parquet", "coverage", _coverage_rows(source.manifest))
-        _write_table(tmp / "runs.parquet", "runs", [_run_row(source, placement, host, rank, events, version)])
+        write_table(tmp / "sites.parquet", "sites", _site_rows(source.manifest))
+        write_table(tmp / "operators.parquet", "operators", _operator_rows(source.manifest))
+        write_table(tmp / "partitions.parquet", "partitions", _partition_rows(source.manifest))
+        write_table(tmp / "coverage.parquet", "coverage", _coverage_rows(source.manifest))
+        write_table(tmp / "runs.parquet", "runs", [_run_row(source, placement, host, rank, events, version)])
     return Collected(path, run, backend, model, events, added=True)
+
+
+@contextlib.contextmanager
+def bundle_writer(store: Path, backend: str, model: str, run: str) -> Iterator[Path]:
+    """A temporary directory for one bundle's tables: the caller writes ``events.parquet``
+    (:func:`events_writer`) and the small tables (:func:`write_table`) into it; on exit
+    the rollup tables are computed from those events and the directory is renamed into
+    place whole (an error or a crash leaves no part of it in the store)."""
+    target = layout.bundle_dir(store, backend, model, run)
+    with atomic.atomic_directory(target, kind=STORE_BUNDLE_KIND) as tmp:
+        yield tmp
+        for table in layout.ROLLUP_TABLES:
+            rollup.write(table, tmp / "events.parquet", tmp / f"{table}.parquet")
+
+
+def events_writer(path: Path) -> Any:
+    """A Parquet writer of the store's ``events`` table (zstd; one row group per batch written)."""
+    import pyarrow.parquet as pq
+
+    return pq.ParquetWriter(path, layout.arrow_schema("events"), compression="zstd")
 
 
 def _event_count(path: Path) -> int:
@@ -190,7 +235,8 @@ def _event_count(path: Path) -> int:
     return pq.ParquetFile(path).metadata.num_rows if path.is_file() else 0
 
 
-def _write_table(path: Path, table: str, rows: list[dict[str, Any]]) -> None:
+def write_table(path: Path, table: str, rows: list[dict[str, Any]]) -> None:
+    """One of the store's small tables (``rows``: column name → value; absent names are null)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -203,12 +249,11 @@ def _write_events(source: _Source, run: str, path: Path, host: str | None, rank:
     """Copy the bundle's events batch by batch (memory bounded by the batch), adding where
     each ran; a compile manifest contributes one ``compile`` event per timed phase.
     Returns (events, the event schema version they were written with)."""
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     schema = layout.arrow_schema("events")
     written = 0
-    with pq.ParquetWriter(path, schema, compression="zstd") as writer:
+    with events_writer(path) as writer:
         if source.events is None:
             batch = _compile_events(source.manifest, run, schema, host, rank)
             writer.write_batch(batch)
@@ -223,16 +268,10 @@ def _write_events(source: _Source, run: str, path: Path, host: str | None, rank:
             count = batch.num_rows
             placed = _placement_columns(batch.column(es.ATTRIBUTES) if es.ATTRIBUTES in present else None,
                                         count, host, rank)
-            arrays = []
-            for field in schema:
-                if field.name in placed:
-                    arrays.append(placed[field.name])
-                elif field.name in present:
-                    column = batch.column(field.name)
-                    arrays.append(column if column.type == field.type else column.cast(field.type))
-                else:  # a column an older minor of the schema did not have
-                    arrays.append(pa.nulls(count, field.type))
-            writer.write_batch(pa.RecordBatch.from_arrays(arrays, schema=schema))
+            for name, column in placed.items():
+                index = batch.schema.get_field_index(name)
+                batch = batch.set_column(index, name, column) if index >= 0 else batch.append_column(name, column)
+            writer.write_batch(layout.conform(batch, schema))
             written += count
     return written, version
 

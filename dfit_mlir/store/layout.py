@@ -7,6 +7,7 @@ A store is a directory::
         events.parquet sites.parquet            place whole, so a bundle is in the store
         operators.parquet partitions.parquet    completely or not at all)
         coverage.parquet runs.parquet
+        op_totals.parquet                       (layout 1.1: a rollup of events.parquet)
 
 ``backend``, ``model`` and ``run`` are Hive partition keys (read from the path by DuckDB
 and Spark alike, as strings); the files do not repeat them. ``host`` and ``rank`` are
@@ -18,10 +19,29 @@ The ``events`` table is the event schema (``schemas/events-1.yaml``) minus ``bac
 plus the columns the store adds (:data:`EVENT_EXTRA`); a store whose files were written
 with an older minor of either reads with the missing columns as nulls (the engines
 project every table onto :func:`table_columns`).
+
+Layout 1.1 adds compaction (``dfit store compact``, :mod:`dfit_mlir.store.compact`):
+the tables of many bundles merged into a few larger files per partition::
+
+    STORE/compacted/index.json                  the commit: parts and runs compacted
+    STORE/compacted/TABLE/backend=B/model=M/part-ID.parquet   run is a column
+
+The index lists, per run compacted, the tables of it that are in parts (every table
+but ``events`` for a bundle of many events, whose file is large enough to stay); such a
+table is read from the parts the index lists, never from the run's bundle directory
+(which keeps its ownership marker, so collecting it again is a no-op). A part the
+index does not list is not part of the store.
+
+Layout 1.1 also adds ``op_totals`` (:mod:`dfit_mlir.store.rollup`): per bundle and root op,
+the events' count, total, min, max and sum of squares of ``duration_ns``, computed at
+collect time by the same SQL the engines run over ``events`` for bundles written by
+1.0 (which have no such file). The named reports read it; ``events`` stays the source
+of truth for ad-hoc SQL.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any, Final
@@ -29,12 +49,18 @@ from typing import Any, Final
 from dfit_mlir import event_schema as es
 
 STORE_SCHEMA: Final = "dfit.store"
-STORE_VERSION: Final = "1.0"
+STORE_VERSION: Final = "1.1"
 META_FILE: Final = "dfit-store.json"
 BUNDLES: Final = "bundles"
 #: Hive partition keys, outermost first.
 PARTITION_KEYS: Final = ("backend", "model", "run")
-TABLES: Final = ("events", "sites", "operators", "partitions", "coverage", "runs")
+TABLES: Final = ("events", "sites", "operators", "partitions", "coverage", "runs", "op_totals")
+#: The table every bundle has (whatever layout minor wrote it): a bundle directory is
+#: one of the store's bundles when it holds this file.
+RUNS_TABLE: Final = "runs"
+#: Tables derived from ``events`` at collect time; a bundle without the file (layout
+#: 1.0) gets the rows computed by the engine from its events (``rollup.sql``).
+ROLLUP_TABLES: Final = ("op_totals",)
 
 #: Columns the store adds to the event schema: where the event ran.
 EVENT_EXTRA: Final = (
@@ -59,9 +85,15 @@ _TABLE_COLUMNS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
              ("toolchain", "string"), ("recorded_at", "string"), ("collected_at", "string"),
              ("source", "string"), ("model_input", "string"), ("events", "int64"),
              ("event_schema", "string"), ("clock_offset_ns", "int64")),
+    # Per root op of the bundle's timed events (root_id and duration_ns not null).
+    # run_instances: the bundle's distinct invocations (else steps) among those events,
+    # the same on every row: what ``regressions`` divides a run's total by.
+    "op_totals": (("root_id", "string"), ("events", "int64"), ("total_ns", "int64"), ("min_ns", "int64"),
+                  ("max_ns", "int64"), ("sumsq_ns", "float64"), ("run_instances", "int64")),
 }
 
 
+@functools.cache
 def table_columns(table: str) -> tuple[tuple[str, str], ...]:
     """(name, portable type) of every column of ``table``, partition keys excluded."""
     if table == "events":
@@ -72,8 +104,9 @@ def table_columns(table: str) -> tuple[tuple[str, str], ...]:
     return _TABLE_COLUMNS[table]
 
 
+@functools.cache
 def arrow_schema(table: str) -> Any:
-    """The Arrow schema ``table``'s files are written with."""
+    """The Arrow schema ``table``'s files are written with (immutable: cached)."""
     import pyarrow as pa
 
     if table == "events":
@@ -82,7 +115,8 @@ def arrow_schema(table: str) -> Any:
         fields = [f for f in base if f.name != es.BACKEND]
         fields += [pa.field(name, extra[kind]) for name, kind in EVENT_EXTRA]
         return pa.schema(fields, metadata={**base.metadata, b"dfit.store.version": STORE_VERSION.encode()})
-    types = {"string": pa.string(), "int32": pa.int32(), "int64": pa.int64(), "list<string>": pa.list_(pa.string())}
+    types = {"string": pa.string(), "int32": pa.int32(), "int64": pa.int64(), "float64": pa.float64(),
+             "list<string>": pa.list_(pa.string())}
     return pa.schema([pa.field(name, types[kind]) for name, kind in _TABLE_COLUMNS[table]],
                      metadata={b"dfit.store.version": STORE_VERSION.encode()})
 
@@ -94,6 +128,50 @@ def partition_value(text: str | None) -> str:
     """A Hive-path-safe partition value (``/``, ``=``, spaces → ``_``); ``unknown`` for none."""
     cleaned = _UNSAFE.sub("_", text or "").strip("._")
     return cleaned or "unknown"
+
+
+COMPACTED: Final = "compacted"
+INDEX_FILE: Final = "index.json"
+INDEX_SCHEMA: Final = "dfit.store.compacted"
+
+
+def read_index(store: Path) -> dict[str, Any]:
+    """The compaction index of a local store (parts per table, runs compacted); empty when
+    the store was never compacted."""
+    import json
+
+    from dfit_mlir.errors import InvalidInputError
+
+    path = store / COMPACTED / INDEX_FILE
+    if not path.is_file():
+        return {"schema": INDEX_SCHEMA, "parts": {}, "runs": {}}
+    try:
+        document = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise InvalidInputError(f"{path}: unreadable compaction index ({error})") from None
+    if not isinstance(document, dict) or document.get("schema") != INDEX_SCHEMA:
+        raise InvalidInputError(f"{path}: not a dfit store compaction index")
+    return document
+
+
+def part_path(store: str, table: str, relative: str) -> str:
+    """A compacted part's path (or URL) from its path in the index."""
+    return f"{store.rstrip('/')}/{COMPACTED}/{table}/{relative}"
+
+
+def conform(batch: Any, schema: Any) -> Any:
+    """``batch`` (a RecordBatch or Table) with ``schema``'s columns, in order: columns an
+    older minor did not write become nulls, others are cast to the current type."""
+    import pyarrow as pa
+
+    arrays = []
+    for field in schema:
+        if field.name in batch.schema.names:
+            column = batch.column(field.name)
+            arrays.append(column if column.type == field.type else column.cast(field.type))
+        else:
+            arrays.append(pa.nulls(batch.num_rows, field.type))
+    return type(batch).from_arrays(arrays, schema=schema)
 
 
 def bundle_dir(store: Path, backend: str, model: str, run: str) -> Path:

@@ -3,29 +3,16 @@
 -- of runs do not overlap, the gap between their means exceeds the wider of the two
 -- ranges, and it exceeds `threshold` of the baseline (noise of repeated runs).
 -- IDs with fewer than `min_runs` runs on either side are left out (their spread is unknown).
+-- Reads the rollup `op_totals` (see top-sites), not every event.
 -- Parameters: baseline, candidate (labels given to `dfit collect --label`), min_runs, threshold.
 WITH chosen AS (
     SELECT run, backend, model, label FROM runs WHERE label IN (${baseline}, ${candidate})
 ),
-invocations AS (  -- a run's time for an ID is per invocation (runs may repeat a different number of times)
-    SELECT e.backend, e.model, e.run, COUNT(DISTINCT COALESCE(CAST(e.invocation AS BIGINT), e.step, 0)) AS instances
-    FROM events e
-    WHERE e.root_id IS NOT NULL AND e.duration_ns IS NOT NULL
-      AND e.run IN (SELECT run FROM chosen)
-    GROUP BY e.backend, e.model, e.run
-),
-per_op AS (  -- events are many, (run, ID) pairs few: aggregate before joining
-    SELECT e.backend, e.model, e.run, e.root_id, CAST(SUM(e.duration_ns) AS BIGINT) AS total_ns
-    FROM events e
-    WHERE e.root_id IS NOT NULL AND e.duration_ns IS NOT NULL
-      AND e.run IN (SELECT run FROM chosen)
-    GROUP BY e.backend, e.model, e.run, e.root_id
-),
-per_run AS (
-    SELECT p.backend, p.model, c.label, p.run, p.root_id, CAST(p.total_ns AS DOUBLE) / i.instances AS ns
-    FROM per_op p
-    JOIN invocations i ON i.run = p.run AND i.backend = p.backend AND i.model = p.model
-    JOIN chosen c ON c.run = p.run AND c.backend = p.backend AND c.model = p.model
+per_run AS (  -- a run's time for an ID is per invocation (runs may repeat a different number of
+              -- times): op_totals holds each (run, root op)'s timed total and the run's invocations
+    SELECT o.backend, o.model, c.label, o.run, o.root_id, CAST(o.total_ns AS DOUBLE) / o.run_instances AS ns
+    FROM op_totals o
+    JOIN chosen c ON c.run = o.run AND c.backend = o.backend AND c.model = o.model
 ),
 per_label AS (
     SELECT backend, model, label, root_id, COUNT(*) AS runs,

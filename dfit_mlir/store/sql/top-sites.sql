@@ -2,12 +2,13 @@
 -- A location is the op's module path (as the frontend names it), else its source
 -- file:line, else its stable ID; an event's time goes to its root op (a dispatch's
 -- time to the root of its fusion group). share: of the model's timed events on that backend.
+-- Reads the rollup `op_totals` (per bundle and root op: its timed events' count and
+-- total, written by `dfit collect`; computed from `events` for bundles without it), not
+-- every event: events are many, (run, op) pairs few.
 -- Parameters: limit (rows).
-WITH per_op AS (  -- events are many, ops few: aggregate before joining
-    SELECT backend, model, run, root_id, COUNT(*) AS events, CAST(SUM(duration_ns) AS BIGINT) AS total_ns
-    FROM events
-    WHERE duration_ns IS NOT NULL AND root_id IS NOT NULL
-    GROUP BY backend, model, run, root_id
+WITH per_op AS (
+    SELECT backend, model, run, root_id, events, total_ns
+    FROM op_totals
 ),
 located AS (
     SELECT p.backend, p.model, p.run, p.root_id, p.events, p.total_ns,
