@@ -666,7 +666,7 @@ def collect(bundles: tuple[Path, ...], store_path: Path, label: str | None, host
 @click.option("--baseline", default=None, help="regressions: label of the baseline runs.")
 @click.option("--candidate", default=None, help="regressions: label of the candidate runs.")
 @click.option("--min-runs", type=click.IntRange(min=1), default=None, help="regressions: runs needed per side (2).")
-@click.option("--threshold", type=float, default=None, help="regressions: smallest relative change (0.05).")
+@click.option("--threshold", default=None, help="regressions: smallest relative change (0.05).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="top-sites: rows (20).")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Write the rows to .csv or .parquet.")
 @click.option("--trace", "trace_path", type=click.Path(path_type=Path), default=None,
@@ -679,28 +679,48 @@ def query(store_path: str, sql_or_report: str, engine: str, master: str | None, 
           output: Path | None, trace_path: Path | None, shown: int, force: bool) -> None:
     """Run SQL or a named report over a bundle store. Reports: top-sites, regressions,
     rank-skew, coverage. Tables: events, sites, operators, partitions, coverage, runs, op_totals."""
+    import re
+
     from dfit_mlir import store
     from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.store import layout, reports
     from dfit_mlir.store import output as outputs
 
     parameters = {"baseline": baseline, "candidate": candidate, "min_runs": min_runs, "threshold": threshold,
                   "limit": limit}
-    is_report = sql_or_report in store.REPORTS
+    text = sql_or_report.strip()
+    if not text:
+        raise InvalidInputError(f"empty query: give SQL or a report ({', '.join(sorted(store.REPORTS))})")
+    is_report = text in store.REPORTS
+    if not is_report and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", text):
+        # One word is no SQL: a table's rows, else a report name (mistyped?).
+        if text.lower() not in layout.TABLES:
+            reports.get(text)
+        text = f"SELECT * FROM {text.lower()}"
     if not is_report and any(value is not None for value in parameters.values()):
         raise InvalidInputError("--baseline/--candidate/--min-runs/--threshold/--limit go with a named report")
     # Before the query: a refused output must not cost a cluster job, and writes nothing.
     outputs.check_paths(store_path, output, trace_path, force=force)
-    table = store.query(store_path, None if is_report else sql_or_report,
-                        report=sql_or_report if is_report else None,
-                        parameters={k: v for k, v in parameters.items() if v is not None},
-                        engine=engine, master=master)
-    click.echo(outputs.render(table, shown))
-    if output is not None:
-        outputs.write_table(table, output)
-        click.echo(f"wrote {output} ({table.num_rows} rows)")
-    if trace_path is not None:
-        written = outputs.write_trace(table, trace_path)
-        click.echo(f"wrote {trace_path} ({written} events)")
+    with store.prepare(store_path, None if is_report else text, report=text if is_report else None,
+                       parameters={k: v for k, v in parameters.items() if v is not None},
+                       engine=engine, master=master) as prepared:
+        if output is None and trace_path is None:
+            # Only what is printed is read (a count would be a scan of every row).
+            head = prepared.head(shown + 1)
+            click.echo(outputs.render(head, shown))
+            rows = head.num_rows
+        else:
+            schema, batches = prepared.stream()
+            written = outputs.write(schema, batches, table_path=output, trace_path=trace_path, keep=shown)
+            click.echo(outputs.render(written.head, shown, total=written.rows))
+            if output is not None:
+                click.echo(f"wrote {output} ({written.rows} rows)")
+            if trace_path is not None:
+                click.echo(f"wrote {trace_path} ({written.traced} events)")
+            rows = written.rows
+        note = prepared.empty_note() if rows == 0 else None
+        if note:
+            click.echo(f"dfit query {text}: {note}", err=True)
 
 
 @main.group("store")
