@@ -16,6 +16,7 @@ from dfit_mlir.errors import (
     EXIT_INVALID_INPUT,
     EXIT_TABLE,
     DfitError,
+    OutputRefusedError,
 )
 
 # --- the CLI contract: one exit-status table, one line per error, no traceback ---------
@@ -760,7 +761,13 @@ def merge(bundles: tuple[Path, ...], output: Path, anchor: str | None, allow_mix
     from dfit_mlir.merge import merge_bundles
     from dfit_mlir.runtime_hooks.bundle import BUNDLE_KIND
 
-    outputs.check(output, BUNDLE_KIND, inputs=bundles, force=force)
+    target = outputs.check(output, BUNDLE_KIND, inputs=bundles, force=force)
+    # Run, reconstruct and merge bundles share the marker kind "bundle": a merge replaces
+    # only a merged bundle (its summary's mode), never a run's without --force.
+    other = _bundle_mode(target)
+    if other not in (None, "merged") and not force:
+        raise OutputRefusedError(f"{output}: refusing to overwrite: it is a dfit {other} bundle, not a merged "
+                                 "bundle (use --force to replace it)")
 
     summary = merge_bundles(list(bundles), output, anchor=anchor, allow_mixed=allow_mixed)
     alignment = summary["alignment"]
@@ -775,6 +782,21 @@ def merge(bundles: tuple[Path, ...], output: Path, anchor: str | None, allow_mix
     mixed = " [mixed models/backends: --allow-mixed]" if summary["mixed"] else ""
     click.echo(f"wrote {output}: {len(summary['ranks'])} ranks, {clocks}, {summary['linked_steps']} steps "
                f"linked{mixed}")
+
+
+def _bundle_mode(directory: Path) -> str | None:
+    """The mode a bundle's summary records (run modes, ``reconstructed``, ``merged``);
+    None: no bundle summary there."""
+    import json
+
+    try:
+        summary = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(summary, dict) or summary.get("schema") != "dfit.run-summary":
+        return None
+    mode = summary.get("mode")
+    return str(mode) if mode in ("merged", "reconstructed") else f"run ({mode})" if mode else "run"
 
 
 @main.command()

@@ -500,11 +500,15 @@ class SparkEngine:
         return True
 
     def _read_text(self, location: str) -> str | None:
+        from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException
 
         try:
             rows = self.session.read.text(location, wholetext=True).collect()
-        except PySparkException:
+        except (PySparkException, Py4JError) as error:
+            if _storage_failure(str(error)):
+                raise EngineError(f"{self.files.location}: spark cannot read it: {_first_line(error)}"
+                                  f"{_storage_hint(str(error))}") from None
             return None
         return rows[0][0] if rows else None
 
@@ -527,7 +531,8 @@ class SparkEngine:
                     registered.add(table)
         except PySparkException as error:
             if _storage_failure(str(error)):
-                raise EngineError(f"{self.files.location}: spark cannot read it: {_first_line(error)}") from None
+                raise EngineError(f"{self.files.location}: spark cannot read it: {_first_line(error)}"
+                                  f"{_storage_hint(str(error))}") from None
             raise QueryError(f"query failed (spark): {str(error).splitlines()[0]}") from None
         except Py4JError as error:  # a Java failure PySpark has no class for: the engine's
             raise EngineError(f"spark failed on {self.files.location}: {_first_line(error)}") from None
@@ -567,6 +572,12 @@ class SparkEngine:
 def _storage_failure(message: str) -> bool:
     lowered = message.lower()
     return "no filesystem for scheme" in lowered or "classnotfoundexception" in lowered and "filesystem" in lowered
+
+
+def _storage_hint(message: str) -> str:
+    if "S3AFileSystem" in message:
+        return " (s3a:// needs hadoop-aws on Spark's classpath: spark.jars.packages org.apache.hadoop:hadoop-aws)"
+    return ""
 
 
 #: Store URL schemes each engine can read (DuckDB's through its httpfs extension).

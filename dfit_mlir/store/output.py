@@ -186,6 +186,8 @@ def check_trace_schema(schema: Any) -> None:
         kind = schema.field(name).type
         if pa.types.is_dictionary(kind):
             kind = kind.value_type
+        if pa.types.is_null(kind):
+            raise InvalidInputError(f"--trace: column {name} is NULL in every row (a trace event needs one)")
         if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
             raise InvalidInputError(f"--trace: column {name} is {schema.field(name).type}, not text")
 
