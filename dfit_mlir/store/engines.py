@@ -33,8 +33,10 @@ class EngineError(ToolchainError):
     scheme it cannot read): exit 3, one line, the Java stack kept off the terminal."""
 
 
-#: Rows per Arrow record batch when a result is streamed to a file.
-STREAM_ROWS = 65536
+#: Rows per Arrow record batch when a result is streamed to a file (a Parquet row group
+#: each): 18M events stream at 13 s with 512Ki-row batches, 24 s with 64Ki, in the same
+#: ~280 MB.
+STREAM_ROWS = 1 << 19
 
 
 class Engine(Protocol):
@@ -286,7 +288,7 @@ class DuckDBEngine:
         relation = self._relation(text)
         if relation is None:  # a statement, not a query
             return pa.RecordBatchReader.from_batches(pa.schema([]), [])
-        return relation.fetch_arrow_reader(rows)
+        return relation.to_arrow_reader(rows)
 
     def _run(self, produce: Any) -> Any:
         import duckdb

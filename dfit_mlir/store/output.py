@@ -30,14 +30,15 @@ def check_paths(store: str, table: Path | None, trace: Path | None, *, force: bo
     existing file dfit did not write (unless ``force``)."""
     from dfit_mlir import outputs
 
-    if table is not None and table.suffix.lower() not in TABLE_SUFFIXES:
-        raise InvalidInputError(f"{table}: -o writes .csv or .parquet (by the suffix)")
     if table is not None and trace is not None and outputs.resolve(table) == outputs.resolve(trace):
         raise OutputRefusedError(f"{trace}: -o and --trace name the same file")
     inputs = [] if "://" in store else [store]
     for path, kind in ((table, TABLE_KIND), (trace, TRACE_KIND)):
         if path is not None:
             outputs.check(path, kind, inputs=inputs, force=force, directory=False)
+    # After what the path is (the input, a user's file), the more telling reason.
+    if table is not None and table.suffix.lower() not in TABLE_SUFFIXES:
+        raise InvalidInputError(f"{table}: -o writes .csv or .parquet (by the suffix)")
 
 
 def _cell(value: Any) -> str:
