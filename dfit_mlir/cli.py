@@ -22,7 +22,7 @@ from dfit_mlir.errors import (
 # --- the CLI contract: one exit-status table, one line per error, no traceback ---------
 
 #: Parameters naming a command's main input, in the order the internal-error line looks.
-_INPUT_PARAMETERS = ("source", "vmfb", "dumps", "bundle", "bundle_a", "manifest_path")
+_INPUT_PARAMETERS = ("source", "vmfb", "dumps", "bundle", "bundle_a", "manifest_path", "bundles", "store_path")
 
 
 def _user_errors(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -37,6 +37,8 @@ class EngineError(ToolchainError):
 #: each): 18M events stream at 13 s with 512Ki-row batches, 24 s with 64Ki, in the same
 #: ~280 MB.
 STREAM_ROWS = 1 << 19
+#: Spark's rows reach Python one by one (``toLocalIterator``): fewer per batch.
+SPARK_STREAM_ROWS = 1 << 16
 
 
 class Engine(Protocol):
@@ -531,13 +533,20 @@ class SparkEngine:
                         raise
                     self._register(table)
                     registered.add(table)
-        except PySparkException as error:
-            if _storage_failure(str(error)):
-                raise EngineError(f"{self.files.location}: spark cannot read it: {_first_line(error)}"
-                                  f"{_storage_hint(str(error))}") from None
-            raise QueryError(f"query failed (spark): {str(error).splitlines()[0]}") from None
-        except Py4JError as error:  # a Java failure PySpark has no class for: the engine's
-            raise EngineError(f"spark failed on {self.files.location}: {_first_line(error)}") from None
+        except (PySparkException, Py4JError) as error:
+            raise self._failure(error) from None
+
+    def _failure(self, error: Exception) -> DfitError:
+        """A Spark exception as one line: the query's fault (exit 2), else the engine's (3)."""
+        from pyspark.errors import PySparkException
+
+        if _storage_failure(str(error)):
+            return EngineError(f"{self.files.location}: spark cannot read it: {_first_line(error)}"
+                               f"{_storage_hint(str(error))}")
+        if isinstance(error, PySparkException):
+            return QueryError(f"query failed (spark): {str(error).splitlines()[0]}")
+        # A Java failure PySpark has no class for (a lost executor, the gateway gone).
+        return EngineError(f"spark failed on {self.files.location}: {_first_line(error)}")
 
     def sql(self, text: str) -> Any:
         return self._frame(text, lambda frame: frame.toArrow())
@@ -547,24 +556,28 @@ class SparkEngine:
 
     def stream(self, text: str) -> Any:
         """(schema, batches): rows come to the driver a partition at a time
-        (``toLocalIterator``), made into Arrow batches of :data:`STREAM_ROWS`."""
+        (``toLocalIterator``), made into Arrow batches of :data:`SPARK_STREAM_ROWS`."""
         import pyarrow as pa
 
-        frame = self._frame(text, lambda frame: frame)
         schema = self._frame(text, lambda frame: frame.limit(0).toArrow()).schema
 
         def batches() -> Any:
+            from py4j.protocol import Py4JError
+            from pyspark.errors import PySparkException
+
             rows: list[dict[str, Any]] = []
             iterator = self._frame(text, lambda frame: frame.toLocalIterator(prefetchPartitions=False))
-            for row in iterator:
-                rows.append(row.asDict(recursive=True))
-                if len(rows) >= STREAM_ROWS:
-                    yield pa.RecordBatch.from_pylist(rows, schema=schema)
-                    rows = []
+            try:
+                for row in iterator:
+                    rows.append(row.asDict(recursive=True))
+                    if len(rows) >= SPARK_STREAM_ROWS:
+                        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+                        rows = []
+            except (PySparkException, Py4JError) as error:
+                raise self._failure(error) from None
             if rows:
                 yield pa.RecordBatch.from_pylist(rows, schema=schema)
 
-        del frame
         return schema, batches()
 
     def close(self) -> None:
