@@ -596,7 +596,7 @@ def _storage_hint(message: str) -> str:
 
 
 #: Store URL schemes each engine can read (DuckDB's through its httpfs extension).
-URL_SCHEMES: Final = {"duckdb": ("s3", "s3a", "s3n", "gs", "gcs", "r2", "http", "https", "az", "abfss", "hf"),
+URL_SCHEMES: Final = {"duckdb": ("file", "s3", "s3a", "s3n", "gs", "gcs", "r2", "http", "https", "az", "abfss", "hf"),
                       "spark": ("s3a", "s3", "s3n", "hdfs", "gs", "abfs", "abfss", "wasb", "wasbs", "viewfs",
                                 "file", "oss", "cos", "obs")}
 
