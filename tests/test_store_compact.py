@@ -43,7 +43,7 @@ def normalized(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{k: round(v, 6) if isinstance(v, float) else v for k, v in row.items()} for row in rows]
 
 
-def answers(path: Path, engine: str = "duckdb", **options: Any) -> dict[str, Any]:
+def answers(path: Path | str, engine: str = "duckdb", **options: Any) -> dict[str, Any]:
     """Every report's rows and the raw tables' contents, on one engine."""
     got: dict[str, Any] = {}
     for name, parameters in REPORTS:
@@ -108,6 +108,27 @@ def test_reports_read_the_same_rows_without_the_rollup(store: Path, reference: d
     assert answers(store, use_rollups=False) == reference
     text = reports.get("top-sites").render(engines.dialects.DUCKDB, {})
     assert "op_totals" in text and engines.tables_named(text) == ["operators", "op_totals"]
+
+
+def test_a_store_given_as_a_url_reads_the_same(tmp_path: Path, store: Path, compacted_store: Path,
+                                                reference: dict[str, Any]) -> None:
+    """``file://`` takes the path object stores take (no listing of directories here: the
+    engine globs, reads the compaction index itself, asks which runs lack a rollup)."""
+    assert answers(f"file://{compacted_store}") == reference  # every bundle's files in parts: no glob matches
+    # Compacted parts (events of the small bundles only), bundles collected after the
+    # compaction, and some of those written by layout 1.0 (no op_totals file).
+    mixed, aside = tmp_path / "mixed", tmp_path / "aside"
+    shutil.copytree(store, mixed)
+    later = layout.bundle_dirs(mixed)[::3]
+    for bundle in later:
+        shutil.move(bundle, aside / bundle.relative_to(mixed))
+    compaction.compact(mixed, small_events=10)
+    for bundle in later:
+        shutil.move(aside / bundle.relative_to(mixed), bundle)
+    for bundle in later[::2]:
+        (bundle / "op_totals.parquet").unlink()
+    assert len(layout.read_index(mixed)["runs"]) == 17 - len(later) and len(later) >= 4
+    assert answers(f"file://{mixed}") == answers(mixed) == reference
 
 
 def test_a_store_written_by_layout_1_0_still_reads(tmp_path: Path, store: Path, reference: dict[str, Any]) -> None:
@@ -245,3 +266,15 @@ def test_one_compaction_at_a_time_and_cli(tmp_path: Path, store: Path) -> None:
     (path / layout.META_FILE).write_text(json.dumps({**meta, "version": "1.9", "min_reader_version": "1.9"}))
     result = runner.invoke(main, ["query", str(path), "top-sites"])
     assert result.exit_code == 2 and "needs a dfit that reads store layout 1.9" in result.output
+
+
+def test_a_missing_store_dependency_is_a_one_line_toolchain_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``dfit collect`` computes rollups with DuckDB: without the store extra, say so (exit 3)."""
+    import sys
+
+    from dfit_mlir.errors import ToolchainError
+
+    monkeypatch.setitem(sys.modules, "duckdb", None)  # what an environment without it imports
+    with pytest.raises(ToolchainError, match=r"needs duckdb: pip install 'dfit-mlir\[store\]'") as raised:
+        layout.require("duckdb")
+    assert raised.value.exit_code == 3

@@ -115,6 +115,13 @@ def test_compacted_store_gives_spark_and_duckdb_the_rows_of_the_store(store: Pat
            "GROUP BY run, kind ORDER BY run NULLS LAST, kind NULLS LAST")
     assert bundle_store.query(compacted_store, sql, engine="spark").to_pylist() == \
         bundle_store.query(store, sql).to_pylist()
+    # As a URL (what object stores take): Spark globs the bundles (none match: all are in
+    # parts) and reads the compaction index itself.
+    url = f"file://{compacted_store}"
+    assert bundle_store.query(url, sql, engine="spark").to_pylist() == bundle_store.query(store, sql).to_pylist()
+    top = normalized(bundle_store.query(url, report="top-sites", parameters={"limit": 50}, engine="spark",
+                                        use_rollups=use_rollups))
+    assert top == normalized(bundle_store.query(store, report="top-sites", parameters={"limit": 50}))
 
 
 def test_spark_reads_the_tables_with_the_store_schema(store: Path) -> None:

@@ -193,7 +193,7 @@ class DuckDBEngine:
 
     def __init__(self, store: str, *, threads: int | None = None, memory_limit: str | None = None,
                  use_rollups: bool = True):
-        import duckdb
+        duckdb = layout.require("duckdb")
 
         config: dict[str, Any] = {}
         if threads:
@@ -392,6 +392,7 @@ def spark_session(master: str | None = None) -> Any:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "hostname resolves to loopback" warning
     from importlib import resources
 
+    layout.require("pyspark")
     from pyspark.sql import SparkSession
 
     log_config = resources.files("dfit_mlir.store").joinpath("log4j2.properties")

@@ -130,6 +130,19 @@ def partition_value(text: str | None) -> str:
     return cleaned or "unknown"
 
 
+def require(module: str) -> Any:
+    """``module`` of the ``store`` extra (duckdb, pyspark), or a one-line error saying how
+    to install it (``dfit collect`` computes its rollups with DuckDB, queries run on it)."""
+    import importlib
+
+    from dfit_mlir.errors import ToolchainError
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ToolchainError(f"the bundle store needs {module}: pip install 'dfit-mlir[store]'") from None
+
+
 COMPACTED: Final = "compacted"
 INDEX_FILE: Final = "index.json"
 INDEX_SCHEMA: Final = "dfit.store.compacted"

@@ -62,6 +62,4 @@ def write(table: str, events: Path, target: Path) -> int:
 def _connection() -> Any:
     """One in-process DuckDB for the rollups of every bundle a process collects (the
     first query of a connection costs ~10× the next ones)."""
-    import duckdb
-
-    return duckdb.connect(config={"threads": 1})
+    return layout.require("duckdb").connect(config={"threads": 1})
