@@ -45,8 +45,9 @@ def work(store_art: StoreArt, tmp_path: Path) -> Path:  # noqa: F811
 # --- QA #6: one SQL text, the same rows on both engines: nothing rounded in SQL ------------------
 
 def test_report_sql_rounds_nothing() -> None:
-    """ROUND(double, n) differs between DuckDB and Spark (17007157.95 → .9 on one, 158.0 on
-    the other): no report may round; `dfit query` rounds only what it prints."""
+    """ROUND(double, n) differs between DuckDB and Spark (17007157.95 → 17007157.9 on
+    DuckDB, not on Spark; tests/test_store_spark.py): no report may round; `dfit query`
+    rounds only what it prints."""
     from dfit_mlir.store.reports import REPORTS
 
     for name, report in REPORTS.items():
@@ -146,6 +147,21 @@ def test_rank_skew_without_ranks_says_why_it_is_empty(store_art: StoreArt, tmp_p
     # The 8 SambaFlow tasks have pids: rows, no note.
     status, stdout, stderr, _ = invoke(["query", put(store_art.store, tmp_path, "s"), "rank-skew"], tmp_path)
     assert status == 0 and "(0 rows)" not in stdout and stderr == "", stderr
+
+
+def test_regressions_with_no_rows_says_why(work: Path) -> None:
+    """The store's two runs are both labelled base: compared with themselves nothing
+    changes; asking for more runs than there are is said, not silent."""
+    common = bundle_store.query(work / "store", "SELECT COUNT(*) AS n FROM "
+                                "(SELECT DISTINCT backend, model, root_id FROM op_totals) t").to_pylist()
+    for extra, note in (([], f"none of the {common[0]['n']} stable IDs timed on both sides changed outside the "
+                             "runs' spread and by more than --threshold"),
+                        (["--min-runs", "3"], "'base' has 2 run(s), fewer than --min-runs 3: the runs' spread is "
+                                              "unknown, so no change is reported")):
+        status, stdout, stderr, _ = invoke(["query", "store", "regressions", "--baseline", "base", "--candidate",
+                                            "base", *extra], work)
+        assert status == 0 and "(0 rows)" in stdout, stderr
+        assert stderr.strip().splitlines() == [f"dfit query regressions: {note}"]
 
 
 # --- QA #17: printing reads only what it prints; files are streamed ---------------------------------

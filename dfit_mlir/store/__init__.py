@@ -28,8 +28,8 @@ class Prepared:
     engine; close it when done. ``table()`` is every row, ``head(n)`` the first ``n``
     only, ``stream()`` (schema, record batches) in bounded memory."""
 
-    def __init__(self, runner: Any, text: str, report: str | None):
-        self.runner, self.text, self.report = runner, text, report
+    def __init__(self, runner: Any, text: str, report: str | None, parameters: dict[str, Any] | None = None):
+        self.runner, self.text, self.report, self.parameters = runner, text, report, parameters or {}
 
     def table(self) -> Any:
         return self.runner.sql(self.text)
@@ -44,12 +44,10 @@ class Prepared:
         """Why the report gave no rows, where the store tells (None: no such check)."""
         from dfit_mlir.store import reports
 
-        check = reports.EMPTY_NOTES.get(self.report or "")
-        if check is None:
+        if self.report is None:
             return None
-        sql, note = check
-        counted = self.runner.sql(sql).column(0).to_pylist()
-        return note if not counted or not counted[0] else None
+        return reports.why_empty(self.report, self.parameters, lambda sql: self.runner.sql(sql).to_pylist(),
+                                 self.runner.dialect)
 
     def close(self) -> None:
         self.runner.close()
@@ -90,7 +88,7 @@ def prepare(store: str | Path, sql: str | None = None, *, report: str | None = N
             if any(bound.get(name) is not None for name in ("baseline", "candidate")):
                 labels = runner.sql(f"SELECT DISTINCT label FROM {layout.RUNS_TABLE}").column(0).to_pylist()
                 reports.check_labels(report, bound, labels)
-        return Prepared(runner, sql if text is None else text, report)
+        return Prepared(runner, sql if text is None else text, report, parameters)
     except BaseException:
         runner.close()
         raise

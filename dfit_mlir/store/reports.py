@@ -113,9 +113,33 @@ def check_labels(report: str, values: dict[str, Any], labels: list[str | None]) 
                                     f"labels in the store: {listed}")
 
 
-#: Queries telling why a report returned no rows: (SQL giving one count, the note when it is 0).
-EMPTY_NOTES: Final = {
-    "rank-skew": ("SELECT COUNT(*) AS n FROM events WHERE (rank IS NOT NULL OR pid IS NOT NULL) AND kind <> 'compile'",
-                  "no event in the store names a rank or a task (pid): rank-skew compares the ranks of one job "
-                  "(collect each rank's bundle with --rank, or a log whose reader tags its tasks)"),
-}
+def why_empty(report: str, values: dict[str, Any], rows_of: Any, dialect: Dialect) -> str | None:
+    """Why ``report`` returned no rows, where the store tells (None: no reason to give).
+    ``rows_of(sql)``: the rows of ``sql`` as dicts."""
+    if report == "rank-skew":
+        [counted] = rows_of("SELECT COUNT(*) AS n FROM events "
+                            "WHERE (rank IS NOT NULL OR pid IS NOT NULL) AND kind <> 'compile'")
+        if not counted["n"]:
+            return ("no event in the store names a rank or a task (pid): rank-skew compares the ranks of one job "
+                    "(collect each rank's bundle with --rank, or a log whose reader tags its tasks)")
+    if report == "regressions" and values.get("baseline") is not None and values.get("candidate") is not None:
+        labels = [str(values["baseline"]), str(values["candidate"])]
+        min_runs = int(values.get("min_runs") or 2)
+        listed = ", ".join(dialect.literal(label) for label in labels)
+        runs = {row["label"]: row["n"] for row in rows_of(
+            f"SELECT label, COUNT(*) AS n FROM runs WHERE label IN ({listed}) AND kind <> 'compile' GROUP BY label")}
+        short = [f"{label!r} has {runs.get(label, 0)}" for label in dict.fromkeys(labels)
+                 if runs.get(label, 0) < min_runs]
+        if short:
+            return (f"{' and '.join(short)} run(s), fewer than --min-runs {min_runs}: the runs' spread is "
+                    "unknown, so no change is reported")
+        side = ("SELECT o.backend, o.model, o.root_id FROM op_totals o JOIN runs r ON r.run = o.run "
+                "AND r.backend = o.backend AND r.model = o.model WHERE r.label = {}")
+        [common] = rows_of(f"SELECT COUNT(*) AS n FROM ({side.format(dialect.literal(labels[0]))} INTERSECT "
+                           f"{side.format(dialect.literal(labels[1]))}) shared")
+        if not common["n"]:
+            return ("the baseline's and the candidate's runs time no stable ID in common (of the same backend and "
+                    "model): nothing to compare")
+        return (f"none of the {common['n']} stable IDs timed on both sides changed outside the runs' spread and by "
+                "more than --threshold")
+    return None

@@ -6,7 +6,7 @@
 -- total, written by `dfit collect`; computed from `events` for bundles without it), not
 -- every event: events are many, (run, op) pairs few.
 -- Nothing is rounded here: DuckDB and Spark round a double differently (ROUND(17007157.95, 1)
--- is .9 on one, 158.0 on the other); `dfit query` rounds when it prints.
+-- is 17007157.9 on DuckDB, not on Spark); `dfit query` rounds when it prints.
 -- Parameters: limit (rows).
 WITH per_op AS (
     SELECT backend, model, run, root_id, events, total_ns
