@@ -394,14 +394,21 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
                    "tensors: per ID, so each traced ID is sampled).")
 @click.option("--max-events", type=click.IntRange(0, 1 << 62), default=None,
               help="Event budget: events past it are dropped and counted in summary.json.")
+@click.option("--host", default=None, help="The host this run is part of a job on (default: this machine's name).")
+@click.option("--rank", type=click.IntRange(0), default=None, help="Its rank in a multi-rank job.")
+@click.option("--clock-offset-ns", type=int, default=None,
+              help="What to add to this run's times to get the job's clock (dfit merge aligns by it when every "
+                   "bundle has one).")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Bundle directory.")
 @_force_option
 @_user_errors
 def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | None, tensor_values: int,
         inputs: tuple[str, ...], inputs_from: Path | None, repeat: int, warmup: int, driver: str,
         function: str | None, id_globs: tuple[str, ...], sample: float, max_events: int | None,
-        output: Path, force: bool) -> None:
+        host: str | None, rank: int | None, clock_offset_ns: int | None, output: Path, force: bool) -> None:
     """Run a compiled module, join runtime events to IDs, write a run bundle."""
+    import socket
+
     from dfit_mlir import manifest
     from dfit_mlir.errors import InvalidInputError
     from dfit_mlir.event_pipeline import Policy
@@ -437,7 +444,9 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
             raise InvalidInputError(str(error)) from None
     result = run_bundle(vmfb, manifest_path, output, mode=mode,
                         inputs=read_inputs_dir(inputs_from) if inputs_from else inputs, repeat=repeat,
-                        warmup=warmup, driver=driver, function=function, policy=policy, tensors=tensors)
+                        warmup=warmup, driver=driver, function=function, policy=policy, tensors=tensors,
+                        placement={"host": host or socket.gethostname(), "rank": rank,
+                                   "clock_offset_ns": clock_offset_ns})
     counts = result.summary["counts"]
     timing = result.summary.get("invocation_ns") or {}
     median = f", median invocation {timing['median'] / 1e6:.3f} ms" if timing else ""

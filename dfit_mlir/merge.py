@@ -206,6 +206,11 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
             raise InvalidInputError(f"{path}: no such file or directory")
         if Path(path).resolve() == Path(output).resolve():
             raise InvalidInputError(f"{output}: is one of the inputs; write the merged bundle elsewhere")
+    seen: dict[Path, Path] = {}
+    for path in paths:
+        first = seen.setdefault(Path(path).resolve(), Path(path))
+        if first != Path(path) or list(paths).count(path) > 1:
+            raise InvalidInputError(f"{path}: given twice (as {first}); each bundle is one rank or job part")
     ranks: list[Rank] = []
     by_key: dict[tuple[Any, ...], int] = {}
     bundles = []
@@ -265,7 +270,7 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
     # Link every rank's start of each common step (one flow per step, in time order).
     flows: dict[tuple[int, int], int] = {}
     step_rows = []
-    for step in common:
+    for step in common if len(ranks) > 1 else []:  # one rank: nothing to link
         arrivals = sorted((steps[k][step][0] + offsets[k], k) for k in range(len(ranks)))
         for k in range(len(ranks)):
             _, bundle_index, row = steps[k][step]
@@ -284,6 +289,14 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
     merged = pa.concat_tables([t.cast(es.arrow_schema()) if t.schema != es.arrow_schema() else t for t in shifted],
                               promote_options="default")
     groups = np.concatenate([b.rank_keys for b in bundles])
+    # The merged bundle is a bundle of its own (a store keeps it apart from its sources),
+    # and its events say which rank they ran on, as a data-parallel log's tasks do.
+    sources = sorted({_session(b) for b in bundles})
+    session = "merge-" + hashlib.sha256("\n".join(sources).encode()).hexdigest()[:12]
+    merged = merged.set_column(merged.column_names.index(es.SESSION), es.arrow_schema().field(es.SESSION),
+                               pa.DictionaryArray.from_arrays(pa.array(np.zeros(merged.num_rows, np.int32)),
+                                                              pa.array([session])))
+    merged = _with_rank_attributes(merged, np.array([-1 if r.rank is None else r.rank for r in ranks])[groups])
     group_names = pa.array([rank.group for rank in ranks], pa.string())
     flow_ids = [None] * merged.num_rows
     base = 0
@@ -296,7 +309,9 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
     summary = {
         "schema": "dfit.run-summary", "version": "1.1", "mode": "merged",
         "backend": bundles[0].summary.get("backend") or "iree",
+        "session": session,
         "sources": [str(b.path) for b in bundles],
+        "source_sessions": sources,
         "mixed": allow_mixed and len({(bundle_backend(b.summary, b.manifest), _model(b.manifest)[1]) for b in bundles}) > 1,
         "ranks": [asdict(rank) for rank in ranks],
         "alignment": alignment,
@@ -309,9 +324,11 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
         import pyarrow.csv as pacsv
         import pyarrow.parquet as pq
 
+        from dfit_mlir.event_pipeline import site_table
         from dfit_mlir.traces import PerfettoWriter
 
         pq.write_table(merged, tmp / "events.parquet", compression="zstd")
+        pq.write_table(site_table(bundles[0].manifest), tmp / "sites.parquet")
         (tmp / "manifest.json").write_text(json.dumps(bundles[0].manifest, indent=1) + "\n")
         traced = merged.append_column("track_group", group_names.take(pa.array(groups))) \
                        .append_column("flow_id", pa.array(flow_ids, pa.uint64()))
@@ -323,6 +340,45 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
             ("spread_ns", pa.int64())])), tmp / "steps.csv")
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def _session(bundle: _Bundle) -> str:
+    """A source bundle's session: its summary's, else its events'."""
+    if bundle.summary.get("session"):
+        return str(bundle.summary["session"])
+    if es.SESSION in bundle.events.column_names and bundle.events.num_rows:
+        return str(bundle.events.column(es.SESSION)[0].as_py())
+    return str(bundle.path)
+
+
+def _with_rank_attributes(events: Any, ranks: np.ndarray) -> Any:
+    """``events`` with a ``rank`` attribute on each event of a known rank (``ranks``: per
+    event, -1 for none) that does not name one yet."""
+    import pyarrow as pa
+
+    attributes = events.column(es.ATTRIBUTES).to_pylist()
+    changed = False
+    for row, rank in enumerate(ranks.tolist()):
+        if rank < 0:
+            continue
+        text = attributes[row]
+        if not text:
+            attributes[row] = f'{{"rank": {rank}}}'
+        elif '"rank"' not in text:
+            try:
+                values = json.loads(text)
+            except json.JSONDecodeError:
+                continue
+            if not isinstance(values, dict):
+                continue
+            attributes[row] = json.dumps({**values, "rank": rank})
+        else:
+            continue
+        changed = True
+    if not changed:
+        return events
+    index = events.column_names.index(es.ATTRIBUTES)
+    return events.set_column(index, events.schema.field(index), pa.array(attributes, events.schema.field(index).type))
 
 
 def _with(rank: Rank, **changes: Any) -> Rank:

@@ -39,8 +39,11 @@ _TENSOR_ARGS = (es.TENSOR_MIN, es.TENSOR_MAX, es.TENSOR_MEAN, es.TENSOR_STD, es.
 #: Event fields the traces read; all but the per-event ones (invocation, start,
 #: duration) describe a slice, and runs repeat the same description many times.
 _PER_EVENT = (es.INVOCATION, es.START_NS, es.DURATION_NS)
-_DESCRIBING = (es.KIND, es.STAGE, es.SITE, es.ROOT_ID, es.PARTITION, es.MACS, es.BYTES, es.ATTRIBUTES, es.NAME,
-               *_TENSOR_ARGS)
+_DESCRIBING = (es.KIND, es.STAGE, es.SITE, es.ROOT_ID, es.PARTITION, es.MACS, es.BYTES, es.NAME, *_TENSOR_ARGS)
+#: Per-event text (a queue submission's or an allocation's own numbers, as JSON): it is
+#: not part of a slice's description, or every such event would have its own; the
+#: writers add it to the event's args column-wise, uninterned.
+_PER_EVENT_ARGS = (es.ATTRIBUTES,)
 #: Slice descriptions kept for reuse (distinct ones: call sites, operations).
 _DESCRIPTION_CACHE = 100_000
 
@@ -67,7 +70,7 @@ class _SliceNamer:
 
     def describe(self, event: dict[str, Any]) -> tuple[tuple[Any, ...], str, dict[str, Any]]:
         """(memo key, slice name, args) of an event."""
-        key = tuple(event.get(field) for field in _DESCRIBING)
+        key = tuple(event.get(field) for field in (*_DESCRIBING, *_PER_EVENT_ARGS))
         found = self._described.get(key)
         if found is None:
             found = (self.name(event), self.args(event))
@@ -100,14 +103,14 @@ class _SliceNamer:
             "name": event.get(es.NAME),
             **{name: event.get(name) for name in _TENSOR_ARGS},
         }
-        if event[es.ATTRIBUTES]:
+        if event.get(es.ATTRIBUTES):
             args["attributes"] = event[es.ATTRIBUTES]
         return {name: value for name, value in args.items() if value not in (None, "")}
 
 
 def _trace_columns(events: Any) -> list[str]:
     """The columns of ``events`` (a ``pq.ParquetFile``) the traces read."""
-    return [name for name in (*_PER_EVENT, *_DESCRIBING) if name in events.schema_arrow.names]
+    return [name for name in (*_PER_EVENT, *_DESCRIBING, *_PER_EVENT_ARGS) if name in events.schema_arrow.names]
 
 
 class _Interner:
@@ -330,6 +333,141 @@ def _row_keys(codes: list[tuple[np.ndarray, list[Any]]], count: int) -> tuple[np
     return first, inverse.reshape(-1), np.argsort(first, kind="stable")
 
 
+class _Lanes:
+    """Which lane of its track each slice goes on, so that the slices of one lane nest
+    (Perfetto ends the most recent open slice of a track: crossing slices would be paired
+    wrongly). Most tracks nest already and stay on lane 0, found by a vectorized check
+    that also sees the slices still open at the end of the previous batch; a track with
+    crossing slices is laid out slice by slice, first-fit, and keeps its lanes' open
+    slices for the next batches (the most recently used :data:`_LIVE_TRACKS` tracks).
+
+    Events are expected in time order across batches, as every bundle writes them: a
+    slice starting before the previous batch's last start is checked against the slices
+    still open then, not against all earlier ones."""
+
+    def __init__(self) -> None:
+        #: Laid-out track → per lane, the ends of its open slices (innermost last).
+        self.open: dict[tuple[Any, ...], list[list[int]]] = {}
+        #: Nesting track → its slices (start, end, kind) still open at the last batch's
+        #: last start: what a slice of the next batch could cross.
+        self.carried: dict[tuple[Any, ...], list[tuple[int, int, int]]] = {}
+        self.kind_numbers: dict[Any, int] = {}
+
+    def kinds(self, codes: np.ndarray, values: list[Any]) -> np.ndarray:
+        """Kind codes of one batch → kind numbers that hold across batches."""
+        numbers = self.kind_numbers
+        return np.array([numbers.setdefault(value, len(numbers)) for value in values], dtype=np.int64)[codes]
+
+    def assign(self, tracks: list[tuple[Any, ...]], track_of_row: np.ndarray, kinds: np.ndarray,
+               starts: np.ndarray, ends: np.ndarray, instant: np.ndarray) -> np.ndarray:
+        """The lane of each row (0 for instants); ``kinds`` from :meth:`kinds`."""
+        lanes = np.zeros(len(starts), dtype=np.int64)
+        rows = np.flatnonzero(~instant)
+        if not len(rows):
+            return lanes
+        # The batch's slices and the carried ones (row -1), by track, start, longest first.
+        keys = list(tracks)
+        index_of = {key: index for index, key in enumerate(keys)}
+        carried: list[tuple[int, int, int, int]] = []
+        for key, slices in self.carried.items():
+            index = index_of.get(key)
+            if index is None:  # a track of an earlier batch: its slices still count
+                index = index_of[key] = len(keys)
+                keys.append(key)
+            carried += [(index, *slice_) for slice_ in slices]
+        carried.sort(key=lambda slice_: slice_[1])  # they started before this batch: first, in time order
+        track = np.concatenate([np.array([c[0] for c in carried], dtype=np.int64), track_of_row[rows]])
+        start = np.concatenate([np.array([c[1] for c in carried], dtype=np.int64), starts[rows]])
+        end = np.concatenate([np.array([c[2] for c in carried], dtype=np.int64), ends[rows]])
+        kind = np.concatenate([np.array([c[3] for c in carried], dtype=np.int64), kinds[rows]])
+        row = np.concatenate([np.full(len(carried), -1, dtype=np.int64), rows])
+        order = _by_track_then_start(track, start)
+        track, start, end, kind, row = track[order], start[order], end[order], kind[order], row[order]
+        crossing = _crossing(track, kind, start, end)
+        todo = {index for index, key in enumerate(keys) if key in self.open} | set(track[crossing].tolist())
+        bounds = np.searchsorted(track, [sorted(todo), np.add(sorted(todo), 1)])
+        for index, begin, stop in zip(sorted(todo), bounds[0].tolist(), bounds[1].tolist(), strict=True):
+            key = keys[index]
+            stacks = self.open.pop(key, None)
+            if stacks is None:  # its carried slices nest (they all hold one instant): lane 0's stack
+                stacks = [[end for _, end, _ in sorted(self.carried.pop(key, []))]]
+            # Longest first among equal starts, so that the shorter nest in it.
+            for at in sorted(range(begin, stop), key=lambda at: (start[at], -end[at])):
+                if row[at] >= 0:
+                    lanes[row[at]] = _first_fit(stacks, int(start[at]), int(end[at]))
+            self.open[key] = stacks
+        while len(self.open) > _LIVE_TRACKS:
+            del self.open[next(iter(self.open))]
+        # What the nesting tracks carry into the next batch.
+        last_start = int(starts[rows].max())
+        keep = end > last_start
+        if todo:
+            keep &= ~np.isin(track, sorted(todo))
+        self.carried = {}
+        for index, slice_start, slice_end, slice_kind in zip(track[keep].tolist(), start[keep].tolist(),
+                                                             end[keep].tolist(), kind[keep].tolist(), strict=True):
+            self.carried.setdefault(keys[index], []).append((slice_start, slice_end, slice_kind))
+        return lanes
+
+
+def _by_track_then_start(track: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The order of rows by track, then start (one stable sort when the rows come in
+    time order, as they do from every bundle)."""
+    if len(start) < 2 or bool((start[1:] >= start[:-1]).all()):
+        return np.argsort(track, kind="stable")
+    return np.lexsort((start, track))
+
+
+def _first_fit(stacks: list[list[int]], start: int, end: int) -> int:
+    """The first lane where a slice [start, end) nests (its open slices that ended are
+    closed first), opening a new lane if none; the slice is pushed on it."""
+    for lane, stack in enumerate(stacks):
+        while stack and stack[-1] <= start:
+            stack.pop()
+        if not stack or end <= stack[-1]:
+            stack.append(end)
+            return lane
+    stacks.append([end])
+    return len(stacks) - 1
+
+
+def _crossing(track: np.ndarray, kind: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Which slices may cross another of their track (rows sorted by track, then start;
+    equal starts in any order).
+
+    Exact when each kind's slices on a track are disjoint (one invocation's program,
+    functions and dispatches; one queue's operations): then two slices can only cross if
+    they are of different kinds, and a slice y can only cross the slice x of another kind
+    that starts last at or before it — y must end inside x, or start at or after x's end.
+    Slices of one kind that overlap are flagged as they are (first-fit sorts them out)."""
+    count = len(start)
+    flagged = np.zeros(count, dtype=bool)
+    by_kind = np.argsort(track * (int(kind.max()) + 1) + kind, kind="stable")  # start order kept
+    same_group = (track[by_kind][1:] == track[by_kind][:-1]) & (kind[by_kind][1:] == kind[by_kind][:-1])
+    overlap = same_group & (start[by_kind][1:] < end[by_kind][:-1])
+    flagged[by_kind[1:][overlap]] = True
+    flagged[by_kind[:-1][overlap]] = True
+    # Position of each slice in (track, start) order: rows are sorted so already.
+    for kind_x in np.unique(kind).tolist():
+        xs = np.flatnonzero(kind == kind_x)
+        ys = np.flatnonzero(kind != kind_x)
+        if not len(ys):
+            continue
+        # The x of the same track starting last at or before each y: xs are in
+        # (track, start) order, so a search on the rows' order finds it.
+        found = np.searchsorted(xs, ys, side="right") - 1
+        has = found >= 0
+        x = xs[np.maximum(found, 0)]
+        has &= track[x] == track[ys]
+        nested = end[ys] <= end[x]
+        after = start[ys] >= end[x]
+        same_start = start[ys] == start[x]  # nested one way or the other: checked from x's side
+        bad = has & ~nested & ~after & ~same_start
+        flagged[ys[bad]] = True
+        flagged[x[bad]] = True
+    return flagged
+
+
 @dataclass(frozen=True)
 class _Grouped:
     """A batch of events (those with a start time), grouped for the trace writers: the
@@ -340,8 +478,8 @@ class _Grouped:
     durations: np.ndarray
     #: Drawn as an instant (a tensor record, or no duration), not a slice.
     instant: np.ndarray
-    #: (group, stage, track name) of each distinct track, in first-use order.
-    tracks: list[tuple[str | None, str, str]]
+    #: (group, stage, track name, lane) of each distinct track.
+    tracks: list[tuple[str | None, str, str, int]]
     track_of_row: np.ndarray
     #: (instant, the describing fields) of each distinct description, in first-use order.
     descriptions: list[tuple[bool, dict[str, Any]]]
@@ -350,11 +488,14 @@ class _Grouped:
     description_rows: np.ndarray
     #: Row → flow id (merged traces: events sharing one are linked).
     flows: dict[int, int]
+    #: Each event's attributes (Arrow large_binary, empty for none: no annotation).
+    attributes: Any
 
 
-def _group(batch: Any) -> _Grouped | None:
+def _group(batch: Any, lanes: _Lanes) -> _Grouped | None:
     """Group ``batch``'s events (Arrow record batch of :func:`_trace_columns`, plus the
-    optional ``track_group`` and ``flow_id``); ``None`` when none has a start time."""
+    optional ``track_group`` and ``flow_id``); ``None`` when none has a start time.
+    A track whose slices cross is split into lanes (``lanes``, the writer's own)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -392,12 +533,24 @@ def _group(batch: Any) -> _Grouped | None:
     first, inverse, order = _row_keys(track_columns, count)
     rows = first[order]
     values_of = [[values[code] for code in codes[rows].tolist()] for codes, values in track_columns]
-    tracks: dict[tuple[str | None, str, str], int] = {}
+    named: dict[tuple[str | None, str, str], int] = {}
     track_of_key = np.zeros(len(first), dtype=np.int64)
     for key_index, (group, stage, kind, invocation, partition, name) in zip(
             order.tolist(), zip(*values_of, strict=True), strict=True):
-        track_of_key[key_index] = tracks.setdefault(
-            (group, stage, track_name(kind, invocation, partition, name)), len(tracks))
+        track_of_key[key_index] = named.setdefault(
+            (group, stage, track_name(kind, invocation, partition, name)), len(named))
+    # Slices on one track must nest; where some cross (asynchronous queue operations,
+    # overlapping vendor phases), they go on lanes: tracks of the same name (Perfetto's
+    # UI shows same-named siblings as one track).
+    named_tracks = list(named)
+    lane = lanes.assign(named_tracks, track_of_key[inverse], lanes.kinds(kinds, kind_values), starts,
+                        starts + durations, instant)
+    track_of_row = track_of_key[inverse]
+    tracks = [(*key, 0) for key in named_tracks]
+    if lane.any():
+        width = int(lane.max()) + 1
+        laned, track_of_row = np.unique(track_of_row * width + lane, return_inverse=True)
+        tracks = [(*named_tracks[key // width], key % width) for key in laned.tolist()]
 
     # Descriptions: distinct (instant, describing fields), in first-use order.
     describing = [(instant.astype(np.int64), [False, True])] + \
@@ -414,8 +567,10 @@ def _group(batch: Any) -> _Grouped | None:
     flows: dict[int, int] = {}
     if "flow_id" in column and column["flow_id"].null_count < count:
         flows = {row: int(flow) for row, flow in enumerate(column["flow_id"].to_pylist()) if flow is not None}
-    return _Grouped(count, starts, durations, instant, list(tracks), track_of_key[inverse], descriptions,
-                    rank[description_of_row], first[order], flows)
+    attributes = pa.nulls(count, pa.large_binary()) if es.ATTRIBUTES not in column \
+        else column[es.ATTRIBUTES].cast(pa.large_string()).cast(pa.large_binary())
+    return _Grouped(count, starts, durations, instant, tracks, np.asarray(track_of_row).reshape(-1), descriptions,
+                    rank[description_of_row], first[order], flows, attributes.fill_null(b""))
 
 
 class PerfettoWriter:
@@ -447,6 +602,7 @@ class PerfettoWriter:
         self.parents: dict[tuple[Any, ...], int] = {}
         self.tracks: dict[tuple[Any, ...], int] = {}
         self.next_uuid = 1
+        self.lanes = _Lanes()
         self.descriptions: dict[tuple[Any, ...], bytes] = {}
         self._track_event = TrackEvent
         self._trace_packet = TracePacket
@@ -488,7 +644,8 @@ class PerfettoWriter:
         return self.next_uuid - 1
 
     def _description(self, instant: bool, event: dict[str, Any]) -> tuple[bytes, bytes]:
-        """(TrackEvent fields of a slice begin or instant, interned data first used by it)."""
+        """(TrackEvent fields of a slice begin or instant, body of the interned data first
+        used by it)."""
         key = (instant, *(event.get(field) for field in _DESCRIBING))
         found = self.descriptions.get(key)
         if found is not None:
@@ -511,12 +668,17 @@ class PerfettoWriter:
         fields = message.SerializeToString()
         if len(self.descriptions) < _DESCRIPTION_CACHE:
             self.descriptions[key] = fields
-        interned = b""
-        if interner.pending.ByteSize():
-            data = interner.pending.SerializeToString()
-            interned = bytes([_INTERNED_DATA]) + _varint(len(data)) + data
-            interner.pending.Clear()
-        return fields, interned
+        return fields, self._interned_body()
+
+    def _interned_body(self) -> bytes:
+        """The InternedData fields interned since the last call (unwrapped: a packet must
+        carry one ``interned_data`` field, so bodies of one packet are concatenated)."""
+        pending = self.interner.pending
+        if not pending.ByteSize():
+            return b""
+        body = pending.SerializeToString()
+        pending.Clear()
+        return body
 
     def write_batches(self, batches: Any) -> int:
         for batch in batches:
@@ -524,7 +686,7 @@ class PerfettoWriter:
         return self.written
 
     def write_batch(self, batch: Any) -> None:
-        grouped = _group(batch)
+        grouped = _group(batch, self.lanes)
         if grouped is None:
             return
         parents: list[bytes] = []
@@ -551,21 +713,52 @@ class PerfettoWriter:
             fields_of.append(fields)
             if interned:
                 interned_at[row] = interned
+        attributes = self._attribute_annotations(grouped.attributes, interned_at)
+        interned_at = {row: bytes([_INTERNED_DATA]) + _varint(len(body)) + body for row, body in interned_at.items()}
         flows = {row: _FLOW_IDS + flow.to_bytes(8, "little") for row, flow in grouped.flows.items()}
         self._encode(grouped.starts, grouped.durations, grouped.instant, uuids[grouped.track_of_row],
-                     grouped.description_of_row, fields_of, interned_at, flows)
+                     grouped.description_of_row, fields_of, attributes, interned_at, flows)
         self.written += grouped.count
 
+    def _attribute_annotations(self, attributes: Any, interned_at: dict[int, bytes]) -> list[Any]:
+        """Each event's ``attributes`` debug annotation (TrackEvent.debug_annotations = 4:
+        name_iid = 1, string_value = 6), column-wise: [] when no event has any, else two
+        Arrow columns (fixed-width heads, the text) joined into the TrackEvent. A new
+        ``attributes`` name iid goes with the first row that has one."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        lengths = np.asarray(pc.binary_length(attributes), dtype=np.int64)
+        present = lengths > 0
+        if not present.any():
+            return []
+        iid = self.interner.iid("debug_annotation_names", "attributes")
+        body = self._interned_body()
+        if body:
+            row = int(np.argmax(present))
+            interned_at[row] = interned_at.get(row, b"") + body
+        lengths = lengths[present]
+        text_width, iid_width = _varint_width(int(lengths.max())), _varint_width(iid)
+        annotation = 1 + iid_width + 1 + text_width + lengths
+        annotation_width = _varint_width(int(annotation.max()))
+        heads = _byte_rows(len(lengths), [(0x22, 1), (annotation, annotation_width), (0x08, 1), (iid, iid_width),
+                                          (0x32, 1), (lengths, text_width)])
+        offsets = np.concatenate([[0], np.cumsum(present * heads.shape[1])]).astype(np.int64)
+        return [pa.Array.from_buffers(pa.large_binary(), len(present), [None, pa.py_buffer(offsets),
+                                                                          pa.py_buffer(heads)]),
+                attributes]
+
     def _encode(self, starts: np.ndarray, durations: np.ndarray, instant: np.ndarray, tracks: np.ndarray,
-                descriptions: np.ndarray, fields_of: list[bytes], interned_at: dict[int, bytes],
-                flows: dict[int, bytes]) -> None:
+                descriptions: np.ndarray, fields_of: list[bytes], attributes: list[Any],
+                interned_at: dict[int, bytes], flows: dict[int, bytes]) -> None:
         """Every event's packets (a begin or instant packet, then an end packet unless an
-        instant), laid out as four columns joined row by row by Arrow:
+        instant), laid out as columns joined row by row by Arrow:
 
         * head: ``[packet tag][length][timestamp tag][timestamp][shared fields]
           [TrackEvent tag][length][track_uuid tag][uuid]`` — one row of a byte matrix;
         * the description's TrackEvent fields (type, name, category, arguments), taken
           from the few distinct ones;
+        * the event's own ``attributes`` annotation, if any (two columns: heads, text);
         * sparse extras: a flow id (still inside the TrackEvent, which is why it comes
           right after the fields) and interned data first used here (a TracePacket field
           after the TrackEvent; a packet's fields may come in any order);
@@ -575,6 +768,7 @@ class PerfettoWriter:
         so the heads are fixed-width rows and the only per-event work is filling their
         varying columns (timestamp, uuid, lengths), a few numpy operations per column."""
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         count = len(starts)
         common = self.common
@@ -588,7 +782,9 @@ class PerfettoWriter:
             flow_length[row] = len(data)
         for row, data in interned_at.items():
             interned_length[row] = len(data)
-        event_length = 1 + uuid_width + fields_length + flow_length
+        attributes_length = sum((np.asarray(pc.binary_length(column), dtype=np.int64) for column in attributes),
+                                np.zeros(count, dtype=np.int64))
+        event_length = 1 + uuid_width + fields_length + attributes_length + flow_length
         end_event_length = 1 + uuid_width + len(_SLICE_END)
         event_width = _varint_width(max(int(event_length.max()), end_event_length))
         fixed = 1 + timestamp_width + len(common) + 1 + event_width  # up to the TrackEvent's contents
@@ -604,7 +800,7 @@ class PerfettoWriter:
                                      (tail, len(tail))])
 
         columns = [_fixed_rows(heads(count, packet_length, starts, event_length, tracks)),
-                   pa.array(fields_of, pa.large_binary()).take(pa.array(descriptions))]
+                   pa.array(fields_of, pa.large_binary()).take(pa.array(descriptions)), *attributes]
         if flows or interned_at:
             extras = {row: flows.get(row, b"") + interned_at.get(row, b"") for row in {*flows, *interned_at}}
             columns.append(_sparse_rows(count, extras))
@@ -644,8 +840,9 @@ class ChromeJsonWriter:
         self.pids: dict[tuple[str | None, str], int] = {}
         #: Threads by (group, stage, track name); like the Perfetto writer's tracks, only
         #: the most recently used are kept (a forgotten one comes back as a new thread).
-        self.tids: dict[tuple[str | None, str, str], int] = {}
+        self.tids: dict[tuple[str | None, str, str, int], int] = {}
         self.next_tid = 1
+        self.lanes = _Lanes()
         self.descriptions: dict[tuple[Any, ...], tuple[str, str]] = {}
         self.written = 0
         self.first = True
@@ -672,13 +869,13 @@ class ChromeJsonWriter:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        grouped = _group(batch)
+        grouped = _group(batch, self.lanes)
         if grouped is None:
             return
         metadata: list[str] = []
         threads = []
         for key in grouped.tracks:
-            group, stage, track = key
+            group, stage, track, _ = key
             pid = self.pids.get((group, stage))
             if pid is None:
                 pid = self.pids[(group, stage)] = len(self.pids) + 1
@@ -691,7 +888,7 @@ class ChromeJsonWriter:
                 metadata.append(json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                                             "args": {"name": track}}))
             self.tids[key] = tid
-            threads.append(f'"pid": {pid}, "tid": {tid}, "ts": ')
+            threads.append(f'}}, "pid": {pid}, "tid": {tid}, "ts": ')
         while len(self.tids) > _LIVE_TRACKS:
             del self.tids[next(iter(self.tids))]
         self._emit(",\n".join(metadata))
@@ -701,8 +898,10 @@ class ChromeJsonWriter:
             key = (instant, *(event.get(field) for field in _DESCRIBING))
             found = self.descriptions.get(key)
             if found is None:
+                # The record and its args left open: the event's attributes go in args,
+                # its thread, timestamp and duration after them.
                 found = (json.dumps({"cat": "dfit", "name": self.namer.name(event), "args": self.namer.args(event)})
-                         [:-1] + ", ",  # the object left open for the event's own fields
+                         [:-2],
                          ', "ph": "i", "s": "t"}' if instant else ', "ph": "X", "dur": ')
                 if len(self.descriptions) < _DESCRIPTION_CACHE:
                     self.descriptions[key] = found
@@ -710,6 +909,7 @@ class ChromeJsonWriter:
         text = pa.large_string()
         description = pa.array(grouped.description_of_row)
         columns = [pa.array([head for head, _ in heads], text).take(description),
+                   _json_attributes(grouped.attributes),
                    pa.array(threads, text).take(pa.array(grouped.track_of_row)),
                    _microseconds(grouped.starts),
                    pa.array([tail for _, tail in heads], text).take(description),
@@ -722,6 +922,26 @@ class ChromeJsonWriter:
         data = memoryview(records.buffers()[2])[:_data_end(records)]
         self._emit(bytes(data[2:]) if self.first else data)
         self.written += grouped.count
+
+
+def _json_attributes(attributes: Any) -> Any:
+    """Each event's ``, "attributes": "…"`` member of its args (empty for none), an Arrow
+    string array: the text JSON-escaped column-wise (backslashes and quotes; the rare
+    value with control characters goes through ``json.dumps``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = attributes.cast(pa.large_string())
+    escaped = pc.replace_substring(pc.replace_substring(text, "\\", "\\\\"), '"', '\\"')
+    controls = np.asarray(pc.match_substring_regex(text, "[\\x00-\\x1f]"), dtype=bool)
+    if controls.any():
+        values = escaped.to_pylist()
+        for row in np.flatnonzero(controls).tolist():
+            values[row] = json.dumps(text[row].as_py())[1:-1]
+        escaped = pa.array(values, pa.large_string())
+    member = pc.binary_join_element_wise(pa.scalar(', "attributes": "', pa.large_string()), escaped,
+                                         pa.scalar('"', pa.large_string()), pa.scalar("", pa.large_string()))
+    return pc.if_else(pc.greater(pc.binary_length(text), 0), member, pa.scalar("", pa.large_string()))
 
 
 def _microseconds(nanoseconds: np.ndarray) -> Any:

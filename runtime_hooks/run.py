@@ -56,8 +56,12 @@ class RunResult:
 def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: str = "full",
                inputs: Sequence[str] = (), repeat: int = 1, warmup: int = 0, driver: str = "local-task",
                function: str | None = None, policy: Policy | None = None,
-               tensors: TensorPolicy | None = None) -> RunResult:
+               tensors: TensorPolicy | None = None, placement: dict[str, Any] | None = None) -> RunResult:
     """Run ``vmfb`` ``warmup + repeat`` times, record the last ``repeat``, write the bundle.
+
+    ``placement``: where the run ran, for multi-host jobs (``host``, ``rank``,
+    ``clock_offset_ns``: what to add to its times to get the job's clock), kept in
+    summary.json where ``dfit merge`` and ``dfit collect`` read it.
 
     The module runs in a child process (the IREE tools for ``full``, a spawned Python
     for the in-process modes): a fault in it (SIGSEGV, SIGABRT) becomes a
@@ -107,6 +111,7 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
             "inputs": made,
             "vmfb": {"path": str(vmfb), "sha256": vmfb_sha256},
             "manifest": str(manifest_path) if manifest else None,
+            **{key: value for key, value in (placement or {}).items() if value is not None},
         }
         fault = FaultContext(vmfb, function, inputs, bundle, warmup + repeat)
         if mode == "full":

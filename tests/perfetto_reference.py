@@ -66,7 +66,9 @@ def write_perfetto_reference(parquet: Path, manifest: dict[str, Any], path: Path
         for arg, value in args.items():
             annotation = packet.track_event.debug_annotations.add()
             annotation.name_iid = interner.iid("debug_annotation_names", arg)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if arg == "attributes":  # an event's own text: not interned (it rarely repeats)
+                annotation.string_value = value
+            elif isinstance(value, bool) or not isinstance(value, (int, float)):
                 annotation.string_value_iid = interner.iid("debug_annotation_string_values", str(value))
             elif isinstance(value, int):
                 annotation.int_value = value

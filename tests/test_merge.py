@@ -42,9 +42,14 @@ def test_two_runs_with_different_clocks_on_one_timeline(tmp_path: Path, convnet_
     assert [r["offset_ns"] for r in summary["ranks"]] == [0, expected]
     assert [r["group"] for r in summary["ranks"]] == ["rank 0", "rank 1"]
     merged = pq.read_table(tmp_path / "merged" / "events.parquet").to_pylist()
-    sessions = list(dict.fromkeys(e["session"] for e in merged))
-    starts = [min(e["start_ns"] for e in merged if e["session"] == s and e["invocation"] == 0) for s in sessions]
+    # The merged bundle is a bundle of its own; its events name their rank.
+    assert {e["session"] for e in merged} == {summary["session"]} and summary["session"].startswith("merge-")
+    assert len(summary["source_sessions"]) == 2
+    rank_of = [json.loads(e["attributes"])["rank"] for e in merged]
+    assert rank_of.count(0) == pq.read_metadata(rank0 / "events.parquet").num_rows
+    starts = [min(e["start_ns"] for e, r in zip(merged, rank_of, strict=True) if r == k and e["invocation"] == 0) for k in (0, 1)]
     assert starts[0] == starts[1] == first_start(rank0)
+    assert (tmp_path / "merged" / "sites.parquet").is_file()  # a bundle the analysis tools read
     # The residual: how far the later invocations still differ once invocation 0 is aligned.
     later = sorted(abs((first_start(rank1, k) - first_start(rank1)) - (first_start(rank0, k) - first_start(rank0)))
                    for k in (1, 2))
@@ -176,3 +181,52 @@ def test_one_rank_has_nothing_to_align(tmp_path: Path, edgetpu_bundle: Path) -> 
     result = CliRunner().invoke(main, ["merge", str(edgetpu_bundle), "-o", str(tmp_path / "m")])
     assert result.exit_code == 0 and "1 ranks, one rank: no clocks to align" in result.output
     assert "None" not in result.output
+
+
+def test_merged_bundle_is_analyzed_and_collected_as_its_own_run(tmp_path: Path, convnet_runs: dict[str, Path],  # noqa: F811
+                                                                shifted: Path) -> None:
+    """A merged job is a bundle like any other: the analysis tools read it, and a store
+    keeps it apart from its sources, with its ranks (rank-skew compares them)."""
+    merged = tmp_path / "merged"
+    merge_bundles([convnet_runs["rerun0"], shifted], merged)
+    runner = CliRunner()
+    result = runner.invoke(main, ["analyze", str(merged), "--tool", "semantic-attribution",
+                                  "--out", str(tmp_path / "analysis")])
+    assert result.exit_code == 0, result.output
+    store = tmp_path / "store"
+    for bundle in (convnet_runs["rerun0"], merged):
+        result = runner.invoke(main, ["collect", str(bundle), "-o", str(store)])
+        assert result.exit_code == 0 and "already" not in result.output, result.output
+    result = runner.invoke(main, ["query", str(store), "SELECT run, rank, COUNT(*) AS n FROM events "
+                                  "WHERE run LIKE 'merge-%' GROUP BY run, rank ORDER BY rank",
+                                  "-o", str(tmp_path / "ranks.csv")])
+    assert result.exit_code == 0, result.output
+    assert [row["rank"] for row in read_csv(tmp_path / "ranks.csv")] == ["0", "1"]
+
+
+def test_a_bundle_given_twice_is_refused(tmp_path: Path, convnet_runs: dict[str, Path]) -> None:  # noqa: F811
+    bundle = convnet_runs["rerun0"]
+    result = CliRunner().invoke(main, ["merge", str(bundle), str(bundle), "-o", str(tmp_path / "m")])
+    assert result.exit_code == 2 and "given twice" in result.output
+    assert not (tmp_path / "m").exists()
+
+
+def test_runs_record_their_placement_for_merge(tmp_path: Path, iree_bundles: dict[str, Path]) -> None:
+    """`dfit run --host --rank --clock-offset-ns` keeps where a run ran in summary.json;
+    merge then ranks by it and aligns by the recorded offsets."""
+    vmfb = iree_bundles["manifest"].parent / "full.vmfb"
+    runner = CliRunner()
+    for rank in (0, 1):
+        result = runner.invoke(main, ["run", str(vmfb), "--manifest", str(iree_bundles["manifest"]), "--host",
+                                      f"node-{rank}", "--rank", str(rank), "--clock-offset-ns", str(rank * 1000),
+                                      "-o", str(tmp_path / f"r{rank}")])
+        assert result.exit_code == 0, result.output
+        summary = json.loads((tmp_path / f"r{rank}" / "summary.json").read_text())
+        assert (summary["host"], summary["rank"], summary["clock_offset_ns"]) == (f"node-{rank}", rank, rank * 1000)
+    merged = merge_bundles([tmp_path / "r1", tmp_path / "r0"], tmp_path / "m")
+    assert merged["alignment"]["method"].startswith("recorded offsets")
+    assert [(r["host"], r["rank"], r["ranked_by"], r["offset_ns"]) for r in merged["ranks"]] == \
+        [("node-1", 1, "summary", 1000), ("node-0", 0, "summary", 0)]
+    result = runner.invoke(main, ["run", str(vmfb), "--manifest", str(iree_bundles["manifest"]), "--rank", "-1",
+                                  "-o", str(tmp_path / "bad")])
+    assert result.exit_code == 2 and not (tmp_path / "bad").exists()
