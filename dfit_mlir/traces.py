@@ -19,6 +19,7 @@ wire format column-wise (:class:`PerfettoWriter`), not one message object per ev
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,15 @@ def write_perfetto(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
 #: back after this many others were drawn go on a second track of the same name. Keeps
 #: the writer's memory bounded however many invocations a run has.
 _LIVE_TRACKS = 65_536
+
+
+def _forget_oldest(recent: OrderedDict[Any, Any]) -> None:
+    """Keep the :data:`_LIVE_TRACKS` most recently used entries of ``recent`` (used ones
+    are popped and put back, so they come last). An OrderedDict: dropping the first
+    entries of a plain dict again and again makes each drop slower (its iteration skips
+    the emptied slots), which showed past 65,536 invocations."""
+    while len(recent) > _LIVE_TRACKS:
+        recent.popitem(last=False)
 #: Events encoded at a time: bounds the writer's memory (~100 bytes of output per event).
 _BATCH_ROWS = 131_072
 #: TracePacket / TrackEvent field tags (wire type in the low 3 bits), as Perfetto's protos number them.
@@ -347,7 +357,7 @@ class _Lanes:
 
     def __init__(self) -> None:
         #: Laid-out track → per lane, the ends of its open slices (innermost last).
-        self.open: dict[tuple[Any, ...], list[list[int]]] = {}
+        self.open: OrderedDict[tuple[Any, ...], list[list[int]]] = OrderedDict()
         #: Nesting track → its slices (start, end, kind) still open at the last batch's
         #: last start: what a slice of the next batch could cross.
         self.carried: dict[tuple[Any, ...], list[tuple[int, int, int]]] = {}
@@ -396,8 +406,7 @@ class _Lanes:
                 if row[at] >= 0:
                     lanes[row[at]] = _first_fit(stacks, int(start[at]), int(end[at]))
             self.open[key] = stacks
-        while len(self.open) > _LIVE_TRACKS:
-            del self.open[next(iter(self.open))]
+        _forget_oldest(self.open)
         # What the nesting tracks carry into the next batch.
         last_start = int(starts[rows].max())
         keep = end > last_start
@@ -600,7 +609,7 @@ class PerfettoWriter:
         #: by (group, stage, track name): one per invocation, so the writer keeps only the
         #: most recently used :data:`_LIVE_TRACKS` of those.
         self.parents: dict[tuple[Any, ...], int] = {}
-        self.tracks: dict[tuple[Any, ...], int] = {}
+        self.tracks: OrderedDict[tuple[Any, ...], int] = OrderedDict()
         self.next_uuid = 1
         self.lanes = _Lanes()
         self.descriptions: dict[tuple[Any, ...], bytes] = {}
@@ -700,8 +709,7 @@ class PerfettoWriter:
                 uuid = self._new_uuid()
                 new_tracks.append((uuid, key[2], parent))
             live[key] = uuids[index] = uuid
-        while len(live) > _LIVE_TRACKS:
-            del live[next(iter(live))]
+        _forget_oldest(live)
         self.stream.write(b"".join(parents))
         if new_tracks:
             self.stream.write(_track_descriptors(new_tracks))
@@ -840,7 +848,7 @@ class ChromeJsonWriter:
         self.pids: dict[tuple[str | None, str], int] = {}
         #: Threads by (group, stage, track name); like the Perfetto writer's tracks, only
         #: the most recently used are kept (a forgotten one comes back as a new thread).
-        self.tids: dict[tuple[str | None, str, str, int], int] = {}
+        self.tids: OrderedDict[tuple[str | None, str, str, int], int] = OrderedDict()
         self.next_tid = 1
         self.lanes = _Lanes()
         self.descriptions: dict[tuple[Any, ...], tuple[str, str]] = {}
@@ -889,8 +897,7 @@ class ChromeJsonWriter:
                                             "args": {"name": track}}))
             self.tids[key] = tid
             threads.append(f'}}, "pid": {pid}, "tid": {tid}, "ts": ')
-        while len(self.tids) > _LIVE_TRACKS:
-            del self.tids[next(iter(self.tids))]
+        _forget_oldest(self.tids)
         self._emit(",\n".join(metadata))
 
         heads = []
