@@ -16,12 +16,13 @@ from dfit_mlir.errors import (
     EXIT_INVALID_INPUT,
     EXIT_TABLE,
     DfitError,
+    OutputRefusedError,
 )
 
 # --- the CLI contract: one exit-status table, one line per error, no traceback ---------
 
 #: Parameters naming a command's main input, in the order the internal-error line looks.
-_INPUT_PARAMETERS = ("source", "vmfb", "dumps", "bundle", "bundle_a", "manifest_path")
+_INPUT_PARAMETERS = ("source", "vmfb", "dumps", "bundle", "bundle_a", "manifest_path", "bundles", "store_path")
 
 
 def _user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -675,7 +676,7 @@ def collect(bundles: tuple[Path, ...], store_path: Path, label: str | None, host
 @click.option("--baseline", default=None, help="regressions: label of the baseline runs.")
 @click.option("--candidate", default=None, help="regressions: label of the candidate runs.")
 @click.option("--min-runs", type=click.IntRange(min=1), default=None, help="regressions: runs needed per side (2).")
-@click.option("--threshold", type=float, default=None, help="regressions: smallest relative change (0.05).")
+@click.option("--threshold", default=None, help="regressions: smallest relative change (0.05).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="top-sites: rows (20).")
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Write the rows to .csv or .parquet.")
 @click.option("--trace", "trace_path", type=click.Path(path_type=Path), default=None,
@@ -688,28 +689,48 @@ def query(store_path: str, sql_or_report: str, engine: str, master: str | None, 
           output: Path | None, trace_path: Path | None, shown: int, force: bool) -> None:
     """Run SQL or a named report over a bundle store. Reports: top-sites, regressions,
     rank-skew, coverage. Tables: events, sites, operators, partitions, coverage, runs, op_totals."""
+    import re
+
     from dfit_mlir import store
     from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.store import layout, reports
     from dfit_mlir.store import output as outputs
 
     parameters = {"baseline": baseline, "candidate": candidate, "min_runs": min_runs, "threshold": threshold,
                   "limit": limit}
-    is_report = sql_or_report in store.REPORTS
+    text = sql_or_report.strip()
+    if not text:
+        raise InvalidInputError(f"empty query: give SQL or a report ({', '.join(sorted(store.REPORTS))})")
+    is_report = text in store.REPORTS
+    if not is_report and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.-]*", text):
+        # One word is no SQL: a table's rows, else a report name (mistyped?).
+        if text.lower() not in layout.TABLES:
+            reports.get(text)
+        text = f"SELECT * FROM {text.lower()}"
     if not is_report and any(value is not None for value in parameters.values()):
         raise InvalidInputError("--baseline/--candidate/--min-runs/--threshold/--limit go with a named report")
     # Before the query: a refused output must not cost a cluster job, and writes nothing.
     outputs.check_paths(store_path, output, trace_path, force=force)
-    table = store.query(store_path, None if is_report else sql_or_report,
-                        report=sql_or_report if is_report else None,
-                        parameters={k: v for k, v in parameters.items() if v is not None},
-                        engine=engine, master=master)
-    click.echo(outputs.render(table, shown))
-    if output is not None:
-        outputs.write_table(table, output)
-        click.echo(f"wrote {output} ({table.num_rows} rows)")
-    if trace_path is not None:
-        written = outputs.write_trace(table, trace_path)
-        click.echo(f"wrote {trace_path} ({written} events)")
+    with store.prepare(store_path, None if is_report else text, report=text if is_report else None,
+                       parameters={k: v for k, v in parameters.items() if v is not None},
+                       engine=engine, master=master) as prepared:
+        if output is None and trace_path is None:
+            # Only what is printed is read (a count would be a scan of every row).
+            head = prepared.head(shown + 1)
+            click.echo(outputs.render(head, shown))
+            rows = head.num_rows
+        else:
+            schema, batches = prepared.stream()
+            written = outputs.write(schema, batches, table_path=output, trace_path=trace_path, keep=shown)
+            click.echo(outputs.render(written.head, shown, total=written.rows))
+            if output is not None:
+                click.echo(f"wrote {output} ({written.rows} rows)")
+            if trace_path is not None:
+                click.echo(f"wrote {trace_path} ({written.traced} events)")
+            rows = written.rows
+        note = prepared.empty_note() if rows == 0 else None
+        if note:
+            click.echo(f"dfit query {text}: {note}", err=True)
 
 
 @main.group("store")
@@ -749,7 +770,13 @@ def merge(bundles: tuple[Path, ...], output: Path, anchor: str | None, allow_mix
     from dfit_mlir.merge import merge_bundles
     from dfit_mlir.runtime_hooks.bundle import BUNDLE_KIND
 
-    outputs.check(output, BUNDLE_KIND, inputs=bundles, force=force)
+    target = outputs.check(output, BUNDLE_KIND, inputs=bundles, force=force)
+    # Run, reconstruct and merge bundles share the marker kind "bundle": a merge replaces
+    # only a merged bundle (its summary's mode), never a run's without --force.
+    other = _bundle_mode(target)
+    if other not in (None, "merged") and not force:
+        raise OutputRefusedError(f"{output}: refusing to overwrite: it is a dfit {other} bundle, not a merged "
+                                 "bundle (use --force to replace it)")
 
     summary = merge_bundles(list(bundles), output, anchor=anchor, allow_mixed=allow_mixed)
     alignment = summary["alignment"]
@@ -764,6 +791,21 @@ def merge(bundles: tuple[Path, ...], output: Path, anchor: str | None, allow_mix
     mixed = " [mixed models/backends: --allow-mixed]" if summary["mixed"] else ""
     click.echo(f"wrote {output}: {len(summary['ranks'])} ranks, {clocks}, {summary['linked_steps']} steps "
                f"linked{mixed}")
+
+
+def _bundle_mode(directory: Path) -> str | None:
+    """The mode a bundle's summary records (run modes, ``reconstructed``, ``merged``);
+    None: no bundle summary there."""
+    import json
+
+    try:
+        summary = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(summary, dict) or summary.get("schema") != "dfit.run-summary":
+        return None
+    mode = summary.get("mode")
+    return str(mode) if mode in ("merged", "reconstructed") else f"run ({mode})" if mode else "run"
 
 
 @main.command()

@@ -100,6 +100,9 @@ def require_reader(store: Path, version: str) -> None:
 
 def collect(bundles: Sequence[Path], store: Path, placement: Placement = Placement()) -> list[Collected]:
     """Add ``bundles`` to ``store`` (created when absent); returns one record per bundle."""
+    if not store.exists():  # a new store: not created for inputs none of which is a bundle
+        for bundle in bundles:
+            _read_source(Path(bundle))
     open_store(store, create=True)
     results = []
     for bundle in bundles:
@@ -130,10 +133,40 @@ def _read_source(path: Path) -> _Source:
         summary = _json(summary_path)
         kind = "reconstruction" if summary.get("mode") == "reconstructed" else "run"
         return _Source(path, kind, _json(manifest_path), summary, events)
-    manifest = _json(path)
+    manifest = _manifest_file(path)
     if manifest.get("schema") != "dfit.manifest":
         raise InvalidInputError(f"{path}: not a dfit manifest (schema {manifest.get('schema')!r})")
     return _Source(path, "compile", manifest, {}, None)
+
+
+#: What a file given to collect may be instead of a manifest, by its suffix: what to do.
+_NOT_MANIFESTS = {".vmfb": "an IREE module: `dfit run` it and collect the bundle",
+                  ".tflite": "a TFLite model: `dfit compile` it and collect the manifest",
+                  ".onnx": "an ONNX model: `dfit compile` it and collect the manifest",
+                  ".mlir": "MLIR: `dfit compile` it and collect the manifest",
+                  ".parquet": "a Parquet file: collect the bundle directory it is in"}
+
+
+def _manifest_file(path: Path) -> dict[str, Any]:
+    """A file given to collect: a compile manifest, else one line saying what it is."""
+    what = _NOT_MANIFESTS.get(path.suffix.lower())
+    with open(path, "rb") as handle:
+        head = handle.read(4096)
+    if what is None:
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError as error:
+            if error.start < len(head) - 4:  # not just a character cut at the 4096th byte
+                what = "a binary file"
+        if what is None and not head.lstrip().startswith(b"{"):
+            what = "not JSON"
+    if what is not None:
+        raise InvalidInputError(f"{path}: not a dfit bundle or manifest ({what}); give run or reconstruct "
+                                "bundles or compile manifests")
+    try:
+        return _json(path)
+    except UnicodeDecodeError:
+        raise InvalidInputError(f"{path}: not a dfit bundle or manifest (a binary file)") from None
 
 
 def _json(path: Path) -> dict[str, Any]:

@@ -14,7 +14,9 @@ in the subset they share, with these rules (each checked on both engines by
   Spark's does not);
 * JSON fields are read with Spark's ``get_json_object(text, '$.key')``; DuckDB gets a macro
   of that name (:data:`DUCKDB_PRELUDE`);
-* ``median``, ``max_by``, ``count_if``, ``stddev_samp`` and ``greatest`` exist in both under these names.
+* ``median``, ``max_by``, ``count_if``, ``stddev_samp`` and ``greatest`` exist in both under these names;
+* nothing is ``ROUND``ed: the engines round a double differently (``ROUND(17007157.95, 1)``),
+  so reports return the doubles and ``dfit query`` rounds what it prints.
 
 What cannot be written once is here: string literals (Spark reads backslash escapes in
 them, DuckDB does not), column type names for the projections onto the store schema,

@@ -16,9 +16,9 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
-from dfit_mlir.errors import DfitError, InvalidInputError
+from dfit_mlir.errors import DfitError, InvalidInputError, ToolchainError
 from dfit_mlir.store import dialects, layout, rollup
 
 
@@ -28,10 +28,27 @@ class QueryError(DfitError):
     exit_code = 2
 
 
+class EngineError(ToolchainError):
+    """The engine itself failed (Spark could not start or reach its master, a storage
+    scheme it cannot read): exit 3, one line, the Java stack kept off the terminal."""
+
+
+#: Rows per Arrow record batch when a result is streamed to a file (a Parquet row group
+#: each): 18M events stream at 13 s with 512Ki-row batches, 24 s with 64Ki, in the same
+#: ~280 MB.
+STREAM_ROWS = 1 << 19
+#: Spark's rows reach Python one by one (``toLocalIterator``): fewer per batch.
+SPARK_STREAM_ROWS = 1 << 16
+
+
 class Engine(Protocol):
     dialect: dialects.Dialect
 
     def sql(self, text: str) -> Any: ...
+
+    def head(self, text: str, rows: int) -> Any: ...
+
+    def stream(self, text: str) -> Any: ...
 
     def close(self) -> None: ...
 
@@ -187,6 +204,9 @@ class DuckDBEngine:
         self.connection = duckdb.connect(config=config)
         # Footers are read once per connection, not at every bind of a view.
         self.connection.execute("SET parquet_metadata_cache = true")
+        # Nothing is downloaded at run time: an extension a URL needs (httpfs for s3://)
+        # loads when it is installed already, else the query fails with one line.
+        self.connection.execute("SET autoinstall_known_extensions = false")
         for statement in self.dialect.prelude:
             self.connection.execute(statement)
         self.views: set[str] = set()
@@ -238,7 +258,8 @@ class DuckDBEngine:
             source = f"read_parquet({listed}, hive_partitioning=true, union_by_name=true, hive_types={hive_types})"
             try:
                 present = {row[0] for row in self.connection.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
-            except self.errors():
+            except self.errors() as error:
+                _missing_extension(str(error), self.files.location)
                 if bundle_files is None:  # a URL store whose bundles are all compacted: no file matches
                     continue
                 raise
@@ -248,31 +269,111 @@ class DuckDBEngine:
         self.connection.execute(f"CREATE VIEW {name} AS {' UNION ALL '.join(selects) or _empty(table, self.dialect)}")
         return bool(selects)
 
-    def sql(self, text: str) -> Any:
+    def _relation(self, text: str) -> Any:
+        import duckdb
+
+        for table in tables_named(text):
+            self._register(table)
+        while True:
+            try:
+                return self.connection.sql(text)
+            except duckdb.CatalogException as error:
+                table = missing_table(str(error), self.views)
+                if table is None:
+                    raise
+                self._register(table)
+
+    def _reader(self, text: str, rows: int) -> Any:
+        """A RecordBatchReader over ``text``'s rows: DuckDB computes them as they are read."""
+        import pyarrow as pa
+
+        relation = self._relation(text)
+        if relation is None:  # a statement, not a query
+            return pa.RecordBatchReader.from_batches(pa.schema([]), [])
+        return relation.to_arrow_reader(rows)
+
+    def _run(self, produce: Any) -> Any:
         import duckdb
 
         try:
-            for table in tables_named(text):
-                self._register(table)
-            while True:
-                try:
-                    relation = self.connection.sql(text)
-                    break
-                except duckdb.CatalogException as error:
-                    table = missing_table(str(error), self.views)
-                    if table is None:
-                        raise
-                    self._register(table)
-            if relation is None:  # a statement, not a query
-                import pyarrow as pa
-
-                return pa.table({})
-            return relation.to_arrow_table()
+            return produce()
         except duckdb.Error as error:
+            _missing_extension(str(error), self.files.location)
             raise QueryError(f"query failed (duckdb): {str(error).splitlines()[0]}") from None
+
+    def sql(self, text: str) -> Any:
+        return self._run(lambda: self._reader(text, STREAM_ROWS).read_all())
+
+    def head(self, text: str, rows: int) -> Any:
+        """The first ``rows`` rows only (the rest is never computed when DuckDB can stop)."""
+        import pyarrow as pa
+
+        def first() -> Any:
+            reader = self._reader(text, max(rows, 1))
+            kept, count = [], 0
+            for batch in reader:
+                kept.append(batch.slice(0, rows - count))
+                count += kept[-1].num_rows
+                if count >= rows:
+                    break
+            return pa.Table.from_batches(kept, schema=reader.schema)
+
+        return self._run(first)
+
+    def stream(self, text: str) -> Any:
+        """(schema, batches) of ``text``'s rows in bounded memory; errors while reading
+        them are raised as :class:`QueryError` too."""
+        reader = self._run(lambda: self._reader(text, STREAM_ROWS))
+
+        def batches() -> Any:
+            iterator = iter(reader)
+            while True:
+                batch = self._run(lambda: next(iterator, None))
+                if batch is None:
+                    return
+                yield batch
+
+        return reader.schema, batches()
 
     def close(self) -> None:
         self.connection.close()
+
+
+def _missing_extension(message: str, location: str) -> None:
+    """DuckDB needing an extension it may not download (exit 3, what to do instead)."""
+    lowered = message.lower()
+    if "extension" in lowered and ("autoload" in lowered or "install" in lowered or "not loaded" in lowered):
+        scheme = location.split("://", 1)[0] if "://" in location else "this"
+        raise EngineError(f"{location}: DuckDB needs its httpfs extension to read {scheme}:// and dfit does not "
+                          "download at run time (install it beforehand: python -c \"import duckdb; "
+                          "duckdb.install_extension('httpfs')\", or use --engine spark)")
+
+
+#: Spark master URLs (https://spark.apache.org/docs/latest/submitting-applications.html#master-urls).
+_MASTER = re.compile(r"local(\[(\*|\d+)(,\s*\d+)?\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]"
+                     r"|spark://[^/\s:]+:\d+(,[^/\s:]+:\d+)*|yarn|k8s://\S+|mesos://\S+|connect://\S+")
+#: Seconds to wait for a standalone master to accept a connection before Spark is started.
+MASTER_CONNECT_TIMEOUT_S = 5.0
+
+
+def check_master(master: str) -> None:
+    """A bad master URL is refused (exit 2), an unreachable standalone master fails fast
+    (exit 3) instead of Spark retrying its registration for a minute."""
+    import socket
+
+    if not _MASTER.fullmatch(master.strip()):
+        raise InvalidInputError(f"--master {master!r} is not a Spark master URL (local[N], spark://HOST:PORT, "
+                                "yarn, k8s://URL)")
+    if not master.startswith("spark://"):
+        return
+    for address in master[len("spark://"):].split(","):
+        host, port = address.rsplit(":", 1)
+        try:
+            with socket.create_connection((host, int(port)), timeout=MASTER_CONNECT_TIMEOUT_S):
+                return
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+    raise EngineError(f"--master {master}: no Spark master answers there ({reason})")
 
 
 _SPARK_SESSION: Any = None
@@ -296,8 +397,10 @@ def spark_session(master: str | None = None) -> Any:
 
     log_config = resources.files("dfit_mlir.store").joinpath("log4j2.properties")
 
+    master = master or os.environ.get("DFIT_SPARK_MASTER", "local[2]")
+    check_master(master)
     builder = (SparkSession.builder.appName("dfit-query")
-               .master(master or os.environ.get("DFIT_SPARK_MASTER", "local[2]"))
+               .master(master)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.session.timeZone", "UTC")
@@ -305,10 +408,28 @@ def spark_session(master: str | None = None) -> Any:
                .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
                .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile=file:{log_config}")
                .config("spark.sql.ansi.enabled", "false"))
-    session = builder.getOrCreate()
+    try:
+        session = builder.getOrCreate()
+    except Exception as error:  # noqa: BLE001 — py4j / Java / gateway start failures alike
+        raise EngineError(f"spark: cannot start a session at {master}: {_first_line(error)}") from None
     session.sparkContext.setLogLevel("ERROR")
     _SPARK_SESSION = session
     return session
+
+
+def _first_line(error: BaseException) -> str:
+    """The Java exception's own message, not its stack (a Py4JJavaError's str is the stack)."""
+    java = getattr(error, "java_exception", None)
+    if java is not None:
+        try:
+            return f"{java.getClass().getName()}: {java.getMessage()}".splitlines()[0]
+        except Exception:  # noqa: BLE001 — the gateway itself may be gone
+            pass
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    for line in lines:
+        if "Exception" in line or "Error" in line:
+            return line[:300]
+    return (lines[0] if lines else type(error).__name__)[:300]
 
 
 def _python() -> str:
@@ -384,15 +505,20 @@ class SparkEngine:
         return True
 
     def _read_text(self, location: str) -> str | None:
+        from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException
 
         try:
             rows = self.session.read.text(location, wholetext=True).collect()
-        except PySparkException:
+        except (PySparkException, Py4JError) as error:
+            if _storage_failure(str(error)):
+                raise EngineError(f"{self.files.location}: spark cannot read it: {_first_line(error)}"
+                                  f"{_storage_hint(str(error))}") from None
             return None
         return rows[0][0] if rows else None
 
-    def sql(self, text: str) -> Any:
+    def _frame(self, text: str, finish: Any) -> Any:
+        from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException
 
         try:
@@ -401,22 +527,95 @@ class SparkEngine:
             registered = set(tables_named(text))
             while True:
                 try:
-                    return self.session.sql(text).toArrow()
+                    return finish(self.session.sql(text))
                 except PySparkException as error:
                     table = missing_table(str(error), registered)
                     if table is None:
                         raise
                     self._register(table)
                     registered.add(table)
-        except PySparkException as error:
-            raise QueryError(f"query failed (spark): {str(error).splitlines()[0]}") from None
+        except (PySparkException, Py4JError) as error:
+            raise self._failure(error) from None
+
+    def _failure(self, error: Exception) -> DfitError:
+        """A Spark exception as one line: the query's fault (exit 2), else the engine's (3)."""
+        from pyspark.errors import PySparkException
+
+        if _storage_failure(str(error)):
+            return EngineError(f"{self.files.location}: spark cannot read it: {_first_line(error)}"
+                               f"{_storage_hint(str(error))}")
+        if isinstance(error, PySparkException):
+            return QueryError(f"query failed (spark): {str(error).splitlines()[0]}")
+        # A Java failure PySpark has no class for (a lost executor, the gateway gone).
+        return EngineError(f"spark failed on {self.files.location}: {_first_line(error)}")
+
+    def sql(self, text: str) -> Any:
+        return self._frame(text, lambda frame: frame.toArrow())
+
+    def head(self, text: str, rows: int) -> Any:
+        return self._frame(text, lambda frame: frame.limit(rows).toArrow())
+
+    def stream(self, text: str) -> Any:
+        """(schema, batches): rows come to the driver a partition at a time
+        (``toLocalIterator``), made into Arrow batches of :data:`SPARK_STREAM_ROWS`."""
+        import pyarrow as pa
+
+        schema = self._frame(text, lambda frame: frame.limit(0).toArrow()).schema
+
+        def batches() -> Any:
+            from py4j.protocol import Py4JError
+            from pyspark.errors import PySparkException
+
+            rows: list[dict[str, Any]] = []
+            iterator = self._frame(text, lambda frame: frame.toLocalIterator(prefetchPartitions=False))
+            try:
+                for row in iterator:
+                    rows.append(row.asDict(recursive=True))
+                    if len(rows) >= SPARK_STREAM_ROWS:
+                        yield pa.RecordBatch.from_pylist(rows, schema=schema)
+                        rows = []
+            except (PySparkException, Py4JError) as error:
+                raise self._failure(error) from None
+            if rows:
+                yield pa.RecordBatch.from_pylist(rows, schema=schema)
+
+        return schema, batches()
 
     def close(self) -> None:
         pass  # the session is shared by the process
 
 
+def _storage_failure(message: str) -> bool:
+    lowered = message.lower()
+    return "no filesystem for scheme" in lowered or "classnotfoundexception" in lowered and "filesystem" in lowered
+
+
+def _storage_hint(message: str) -> str:
+    if "S3AFileSystem" in message:
+        return " (s3a:// needs hadoop-aws on Spark's classpath: spark.jars.packages org.apache.hadoop:hadoop-aws)"
+    return ""
+
+
+#: Store URL schemes each engine can read (DuckDB's through its httpfs extension).
+URL_SCHEMES: Final = {"duckdb": ("file", "s3", "s3a", "s3n", "gs", "gcs", "r2", "http", "https", "az", "abfss", "hf"),
+                      "spark": ("s3a", "s3", "s3n", "hdfs", "gs", "abfs", "abfss", "wasb", "wasbs", "viewfs",
+                                "file", "oss", "cos", "obs")}
+
+
+def check_url(name: str, store: str) -> None:
+    """A store URL of a scheme the engine cannot read: exit 2 before the engine starts."""
+    scheme, _, rest = store.partition("://")
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9+.-]*", scheme) or not rest.strip("/"):
+        raise InvalidInputError(f"{store}: not a store URL (SCHEME://BUCKET/PATH) nor a local directory")
+    if scheme.lower() not in URL_SCHEMES.get(name, ()):
+        raise InvalidInputError(f"{store}: --engine {name} reads no {scheme}:// store "
+                                f"({', '.join(s + '://' for s in URL_SCHEMES[name])})")
+
+
 def engine(name: str, store: str, *, master: str | None = None, **options: Any) -> Engine:
     """``duckdb`` or ``spark`` over ``store``."""
+    if "://" in store and name in URL_SCHEMES:
+        check_url(name, store)
     if name == "duckdb":
         if master:
             raise InvalidInputError("--master applies to --engine spark only")

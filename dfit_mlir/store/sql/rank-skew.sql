@@ -110,7 +110,7 @@ alone AS (
 )
 SELECT c.backend, c.model, c.label, c.measure, c.unit, c.step, c.ranks, j.job_ranks,
        c.slowest_rank, c.slowest_pid, c.slowest, c.median, c.fastest,
-       ROUND(CASE WHEN c.unit = 'ns' THEN c.slowest / c.median ELSE c.median / c.slowest END, 3) AS skew,
+       CASE WHEN c.unit = 'ns' THEN c.slowest / c.median ELSE c.median / c.slowest END AS skew,  -- not rounded (see top-sites)
        CAST(NULL AS STRING) AS note
 FROM compared c
 JOIN jobs j ON j.backend = c.backend AND j.model = c.model AND j.label = c.label

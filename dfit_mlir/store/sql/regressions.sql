@@ -32,9 +32,8 @@ paired AS (
     WHERE b.label = ${baseline} AND c.label = ${candidate}
 )
 SELECT backend, model, root_id, baseline_runs, candidate_runs,
-       ROUND(baseline_ns, 1) AS baseline_ns, ROUND(candidate_ns, 1) AS candidate_ns,
-       ROUND(spread_ns, 1) AS spread_ns,
-       ROUND(candidate_ns / baseline_ns, 3) AS ratio,
+       baseline_ns, candidate_ns, spread_ns,
+       candidate_ns / baseline_ns AS ratio,  -- not rounded: the engines round doubles differently
        CASE WHEN candidate_ns > baseline_ns THEN 'slower' ELSE 'faster' END AS change
 FROM paired
 WHERE baseline_runs >= ${min_runs} AND candidate_runs >= ${min_runs}

@@ -5,6 +5,8 @@
 -- Reads the rollup `op_totals` (per bundle and root op: its timed events' count and
 -- total, written by `dfit collect`; computed from `events` for bundles without it), not
 -- every event: events are many, (run, op) pairs few.
+-- Nothing is rounded here: DuckDB and Spark round a double differently (ROUND(17007157.95, 1)
+-- is 17007157.9 on DuckDB, not on Spark); `dfit query` rounds when it prints.
 -- Parameters: limit (rows).
 WITH per_op AS (
     SELECT backend, model, run, root_id, events, total_ns
@@ -29,8 +31,8 @@ per_location AS (
     GROUP BY backend, model, location, located_by
 )
 SELECT backend, model, location, located_by, runs, events, ops, total_ns,
-       ROUND(CAST(total_ns AS DOUBLE) / events, 1) AS mean_ns,
-       ROUND(CAST(total_ns AS DOUBLE) / SUM(total_ns) OVER (PARTITION BY backend, model), 4) AS share
+       CAST(total_ns AS DOUBLE) / events AS mean_ns,
+       CAST(total_ns AS DOUBLE) / SUM(total_ns) OVER (PARTITION BY backend, model) AS share
 FROM per_location
 ORDER BY total_ns DESC NULLS LAST, backend NULLS LAST, model NULLS LAST, location NULLS LAST
 LIMIT ${limit}
