@@ -151,9 +151,48 @@ def write_perfetto(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
     instants written (events without a start time are left out and not counted)."""
     events = es.open_parquet(parquet)
     fields = _trace_columns(events)
-    with path.open("wb") as stream:
+    with path.open("wb") as file, _WriteBehind(file) as stream:
         return PerfettoWriter(manifest, stream).write_batches(
             events.iter_batches(batch_size=_BATCH_ROWS, columns=fields))
+
+
+class _WriteBehind:
+    """A stream whose writes go to ``file`` from a thread, so the disk takes the previous
+    batch's bytes while the next batch is encoded (both release the GIL). At most
+    ``depth`` writes wait; a failed write is raised by the next write or on exit."""
+
+    def __init__(self, file: Any, depth: int = 4):
+        import queue
+        import threading
+
+        self.file = file
+        self.pending: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._drain, name="dfit-trace-writer", daemon=True)
+        self.thread.start()
+
+    def _drain(self) -> None:
+        while (data := self.pending.get()) is not None:
+            if self.error is None:
+                try:
+                    self.file.write(data)
+                except BaseException as error:  # raised in the encoding thread
+                    self.error = error
+
+    def write(self, data: Any) -> int:
+        if self.error is not None:
+            raise self.error
+        self.pending.put(data)  # a memoryview keeps its Arrow buffer alive until written
+        return len(data)
+
+    def __enter__(self) -> _WriteBehind:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.pending.put(None)
+        self.thread.join()
+        if self.error is not None and exc[0] is None:
+            raise self.error
 
 
 #: Tracks of invocations (and operations) remembered: events of an invocation that come
@@ -831,7 +870,7 @@ def write_chrome_json(parquet: Path, manifest: dict[str, Any], path: Path) -> in
     streamed from ``events.parquet``; returns the number of events written."""
     events = es.open_parquet(parquet)
     fields = _trace_columns(events)
-    with path.open("wb") as stream:
+    with path.open("wb") as file, _WriteBehind(file) as stream:
         writer = ChromeJsonWriter(manifest, stream)
         written = writer.write_batches(events.iter_batches(batch_size=_BATCH_ROWS, columns=fields))
         writer.close()
