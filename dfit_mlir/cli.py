@@ -796,13 +796,10 @@ def merge(bundles: tuple[Path, ...], output: Path, anchor: str | None, allow_mix
 def _bundle_mode(directory: Path) -> str | None:
     """The mode a bundle's summary records (run modes, ``reconstructed``, ``merged``);
     None: no bundle summary there."""
-    import json
+    from dfit_mlir import outputs
 
-    try:
-        summary = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError):
-        return None
-    if not isinstance(summary, dict) or summary.get("schema") != "dfit.run-summary":
+    summary = outputs.run_summary(directory)
+    if summary is None:
         return None
     mode = summary.get("mode")
     return str(mode) if mode in ("merged", "reconstructed") else f"run ({mode})" if mode else "run"

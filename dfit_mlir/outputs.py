@@ -115,16 +115,22 @@ _LEGACY_BUNDLE_FILES = ("manifest.json", "summary.json", "events.parquet", "site
                         "events.csv", "trace.pftrace", "trace.json", "coverage.json")
 
 
-def _legacy_bundle_marker(directory: Path, kind: str) -> dict[str, Any] | None:
-    """The marker a bundle of an earlier dfit would have: recognised by its run summary,
-    so that re-running into it works without ``--force`` (its files only, as ever)."""
-    if kind != "bundle":
-        return None
+def run_summary(directory: Path) -> dict[str, Any] | None:
+    """The bundle summary (``summary.json`` of a run, reconstruction or merge) in
+    ``directory``; None where there is none or it is not one."""
     try:
         summary = json.loads((directory / "summary.json").read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(summary, dict) or summary.get("schema") != "dfit.run-summary":
+        return None
+    return summary
+
+
+def _legacy_bundle_marker(directory: Path, kind: str) -> dict[str, Any] | None:
+    """The marker a bundle of an earlier dfit would have: recognised by its run summary,
+    so that re-running into it works without ``--force`` (its files only, as ever)."""
+    if kind != "bundle" or run_summary(directory) is None:
         return None
     return {"schema": MARKER_SCHEMA, "kind": "bundle", "files": list(_LEGACY_BUNDLE_FILES)}
 
