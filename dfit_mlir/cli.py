@@ -726,7 +726,9 @@ def query(store_path: str, sql_or_report: str, engine: str, master: str | None, 
             if output is not None:
                 click.echo(f"wrote {output} ({written.rows} rows)")
             if trace_path is not None:
-                click.echo(f"wrote {trace_path} ({written.traced} events)")
+                untimed = written.rows - written.traced
+                left_out = f"; {untimed} rows without start_ns left out" if untimed else ""
+                click.echo(f"wrote {trace_path} ({written.traced} events{left_out})")
             rows = written.rows
         note = prepared.empty_note() if rows == 0 else None
         if note:

@@ -222,6 +222,22 @@ def test_rows_a_trace_cannot_hold_are_refused_by_column_or_row(sql: str, message
     assert message in line, line
 
 
+def test_a_trace_says_which_rows_it_left_out(work: Path) -> None:
+    """QA #22: rows without a start time cannot be drawn; the command says how many it left out,
+    and each run's track group names its model."""
+    from tests.conftest import read_pftrace
+
+    timed = "(SELECT * FROM events WHERE kind = 'dispatch' LIMIT 5)"
+    untimed = "(SELECT * REPLACE (CAST(NULL AS BIGINT) AS start_ns) FROM events WHERE kind = 'dispatch' LIMIT 3)"
+    code, stdout, stderr, escaped = invoke(["query", "store", f"SELECT * FROM {timed} UNION ALL SELECT * FROM "
+                                            f"{untimed}", "--trace", "t.pftrace", "--rows", "0"], work)
+    assert code == 0 and escaped is None, stdout + stderr
+    assert "wrote t.pftrace (5 events; 3 rows without start_ns left out)" in stdout
+    tracks, _ = read_pftrace(work / "t.pftrace")
+    model = bundle_store.query(work / "store", "SELECT model FROM events WHERE kind = 'dispatch' LIMIT 1")
+    assert any(name.startswith(f"{model.column('model')[0]} · run ") for name in tracks.values())
+
+
 # --- QA #18: collect given a model file -------------------------------------------------------------------
 
 def test_collect_given_a_model_file_names_it_and_creates_no_store(iree_bundles: dict[str, Path],

@@ -236,7 +236,8 @@ def test_a_query_trace_gives_each_task_its_track_group(skew_store: Path, tmp_pat
     result = CliRunner().invoke(main, ["query", str(skew_store), sql, "--trace", str(out), "--rows", "0"])
     assert result.exit_code == 0, result.output
     tracks, traced = read_pftrace(out)
-    groups = {name.split(" ", 2)[2] for name in tracks.values() if name.startswith("run ")}
+    # Group names: "MODEL · run RUN" then the rank or task.
+    groups = {name.split(" · run ", 1)[1].split(" ", 1)[1] for name in tracks.values() if " · run " in name}
     assert groups == {f"task pid {pid}" for pid in DP8_TASKS} | {"rank 0", "rank 1"}
     # 15 task phases; per Cerebras run 2 checkpoint saves, 4 execute phases, 1 processed, 10 windows.
     assert sum(p.track_event.type == p.track_event.TYPE_SLICE_BEGIN for p, _, _ in traced) == 15 + 2 * 17

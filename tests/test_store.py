@@ -242,7 +242,7 @@ def test_cli_collect_query_outputs_and_errors(tmp_path: Path, store: Path, iree_
     tracks, traced = read_pftrace(trace)
     dispatches = sum(e["kind"] == "dispatch" for b in ("full",) for e in events(iree_bundles[b])) * 2
     assert sum(p.track_event.type == p.track_event.TYPE_SLICE_BEGIN for p, _, _ in traced) == dispatches
-    assert sum(name.startswith("run ") for name in tracks.values()) == 2
+    assert sum(name.startswith("convnet · run ") for name in tracks.values()) == 2  # model · run, per run
     for args, message in (
         ([str(store), "SELECT nope FROM events"], 'query failed (duckdb): Binder Error: Referenced column "nope"'),
         ([str(store), "regressions", "--baseline", "base"], "report regressions needs --candidate"),

@@ -213,7 +213,14 @@ def _trace_batch(batch: Any, offset: int) -> Any:
     if "run" not in names:
         return batch
     count = batch.num_rows
+    # The group names what a reader of the trace needs to tell runs apart: the model,
+    # the run, the host (where collected with one), then the rank or task.
     group = pc.binary_join_element_wise("run ", batch.column("run").cast(pa.string()), "")
+    if "model" in names:
+        group = pc.binary_join_element_wise(batch.column("model").cast(pa.string()), " · ", group, "")
+    if "host" in names:
+        host = pc.binary_join_element_wise(" · host ", batch.column("host").cast(pa.string()), "")
+        group = pc.binary_join_element_wise(group, pc.fill_null(host, ""), "")
     within = pa.nulls(count, pa.string())
     if "pid" in names:
         within = pc.binary_join_element_wise(" task pid ", batch.column("pid").cast(pa.string()), "")
