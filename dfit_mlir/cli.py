@@ -662,10 +662,18 @@ def collect(bundles: tuple[Path, ...], store_path: Path, label: str | None, host
     # An existing store is recognised by its dfit-store.json (collect refuses any other
     # non-empty directory); what is left to refuse is a store over, around or in a bundle.
     outputs.check_inputs(store_path, "store", inputs=bundles)
+    given = [f"--{name}" for name, value in (("label", label), ("host", host), ("rank", rank), ("model", model))
+             if value is not None]
     for done in collect_bundles(list(bundles), store_path, Placement(label=label, host=host, rank=rank, model=model)):
         verb = "added" if done.added else "already in the store:"
         click.echo(f"{verb} {done.source} → backend={done.backend}/model={done.model}/run={done.run} "
                    f"({done.events} events)")
+        if not done.added and given:
+            click.echo(f"note: {done.source} was stored before; {', '.join(given)} given now are not applied to it "
+                       "(a bundle is stored once, by its session)", err=True)
+        elif done.added and model is not None and done.model != model:
+            click.echo(f"note: --model {model!r} is stored as model={done.model} (a partition value keeps "
+                       "letters, digits and ._+-); query it by that name", err=True)
 
 
 @main.command()

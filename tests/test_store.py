@@ -278,3 +278,21 @@ def test_dialect_literals_round_trip_on_duckdb(tmp_path: Path, iree_bundles: dic
     assert got == [{"s": tricky, "j": "3", "joined": None}]
     assert dialects.SPARK.literal(tricky) == "'it''s a \\\\path\\\\ ''quoted'''"
     assert pa.types.is_int64(engine.sql("SELECT CAST(SUM(duration_ns) AS BIGINT) AS t FROM events").schema[0].type)
+
+
+def test_collect_says_what_it_does_not_apply(tmp_path: Path, iree_bundles: dict[str, Path]) -> None:
+    """A placement given for a bundle already stored is not applied, and a --model that is
+    not a valid partition value is stored under another name: both are said, on stderr."""
+    from click.testing import CliRunner
+
+    from dfit_mlir.cli import main
+
+    runner = CliRunner()
+    store = tmp_path / "store"
+    added = runner.invoke(main, ["collect", str(iree_bundles["full"]), "-o", str(store), "--model", "o'neil/v2"])
+    assert added.exit_code == 0 and "model=o_neil_v2" in added.stdout
+    assert "--model \"o'neil/v2\" is stored as model=o_neil_v2" in added.stderr
+    again = runner.invoke(main, ["collect", str(iree_bundles["full"]), "-o", str(store), "--label", "other"])
+    assert again.exit_code == 0 and "already in the store" in again.stdout
+    assert "--label given now are not applied" in again.stderr
+    assert rows(store, "SELECT label FROM runs") == [{"label": None}]
