@@ -296,3 +296,13 @@ def test_collect_says_what_it_does_not_apply(tmp_path: Path, iree_bundles: dict[
     assert again.exit_code == 0 and "already in the store" in again.stdout
     assert "--label given now are not applied" in again.stderr
     assert rows(store, "SELECT label FROM runs") == [{"label": None}]
+
+
+def test_collect_names_a_damaged_stored_bundle(tmp_path: Path, iree_bundles: dict[str, Path]) -> None:
+    """A stored bundle whose events file went missing is not reported as stored with 0 events."""
+    store = tmp_path / "store"
+    done = bundle_store.collect([iree_bundles["full"]], store)[0]
+    stored = next((store / "bundles").glob(f"*/*/run={done.run}"))
+    (stored / "events.parquet").unlink()
+    with pytest.raises(InvalidInputError, match="stored bundle is damaged .*events.parquet is missing"):
+        bundle_store.collect([iree_bundles["full"]], store)

@@ -223,8 +223,12 @@ def _collect_one(path: Path, store: Path, placement: Placement) -> Collected:
     model = layout.partition_value(placement.model or model_name(source.manifest))
     existing = sorted((store / layout.BUNDLES).glob(f"backend=*/model=*/run={run}"))
     if existing:
-        count = _event_count(existing[0] / "events.parquet") if (existing[0] / "events.parquet").is_file() else \
-            layout.read_index(store)["runs"].get(run, {}).get("events", 0)  # compacted: its files are in parts
+        compacted = layout.read_index(store)["runs"].get(run)  # compacted: its files are in parts
+        if not (existing[0] / "events.parquet").is_file() and compacted is None:
+            raise InvalidInputError(f"{existing[0]}: this stored bundle is damaged (its events.parquet is missing); "
+                                    f"remove that directory, then collect {path} again")
+        count = _event_count(existing[0] / "events.parquet") if (existing[0] / "events.parquet").is_file() \
+            else compacted.get("events", 0)
         return Collected(path, run, existing[0].parent.parent.name.split("=", 1)[1],
                          existing[0].parent.name.split("=", 1)[1], count, added=False)
     host = placement.host if placement.host is not None else source.summary.get("host")
