@@ -57,27 +57,12 @@ def track_name(kind: str, invocation: int | None, partition: str | None, name: s
 
 
 class _SliceNamer:
-    """Event → (track key, slice name, args). Per-site and per-op lookups are built once
-    and descriptions are memoised by the event's describing fields."""
+    """Event → slice name and args, with the per-site and per-op lookups built once (the
+    writers memoise descriptions themselves)."""
 
     def __init__(self, manifest: dict[str, Any]):
         self.operators = {op["id"]: op for op in manifest.get("operators", [])}
         self.sites = manifest.get("partitions", {}).get("dispatch_sites", [])
-        self._described: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
-
-    def track(self, event: dict[str, Any]) -> tuple[str, str]:
-        return event[es.STAGE], track_name(event[es.KIND], event[es.INVOCATION], event[es.PARTITION],
-                                           event.get(es.NAME))
-
-    def describe(self, event: dict[str, Any]) -> tuple[tuple[Any, ...], str, dict[str, Any]]:
-        """(memo key, slice name, args) of an event."""
-        key = tuple(event.get(field) for field in (*_DESCRIBING, *_PER_EVENT_ARGS))
-        found = self._described.get(key)
-        if found is None:
-            found = (self.name(event), self.args(event))
-            if len(self._described) < _DESCRIPTION_CACHE:
-                self._described[key] = found
-        return key, found[0], found[1]
 
     def name(self, event: dict[str, Any]) -> str:
         root = event[es.ROOT_ID]
@@ -139,11 +124,6 @@ class _Interner:
                 entry.name = text
         return found
 
-    def flush_into(self, packet: Any) -> None:
-        """Attach what was interned since the last flush to ``packet``."""
-        if self.pending.ByteSize():
-            packet.interned_data.MergeFrom(self.pending)
-            self.pending.Clear()
 
 
 def write_perfetto(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
@@ -271,14 +251,18 @@ def _joined(*columns: Any) -> Any:
     return pc.binary_join_element_wise(*columns, pa.scalar(b"", pa.large_binary()))
 
 
-def _fixed_rows(matrix: np.ndarray) -> Any:
-    """An Arrow binary array whose values are the rows of ``matrix`` (no copy)."""
+def _fixed_rows(matrix: np.ndarray, present: np.ndarray | None = None) -> Any:
+    """An Arrow binary array whose values are the rows of ``matrix`` (no copy); with
+    ``present`` (a mask, one row of ``matrix`` per True), empty values where it is False."""
     import pyarrow as pa
 
     rows, width = matrix.shape
-    offsets = np.arange(rows + 1, dtype=np.int64) * width
-    return pa.Array.from_buffers(pa.large_binary(), rows, [None, pa.py_buffer(offsets),
-                                                      pa.py_buffer(np.ascontiguousarray(matrix))])
+    if present is None:
+        offsets = np.arange(rows + 1, dtype=np.int64) * width
+    else:
+        offsets = np.concatenate([[0], np.cumsum(present * width)]).astype(np.int64)
+    return pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1,
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(matrix))])
 
 
 def _sparse_rows(count: int, values: dict[int, bytes]) -> Any:
@@ -775,7 +759,6 @@ class PerfettoWriter:
         name_iid = 1, string_value = 6), column-wise: [] when no event has any, else two
         Arrow columns (fixed-width heads, the text) joined into the TrackEvent. A new
         ``attributes`` name iid goes with the first row that has one."""
-        import pyarrow as pa
         import pyarrow.compute as pc
 
         lengths = np.asarray(pc.binary_length(attributes), dtype=np.int64)
@@ -793,10 +776,7 @@ class PerfettoWriter:
         annotation_width = _varint_width(int(annotation.max()))
         heads = _byte_rows(len(lengths), [(0x22, 1), (annotation, annotation_width), (0x08, 1), (iid, iid_width),
                                           (0x32, 1), (lengths, text_width)])
-        offsets = np.concatenate([[0], np.cumsum(present * heads.shape[1])]).astype(np.int64)
-        return [pa.Array.from_buffers(pa.large_binary(), len(present), [None, pa.py_buffer(offsets),
-                                                                          pa.py_buffer(heads)]),
-                attributes]
+        return [_fixed_rows(heads, present), attributes]
 
     def _encode(self, starts: np.ndarray, durations: np.ndarray, instant: np.ndarray, tracks: np.ndarray,
                 descriptions: np.ndarray, fields_of: list[bytes], attributes: list[Any],
@@ -858,9 +838,7 @@ class PerfettoWriter:
         if slices.any():
             end_rows = heads(int(slices.sum()), end_packet_length, ends[slices], end_event_length, tracks[slices],
                              _SLICE_END)
-            offsets = np.concatenate([[0], np.cumsum(slices * end_rows.shape[1])]).astype(np.int64)
-            columns.append(pa.Array.from_buffers(pa.large_binary(), count, [None, pa.py_buffer(offsets),
-                                                                      pa.py_buffer(end_rows)]))
+            columns.append(_fixed_rows(end_rows, slices))
         packets = _joined(*columns)
         self.stream.write(memoryview(packets.buffers()[2])[:_data_end(packets)])
 

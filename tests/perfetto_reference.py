@@ -12,12 +12,15 @@ from typing import Any, Iterator
 
 from dfit_mlir import event_schema as es
 from dfit_mlir.traces import (
+    _DESCRIBING,
     _DESCRIPTION_CACHE,
+    _PER_EVENT_ARGS,
     _SEQUENCE_ID,
     CLOCK_MONOTONIC,
     _Interner,
     _SliceNamer,
     _trace_columns,
+    track_name,
 )
 
 
@@ -32,6 +35,7 @@ def write_perfetto_reference(parquet: Path, manifest: dict[str, Any], path: Path
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TracePacket, TrackEvent
 
     namer = _SliceNamer(manifest)
+    described: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
     interner = _Interner()
     written = 0
     uuids: dict[tuple[str, str] | str, int] = {}
@@ -80,10 +84,10 @@ def write_perfetto_reference(parquet: Path, manifest: dict[str, Any], path: Path
         for event in _events(parquet):
             if event[es.START_NS] is None:
                 continue
-            uuid = track_uuid(*namer.track(event))
+            uuid = track_uuid(*_track(event))
             duration = event[es.DURATION_NS] or 0
             instant = event[es.KIND] == "tensor" or duration <= 0
-            description, name, args = namer.describe(event)
+            description, name, args = _describe(namer, event, described)
             key = (instant, description)
             cached = begin_bytes.get(key)
             if cached is None:
@@ -92,7 +96,9 @@ def write_perfetto_reference(parquet: Path, manifest: dict[str, Any], path: Path
                     begin_bytes[key] = cached
             begin = batch.packet.add()
             begin.MergeFromString(cached)
-            interner.flush_into(begin)
+            if interner.pending.ByteSize():  # what was interned for this packet goes with it
+                begin.interned_data.MergeFrom(interner.pending)
+                interner.pending.Clear()
             begin.timestamp = event[es.START_NS]
             begin.track_event.track_uuid = uuid
             if not instant:
@@ -113,6 +119,23 @@ _PACKET_CACHE = _DESCRIPTION_CACHE
 _PACKETS_PER_WRITE = 4096
 
 
+def _track(event: dict[str, Any]) -> tuple[str, str]:
+    """(stage, track name) of an event."""
+    return event[es.STAGE], track_name(event[es.KIND], event[es.INVOCATION], event[es.PARTITION], event.get(es.NAME))
+
+
+def _describe(namer: _SliceNamer, event: dict[str, Any],
+              memo: dict[tuple[Any, ...], tuple[str, dict[str, Any]]]) -> tuple[tuple[Any, ...], str, dict[str, Any]]:
+    """(memo key, slice name, args) of an event, memoised (in ``memo``) by its describing fields."""
+    key = tuple(event.get(field) for field in (*_DESCRIBING, *_PER_EVENT_ARGS))
+    found = memo.get(key)
+    if found is None:
+        found = (namer.name(event), namer.args(event))
+        if len(memo) < _DESCRIPTION_CACHE:
+            memo[key] = found
+    return key, found[0], found[1]
+
+
 def _packet(packet: Any, event_type: int) -> Any:
     """The fields every slice packet shares (the track and timestamp are set per event)."""
     packet.timestamp_clock_id = CLOCK_MONOTONIC
@@ -126,6 +149,7 @@ def write_chrome_json_reference(parquet: Path, manifest: dict[str, Any], path: P
     """Write ``trace.json`` (Chrome trace event format: complete and instant events),
     streaming one event per line."""
     namer = _SliceNamer(manifest)
+    described: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
     pids: dict[str, int] = {}
     tids: dict[tuple[str, str], int] = {}
     written = 0
@@ -141,7 +165,7 @@ def write_chrome_json_reference(parquet: Path, manifest: dict[str, Any], path: P
         for event in _events(parquet):
             if event[es.START_NS] is None:
                 continue
-            stage, track = namer.track(event)
+            stage, track = _track(event)
             if stage not in pids:
                 pids[stage] = len(pids) + 1
                 emit({"ph": "M", "name": "process_name", "pid": pids[stage], "args": {"name": f"stage: {stage}"}})
@@ -149,7 +173,7 @@ def write_chrome_json_reference(parquet: Path, manifest: dict[str, Any], path: P
                 tids[(stage, track)] = len(tids) + 1
                 emit({"ph": "M", "name": "thread_name", "pid": pids[stage], "tid": tids[(stage, track)],
                       "args": {"name": track}})
-            _, name, args = namer.describe(event)
+            _, name, args = _describe(namer, event, described)
             record = {"cat": "dfit", "name": name, "pid": pids[stage], "tid": tids[(stage, track)],
                       "ts": event[es.START_NS] / 1000, "args": args}
             if event[es.KIND] == "tensor" or not event[es.DURATION_NS]:
