@@ -343,11 +343,12 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
 
 
 def _session(bundle: _Bundle) -> str:
-    """A source bundle's session: its summary's, else its events'."""
-    if bundle.summary.get("session"):
-        return str(bundle.summary["session"])
+    """A source bundle's session, found as ``dfit collect`` finds it (its run ID there):
+    its events', else its summary's (a run with no events)."""
     if es.SESSION in bundle.events.column_names and bundle.events.num_rows:
         return str(bundle.events.column(es.SESSION)[0].as_py())
+    if bundle.summary.get("session"):
+        return str(bundle.summary["session"])
     return str(bundle.path)
 
 
