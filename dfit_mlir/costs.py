@@ -1,9 +1,54 @@
-"""Static cost of an op from its name and operand/result types: MACs, FLOPs and bytes.
+"""Static cost of an op from its name, operand/result types and attributes: MACs, FLOPs
+and bytes. This docstring is the spec; every figure dfit prints starts here.
 
-Only what the types determine is derived; anything else is left as ``None`` (unknown),
-never guessed. Conventions: one MAC = one multiply + one add = 2 FLOPs; elementwise and
-reduction ops count one FLOP per element they produce (elementwise) or read (reduction);
-bytes are the static sizes of every tensor operand and result.
+Only what the types and attributes determine is derived; anything else is ``None``
+(unknown), never guessed. :class:`Cost` also says what *kind* of work the op does
+(``contraction``, ``arithmetic``, ``data``, ``unknown``).
+
+Conventions, per execution of the op (inside a loop: per trip, see ``trips`` in
+``passes/operators.py``):
+
+* **MAC** = one multiply + one add = **2 FLOPs**. Contractions count their MACs and
+  ``flops = 2 * macs``; a bias or residual added by the same op (``addmm``, ``baddbmm``,
+  ``linear``, ``onnx.Gemm``/``onnx.Conv`` with a bias) is not counted, as
+  ``torch.utils.flop_counter.FlopCounterMode`` does not count it.
+  - matrix products (``mm``, ``bmm``, ``matmul``, ``addmm``, ``baddbmm``, ``linear``,
+    ``linalg.*matmul*``, ``tosa.matmul``, ``onnx.MatMul``/``Gemm``): output elements x
+    contracted length; ``stablehlo.dot_general``: output elements x the product of the
+    lhs contracting dims; ``einsum``: the product of every index size of the equation
+    (two operands);
+  - attention (``scaled_dot_product_attention``, ``iree_linalg_ext.attention``): the two
+    products ``Q·Kᵀ`` and ``P·V``: batch x L x S x (E + Ev); the softmax between them is
+    not counted (FlopCounterMode does not either);
+  - convolutions: output elements x (input channels / groups x kernel window);
+    transposed convolutions: *input* elements x (output channels / groups x kernel
+    window), the multiplies a direct implementation does (FlopCounterMode's rule), not
+    the zero-inserted convolution a compiler may run instead;
+  - a ``linalg.generic`` with a reduction loop whose body multiplies and accumulates:
+    one MAC per point of its iteration domain.
+* **Arithmetic** (no MACs): elementwise ops 1 FLOP per output element, whatever the
+  function (``exp``, ``tanh``, ``gelu`` count 1: XLA's ``transcendentals`` are FLOPs
+  here); reductions 1 FLOP per input element; pooling output elements x window;
+  softmax 5 FLOPs per element (max, subtract, exp, sum, divide); layer/group/instance/RMS
+  norm 5 FLOPs per element (+2 with an affine weight and bias), batch norm 4 per
+  element; any other structured op (``linalg.generic`` and named elementwise/reduction
+  ops): iteration domain x ``arith``/``math`` ops of its body.
+* **Data movement** (``view``, ``transpose``, ``cat``, ``slice``, gather/embedding,
+  copies, broadcasts, pack/unpack, encodings): no MACs or FLOPs (``None``), only bytes.
+* **Bytes** of an op: the static sizes of every tensor operand and result. Bytes of a
+  *dispatch* are what crosses its boundary (``passes/region_costs.py``), not the sum of
+  its ops.
+* Frontends are told apart by op name only: ONNX ops imported as ``torch.operator
+  "onnx.Conv"`` are passed by their ONNX name and take the rule of their torch or linalg
+  equivalent; torch scalar/list operands (``groups``, ``transposed``, kernel sizes, the
+  einsum equation) come in ``constants``, StableHLO/TOSA attributes in ``attributes``.
+
+What the independent counters count, for comparing like with like
+(``tests/test_costs_independent.py``): FlopCounterMode counts ``2 * MACs`` of matmuls,
+convolutions and attention, nothing else; XLA's ``cost_analysis()`` counts
+``flops`` (2 per MAC, 1 per elementwise/reduction element) plus ``transcendentals``
+separately, and a loop body once; ``onnx-tool`` counts a Conv/Gemm's bias adds as MACs
+(one per output element), which the comparison takes off.
 """
 
 from __future__ import annotations
@@ -11,8 +56,9 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Any
 
 _TENSOR_RE = re.compile(r"^(?:tensor|memref)<(?P<body>.*)>$")
 _VTENSOR_RE = re.compile(r"^!torch\.vtensor<\[(?P<dims>[^\]]*)\],(?P<dtype>.+)>$")
@@ -113,15 +159,199 @@ def _split_dims(body: str) -> list[str]:
         rest = rest[match.end() :]
 
 
+#: What an op does: how its cost is placed over the dispatches that name it
+#: (:mod:`dfit_mlir.site_costs`) and what a reader is told.
+CONTRACTION, ARITHMETIC, DATA, UNKNOWN = "contraction", "arithmetic", "data", "unknown"
+
+
 @dataclass(frozen=True, slots=True)
 class Cost:
     macs: int | None
     flops: int | None
     bytes: int | None
+    kind: str = UNKNOWN
 
 
-#: ONNX ops (as the importer names them) with the rule of their equivalent.
-_ONNX_EQUIVALENT = {"onnx.Conv": "torch.aten.conv2d", "onnx.MatMul": "linalg.matmul", "onnx.Gemm": "linalg.matmul"}
+@dataclass(frozen=True, slots=True)
+class _Op:
+    """What a rule sees of one op."""
+
+    key: str  # the name the rules are keyed by (:func:`rule_key`)
+    ins: list[ShapedType | None]
+    outs: list[ShapedType | None]
+    constants: Sequence[Any]
+    attributes: Mapping[str, str]
+
+    def static(self, *indices: int) -> bool:
+        return all(i < len(self.ins) and self.ins[i] is not None and self.ins[i].static for i in indices)
+
+    @property
+    def out(self) -> ShapedType | None:
+        out = self.outs[0] if self.outs else None
+        return out if out is not None and out.static else None
+
+    def constant(self, index: int) -> Any:
+        return self.constants[index] if index < len(self.constants) else None
+
+
+def rule_key(name: str) -> str:
+    """``torch.aten.add.Tensor`` → ``aten.add`` (torch ops carry an overload after the
+    name), ``onnx.Conv`` → ``onnx.conv``; any other name as it is."""
+    if name.startswith(("torch.aten.", "torch.prims.")):
+        return "aten." + name.split(".")[2]
+    if name.startswith("onnx."):
+        return name.lower()
+    return name
+
+
+# --- contractions: MACs --------------------------------------------------------------------
+
+
+def _dim(shape: ShapedType | None, index: int) -> int:
+    return shape.shape[index] if shape is not None and shape.static and len(shape.shape) >= abs(index) else 0
+
+
+def _matmul(lhs: int) -> Callable[[_Op], int | None]:
+    """Output elements x the contracted length, the last dim of operand ``lhs``."""
+    def rule(op: _Op) -> int | None:
+        out = op.out
+        return out.elements * _dim(op.ins[lhs], -1) if out is not None and op.static(lhs) else None
+    return rule
+
+
+def _mmt4d(op: _Op) -> int | None:
+    out, lhs = op.out, op.ins[0] if op.ins else None
+    if out is None or not op.static(0) or len(lhs.shape) < 4:
+        return None
+    return out.elements * lhs.shape[-3] * lhs.shape[-1]  # [.., M1, K1, M0, K0]
+
+
+def _attention(op: _Op) -> int | None:
+    """Q [.., L, E] · Kᵀ [.., S, E] and P [.., L, S] · V [.., S, Ev]."""
+    if not op.static(0, 1, 2):
+        return None
+    query, key, value = op.ins[0], op.ins[1], op.ins[2]
+    embed = query.shape[-1]
+    source = key.shape[-2] if key.shape[-1] == embed else key.shape[-1]
+    value_embed = value.shape[-1] if value.shape[-2] == source else value.shape[-2]
+    return math.prod(query.shape[:-1]) * source * (embed + value_embed)
+
+
+def _einsum(op: _Op) -> int | None:
+    """Two operands: the product of every index size (each point of the joint index space
+    is one multiply-accumulate); one operand is not a contraction."""
+    equation, types = op.constant(0), op.constant(1)
+    if not isinstance(equation, str) or not isinstance(types, tuple) or len(types) != 2 or "..." in equation:
+        return None
+    inputs = equation.replace(" ", "").split("->")[0].split(",")
+    sizes: dict[str, int] = {}
+    for letters, text in zip(inputs, types, strict=False):
+        shaped = parse_shaped(text)
+        if shaped is None or not shaped.static or len(shaped.shape) != len(letters):
+            return None
+        sizes.update(zip(letters, shaped.shape, strict=True))
+    return math.prod(sizes.values())
+
+
+def _torch_conv(transposed_at: int | None, always_transposed: bool = False) -> Callable[[_Op], int | None]:
+    """Weight [O, I/g, k..] (transposed: [I, O/g, k..]): output (transposed: input)
+    elements x the weight's volume past its first dim."""
+    def rule(op: _Op) -> int | None:
+        transposed = always_transposed or (transposed_at is not None and op.constant(transposed_at) is True)
+        if not op.static(0, 1) or op.out is None:
+            return None
+        elements = op.ins[0].elements if transposed else op.out.elements
+        return elements * math.prod(op.ins[1].shape[1:])
+    return rule
+
+
+def _onnx_gemm(op: _Op) -> int | None:
+    out = op.out
+    if out is None or not op.static(0):
+        return None
+    transposed = op.attributes.get("torch.onnx.transA", "").split(":")[0].strip() == "1"
+    return out.elements * op.ins[0].shape[0 if transposed else -1]
+
+
+def _linalg_conv(op: _Op) -> int | None:
+    out, key = op.out, op.key
+    if out is None or not op.static(1):
+        return None
+    rhs = op.ins[1]
+    layout = key.rsplit("_", 1)[-1]  # hwcf, fchw, hwc, hwcm, ...
+    if "depthwise" in key:
+        spatial = rhs.shape[1:] if layout.startswith("c") else rhs.shape[: len(rhs.shape) - (2 if layout.endswith("m") else 1)]
+        return out.elements * math.prod(spatial)
+    if layout.endswith("f"):  # ...hwcf: filter [kh, kw, c, f]
+        return out.elements * math.prod(rhs.shape[:-1])
+    if layout.startswith("f"):  # fchw: filter [f, c, kh, kw]
+        return out.elements * math.prod(rhs.shape[1:])
+    return out.elements * math.prod(rhs.shape)  # conv_1d / conv_2d / conv_3d: filter is the window
+
+
+_KERNEL_SPEC = re.compile(r"\]x\[(?P<kernel>[^\]]*)\]->")
+
+
+def _stablehlo_conv(op: _Op) -> int | None:
+    """Output elements x kernel volume / output features (``o`` in ``dim_numbers``'s
+    kernel spec; HWIO where the attribute is not at hand)."""
+    out = op.out
+    if out is None or not op.static(1):
+        return None
+    kernel = op.ins[1]
+    spec = _KERNEL_SPEC.search(op.attributes.get("dimension_numbers", op.attributes.get("dim_numbers", "")))
+    letters = [part.strip() for part in spec["kernel"].split(",")] if spec else []
+    features = kernel.shape[letters.index("o")] if "o" in letters else kernel.shape[-1]
+    return out.elements * kernel.elements // max(1, features)
+
+
+def _tosa_transpose_conv(op: _Op) -> int | None:
+    """Weight [O, KH, KW, I]: input elements x O x KH x KW."""
+    return op.ins[0].elements * math.prod(op.ins[1].shape[:-1]) if op.static(0, 1) else None
+
+
+def _tosa_conv(op: _Op) -> int | None:
+    return op.out.elements * math.prod(op.ins[1].shape[1:]) if op.out is not None and op.static(1) else None
+
+
+def _tosa_depthwise(op: _Op) -> int | None:
+    return op.out.elements * op.ins[1].shape[0] * op.ins[1].shape[1] if op.out is not None and op.static(1) else None
+
+
+_MATRIX_PRODUCTS = ("linalg.matmul linalg.batch_matmul linalg.matmul_transpose_b linalg.batch_matmul_transpose_b "
+                    "linalg.matvec linalg.vecmat linalg.batch_matvec linalg.batch_vecmat linalg.dot "
+                    "linalg.batch_reduce_matmul aten.mm aten.bmm aten.matmul aten.dot aten.mv aten.vdot "
+                    "stablehlo.dot tosa.matmul tosa.fully_connected onnx.matmul").split()
+#: Contractions by rule key: op → its MACs (None: the types do not say).
+MAC_RULES: dict[str, Callable[[_Op], int | None]] = {
+    **{name: _matmul(0) for name in _MATRIX_PRODUCTS},
+    "aten.addmm": _matmul(1), "aten.baddbmm": _matmul(1), "aten.addmv": _matmul(1), "aten.linear": _matmul(0),
+    "aten.einsum": _einsum,
+    "aten.scaled_dot_product_attention": _attention, "aten._scaled_dot_product_flash_attention": _attention,
+    "aten._scaled_dot_product_efficient_attention": _attention, "iree_linalg_ext.attention": _attention,
+    "iree_linalg_ext.online_attention": _attention,
+    "linalg.mmt4d": _mmt4d, "linalg.batch_mmt4d": _mmt4d,
+    "aten.convolution": _torch_conv(6), "aten._convolution": _torch_conv(6), "aten.convolution_overrideable": _torch_conv(6),
+    "aten.conv1d": _torch_conv(None), "aten.conv2d": _torch_conv(None), "aten.conv3d": _torch_conv(None),
+    "aten.conv_transpose1d": _torch_conv(None, True), "aten.conv_transpose2d": _torch_conv(None, True),
+    "aten.conv_transpose3d": _torch_conv(None, True),
+    "onnx.conv": _torch_conv(None), "onnx.convtranspose": _torch_conv(None, True), "onnx.gemm": _onnx_gemm,
+    "stablehlo.convolution": _stablehlo_conv,
+    "tosa.conv2d": _tosa_conv, "tosa.conv3d": _tosa_conv, "tosa.depthwise_conv2d": _tosa_depthwise,
+    "tosa.transpose_conv2d": _tosa_transpose_conv,
+}
+
+
+def _mac_rule(key: str) -> Callable[[_Op], int | None] | None:
+    if key in MAC_RULES:
+        return MAC_RULES[key]
+    if key.startswith(("linalg.conv_", "linalg.depthwise_conv")):
+        return _linalg_conv
+    return None
+
+
+# --- arithmetic: FLOPs ------------------------------------------------------------------
+
 
 _ELEMENTWISE_SUFFIXES = frozenset(
     "add sub mul div addf subf mulf divf addi subi muli maximumf minimumf maxsi minsi "
@@ -129,100 +359,144 @@ _ELEMENTWISE_SUFFIXES = frozenset(
     "relu clamp select erf reciprocal floor ceil cmpf cmpi and or xor max min rescale cast "
     "truncf extf sitofp fptosi mul_scalar add_scalar "
     # StableHLO spells the arithmetic out (stablehlo.multiply, not .mul).
-    "subtract multiply divide exponential power remainder sine cosine gelu silu".split()
+    "subtract multiply divide exponential power remainder sine cosine gelu silu "
+    "neg rsub square where hardtanh leaky_relu hardswish hardsigmoid softplus elu selu mish relu6 "
+    "sign round log1p expm1 exponential_minus_one log_plus_one sin cos tan atan atan2 exp2 log2 cbrt "
+    "logical_and logical_or logical_not logical_xor eq ne lt le gt ge compare not bitwise_and bitwise_or "
+    "clamp_min clamp_max clip lerp addcmul addcdiv threshold log_sigmoid rem fmod convert tosa.table "
+    "sigmoid hard_sigmoid hard_swish gelu_tanh fma __and__ __or__ __xor__ __invert__ bitwise_not diff cumsum cumprod "
+    "logical_not".split()
 )
+_REDUCTIONS = frozenset("aten.sum aten.mean aten.amax aten.amin aten.max aten.min aten.var aten.std aten.var_mean "
+                        "aten.std_mean aten.prod aten.norm aten.linalg_vector_norm aten.argmax aten.argmin "
+                        "aten.logsumexp aten.all aten.any aten.adaptive_avg_pool1d aten.adaptive_avg_pool2d "
+                        "aten._adaptive_avg_pool2d aten.adaptive_avg_pool3d aten.adaptive_max_pool2d "
+                        "onnx.globalaveragepool onnx.globalmaxpool stablehlo.reduce".split())
+#: FLOPs per element of the first operand, for ops a frontend keeps whole.
+_PER_ELEMENT = {
+    **dict.fromkeys("aten._softmax aten.softmax aten._log_softmax aten.log_softmax aten._safe_softmax "
+                    "onnx.softmax onnx.logsoftmax linalg.softmax".split(), 5),
+    **dict.fromkeys("aten.batch_norm aten._native_batch_norm_legit_no_training aten.native_batch_norm "
+                    "aten._native_batch_norm_legit onnx.batchnormalization stablehlo.batch_norm_inference".split(), 4),
+}
+#: Norms: 5 FLOPs per element (mean, subtract, square, accumulate, normalize), +2 with an
+#: affine weight and bias (operand positions), RMS norm 4 (+1 with a weight).
+_NORMS = {"aten.layer_norm": (5, (2, 3)), "aten.native_layer_norm": (5, (2, 3)), "aten.group_norm": (5, (2, 3)),
+          "aten.native_group_norm": (5, (1, 2)), "aten.instance_norm": (5, (1, 2)), "aten.rms_norm": (4, (2,)),
+          "onnx.layernormalization": (5, (1, 2)), "onnx.instancenormalization": (5, (1, 2)),
+          "onnx.groupnormalization": (5, (1, 2))}
+_TORCH_POOLS = frozenset("aten.max_pool1d aten.max_pool2d aten.max_pool3d aten.max_pool2d_with_indices "
+                         "aten.max_pool3d_with_indices aten.avg_pool1d aten.avg_pool2d aten.avg_pool3d".split())
+_INTS = re.compile(r"-?\d+")
 
 
-def _elementwise_kind(name: str) -> str:
-    """The kind an op name says, for the elementwise rule: its last segment, except
-    that torch ops carry an overload after it (``torch.aten.add.Tensor`` → ``add``)."""
-    if name.startswith(("torch.aten.", "torch.prims.")):
-        return name.split(".")[2]
-    return name.rsplit(".", 1)[-1]
+def _window(op: _Op) -> int | None:
+    """Window volume of a pooling op: torch's kernel-size list operand, ONNX's
+    ``kernel_shape``, TOSA's ``kernel``, StableHLO's ``window_dimensions``, linalg's
+    window operand."""
+    if op.key in _TORCH_POOLS:
+        kernel = op.constant(1)
+        return math.prod(kernel) if isinstance(kernel, tuple) and all(isinstance(k, int) for k in kernel) else None
+    for attribute in ("torch.onnx.kernel_shape", "kernel", "window_dimensions"):
+        if attribute in op.attributes:
+            text = op.attributes[attribute].split(":", 1)[-1] if attribute == "kernel" else op.attributes[attribute]
+            sizes = [int(v) for v in _INTS.findall(text.replace(" : si64", "").replace("i64", ""))]
+            return math.prod(sizes) if sizes else None
+    if op.key.startswith("linalg.pooling") and op.static(1):
+        return op.ins[1].elements
+    return None
+
+
+def _is_pool(key: str) -> bool:
+    return key in _TORCH_POOLS or "pool" in key and key.startswith(("onnx.", "tosa.", "linalg.pooling")) \
+        or key == "stablehlo.reduce_window"
+
+
+def _elements(shaped: ShapedType | None) -> int | None:
+    return shaped.elements if shaped is not None else None
+
+
+def _arithmetic(op: _Op, iteration_space: int | None, body_ops: int) -> int | None:
+    key = op.key
+    first = op.ins[0] if op.ins else None
+    if key in _PER_ELEMENT:
+        return _PER_ELEMENT[key] * first.elements if first is not None and first.elements else None
+    if key in _NORMS:
+        per, affine = _NORMS[key]
+        present = sum(1 for index in affine if index < len(op.ins) and op.ins[index] is not None)
+        extra = 2 if per == 5 and present == len(affine) else present if per == 4 else 0
+        return (per + extra) * first.elements if first is not None and first.elements else None
+    if _is_pool(key) and key not in _REDUCTIONS:
+        window, out = _window(op), op.out
+        return out.elements * window if window and out is not None else None
+    if key in _REDUCTIONS or _is_reduction(key):
+        return _elements(first)
+    if iteration_space is not None and body_ops:
+        return iteration_space * body_ops
+    if _elementwise_kind(key) in _ELEMENTWISE_SUFFIXES and op.out is not None:
+        return op.out.elements
+    return None
+
+
+def _is_reduction(key: str) -> bool:
+    return (key.endswith(("reduce", "reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax"))
+            or ".reduce" in key)
+
+
+def _elementwise_kind(key: str) -> str:
+    """The kind an op name says, for the elementwise rule: its last segment."""
+    return key if key == "tosa.table" else key.rsplit(".", 1)[-1]
+
+
+# --- data movement --------------------------------------------------------------------------
+
+_DATA_SUFFIXES = frozenset(
+    "view reshape _unsafe_view transpose permute t cat concat concatenate slice slice_tensor slice_scatter "
+    "expand expand_as broadcast broadcast_to broadcast_in_dim clone copy copy_ contiguous squeeze unsqueeze "
+    "flatten unflatten embedding gather index_select index select split split_with_sizes chunk stack tile "
+    "repeat pad constant_pad_nd reflection_pad2d replicate_pad2d extract_slice insert_slice dynamic_slice "
+    "dynamic_update_slice pack unpack set_encoding unset_encoding fill iota _to_copy to detach alias "
+    "lift_fresh_copy scatter reverse flip roll narrow as_strided collapse_shape expand_shape arange full zeros ones "
+    "empty empty_like zeros_like ones_like full_like new_zeros new_ones new_empty new_full scalar_tensor "
+    "unbind _assert_tensor_metadata".split())
+
+
+def _moves_data(key: str) -> bool:
+    if key.startswith("stablehlo.select") or key == "tosa.select":
+        return False
+    return key.rsplit(".", 1)[-1] in _DATA_SUFFIXES or key.startswith(("iree_encoding.", "tensor."))
 
 
 def op_cost(name: str, operands: Sequence[str], results: Sequence[str], body_ops: int = 0,
             iteration_space: int | None = None, reduction: bool = False,
-            contraction: int | None = None) -> Cost:
-    """Cost of one op. ``body_ops`` and ``iteration_space`` describe a ``linalg.generic``
-    (arith ops in its body, product of its loop bounds) when the engine can tell;
-    ``contraction`` is the contracted length of a ``dot_general`` (from its attribute).
-    ONNX ops imported as ``torch.operator "onnx.Conv"`` are passed by their ONNX name."""
+            contraction: int | None = None, *, multiply_accumulate: bool | None = None,
+            constants: Sequence[Any] = (), attributes: Mapping[str, str] | None = None) -> Cost:
+    """Cost of one op (the rules: this module's docstring).
+
+    ``body_ops`` and ``iteration_space`` describe a structured op (arith/math ops in its
+    body, product of its loop bounds) when the engine can tell; ``multiply_accumulate``:
+    whether that body multiplies and accumulates (``None``: assume so for a reduction with
+    two or more body ops); ``contraction``: the contracted length of a ``dot_general``.
+    ``constants``: per operand, the value of a torch constant operand (int, float, bool,
+    str, a tuple for a list; a list of tensors as a tuple of their type texts), else
+    None; ``attributes``: the op's attributes as text."""
     ins = [parse_shaped(text) for text in operands]
     outs = [parse_shaped(text) for text in results]
     tensor_bytes = [type_bytes(text) for text in (*operands, *results) if parse_shaped(text) is not None]
     nbytes = sum(tensor_bytes) if tensor_bytes and None not in tensor_bytes else None  # type: ignore[arg-type]
-    if name.startswith("onnx."):
-        name = _ONNX_EQUIVALENT.get(name, name.lower())
-    macs = _macs(name, ins, outs)
-    if macs is None and contraction is not None and outs and outs[0] is not None and outs[0].static:
-        macs = (outs[0].elements or 0) * contraction
-    if macs is None and iteration_space is not None and reduction and body_ops >= 2:
-        macs = iteration_space  # mul + add body over a reduction loop nest
+    op = _Op(rule_key(name), ins, outs, constants, attributes or {})
+    rule = _mac_rule(op.key)
+    macs = rule(op) if rule is not None and op.out is not None else None
+    if macs is None and contraction is not None and op.out is not None:
+        macs = op.out.elements * contraction
+    accumulates = multiply_accumulate if multiply_accumulate is not None else body_ops >= 2
+    if macs is None and rule is None and iteration_space is not None and reduction and accumulates:
+        macs = iteration_space  # one multiply-accumulate per point of the loop nest
     if macs is not None:
-        return Cost(macs, 2 * macs, nbytes)
-    flops = None
-    if iteration_space is not None and body_ops:
-        flops = iteration_space * body_ops
-    elif _is_reduction(name) and ins and ins[0] is not None:
-        flops = ins[0].elements
-    elif _is_pool(name) and not _is_reduction(name) and outs and outs[0] is not None and len(ins) > 1 and ins[1] is not None:
-        window = ins[1].elements
-        flops = outs[0].elements * window if outs[0].elements and window else None
-    elif _elementwise_kind(name) in _ELEMENTWISE_SUFFIXES and outs and outs[0] is not None:
-        flops = outs[0].elements
-    return Cost(None, flops, nbytes)
-
-
-def _is_reduction(name: str) -> bool:
-    return (name.endswith(("reduce", "reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax", "softmax"))
-            or ".reduce" in name or name.endswith("globalaveragepool"))
-
-
-def _is_pool(name: str) -> bool:
-    return "pool" in name
-
-
-def _macs(name: str, ins: list[ShapedType | None], outs: list[ShapedType | None]) -> int | None:
-    out = outs[0] if outs else None
-    if out is None or not out.static:
-        return None
-    suffix = name.split(".", 1)[-1]
-    lhs = ins[0] if ins else None
-    rhs = ins[1] if len(ins) > 1 else None
-    if lhs is None or rhs is None or not lhs.static or not rhs.static:
-        return None
-    out_elems = out.elements or 0
-    # Matrix products: output elements x contraction length (last dim of lhs).
-    if suffix in {"matmul", "batch_matmul", "matmul_transpose_b", "batch_matmul_transpose_b",
-                  "matvec", "vecmat", "batch_matvec", "mm", "bmm", "aten.mm", "aten.bmm",
-                  "aten.matmul", "dot", "dot_general"}:
-        if suffix == "dot_general":
-            return None  # contraction dims live in an attribute; handled by the engine
-        if suffix in {"matmul", "aten.matmul", "batch_matmul"} and name.startswith("tosa."):
-            return out_elems * lhs.shape[-1]  # tosa.matmul [N,H,C] x [N,C,W]
-        return out_elems * lhs.shape[-1]
-    if suffix in {"fully_connected", "aten.linear"}:
-        return out_elems * lhs.shape[-1]
-    # Convolutions: output elements x reduction volume of one output element.
-    if name.startswith("linalg.conv_") or name.startswith("linalg.depthwise_conv"):
-        layout = suffix.rsplit("_", 1)[-1]  # hwcf, fchw, hwc, hwcm, ...
-        if "depthwise" in suffix:
-            spatial = rhs.shape[: len(rhs.shape) - (2 if layout.endswith("m") else 1)]
-            if layout.startswith("c"):
-                spatial = rhs.shape[1:]
-            return out_elems * math.prod(spatial)  # type: ignore[arg-type]
-        if layout.endswith("f"):  # ...hwcf: filter [kh, kw, c, f]
-            return out_elems * math.prod(rhs.shape[:-1])  # type: ignore[arg-type]
-        if layout.startswith("f"):  # fchw: filter [f, c, kh, kw]
-            return out_elems * math.prod(rhs.shape[1:])  # type: ignore[arg-type]
-        return out_elems * math.prod(rhs.shape)  # type: ignore[arg-type]  # 1-D conv_1d etc.
-    if name in {"tosa.conv2d", "tosa.conv3d", "tosa.transpose_conv2d"}:
-        return out_elems * math.prod(rhs.shape[1:])  # type: ignore[arg-type]  # [O, KH, KW, I]
-    if name == "tosa.depthwise_conv2d":
-        return out_elems * rhs.shape[0] * rhs.shape[1]  # type: ignore[operator]  # [KH, KW, C, M]
-    if name in {"torch.aten.conv2d", "torch.aten.convolution", "torch.aten._convolution"}:
-        return out_elems * math.prod(rhs.shape[1:])  # type: ignore[arg-type]  # [O, I/g, KH, KW]
-    if name == "stablehlo.convolution":
-        return out_elems * (rhs.elements or 0) // max(1, out.shape[-1] or 1)  # HWIO kernel
-    return None
+        return Cost(macs, 2 * macs, nbytes, CONTRACTION)
+    if rule is not None:
+        return Cost(None, None, nbytes, UNKNOWN)  # a contraction whose shapes are not static
+    flops = _arithmetic(op, iteration_space, body_ops)
+    if flops is not None:
+        return Cost(None, flops, nbytes, ARITHMETIC)
+    return Cost(None, None, nbytes, DATA if _moves_data(op.key) else UNKNOWN)

@@ -11,7 +11,8 @@ from iree.compiler import ir
 
 from dfit_mlir import costs, frontends, ids, locations
 from dfit_mlir.ids import TaggedOp
-from dfit_mlir.passes import mlir_engine
+from dfit_mlir.passes import loop_trips, mlir_engine
+from dfit_mlir.passes.loop_trips import LoopTrips
 from dfit_mlir.passes.snapshot import LocationCache
 from dfit_mlir.perf import paused_gc
 
@@ -33,15 +34,16 @@ def _type_info(text: str) -> tuple[tuple[str, Any], ...]:
     return (("type", text), ("shape", shaped.shape), ("dtype", shaped.dtype), ("bytes", shaped.nbytes))
 
 
-def _generic_loops(op: ir.Operation) -> tuple[int | None, bool, int]:
-    """(iteration space size, has a reduction loop, arith ops in the body) of a
-    structured op with ``indexing_maps``; (None, False, 0) when not derivable."""
+def _generic_loops(op: ir.Operation) -> tuple[int | None, bool, int, bool]:
+    """(iteration space size, has a reduction loop, arith ops in the body, whether the
+    body multiplies and adds) of a structured op with ``indexing_maps``; (None, False, 0,
+    False) when not derivable."""
     attributes = op.attributes
     if "indexing_maps" not in attributes or not op.regions:
-        return None, False, 0
-    body_ops = sum(
-        1 for block in op.regions[0].blocks for child in block.operations if child.operation.name.startswith(_ARITH_DIALECTS)
-    )
+        return None, False, 0, False
+    body = [child.operation.name for block in op.regions[0].blocks for child in block.operations
+            if child.operation.name.startswith(_ARITH_DIALECTS)]
+    accumulates = any(n in _MULTIPLIES for n in body) and any(n in _ADDS for n in body)
     reduction = "reduction" in str(attributes["iterator_types"]) if "iterator_types" in attributes else False
     bounds: dict[int, int] = {}
     operands = list(op.operands)
@@ -56,8 +58,51 @@ def _generic_loops(op: ir.Operation) -> tuple[int | None, bool, int]:
                 bounds.setdefault(expr.position, dim)
     n_loops = ir.AffineMapAttr(ir.ArrayAttr(attributes["indexing_maps"])[0]).value.n_dims
     if len(bounds) < n_loops:
-        return None, reduction, body_ops
-    return math.prod(bounds.values()), reduction, body_ops
+        return None, reduction, len(body), accumulates
+    return math.prod(bounds.values()), reduction, len(body), accumulates
+
+
+_MULTIPLIES = frozenset({"arith.mulf", "arith.muli"})
+_ADDS = frozenset({"arith.addf", "arith.addi"})
+#: Ops whose attributes a cost rule reads (dimension numbers, windows, ONNX attributes).
+_ATTRIBUTE_PREFIXES = ("stablehlo.convolution", "stablehlo.reduce_window", "tosa.", "torch.operator")
+
+
+def _constants(op: ir.Operation) -> tuple[Any, ...]:
+    """Per operand: the value of a torch constant (or list of constants; a list of
+    tensors as their type texts) it is, else None: the scalar arguments cost rules read."""
+    if not op.name.startswith("torch."):
+        return ()
+    return tuple(_constant_value(value) for value in op.operands)
+
+
+def _constant_value(value: ir.Value, depth: int = 0) -> Any:
+    owner = value.owner
+    owner = owner.operation if isinstance(owner, ir.OpView) else owner
+    if not isinstance(owner, ir.Operation):
+        return None
+    name = owner.name
+    if name == "torch.prim.ListConstruct" and depth == 0:
+        items = list(owner.operands)
+        if items and all(costs.parse_shaped(str(item.type)) is not None for item in items):
+            return tuple(str(item.type) for item in items)
+        return tuple(_constant_value(item, 1) for item in items)
+    if not name.startswith("torch.constant.") or "value" not in owner.attributes:
+        return None
+    attr = owner.attributes["value"]
+    if name == "torch.constant.str":
+        return ir.StringAttr(attr).value
+    if name == "torch.constant.bool":
+        return ir.BoolAttr(attr).value
+    if name == "torch.constant.int":
+        return ir.IntegerAttr(attr).value
+    return None
+
+
+def _attributes(op: ir.Operation) -> dict[str, str]:
+    if not op.name.startswith(_ATTRIBUTE_PREFIXES):
+        return {}
+    return {name: str(op.attributes[name]) for name in op.attributes}
 
 
 _CONTRACTING_RE = re.compile(r"lhs_contracting_dimensions = \[([0-9, ]*)\]")
@@ -89,6 +134,7 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
             consumers_of.setdefault(operand, set()).add(item.id)
     operators: list[dict] = []
     tensors: list[dict] = []
+    loops = LoopTrips()
     callees: dict[str, str] = {}
     for item in tagged:
         op = item.op
@@ -99,7 +145,7 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
         operands = [_value_info(value) for value in op.operands]
         result_values = list(op.results)
         results = [_value_info(value) for value in result_values]
-        space, reduction, body_ops = _generic_loops(op)
+        space, reduction, body_ops, accumulates = _generic_loops(op)
         kind = mlir_engine.display_name(op)
         cost = costs.op_cost(
             kind,
@@ -109,7 +155,11 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
             iteration_space=space,
             reduction=reduction,
             contraction=_dot_contraction(op, operands),
+            multiply_accumulate=accumulates if space is not None else None,
+            constants=_constants(op),
+            attributes=_attributes(op),
         )
+        in_loop, trips = loops.trips_of(op)
         parent = op.parent
         operators.append(
             {
@@ -122,6 +172,12 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
                 "macs": cost.macs,
                 "flops": cost.flops,
                 "bytes": cost.bytes,
+                # What the op does (dfit_mlir.costs): contraction, arithmetic, data, unknown.
+                "cost_kind": cost.kind,
+                # Inside a loop the figures are per trip; ``trips``: how many (the product
+                # over the enclosing loops), None where a trip count is not static.
+                "per_trip": in_loop,
+                "trips": trips,
                 "source": _file_loc(info.file_loc),
                 "name_path": list(info.name_path),
                 "call_stack": [_file_loc(frame) for frame in info.call_stack],
@@ -148,6 +204,7 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
                     "bytes": entry["bytes"],
                 }
             )
+    loop_trips.through_calls(operators, callees)
     frontends.annotate(operators, callees)
     return operators, tensors
 
