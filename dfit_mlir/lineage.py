@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable
 
 from dfit_mlir.ids import op_name_of
 
@@ -49,6 +49,9 @@ class DispatchRegion:
     function: str
     root_ids: tuple[str, ...]
     ids: tuple[str, ...]
+    #: What its ops compute and what crosses its boundary (``passes/region_costs.py``'s
+    #: ``RegionCost``); None where not counted.
+    cost: Any = None
 
 
 @dataclass(frozen=True, slots=True)

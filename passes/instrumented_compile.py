@@ -20,11 +20,13 @@ from typing import Any, Sequence
 
 from dfit_mlir import (
     atomic,
+    costs,
     filters,
     frontends,
     lineage,
     manifest,
     materialisation,
+    site_costs,
     toolchain,
     vmfb,
 )
@@ -33,6 +35,7 @@ from dfit_mlir.ids import ID_SCHEME_VERSION
 from dfit_mlir.lineage import DispatchRegion, DispatchSite, StageFigures
 from dfit_mlir.passes import mlir_engine, operators, phases, recordings, snapshot, tensor_traces
 from dfit_mlir.passes import probes as function_probes
+from dfit_mlir.passes.region_costs import RegionCost
 
 MODES = ("ids", "lite", "full")
 #: Phases whose snapshot each mode takes, in pipeline order. ``ids`` keeps what the
@@ -150,6 +153,7 @@ def compile_instrumented(
                 host_program=host_program,
             )
             document["partitions"] = materialisation.separate_shared(document["partitions"], dispatch_regions.regions, ops)
+            site_costs.settle_manifest_costs(document)
             document["compile"]["codegen"] = vmfb.codegen_facts(tmp_vmfb, driver.flags)  # for `dfit diff`
             manifest.save(document, manifest_path, kind="manifest")
     finally:
@@ -235,8 +239,10 @@ def dispatch_table(by_stage: dict[str, StageFigures], host_program: dict[str, An
     sites = list(sites_stage.sites) if sites_stage else []
     host_program = host_program or {"recordings": [], "functions": {}}
     placement = site_placement(host_program)
-    fused_of = site_regions(sites, regions)
-    site_rows = [site_row(index, site, fused_of[index], placement.get(index), tensors)
+    positions = site_region_positions(sites, regions)
+    fused_of = site_regions(sites, regions, positions)
+    site_rows = [site_row(index, site, fused_of[index], placement.get(index), tensors,
+                          cost=regions[positions[index]].cost if positions[index] is not None else None)
                  for index, site in enumerate(sites)]
     export_rows = [
         {
@@ -267,10 +273,15 @@ ENCODING_MARKERS = ("set_encoding", "unset_encoding", "encoding")
 
 
 def site_row(index: int, site: DispatchSite, fused: tuple[str, ...],
-             placement: tuple[int, int, bool] | None, tensors: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+             placement: tuple[int, int, bool] | None, tensors: Sequence[dict[str, Any]] = (),
+             cost: RegionCost | None = None) -> dict[str, Any]:
     """One manifest call-site row. ``placement``: (recording, command index, load time).
     An encoding site's IDs are its consumer op (its location's root) and the tensors it
-    encodes (``encodes``: the source tensors of that shape the root consumes)."""
+    encodes (``encodes``: the source tensors of that shape the root consumes).
+    ``cost``: what its dispatch region computes and moves (``passes/region_costs.py``):
+    ``region_macs``/``region_flops`` per source ID are the weights
+    :mod:`dfit_mlir.site_costs` places op costs by; an encoding moves the tensor its
+    name gives and computes nothing."""
     recording, command_index, load_time = placement if placement else (None, None, False)
     encoding = is_encoding(site.export)
     encodes: list[str] = []
@@ -294,7 +305,26 @@ def site_row(index: int, site: DispatchSite, fused: tuple[str, ...],
         # encoding: a data-tiling layout change of the tensors its IDs name.
         "kind": "encoding" if encoding else "compute",
         **({"encodes": encodes} if encoding else {}),
+        **_region_fields(site.export, encoding, cost),
     }
+
+
+def _region_fields(export: str, encoding: bool, cost: RegionCost | None) -> dict[str, Any]:
+    if encoding:
+        moved = _encoded_bytes(export)
+        return {"region_macs": {}, "region_flops": {}, "bytes_read": moved, "bytes_written": moved}
+    if cost is None:
+        return {}
+    return {"region_macs": dict(cost.op_macs), "region_flops": dict(cost.op_flops),
+            "bytes_read": cost.bytes_read, "bytes_written": cost.bytes_written}
+
+
+def _encoded_bytes(export: str) -> int | None:
+    """Size of the tensor an encoding export (``…encode_128x784xf32_to_…``) lays out."""
+    match = _ENCODE_RE.search(export)
+    if match is None or "D" in match["shape"]:
+        return None
+    return costs.type_bytes(f"tensor<{match['shape']}{match['dtype']}>")
 
 
 _ENCODE_RE = re.compile(r"encode_(?P<shape>(?:[0-9D]+x)*)(?P<dtype>[a-z]+\d+)_to_")
@@ -356,34 +386,48 @@ def site_placement(host_program: dict[str, Any]) -> dict[int, tuple[int, int, bo
     return placement
 
 
-def site_regions(sites: Sequence[DispatchSite], regions: Sequence[DispatchRegion]) -> list[tuple[str, ...]]:
-    """Fused IDs of each site from the dispatch region it was outlined from.
-
-    A site and its region share their root (the first ID of their locations); regions
-    are taken in program order, each once, so that sites of one deduplicated export each
-    get their own region. A site whose root starts no region (data tiling outlines
-    encodings and moves ops around) takes the region that holds its root; failing that,
-    its own location's IDs. Either way its root is among its fused IDs."""
+def site_region_positions(sites: Sequence[DispatchSite], regions: Sequence[DispatchRegion]) -> list[int | None]:
+    """The dispatch region each site was outlined from (its position in ``regions``), or
+    None: a site and its region share their root (the first ID of their locations);
+    regions are taken in program order, each once, so that sites of one deduplicated
+    export each get their own region. Encodings have no region of their own."""
     used = [False] * len(regions)
     by_root: dict[str, list[int]] = {}
-    holding: dict[str, list[int]] = {}
     for position, region in enumerate(regions):
         if region.root_ids:
             by_root.setdefault(region.root_ids[0], []).append(position)
-        for source_id in region.ids:
-            holding.setdefault(source_id, []).append(position)
-    fused_of = []
+    found: list[int | None] = []
     for site in sites:
         root = site.ids[0] if site.ids else None
-        fused: tuple[str, ...] = tuple(site.ids)
-        if root is not None and not is_encoding(site.export):  # encodings have no region of their own
+        first = None
+        if root is not None and not is_encoding(site.export):
             first = next((p for p in by_root.get(root, ()) if not used[p]), None)
             if first is not None:
                 used[first] = True
-                fused = regions[first].ids
-            elif root in holding:
-                # Prefer a region that also holds the site's other IDs.
-                best = max(holding[root], key=lambda p: (len(set(site.ids) & set(regions[p].ids)), -p))
-                fused = (root, *(i for i in regions[best].ids if i != root))
+        found.append(first)
+    return found
+
+
+def site_regions(sites: Sequence[DispatchSite], regions: Sequence[DispatchRegion],
+                 positions: Sequence[int | None] | None = None) -> list[tuple[str, ...]]:
+    """Fused IDs of each site from the dispatch region it was outlined from
+    (:func:`site_region_positions`). A site whose root starts no region (data tiling
+    outlines encodings and moves ops around) takes the region that holds its root;
+    failing that, its own location's IDs. Either way its root is among its fused IDs."""
+    positions = site_region_positions(sites, regions) if positions is None else positions
+    holding: dict[str, list[int]] = {}
+    for position, region in enumerate(regions):
+        for source_id in region.ids:
+            holding.setdefault(source_id, []).append(position)
+    fused_of = []
+    for site, position in zip(sites, positions, strict=True):
+        root = site.ids[0] if site.ids else None
+        fused: tuple[str, ...] = tuple(site.ids)
+        if position is not None:
+            fused = regions[position].ids
+        elif root is not None and not is_encoding(site.export) and root in holding:
+            # Prefer a region that also holds the site's other IDs.
+            best = max(holding[root], key=lambda p: (len(set(site.ids) & set(regions[p].ids)), -p))
+            fused = (root, *(i for i in regions[best].ids if i != root))
         fused_of.append(fused)
     return fused_of

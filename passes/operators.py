@@ -11,12 +11,10 @@ from iree.compiler import ir
 
 from dfit_mlir import costs, frontends, ids, locations
 from dfit_mlir.ids import TaggedOp
-from dfit_mlir.passes import loop_trips, mlir_engine
+from dfit_mlir.passes import loop_trips, mlir_engine, region_costs
 from dfit_mlir.passes.loop_trips import LoopTrips
 from dfit_mlir.passes.snapshot import LocationCache
 from dfit_mlir.perf import paused_gc
-
-_ARITH_DIALECTS = ("arith.", "math.")
 
 
 def _value_info(value: ir.Value) -> dict[str, Any]:
@@ -34,36 +32,6 @@ def _type_info(text: str) -> tuple[tuple[str, Any], ...]:
     return (("type", text), ("shape", shaped.shape), ("dtype", shaped.dtype), ("bytes", shaped.nbytes))
 
 
-def _generic_loops(op: ir.Operation) -> tuple[int | None, bool, int, bool]:
-    """(iteration space size, has a reduction loop, arith ops in the body, whether the
-    body multiplies and adds) of a structured op with ``indexing_maps``; (None, False, 0,
-    False) when not derivable."""
-    attributes = op.attributes
-    if "indexing_maps" not in attributes or not op.regions:
-        return None, False, 0, False
-    body = [child.operation.name for block in op.regions[0].blocks for child in block.operations
-            if child.operation.name.startswith(_ARITH_DIALECTS)]
-    accumulates = any(n in _MULTIPLIES for n in body) and any(n in _ADDS for n in body)
-    reduction = "reduction" in str(attributes["iterator_types"]) if "iterator_types" in attributes else False
-    bounds: dict[int, int] = {}
-    operands = list(op.operands)
-    for index, map_attr in enumerate(ir.ArrayAttr(attributes["indexing_maps"])):
-        if index >= len(operands):
-            break
-        shaped = costs.parse_shaped(str(operands[index].type))
-        if shaped is None:
-            continue
-        for dim, expr in zip(shaped.shape, ir.AffineMapAttr(map_attr).value.results, strict=False):
-            if dim is not None and isinstance(expr, ir.AffineDimExpr):
-                bounds.setdefault(expr.position, dim)
-    n_loops = ir.AffineMapAttr(ir.ArrayAttr(attributes["indexing_maps"])[0]).value.n_dims
-    if len(bounds) < n_loops:
-        return None, reduction, len(body), accumulates
-    return math.prod(bounds.values()), reduction, len(body), accumulates
-
-
-_MULTIPLIES = frozenset({"arith.mulf", "arith.muli"})
-_ADDS = frozenset({"arith.addf", "arith.addi"})
 #: Ops whose attributes a cost rule reads (dimension numbers, windows, ONNX attributes).
 _ATTRIBUTE_PREFIXES = ("stablehlo.convolution", "stablehlo.reduce_window", "tosa.", "torch.operator")
 
@@ -145,7 +113,7 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
         operands = [_value_info(value) for value in op.operands]
         result_values = list(op.results)
         results = [_value_info(value) for value in result_values]
-        space, reduction, body_ops, accumulates = _generic_loops(op)
+        space, reduction, body_ops, accumulates = region_costs.structured_loops(op)
         kind = mlir_engine.display_name(op)
         cost = costs.op_cost(
             kind,

@@ -14,6 +14,7 @@ from iree.compiler import ir
 from dfit_mlir import locations
 from dfit_mlir.lineage import DispatchRegion, DispatchSite, Export, StageFigures
 from dfit_mlir.passes.mlir_engine import OpTree, symbol_name, to_loc
+from dfit_mlir.passes.region_costs import RegionCost, region_cost
 from dfit_mlir.perf import paused_gc
 
 REGION_KINDS = frozenset({"flow.dispatch.workgroups", "flow.dispatch.region"})
@@ -72,7 +73,7 @@ def take_snapshot(module: ir.Operation, stage: str, cache: LocationCache) -> Sta
     figures = StageFigures(stage)
     export_ops: list[tuple[str, ir.Operation]] = []
     body_ids: dict[tuple[str, str], set[str]] = {}
-    regions: list[tuple[str, tuple[str, ...], set[str]]] = []  # function, root IDs, body IDs
+    regions: list[tuple[str, tuple[str, ...], set[str], RegionCost]] = []  # function, root IDs, body IDs, cost
 
     # Iterative pre-order walk; each entry carries the enclosing function, executable, the
     # id-set collecting a dispatch region's or executable function's body (or None), and
@@ -100,14 +101,14 @@ def take_snapshot(module: ir.Operation, stage: str, cache: LocationCache) -> Sta
                 figures.sites.append(DispatchSite(function, target[0], target[1], ids))
         elif kind in REGION_KINDS:
             collector = set(ids)
-            regions.append((function, ids, collector))
+            regions.append((function, ids, collector, region_cost(op, cache.ids)))
         if op.regions:
             enclosed = enclosed or (bool(ids) and "sym_name" not in op.attributes)
         children = [(child, function, executable, collector, enclosed) for child in tree.children(op)]
         stack.extend(reversed(children))
 
-    for function, root_ids, collected in regions:
-        figures.regions.append(DispatchRegion(function, root_ids, _ordered(root_ids, collected)))
+    for function, root_ids, collected, cost in regions:
+        figures.regions.append(DispatchRegion(function, root_ids, _ordered(root_ids, collected), cost))
     for executable, op in export_ops:
         name = symbol_name(op) or ""
         ordinal = None

@@ -234,3 +234,232 @@ def test_every_torch_op_that_computes_has_flops(torch_counted: dict[str, Any]) -
     unknown = sorted({op["op"] for op in torch_counted["ops"] if op["cost_kind"] == "unknown"
                       and op["op"].startswith("torch.aten.")})
     assert unknown == [], unknown
+
+
+# --- JAX --------------------------------------------------------------------------------
+
+
+def _jax_mlp() -> tuple[Any, tuple[Any, ...]]:
+    """Dense + tanh, a layer norm by hand, a second dense, softmax."""
+    import jax
+    import jax.numpy as jnp
+
+    def forward(params: dict, x: Any) -> Any:
+        h = jnp.tanh(x @ params["w1"] + params["b1"])
+        h = (h - h.mean(-1, keepdims=True)) * jax.lax.rsqrt(h.var(-1, keepdims=True) + 1e-5)
+        return jax.nn.softmax(h @ params["w2"])
+
+    key1, key2 = jax.random.split(jax.random.PRNGKey(0))
+    params = {"w1": jax.random.normal(key1, (32, 64)), "b1": jnp.zeros(64), "w2": jax.random.normal(key2, (64, 16))}
+    return forward, (params, jnp.ones((8, 32)))
+
+
+SCAN_LAYERS = 4
+
+
+def _attention_layer(h: Any, w: Any) -> tuple[Any, None]:
+    import jax
+    import jax.numpy as jnp
+
+    with jax.named_scope("attn"):
+        a = jax.nn.softmax((h @ w[0]) @ (h @ w[1]).T / 4.0) @ (h @ w[2])
+    with jax.named_scope("mlp"):
+        return h + jnp.tanh(a @ w[3]), None
+
+
+def _jax_scanned(weights: Any, h: Any) -> Any:
+    import jax
+
+    return jax.lax.scan(_attention_layer, h, weights)[0]
+
+
+def _jax_unrolled(weights: Any, h: Any) -> Any:
+    for layer in range(weights.shape[0]):
+        h = _attention_layer(h, weights[layer])[0]
+    return h
+
+
+def _scan_args() -> tuple[Any, ...]:
+    import jax
+
+    return jax.random.normal(jax.random.PRNGKey(1), (SCAN_LAYERS, 4, 32, 32)) * 0.1, jax.numpy.ones((16, 32))
+
+
+def xla_flops(fn: Any, *args: Any) -> float:
+    """XLA's flops + transcendentals of the compiled program (dfit counts both)."""
+    import jax
+
+    analysis = jax.jit(fn).lower(*args).compile().cost_analysis()
+    analysis = analysis[0] if isinstance(analysis, list) else analysis
+    return analysis.get("flops", 0.0) + analysis.get("transcendentals", 0.0)
+
+
+def _jax_ops(fn: Any, args: tuple[Any, ...], root: Path, name: str) -> list[dict[str, Any]]:
+    from dfit_mlir import atomic
+    from dfit_mlir.frontends import jax as jax_frontend
+
+    source = root / f"{name}.mlir"
+    atomic.write_text(source, jax_frontend.lower_text(fn, *args))
+    return static_operators(source)
+
+
+def test_jax_flops_match_xla_cost_analysis(tmp_path: Path) -> None:
+    fn, args = _jax_mlp()
+    measured, expected = total(_jax_ops(fn, args, tmp_path, "mlp")), xla_flops(fn, *args)
+    print(f"ACCURACY jax mlp: dfit {measured} XLA {expected:.0f} error {100 * (measured - expected) / expected:+.2f}%")
+    assert within(measured, expected, XLA_TOLERANCE), (measured, expected)
+
+
+def test_jax_scan_counts_every_trip(tmp_path: Path) -> None:
+    """The scan body's ops are per trip with ``trips`` = the scan length, through the
+    ``closed_call`` the body calls; their static total matches XLA on the unrolled
+    program (XLA counts the scanned program's body once)."""
+    args = _scan_args()
+    ops = _jax_ops(_jax_scanned, args, tmp_path, "scan")
+    dot = [op for op in ops if op["op"] == "stablehlo.dot_general"]
+    assert dot and all(op["per_trip"] and op["trips"] == SCAN_LAYERS for op in dot)
+    measured, expected = total(ops), xla_flops(_jax_unrolled, *args)
+    once = xla_flops(_jax_scanned, *args)
+    print(f"ACCURACY jax scan x{SCAN_LAYERS}: dfit {measured} XLA unrolled {expected:.0f} (XLA scanned, body once: "
+          f"{once:.0f}) error {100 * (measured - expected) / expected:+.2f}%")
+    assert within(measured, expected, XLA_TOLERANCE), (measured, expected)
+    assert not within(once, expected, XLA_TOLERANCE)  # the counter itself counts the body once
+    assert total(_jax_ops(_jax_unrolled, args, tmp_path, "unrolled")) == pytest.approx(measured, rel=0.001)
+
+
+# --- ONNX -------------------------------------------------------------------------------
+
+
+def onnx_tool_macs(path: Path) -> int:
+    """MACs of the Conv/Gemm/MatMul nodes by onnx-tool, less the one add per output
+    element it counts for a bias."""
+    import math
+
+    import onnx_tool
+
+    model = onnx_tool.Model(str(path))
+    graph = model.graph
+    graph.graph_reorder_nodes()
+    graph.shape_infer()
+    graph.profile()
+    found = 0
+    for node in graph.nodemap.values():
+        if node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul"):
+            macs = node.macs[0] if isinstance(node.macs, (list, tuple)) else node.macs
+            bias = math.prod(graph.tensormap[node.output[0]].get_shape()) if len(node.input) > 2 else 0
+            found += int(macs) - bias
+    return found
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "resnet50", "inception_v1"])
+def test_onnx_macs_match_onnx_tool(name: str, tmp_path: Path) -> None:
+    from dfit_mlir import atomic
+    from dfit_mlir.frontends import onnx as onnx_frontend
+    from tests.realmodels import onnx_light_path
+
+    path = onnx_light_path(name)
+    source = tmp_path / f"{name}.mlir"
+    atomic.write_text(source, onnx_frontend.import_model(path))
+    measured, expected = total(static_operators(source), "macs"), onnx_tool_macs(path)
+    print(f"ACCURACY onnx {name}: dfit {measured} onnx-tool {expected} error {100 * (measured - expected) / expected:+.2f}%")
+    assert within(measured, expected, ONNX_TOLERANCE), (measured, expected)
+
+
+# --- Where the MACs land: one compute dispatch each --------------------------------------
+
+
+def _block() -> tuple[Any, tuple[Any, ...]]:
+    """A ResNet basic block with a 1x1 stride-2 downsample shortcut (BatchNorm-free:
+    IREE 3.13 does not compile eval BatchNorm from torch.export); conv biases and the
+    residual add fuse into the convolutions' dispatches."""
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv1 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)
+            self.conv2 = torch.nn.Conv2d(16, 16, 3, padding=1)
+            self.downsample = torch.nn.Conv2d(8, 16, 1, stride=2)
+
+        def forward(self, x: Any) -> Any:
+            return torch.relu(self.conv2(torch.relu(self.conv1(x))) + self.downsample(x))
+
+    torch.manual_seed(0)
+    return Block().eval(), (torch.randn(1, 8, 16, 16),)
+
+
+def _mlp() -> tuple[Any, tuple[Any, ...]]:
+    import torch
+
+    class MLP(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = torch.nn.Linear(64, 128)
+            self.fc2 = torch.nn.Linear(128, 32)
+
+        def forward(self, x: Any) -> Any:
+            return self.fc2(torch.relu(self.fc1(x)))
+
+    torch.manual_seed(0)
+    return MLP().eval(), (torch.randn(16, 64),)
+
+
+def _compiled(build: Any, root: Path, extra_flags: tuple[str, ...] = ()) -> dict[str, Any]:
+    from dfit_mlir.frontends import torch as torch_frontend
+
+    model, args = build()
+    flags = (*torch_frontend.DEFAULT_FLAGS, *extra_flags)
+    return torch_frontend.compile(model, args, output=root / "model.vmfb", mode="ids", flags=flags).manifest
+
+
+def _placed(manifest: dict[str, Any], key: str) -> list[dict[str, int]]:
+    from dfit_mlir.site_costs import op_figures, placed_costs, site_members, site_weights
+
+    sites = manifest["partitions"]["dispatch_sites"]
+    kinds = {op["id"]: op["cost_kind"] for op in manifest["operators"]}
+    costs = op_figures({op["id"]: op[key] for op in manifest["operators"]}, kinds)
+    return placed_costs([site_members(s) for s in sites], [True] * len(sites), costs, site_weights(sites, key, kinds))
+
+
+def assert_each_contraction_in_one_dispatch(manifest: dict[str, Any]) -> None:
+    from dfit_mlir.site_costs import dispatch_site_costs
+
+    contractions = {op["id"]: op["macs"] for op in manifest["operators"] if op["cost_kind"] == "contraction"}
+    placed = _placed(manifest, "macs")
+    for op_id, macs in contractions.items():
+        holding = [share[op_id] for share in placed if share.get(op_id)]
+        assert holding == [macs], (op_id, holding)
+    per_site = dispatch_site_costs(manifest, "macs")
+    assert sum(per_site) == sum(contractions.values()) == sum(op["macs"] or 0 for op in manifest["operators"])
+    assert [s["macs"] for s in manifest["partitions"]["dispatch_sites"]] == per_site
+    flops = dispatch_site_costs(manifest, "flops")
+    assert sum(f or 0 for f in flops) == sum(op["flops"] or 0 for op in manifest["operators"])
+
+
+@pytest.mark.slow
+def test_resnet_block_downsample_dispatch_gets_its_own_macs(tmp_path: Path) -> None:
+    """The 1x1 downsample's dispatch carries 8 x 16 x 8 x 8 MACs, not a share of the
+    3x3 conv whose bias/residual add is fused with it; each conv's MACs sit in one
+    dispatch and the dispatches sum to the model."""
+    manifest = _compiled(_block, tmp_path)
+    assert_each_contraction_in_one_dispatch(manifest)
+    by_module = {op["module_path"]: op for op in manifest["operators"] if op["cost_kind"] == "contraction"}
+    assert by_module["downsample"]["macs"] == 8 * 16 * 8 * 8
+    assert by_module["conv2"]["macs"] == 16 * 9 * 16 * 8 * 8
+    sites = manifest["partitions"]["dispatch_sites"]
+    downsample = [s for s in sites if by_module["downsample"]["id"] in (s.get("region_macs") or {})]
+    assert len(downsample) == 1 and downsample[0]["macs"] == 8 * 16 * 8 * 8
+    # Bytes at the boundary: the dispatch reads the input and the 1x1 weights and bias.
+    assert downsample[0]["bytes_read"] >= 4 * (8 * 16 * 16 + 16 * 8) and downsample[0]["bytes_written"] == 4 * 16 * 8 * 8
+
+
+@pytest.mark.slow
+def test_data_tiled_encodings_carry_bytes_and_no_macs(tmp_path: Path) -> None:
+    manifest = _compiled(_mlp, tmp_path, ("--iree-opt-data-tiling=true",))
+    sites = manifest["partitions"]["dispatch_sites"]
+    encodings = [s for s in sites if s["kind"] == "encoding"]
+    assert encodings, [s["export"] for s in sites]
+    assert all(s["macs"] == 0 and s["flops"] == 0 for s in encodings)
+    assert any(s["bytes_read"] == 4 * 64 * 128 for s in encodings)  # fc1's weight, laid out
+    assert_each_contraction_in_one_dispatch(manifest)
+    assert sum(s["macs"] for s in sites if s["kind"] == "compute") == 16 * 64 * 128 + 16 * 128 * 32

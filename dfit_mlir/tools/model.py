@@ -183,12 +183,16 @@ class SemanticModel:
         (:mod:`dfit_mlir.site_costs`), so partitions sum to the model's total."""
         table = self._placed.get(key)
         if table is None:
-            from dfit_mlir.site_costs import moves_data_only, placed_costs
+            from dfit_mlir.site_costs import moves_data_only, op_figures, placed_costs, site_weights
 
             parts = self.partitions
-            costs = {op_id: getattr(op, key) for op_id, op in self.operators.items()}
+            kinds = {op_id: op.raw.get("cost_kind") for op_id, op in self.operators.items()}
+            costs = op_figures({op_id: getattr(op, key) for op_id, op in self.operators.items()}, kinds)
             computes = [p.kind != "dispatch" or not moves_data_only(p.attributes.get("export")) for p in parts]
-            placed = placed_costs([p.operator_ids for p in parts], computes, costs)
+            sites = self.manifest["partitions"].get("dispatch_sites", [])
+            by_site = dict(zip((s["index"] for s in sites), site_weights(sites, key, kinds), strict=True))
+            weights = [by_site.get(p.attributes.get("site")) if p.kind == "dispatch" else None for p in parts]
+            placed = placed_costs([p.operator_ids for p in parts], computes, costs, weights)
             table = self._placed[key] = {p.id: share for p, share in zip(parts, placed, strict=True)}
         return table.get(partition.id, {})
 

@@ -1,0 +1,123 @@
+"""What each dispatch region computes and moves, counted from the ops it holds after
+``dispatch-creation``: the lowered ``linalg`` / ``iree_linalg_ext`` ops of its body.
+
+Per op of the region, :func:`dfit_mlir.costs.op_cost` gives its MACs and FLOPs
+(contractions by their rule, anything else by iteration domain x arithmetic ops of its
+body), credited to the source op its location names first (its root ID). Fills,
+copies, pads, slices, packs and encodings are data movement: no MACs, no FLOPs. The
+region's bytes are what crosses its boundary: the tensors it reads
+(``flow.dispatch.workgroups`` operands) and writes (its results), not the sum of its
+ops' operands.
+
+These per-op figures are *weights*: :mod:`dfit_mlir.site_costs` places a source op's
+cost over the dispatches that name it in proportion to them, so a conv's MACs land in
+the dispatch that convolves, never in the one its bias add was fused into, and an
+encoding dispatch carries bytes and no MACs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from iree.compiler import ir
+
+from dfit_mlir import costs
+
+#: Ops of a region body that compute or move tensors (counted); others (scalar arith on
+#: indices, tensor loads/stores of the dispatch ABI) are not.
+_COUNTED_PREFIXES = ("linalg.", "iree_linalg_ext.", "tensor.pad", "tensor.concat", "iree_encoding.", "linalg_ext.")
+
+
+@dataclass(frozen=True, slots=True)
+class RegionCost:
+    """Per source ID, the MACs / FLOPs the region's ops credited to it compute; the bytes
+    read and written at the region's boundary (None: a dynamic or unknown size)."""
+
+    op_macs: dict[str, int] = field(default_factory=dict)
+    op_flops: dict[str, int] = field(default_factory=dict)
+    bytes_read: int | None = None
+    bytes_written: int | None = None
+
+    @property
+    def macs(self) -> int:
+        return sum(self.op_macs.values())
+
+    @property
+    def flops(self) -> int:
+        return sum(self.op_flops.values())
+
+
+def region_cost(region: ir.Operation, ids_of: object) -> RegionCost:
+    """Cost of one ``flow.dispatch.workgroups`` / ``flow.dispatch.region``; ``ids_of``:
+    location → source IDs (a snapshot ``LocationCache.ids``)."""
+    op_macs: dict[str, int] = {}
+    op_flops: dict[str, int] = {}
+    pending = deque(_children(region))
+    while pending:
+        op = pending.popleft()
+        if not op.name.startswith(_COUNTED_PREFIXES):
+            pending.extend(_children(op))
+            continue
+        source = ids_of(op.location)  # type: ignore[operator]
+        if not source:
+            continue
+        cost = _op_cost(op)
+        if cost.macs:
+            op_macs[source[0]] = op_macs.get(source[0], 0) + cost.macs
+        if cost.flops:
+            op_flops[source[0]] = op_flops.get(source[0], 0) + cost.flops
+    read = [costs.type_bytes(str(v.type)) for v in region.operands if costs.parse_shaped(str(v.type))]
+    written = [costs.type_bytes(str(v.type)) for v in region.results if costs.parse_shaped(str(v.type))]
+    return RegionCost(op_macs, op_flops, _total(read), _total(written))
+
+
+def _total(sizes: list[int | None]) -> int | None:
+    return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
+
+
+def _op_cost(op: ir.Operation) -> costs.Cost:
+    space, reduction, body_ops, accumulates = structured_loops(op)
+    return costs.op_cost(op.name, [str(v.type) for v in op.operands], [str(v.type) for v in op.results],
+                         body_ops=body_ops, iteration_space=space, reduction=reduction,
+                         multiply_accumulate=accumulates if space is not None else None)
+
+
+def _children(op: ir.Operation) -> list[ir.Operation]:
+    return [child.operation for region in op.regions for block in region.blocks for child in block.operations]
+
+
+_ARITH_DIALECTS = ("arith.", "math.")
+
+
+def structured_loops(op: ir.Operation) -> tuple[int | None, bool, int, bool]:
+    """(iteration space size, has a reduction loop, arith ops in the body, whether the
+    body multiplies and adds) of a structured op with ``indexing_maps``; (None, False, 0,
+    False) when not derivable."""
+    attributes = op.attributes
+    if "indexing_maps" not in attributes or not op.regions:
+        return None, False, 0, False
+    body = [child.operation.name for block in op.regions[0].blocks for child in block.operations
+            if child.operation.name.startswith(_ARITH_DIALECTS)]
+    accumulates = any(n in _MULTIPLIES for n in body) and any(n in _ADDS for n in body)
+    reduction = "reduction" in str(attributes["iterator_types"]) if "iterator_types" in attributes else False
+    bounds: dict[int, int] = {}
+    operands = list(op.operands)
+    for index, map_attr in enumerate(ir.ArrayAttr(attributes["indexing_maps"])):
+        if index >= len(operands):
+            break
+        shaped = costs.parse_shaped(str(operands[index].type))
+        if shaped is None:
+            continue
+        for dim, expr in zip(shaped.shape, ir.AffineMapAttr(map_attr).value.results, strict=False):
+            if dim is not None and isinstance(expr, ir.AffineDimExpr):
+                bounds.setdefault(expr.position, dim)
+    n_loops = ir.AffineMapAttr(ir.ArrayAttr(attributes["indexing_maps"])[0]).value.n_dims
+    if len(bounds) < n_loops:
+        return None, reduction, len(body), accumulates
+    return math.prod(bounds.values()), reduction, len(body), accumulates
+
+
+_MULTIPLIES = frozenset({"arith.mulf", "arith.muli"})
+_ADDS = frozenset({"arith.addf", "arith.addi"})
