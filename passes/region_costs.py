@@ -77,7 +77,14 @@ def _total(sizes: list[int | None]) -> int | None:
     return None if None in sizes else sum(sizes)  # type: ignore[arg-type]
 
 
+_ATTENTION_OPS = frozenset({"iree_linalg_ext.attention", "iree_linalg_ext.online_attention"})
+
+
 def _op_cost(op: ir.Operation) -> costs.Cost:
+    if op.name in _ATTENTION_OPS:
+        macs = attention_macs(op)
+        if macs is not None:
+            return costs.Cost(macs, 2 * macs, None, costs.CONTRACTION)
     space, reduction, body_ops, accumulates = structured_loops(op)
     return costs.op_cost(op.name, [str(v.type) for v in op.operands], [str(v.type) for v in op.results],
                          body_ops=body_ops, iteration_space=space, reduction=reduction,
@@ -121,3 +128,34 @@ def structured_loops(op: ir.Operation) -> tuple[int | None, bool, int, bool]:
 
 _MULTIPLIES = frozenset({"arith.mulf", "arith.muli"})
 _ADDS = frozenset({"arith.addf", "arith.addi"})
+
+
+def loop_bounds(op: ir.Operation) -> tuple[dict[int, int], list[list[int]]] | None:
+    """(loop dim → static size, per operand the dims its indexing map reads) of an op
+    with ``indexing_maps``; None without them."""
+    if "indexing_maps" not in op.attributes:
+        return None
+    bounds: dict[int, int] = {}
+    dims: list[list[int]] = []
+    for value, map_attr in zip(op.operands, ir.ArrayAttr(op.attributes["indexing_maps"]), strict=False):
+        results = ir.AffineMapAttr(map_attr).value.results
+        dims.append([expr.position for expr in results if isinstance(expr, ir.AffineDimExpr)])
+        shaped = costs.parse_shaped(str(value.type))
+        for dim, expr in zip(shaped.shape if shaped else (), results, strict=False):
+            if dim is not None and isinstance(expr, ir.AffineDimExpr):
+                bounds.setdefault(expr.position, dim)
+    return bounds, dims
+
+
+def attention_macs(op: ir.Operation) -> int | None:
+    """``Q·Kᵀ`` over the loops query and key index, plus ``P·V`` over those the value and
+    the output index (the maps say which loop is batch, L, S, E, Ev in any layout)."""
+    found = loop_bounds(op)
+    if found is None or len(found[1]) < 3:
+        return None
+    bounds, dims = found
+    query, key, value, out = dims[0], dims[1], dims[2], dims[-1]
+    first, second = set(query) | set(key), set(out) | set(value)
+    if not first.issubset(bounds) or not second.issubset(bounds):
+        return None
+    return math.prod(bounds[d] for d in first) + math.prod(bounds[d] for d in second)

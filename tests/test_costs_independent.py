@@ -70,6 +70,9 @@ def within(measured: float, expected: float, tolerance: float) -> bool:
 # --- PyTorch ----------------------------------------------------------------------------
 
 
+GPT2_SEQ = 8
+
+
 def _gpt2() -> tuple[Any, Any, tuple[Any, ...]]:
     """GPT-2 (2 layers, n_embd 64) with SDPA attention for the export and the same
     weights with eager attention for the counter; called without cache and mask."""
@@ -77,17 +80,24 @@ def _gpt2() -> tuple[Any, Any, tuple[Any, ...]]:
     from transformers import GPT2Config, GPT2Model
 
     class LastHidden(torch.nn.Module):
-        def __init__(self, model: Any) -> None:
+        """Positions and a 4-D float causal mask built here: the ones transformers derives
+        (``diff`` of a cache position, a boolean mask) do not compile in IREE 3.13."""
+
+        def __init__(self, model: Any, length: int) -> None:
             super().__init__()
             self.model = model
+            self.register_buffer("positions", torch.arange(length)[None], persistent=False)
+            causal = torch.full((length, length), torch.finfo(torch.float32).min).triu(1)
+            self.register_buffer("mask", causal[None, None], persistent=False)
 
         def forward(self, ids: Any) -> Any:
-            return self.model(input_ids=ids, use_cache=False).last_hidden_state
+            return self.model(input_ids=ids, position_ids=self.positions, attention_mask=self.mask,
+                              use_cache=False).last_hidden_state
 
     torch.manual_seed(0)
     config = GPT2Config(vocab_size=100, n_positions=32, n_embd=64, n_layer=2, n_head=2, bos_token_id=0,
                         eos_token_id=0)
-    return LastHidden(GPT2Model(config).eval()), None, (torch.randint(0, 100, (1, 8)),)
+    return LastHidden(GPT2Model(config).eval(), GPT2_SEQ), None, (torch.randint(0, 100, (1, GPT2_SEQ)),)
 
 
 def _bert() -> tuple[Any, Any, tuple[Any, ...]]:
@@ -463,3 +473,28 @@ def test_data_tiled_encodings_carry_bytes_and_no_macs(tmp_path: Path) -> None:
     assert any(s["bytes_read"] == 4 * 64 * 128 for s in encodings)  # fc1's weight, laid out
     assert_each_contraction_in_one_dispatch(manifest)
     assert sum(s["macs"] for s in sites if s["kind"] == "compute") == 16 * 64 * 128 + 16 * 128 * 32
+
+
+@pytest.mark.slow
+def test_gpt2_matmul_and_attention_dispatches_carry_their_macs(tmp_path: Path) -> None:
+    """GPT-2's projections (``addmm`` of HF ``Conv1D``) and SDPA land in their dispatches
+    with their MACs (none was counted before), GELU's elementwise ops fused into
+    ``c_fc`` add FLOPs but no MACs; the dispatches sum to the model."""
+    def build() -> tuple[Any, tuple[Any, ...]]:
+        model, _, args = _gpt2()
+        return model, args
+
+    manifest = _compiled(build, tmp_path)
+    assert_each_contraction_in_one_dispatch(manifest)
+    ops = {op["id"]: op for op in manifest["operators"]}
+    sites = manifest["partitions"]["dispatch_sites"]
+    computing = [s for s in sites if "matmul" in s["export"] or "attention" in s["export"]]
+    assert len(computing) == 2 * 5 and all(s["macs"] > 0 for s in computing)
+
+    def site_of(module: str) -> dict[str, Any]:
+        return next(s for s in sites if any(ops[i]["module_path"] == module and ops[i]["cost_kind"] == "contraction"
+                                            for i in s.get("region_macs") or {}))
+
+    c_fc = site_of("model.h.0.mlp.c_fc")
+    assert c_fc["macs"] == GPT2_SEQ * 64 * 256 and c_fc["flops"] > 2 * c_fc["macs"]  # + the fused GELU
+    assert site_of("model.h.0.attn")["macs"] == 2 * GPT2_SEQ * GPT2_SEQ * (32 + 32)  # 2 heads of 32
