@@ -105,3 +105,103 @@ def test_bytes_and_types() -> None:
 ])
 def test_elementwise_flops_of_every_frontend_spelling(name: str, operand: str, flops: int | None) -> None:
     assert costs.op_cost(name, [operand, operand], [operand]).flops == flops
+
+
+# --- cost rules of every frontend (dfit_mlir.costs), SYNTHETIC types ---------------------
+
+V = "!torch.vtensor<[{}],f32>"
+
+
+@pytest.mark.parametrize(
+    ("name", "operands", "results", "constants", "attributes", "macs"),
+    [
+        # HF Conv1D: addmm(bias, x, w); the bias add is not counted.
+        ("torch.aten.addmm", [V.format("64"), V.format("8,64"), V.format("64,192")], [V.format("8,192")], (), {},
+         8 * 192 * 64),
+        ("torch.aten.baddbmm", [V.format("2,4,8"), V.format("2,4,16"), V.format("2,16,8")], [V.format("2,4,8")],
+         (), {}, 2 * 4 * 8 * 16),
+        ("torch.aten.linear", [V.format("2,3,32"), V.format("16,32"), V.format("16")], [V.format("2,3,16")], (), {},
+         2 * 3 * 16 * 32),
+        ("torch.aten.einsum", ["!torch.str", "!torch.list<vtensor>"], [V.format("2,12,32")],
+         ("bij,bjk->bik", (V.format("2,12,12"), V.format("2,12,32"))), {}, 2 * 12 * 12 * 32),
+        # SDPA: Q·Kᵀ + P·V, batch 2 x heads 4, L 12, S 10, E 8, Ev 6.
+        ("torch.aten.scaled_dot_product_attention", [V.format("2,4,12,8"), V.format("2,4,10,8"),
+                                                     V.format("2,4,10,6")], [V.format("2,4,12,6")], (), {},
+         2 * 4 * 12 * 10 * (8 + 6)),
+        # Transposed conv: input elements x weight [I, O/g, kh, kw] past its first dim.
+        ("torch.aten.convolution", [V.format("1,4,8,8"), V.format("4,6,3,3")] + ["!torch.int"] * 7,
+         [V.format("1,6,16,16")], (None, None, None, None, None, None, True, None, 1), {}, 4 * 64 * 6 * 9),
+        ("torch.aten.convolution", [V.format("1,6,16,16"), V.format("6,2,3,3")] + ["!torch.int"] * 7,
+         [V.format("1,6,16,16")], (None, None, None, None, None, None, False, None, 3), {}, 6 * 256 * 2 * 9),
+        # StableHLO conv in NCHW/OIHW: the kernel spec says where the output features are.
+        ("stablehlo.convolution", ["tensor<1x3x8x8xf32>", "tensor<4x3x3x3xf32>"], ["tensor<1x4x6x6xf32>"], (),
+         {"dimension_numbers": "#stablehlo.conv<[b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]>"}, 144 * 27),
+        ("tosa.transpose_conv2d", ["tensor<1x4x4x3xf32>", "tensor<5x3x3x3xf32>", "tensor<5xf32>"],
+         ["tensor<1x9x9x5xf32>"], (), {}, 16 * 3 * 5 * 9),
+        ("onnx.Gemm", ["tensor<64x8xf32>", "tensor<64x16xf32>"], ["tensor<8x16xf32>"], (),
+         {"torch.onnx.transA": "1 : si64"}, 8 * 16 * 64),
+    ],
+)
+def test_contraction_rules(name: str, operands: list[str], results: list[str], constants: tuple,
+                           attributes: dict, macs: int) -> None:
+    cost = costs.op_cost(name, operands, results, constants=constants, attributes=attributes)
+    assert (cost.macs, cost.flops, cost.kind) == (macs, 2 * macs, costs.CONTRACTION)
+
+
+@pytest.mark.parametrize(("name", "operands", "constants", "attributes", "flops", "kind"), [
+    ("torch.aten.layer_norm", [V.format("8,64"), "!torch.list<int>", V.format("64"), V.format("64")], (), {},
+     7 * 512, costs.ARITHMETIC),
+    ("torch.aten._softmax", [V.format("8,64")], (), {}, 5 * 512, costs.ARITHMETIC),
+    ("torch.aten.max_pool2d", [V.format("1,4,8,8"), "!torch.list<int>"], (None, (2, 2)), {}, 4 * 16 * 4,
+     costs.ARITHMETIC),
+    ("stablehlo.reduce_window", ["tensor<1x8x8x4xf32>"], (), {"window_dimensions": "array<i64: 1, 2, 2, 1>"},
+     4 * 16 * 4, costs.ARITHMETIC),
+    ("torch.aten.transpose.int", [V.format("8,64")], (), {}, None, costs.DATA),
+    ("iree_encoding.set_encoding", ["tensor<8x64xf32>"], (), {}, None, costs.DATA),
+])
+def test_arithmetic_and_data_rules(name: str, operands: list[str], constants: tuple, attributes: dict,
+                                   flops: int | None, kind: str) -> None:
+    out = {"torch.aten.max_pool2d": V.format("1,4,4,4"), "stablehlo.reduce_window": "tensor<1x4x4x4xf32>"}
+    cost = costs.op_cost(name, operands, [out.get(name, operands[0])], constants=constants, attributes=attributes)
+    assert (cost.macs, cost.flops, cost.kind) == (None, flops, kind)
+
+
+def test_weighted_placement_follows_what_each_dispatch_computes() -> None:
+    """SYNTHETIC: conv2's ID is named by its own dispatch and by the downsample's (its
+    bias add fused there); only the first convolves, so all its MACs go there. An op no
+    rule knows takes its dispatches' figures; an encoding carries none."""
+    from dfit_mlir.site_costs import moves_data_only, placed_costs
+
+    placed = placed_costs([["conv2"], ["down", "conv2"], ["mm"], ["odd"]], [True, True, False, True],
+                          {"conv2": 1000, "down": 100, "mm": 64, "odd": None},
+                          [{"conv2": 1000}, {"down": 100}, {}, {"odd": 7}])
+    assert placed == [{"conv2": 1000}, {"down": 100}, {"mm": 64}, {"odd": 7}]
+    split = placed_costs([["a"], ["a"]], [True, True], {"a": 10}, [{"a": 1}, {"a": 2}])
+    assert [p["a"] for p in split] == [3, 7]
+    assert moves_data_only("_encoding_0_encode_128x784xf32_to_128x784xf32")
+
+
+def test_static_trip_counts_of_loops() -> None:
+    """SYNTHETIC: an scf.for from 0 to 10 step 3 runs 4 trips; ops in its body are per trip."""
+    from iree.compiler import ir
+
+    from dfit_mlir.passes import mlir_engine, operators, snapshot
+
+    text = """
+    func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+      %c0 = arith.constant 0 : index
+      %c10 = arith.constant 10 : index
+      %c3 = arith.constant 3 : index
+      %r = scf.for %i = %c0 to %c10 step %c3 iter_args(%acc = %x) -> (tensor<4xf32>) {
+        %y = arith.addf %acc, %acc : tensor<4xf32>
+        scf.yield %y : tensor<4xf32>
+      }
+      return %r : tensor<4xf32>
+    }"""
+    context = ir.Context()
+    with context:
+        module = ir.Module.parse(text)
+        table, _ = operators.operator_table(mlir_engine.tag_module(module.operation), snapshot.LocationCache())
+    add = next(op for op in table if op["op"] == "arith.addf")
+    assert (add["per_trip"], add["trips"], add["flops"]) == (True, 4, 4)
+    assert next(op for op in table if op["op"] == "scf.for")["trips"] == 1
