@@ -155,7 +155,9 @@ def dispatch_site_costs(manifest: Mapping[str, Any], key: str) -> list[int | Non
 def settle_manifest_costs(manifest: dict[str, Any]) -> None:
     """At compile time, in place: an op no rule gives a figure takes what its dispatches
     compute for it (``cost_source``: ``dispatch``; else ``source``), and each dispatch
-    site records its placed ``macs`` and ``flops`` (:func:`dispatch_site_costs`)."""
+    site records its placed ``macs`` and ``flops`` (:func:`dispatch_site_costs`, per
+    execution) and how often it runs per model call as far as the source says
+    (``per_trip``, ``trips`` of its root op; None: not static)."""
     sites = manifest.get("partitions", {}).get("dispatch_sites", [])
     from_dispatch: dict[str, dict[str, int]] = {"macs": defaultdict(int), "flops": defaultdict(int)}
     for site in sites:
@@ -172,3 +174,8 @@ def settle_manifest_costs(manifest: dict[str, Any]) -> None:
     for key in ("macs", "flops"):
         for site, amount in zip(sites, dispatch_site_costs(manifest, key), strict=True):
             site[key] = amount
+    # A dispatch runs as often as its root op: per trip inside a loop (passes/loop_trips.py).
+    by_id = {op["id"]: op for op in manifest.get("operators", [])}
+    for site in sites:
+        root = by_id.get(site.get("root_id") or "", {})
+        site["per_trip"], site["trips"] = root.get("per_trip", False), root.get("trips", 1)

@@ -68,9 +68,10 @@ def _constant_value(value: ir.Value, depth: int = 0) -> Any:
 
 
 def _attributes(op: ir.Operation) -> dict[str, str]:
-    if not op.name.startswith(_ATTRIBUTE_PREFIXES):
+    if not op.name.startswith(_ATTRIBUTE_PREFIXES) or op.name.endswith(("const", "constant")):
         return {}
-    return {name: str(op.attributes[name]) for name in op.attributes}
+    # Never print a constant's payload (weights): only the small attributes rules read.
+    return {name: str(op.attributes[name]) for name in op.attributes if name not in ("value", "values")}
 
 
 _CONTRACTING_RE = re.compile(r"lhs_contracting_dimensions = \[([0-9, ]*)\]")

@@ -498,3 +498,17 @@ def test_gpt2_matmul_and_attention_dispatches_carry_their_macs(tmp_path: Path) -
     c_fc = site_of("model.h.0.mlp.c_fc")
     assert c_fc["macs"] == GPT2_SEQ * 64 * 256 and c_fc["flops"] > 2 * c_fc["macs"]  # + the fused GELU
     assert site_of("model.h.0.attn")["macs"] == 2 * GPT2_SEQ * GPT2_SEQ * (32 + 32)  # 2 heads of 32
+
+
+@pytest.mark.slow
+def test_jax_scan_dispatches_are_per_trip_and_sum_to_the_model(tmp_path: Path) -> None:
+    """Compiled, the scan body's dispatches say they run per trip, ``trips`` = the scan
+    length; their MACs x trips sum to the static total, which matches XLA unrolled."""
+    from dfit_mlir.frontends import jax as jax_frontend
+
+    args = _scan_args()
+    manifest = jax_frontend.compile(_jax_scanned, *args, output=tmp_path / "scan.vmfb", mode="ids").manifest
+    computing = [s for s in manifest["partitions"]["dispatch_sites"] if s["macs"]]
+    assert computing and all(s["per_trip"] and s["trips"] == SCAN_LAYERS for s in computing)
+    dispatched = sum(s["macs"] * s["trips"] for s in computing)
+    assert dispatched == total(manifest["operators"], "macs") == SCAN_LAYERS * 16 * 32 * (4 * 32 + 2 * 16)
