@@ -387,15 +387,15 @@ def _block() -> tuple[Any, tuple[Any, ...]]:
     class Block(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.conv1 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1)
-            self.conv2 = torch.nn.Conv2d(16, 16, 3, padding=1)
-            self.downsample = torch.nn.Conv2d(8, 16, 1, stride=2)
+            self.conv1 = torch.nn.Conv2d(32, 64, 3, stride=2, padding=1)
+            self.conv2 = torch.nn.Conv2d(64, 64, 3, padding=1)
+            self.downsample = torch.nn.Conv2d(32, 64, 1, stride=2)
 
         def forward(self, x: Any) -> Any:
             return torch.relu(self.conv2(torch.relu(self.conv1(x))) + self.downsample(x))
 
     torch.manual_seed(0)
-    return Block().eval(), (torch.randn(1, 8, 16, 16),)
+    return Block().eval(), (torch.randn(1, 32, 16, 16),)
 
 
 def _mlp() -> tuple[Any, tuple[Any, ...]]:
@@ -448,19 +448,20 @@ def assert_each_contraction_in_one_dispatch(manifest: dict[str, Any]) -> None:
 
 @pytest.mark.slow
 def test_resnet_block_downsample_dispatch_gets_its_own_macs(tmp_path: Path) -> None:
-    """The 1x1 downsample's dispatch carries 8 x 16 x 8 x 8 MACs, not a share of the
-    3x3 conv whose bias/residual add is fused with it; each conv's MACs sit in one
-    dispatch and the dispatches sum to the model."""
+    """The 1x1 downsample's dispatch carries 32 x 64 x 8 x 8 = 131,072 MACs, and the 3x3
+    conv's dispatch, where the residual add is fused, none of them (the even split over
+    every dispatch naming an op, which this replaces, gave 65,536 and 2,424,832 here);
+    each conv's MACs sit in one dispatch and the dispatches sum to the model."""
     manifest = _compiled(_block, tmp_path)
     assert_each_contraction_in_one_dispatch(manifest)
     by_module = {op["module_path"]: op for op in manifest["operators"] if op["cost_kind"] == "contraction"}
-    assert by_module["downsample"]["macs"] == 8 * 16 * 8 * 8
-    assert by_module["conv2"]["macs"] == 16 * 9 * 16 * 8 * 8
+    assert by_module["downsample"]["macs"] == 32 * 64 * 8 * 8 == 131_072
+    assert by_module["conv2"]["macs"] == 64 * 9 * 64 * 8 * 8
     sites = manifest["partitions"]["dispatch_sites"]
     downsample = [s for s in sites if by_module["downsample"]["id"] in (s.get("region_macs") or {})]
-    assert len(downsample) == 1 and downsample[0]["macs"] == 8 * 16 * 8 * 8
-    # Bytes at the boundary: the dispatch reads the input and the 1x1 weights and bias.
-    assert downsample[0]["bytes_read"] >= 4 * (8 * 16 * 16 + 16 * 8) and downsample[0]["bytes_written"] == 4 * 16 * 8 * 8
+    assert len(downsample) == 1 and downsample[0]["macs"] == 131_072
+    # Bytes at the boundary: the dispatch reads the input and the 1x1 weights, writes 64x8x8.
+    assert downsample[0]["bytes_read"] >= 4 * (32 * 16 * 16 + 64 * 32) and downsample[0]["bytes_written"] == 4 * 64 * 8 * 8
 
 
 @pytest.mark.slow
