@@ -264,6 +264,23 @@ def _jax_mlp() -> tuple[Any, tuple[Any, ...]]:
     return forward, (params, jnp.ones((8, 32)))
 
 
+def _jax_cnn() -> tuple[Any, tuple[Any, ...]]:
+    """``conv_general_dilated`` (VALID: XLA counts only the taps inside the input, so a
+    padded conv would differ by design), relu, a max-pool ``reduce_window``, a dense."""
+    import jax
+    import jax.numpy as jnp
+
+    def forward(params: dict, x: Any) -> Any:
+        y = jax.lax.conv_general_dilated(x, params["kernel"], (1, 1), "VALID",
+                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        y = jax.lax.reduce_window(jax.nn.relu(y), -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+        return y.reshape(y.shape[0], -1) @ params["dense"]
+
+    key1, key2 = jax.random.split(jax.random.PRNGKey(0))
+    params = {"kernel": jax.random.normal(key1, (3, 3, 4, 8)), "dense": jax.random.normal(key2, (7 * 7 * 8, 10))}
+    return forward, (params, jnp.ones((2, 16, 16, 4)))
+
+
 SCAN_LAYERS = 4
 
 
@@ -313,10 +330,11 @@ def _jax_ops(fn: Any, args: tuple[Any, ...], root: Path, name: str) -> list[dict
     return static_operators(source)
 
 
-def test_jax_flops_match_xla_cost_analysis(tmp_path: Path) -> None:
-    fn, args = _jax_mlp()
-    measured, expected = total(_jax_ops(fn, args, tmp_path, "mlp")), xla_flops(fn, *args)
-    print(f"ACCURACY jax mlp: dfit {measured} XLA {expected:.0f} error {100 * (measured - expected) / expected:+.2f}%")
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_jax_flops_match_xla_cost_analysis(name: str, tmp_path: Path) -> None:
+    fn, args = {"mlp": _jax_mlp, "cnn": _jax_cnn}[name]()
+    measured, expected = total(_jax_ops(fn, args, tmp_path, name)), xla_flops(fn, *args)
+    print(f"ACCURACY jax {name}: dfit {measured} XLA {expected:.0f} error {100 * (measured - expected) / expected:+.2f}%")
     assert within(measured, expected, XLA_TOLERANCE), (measured, expected)
 
 
