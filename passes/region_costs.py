@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from iree.compiler import ir
 
@@ -49,21 +51,23 @@ class RegionCost:
         return sum(self.op_flops.values())
 
 
-def region_cost(region: ir.Operation, ids_of: object) -> RegionCost:
+def region_cost(region: ir.Operation, ids_of: object, tree: Any = None) -> RegionCost:
     """Cost of one ``flow.dispatch.workgroups`` / ``flow.dispatch.region``; ``ids_of``:
-    location → source IDs (a snapshot ``LocationCache.ids``)."""
+    location → source IDs (a snapshot ``LocationCache.ids``); ``tree``: the snapshot's
+    ``OpTree`` (its plain ops spare the import of each dialect's Python module)."""
+    children = tree.children if tree is not None else _children
     op_macs: dict[str, int] = {}
     op_flops: dict[str, int] = {}
-    pending = deque(_children(region))
+    pending = deque(children(region))
     while pending:
         op = pending.popleft()
         if not op.name.startswith(_COUNTED_PREFIXES):
-            pending.extend(_children(op))
+            pending.extend(children(op))
             continue
         source = ids_of(op.location)  # type: ignore[operator]
         if not source:
             continue
-        cost = _op_cost(op)
+        cost = _op_cost(op, children)
         if cost.macs:
             op_macs[source[0]] = op_macs.get(source[0], 0) + cost.macs
         if cost.flops:
@@ -80,12 +84,12 @@ def _total(sizes: list[int | None]) -> int | None:
 _ATTENTION_OPS = frozenset({"iree_linalg_ext.attention", "iree_linalg_ext.online_attention"})
 
 
-def _op_cost(op: ir.Operation) -> costs.Cost:
+def _op_cost(op: ir.Operation, children: Callable[[ir.Operation], list[ir.Operation]]) -> costs.Cost:
     if op.name in _ATTENTION_OPS:
         macs = attention_macs(op)
         if macs is not None:
             return costs.Cost(macs, 2 * macs, None, costs.CONTRACTION)
-    space, reduction, body_ops, accumulates = structured_loops(op)
+    space, reduction, body_ops, accumulates = structured_loops(op, children)
     return costs.op_cost(op.name, [str(v.type) for v in op.operands], [str(v.type) for v in op.results],
                          body_ops=body_ops, iteration_space=space, reduction=reduction,
                          multiply_accumulate=accumulates if space is not None else None)
@@ -98,15 +102,19 @@ def _children(op: ir.Operation) -> list[ir.Operation]:
 _ARITH_DIALECTS = ("arith.", "math.")
 
 
-def structured_loops(op: ir.Operation) -> tuple[int | None, bool, int, bool]:
+def structured_loops(op: ir.Operation, children: Callable[[ir.Operation], list[ir.Operation]] | None = None,
+                     ) -> tuple[int | None, bool, int, bool]:
     """(iteration space size, has a reduction loop, arith ops in the body, whether the
     body multiplies and adds) of a structured op with ``indexing_maps``; (None, False, 0,
     False) when not derivable."""
     attributes = op.attributes
     if "indexing_maps" not in attributes or not op.regions:
         return None, False, 0, False
-    body = [child.operation.name for block in op.regions[0].blocks for child in block.operations
-            if child.operation.name.startswith(_ARITH_DIALECTS)]
+    if children is None:
+        inner = [child.operation for block in op.regions[0].blocks for child in block.operations]
+    else:
+        inner = children(op)  # all regions; a structured op has one
+    body = [child.name for child in inner if child.name.startswith(_ARITH_DIALECTS)]
     accumulates = any(n in _MULTIPLIES for n in body) and any(n in _ADDS for n in body)
     reduction = "reduction" in str(attributes["iterator_types"]) if "iterator_types" in attributes else False
     bounds: dict[int, int] = {}

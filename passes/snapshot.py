@@ -101,7 +101,7 @@ def take_snapshot(module: ir.Operation, stage: str, cache: LocationCache) -> Sta
                 figures.sites.append(DispatchSite(function, target[0], target[1], ids))
         elif kind in REGION_KINDS:
             collector = set(ids)
-            regions.append((function, ids, collector, region_cost(op, cache.ids)))
+            regions.append((function, ids, collector, region_cost(op, cache.ids, tree)))
         if op.regions:
             enclosed = enclosed or (bool(ids) and "sym_name" not in op.attributes)
         children = [(child, function, executable, collector, enclosed) for child in tree.children(op)]
