@@ -531,3 +531,23 @@ def test_jax_scan_dispatches_are_per_trip_and_sum_to_the_model(tmp_path: Path) -
     assert computing and all(s["per_trip"] and s["trips"] == SCAN_LAYERS for s in computing)
     dispatched = sum(s["macs"] * s["trips"] for s in computing)
     assert dispatched == total(manifest["operators"], "macs") == SCAN_LAYERS * 16 * 32 * (4 * 32 + 2 * 16)
+
+
+@pytest.mark.slow
+def test_an_op_no_rule_knows_takes_its_dispatch_figures(tmp_path: Path) -> None:
+    """``torch.aten.logaddexp`` has no rule of its own: its FLOPs are what its lowered
+    ``linalg.generic`` computes (iteration domain x arith/math ops of its body), said in
+    ``cost_source``; the matmul keeps its own rule."""
+    import torch
+
+    class LogAddExp(torch.nn.Module):
+        def forward(self, x: Any, y: Any) -> Any:
+            return torch.logaddexp(x, y) @ y.T
+
+    manifest = _compiled(lambda: (LogAddExp(), (torch.randn(8, 16), torch.randn(8, 16))), tmp_path)
+    op = next(op for op in manifest["operators"] if op["op"] == "torch.aten.logaddexp")
+    assert op["cost_source"] == "dispatch" and op["macs"] is None
+    assert op["flops"] > 0 and op["flops"] % (8 * 16) == 0  # a whole number of ops per element
+    matmul = next(op for op in manifest["operators"] if op["op"] == "torch.aten.matmul")
+    assert (matmul["cost_source"], matmul["macs"]) == ("source", 8 * 8 * 16)
+    assert_each_contraction_in_one_dispatch(manifest)
