@@ -496,6 +496,8 @@ def flush_invocation_starts(function: str, invocations: int, flush_starts: Seque
         raise UnresolvedDispatchError(
             f"cannot split {invocations} invocations of {function}: {shape}, and this profile has no queue events "
             f"to split by (they come with the queue-events family of iree-benchmark-module); run it with --repeat 1")
+    if not flush_starts:  # no call issued anything: every invocation is empty
+        return [0] * invocations
     if len(flush_starts) != invocations:
         raise UnresolvedDispatchError(
             f"cannot split {invocations} invocations of {function}: {shape}, and only {len(flush_starts)} of the "
