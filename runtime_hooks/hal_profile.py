@@ -175,10 +175,10 @@ def _flush_starts(profile: Path, queue_events: list[dict[str, Any]], invocations
     if truncated:
         summary = next((json.loads(line) for line in _profile_jsonl(profile, "queue") if '"queue_summary"' in line), {})
         raise ProfileError(
-            f"the HAL profiler dropped {summary.get('dropped_records', 'some')} record(s) of {', '.join(truncated)} "
-            f"({summary.get('truncated_chunks', len(truncated))} truncated chunk(s)): IREE 3.13's local devices keep "
-            f"a bounded number of events of each family between flushes (one flush per invocation), so the run's "
-            f"events would be incomplete; profile fewer loop trips or smaller inputs per call")
+            f"the HAL profiler dropped records of {', '.join(truncated)} ({summary.get('dropped_records', '?')} "
+            f"queue and host-execution records by iree-profile's count): IREE 3.13's local devices keep at most "
+            f"4096 events of a family between two flushes (the benchmark tool flushes once per invocation), so "
+            f"the run's events would be incomplete; profile fewer loop trips or a smaller model per call")
     return split.first_submissions if split is not None and invocations > 1 else None
 
 

@@ -301,3 +301,43 @@ def test_decoder_flushes_agree_with_its_anchor(decoder) -> None:
     compiled, weights = decoder
     by_flush, by_anchor = starts_both_ways(compiled.vmfb, compiled.manifest, [*weights, "i32=4"], 4)
     assert len(by_flush) == 4 and by_flush == by_anchor
+
+
+def test_a_profile_that_dropped_records_is_an_error(compiled, tmp_path: Path) -> None:
+    """1100 trips issue 4 queue operations each: more events than the local devices
+    keep between two flushes. The run stops (exit 3, one line, no bundle) rather than
+    writing a bundle that lacks dispatches."""
+    out = tmp_path / "b"
+    cli = subprocess.run([sys.executable, "-m", "dfit_mlir.cli", "run", str(compiled["full"].vmfb), "--function",
+                          "loop_first", "--input", "1100", "--input", "16x16xf32=0.0001", "--repeat", "2", "-o",
+                          str(out)], capture_output=True, text=True)
+    assert cli.returncode == 3 and not out.exists() and len(cli.stderr.strip().splitlines()) == 1
+    assert cli.stderr.startswith("dfit: the HAL profiler dropped records of host-execution-events, memory-events, "
+                                 "queue-events (")
+    assert "at most 4096 events of a family between two flushes" in cli.stderr
+
+
+def test_flush_split_checks_what_it_reads() -> None:
+    """SYNTHETIC chunks: the queue events read from the chunks must be iree-profile's,
+    and each flush's submissions must follow the previous flush's."""
+    from dfit_mlir.runtime_hooks.profile_flushes import (
+        QUEUE_EVENTS,
+        EventChunk,
+        FlushLayoutError,
+        flush_split,
+    )
+
+    def chunk(*events: tuple[int, int], truncated: bool = False) -> EventChunk:
+        return EventChunk(QUEUE_EVENTS, truncated, 0, tuple(events))
+
+    def decoded(*events: tuple[int, int]) -> list[dict]:
+        return [{"event_id": e, "submission_id": s} for e, s in events]
+
+    chunks = [chunk((1, 1), (2, 2)), chunk(), chunk((3, 3), (4, 4), (5, 5))]
+    split = flush_split(chunks, decoded((1, 1), (2, 2), (3, 3), (4, 4), (5, 5)))
+    assert split.first_submissions == (1, 3) and split.truncated == ()
+    with pytest.raises(FlushLayoutError, match=r"not iree-profile's .*\(2, 2\), \(2, 7\)"):
+        flush_split(chunks, decoded((1, 1), (2, 7), (3, 3), (4, 4), (5, 5)))
+    with pytest.raises(FlushLayoutError, match=r"flush 1 holds submission 2, not after the previous flush's last \(3\)"):
+        flush_split([chunk((1, 1), (2, 3)), chunk((3, 2))], decoded((1, 1), (2, 3), (3, 2)))
+    assert flush_split([chunk((1, 1)), chunk(truncated=True)], decoded((1, 1))).truncated == ("queue-events",)
