@@ -10,8 +10,9 @@ that explains them (``partitions.recordings``, ``passes/recordings.py``), and ea
 record to the command of that recording — hence to the call site that issued it,
 however often the recording runs (loops), whether it runs at all (branches), and
 whichever call site of a deduplicated export it is. Submissions are split into
-invocations by the host code's structure too (:func:`invocation_starts`), never by
-time. A record nothing explains, or that two recordings explain equally, is an error
+invocations by the host code's structure too (:func:`invocation_starts`), or, for a
+function with no command-buffer execution in its entry block, by the benchmark tool's
+per-invocation profile flushes (:mod:`profile_flushes`) — never by time. A record nothing explains, or that two recordings explain equally, is an error
 that shows the record and the candidates — never a guess, never a silent drop.
 """
 
@@ -167,18 +168,20 @@ def _flush_starts(profile: Path, queue_events: list[dict[str, Any]], invocations
     from dfit_mlir.runtime_hooks import profile_flushes
 
     try:
-        chunks = profile_flushes.event_chunks(profile, [json.loads(line) for line in _profile_jsonl(profile, "cat")])
+        chunks = profile_flushes.event_chunks(profile)
         split = profile_flushes.flush_split(chunks, queue_events) if has_queue_events else None
     except profile_flushes.FlushLayoutError as error:
         raise ProfileError(f"cannot read the flushes of {profile.name}: {error}") from None
-    truncated = sorted({c.family for c in chunks if c.truncated})
-    if truncated:
-        summary = next((json.loads(line) for line in _profile_jsonl(profile, "queue") if '"queue_summary"' in line), {})
+    dropped: dict[str, int] = {}
+    for chunk in chunks:
+        if chunk.truncated:
+            dropped[chunk.family] = dropped.get(chunk.family, 0) + chunk.dropped
+    if dropped:
         raise ProfileError(
-            f"the HAL profiler dropped records of {', '.join(truncated)} ({summary.get('dropped_records', '?')} "
-            f"queue and host-execution records by iree-profile's count): IREE 3.13's local devices keep at most "
-            f"4096 events of a family between two flushes (the benchmark tool flushes once per invocation), so "
-            f"the run's events would be incomplete; profile fewer loop trips or a smaller model per call")
+            f"the HAL profiler dropped records ({', '.join(f'{n} {family}' for family, n in sorted(dropped.items()))}): "
+            f"IREE 3.13's local devices keep at most 4096 events of a family between two flushes (the benchmark "
+            f"tool flushes once per invocation), so the run's events would be incomplete; profile fewer loop trips "
+            f"or a smaller model per call")
     return split.first_submissions if split is not None and invocations > 1 else None
 
 

@@ -13,14 +13,16 @@ submissions, one chunk per invocation that issued any — whatever control flow 
 them. (Host-execution records of work a call did not wait for may land in a later
 flush; they are placed by their submission id, never by chunk.)
 
-Format facts (``iree/hal/profile_*.h``): after the file header come records, each a
-header (``record_length`` u64 at 0, ``payload_length`` u64 at 8, ``header_length`` u32
-at 56) followed by its content type, name and payload — the payload is the record's last
-``payload_length`` bytes. A queue-events payload is a run of
+Format facts (``iree/hal/utils/profile_file.h``, whose layout IREE pins with static
+asserts): a 24-byte file header (magic ``IRPF``, ``header_length`` u32 at 8,
+``file_length`` u64 at 16), then records, each a 104-byte header (``record_length`` u64
+at 0, ``payload_length`` at 8, ``stream_id`` at 24, ``header_length`` u32 at 56,
+``content_type_length`` at 60, ``name_length`` at 64, ``chunk_flags`` u64 at 80,
+``dropped_record_count`` at 88, ``record_type`` u16 at 100) followed by the content
+type, the name and the payload. A queue-events payload is a run of
 ``iree_hal_profile_queue_event_t``, each starting with its own ``record_length`` (u32),
-``event_id`` (u64) at 16 and ``submission_id`` (u64) at 32. Framing and chunk flags come
-from ``iree-profile cat``; what this module reads from the payload is checked against
-``iree-profile queue``'s own decoding of the same events.
+``event_id`` (u64) at 16 and ``submission_id`` (u64) at 32. What this module reads is
+checked against ``iree-profile queue``'s own decoding of the same events.
 """
 
 from __future__ import annotations
@@ -32,8 +34,11 @@ from typing import Any, Sequence
 
 QUEUE_EVENTS = "application/vnd.iree.hal.profile.queue-events"
 EVENTS_SUFFIX = "-events"
+MAGIC = b"IRPF"
+RECORD_TYPE_CHUNK = 2
 #: ``IREE_HAL_PROFILE_CHUNK_FLAG_TRUNCATED``: the producer dropped records of this chunk.
 CHUNK_FLAG_TRUNCATED = 1
+_RECORD_HEADER = struct.Struct("<QQQQQQQIIIIIxxxxQQIHH")  # 104 bytes, iree_hal_profile_file_record_header_t
 _EVENT_ID_AT, _SUBMISSION_ID_AT, _MIN_EVENT_LENGTH = 16, 32, 40
 
 
@@ -50,35 +55,36 @@ class EventChunk:
     stream_id: int
     #: Queue-events chunks: (event_id, submission_id) of each event, in stored order.
     queue_events: tuple[tuple[int, int], ...] = ()
+    dropped: int = 0
 
     @property
     def family(self) -> str:
         return self.content_type.rsplit(".", 1)[-1]
 
 
-def event_chunks(profile: Path, records: Sequence[dict[str, Any]]) -> list[EventChunk]:
-    """The event chunks of ``profile`` in file order; ``records``: ``iree-profile cat
-    --format=jsonl`` of it (the file header first, then one line per record)."""
+def event_chunks(profile: Path) -> list[EventChunk]:
+    """The event chunks of the raw profile bundle ``profile``, in file order."""
     data = profile.read_bytes()
-    header = next((r for r in records if r.get("type") == "file"), None)
-    if header is None or data[:4] != str(header.get("magic", "")).encode():
-        raise FlushLayoutError(f"{profile}: no profile file header")
-    offset = int(header["header_length"])
+    if len(data) < 24 or data[:4] != MAGIC:
+        raise FlushLayoutError(f"{profile}: not an IREE HAL profile bundle (no {MAGIC.decode()} header)")
+    (offset,) = struct.unpack_from("<I", data, 8)
+    (logical_end,) = struct.unpack_from("<Q", data, 16)
+    end = logical_end or len(data)
     chunks = []
-    for record in (r for r in records if r.get("type") == "record"):
-        length, payload_length = struct.unpack_from("<QQ", data, offset)
-        if length != record["record_length"] or payload_length != record["payload_length"]:
-            raise FlushLayoutError(f"{profile}: record {record['index']} at byte {offset} does not have the length "
-                                   f"iree-profile gives it ({length} != {record['record_length']})")
-        content_type = record.get("content_type", "")
-        if record.get("record_type") == "chunk" and content_type.endswith(EVENTS_SUFFIX):
+    while offset < end:
+        if offset + _RECORD_HEADER.size > end:
+            raise FlushLayoutError(f"{profile}: a record header at byte {offset} runs past the end ({end})")
+        (length, payload_length, _session, stream_id, _event, _executable, _buffer, header_length, type_length,
+         _name_length, _device, _queue, flags, dropped, _status, record_type, _) = _RECORD_HEADER.unpack_from(data, offset)
+        if length < header_length + type_length + payload_length or offset + length > end:
+            raise FlushLayoutError(f"{profile}: record at byte {offset} has length {length}, which does not hold "
+                                   f"its header, content type and {payload_length}-byte payload within the file")
+        content_type = data[offset + header_length:offset + header_length + type_length].decode("ascii", "replace")
+        if record_type == RECORD_TYPE_CHUNK and content_type.endswith(EVENTS_SUFFIX):
             payload = data[offset + length - payload_length:offset + length]
-            chunks.append(EventChunk(content_type, bool(int(record.get("chunk_flags", 0)) & CHUNK_FLAG_TRUNCATED),
-                                     int(record.get("stream_id", 0)),
-                                     _queue_events(payload) if content_type == QUEUE_EVENTS else ()))
+            chunks.append(EventChunk(content_type, bool(flags & CHUNK_FLAG_TRUNCATED), stream_id,
+                                     _queue_events(payload) if content_type == QUEUE_EVENTS else (), dropped))
         offset += length
-    if offset != len(data):
-        raise FlushLayoutError(f"{profile}: records end at byte {offset} of {len(data)}")
     return chunks
 
 
