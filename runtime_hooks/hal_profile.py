@@ -10,10 +10,11 @@ that explains them (``partitions.recordings``, ``passes/recordings.py``), and ea
 record to the command of that recording — hence to the call site that issued it,
 however often the recording runs (loops), whether it runs at all (branches), and
 whichever call site of a deduplicated export it is. Submissions are split into
-invocations by the host code's structure too (:func:`invocation_starts`), or, for a
+invocations by the host code's structure too (:func:`invocation_starts`) or, for a
 function with no command-buffer execution in its entry block, by the benchmark tool's
-per-invocation profile flushes (:mod:`profile_flushes`) — never by time. A record nothing explains, or that two recordings explain equally, is an error
-that shows the record and the candidates — never a guess, never a silent drop.
+per-invocation profile flushes (:mod:`profile_flushes`) — never by time. A record
+nothing explains, or that two recordings explain equally, is an error that shows the
+record and the candidates — never a guess, never a silent drop.
 """
 
 from __future__ import annotations
@@ -182,7 +183,7 @@ def _flush_starts(profile: Path, queue_events: list[dict[str, Any]], invocations
             f"IREE 3.13's local devices keep at most 4096 events of a family between two flushes (the benchmark "
             f"tool flushes once per invocation), so the run's events would be incomplete; profile fewer loop trips "
             f"or a smaller model per call")
-    return split.first_submissions if split is not None and invocations > 1 else None
+    return split if split is not None and invocations > 1 else None
 
 
 def _benchmark_real_time_ns(stdout: str) -> float | None:

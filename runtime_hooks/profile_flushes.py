@@ -102,19 +102,11 @@ def _queue_events(payload: bytes) -> tuple[tuple[int, int], ...]:
     return tuple(events)
 
 
-@dataclass(frozen=True)
-class FlushSplit:
-    """The first submission of each invocation that issued any, from the queue-events
-    chunks; ``truncated``: families whose records the profiler dropped."""
-
-    first_submissions: tuple[int, ...]
-    truncated: tuple[str, ...]
-
-
-def flush_split(chunks: Sequence[EventChunk], decoded: Sequence[dict[str, Any]]) -> FlushSplit:
-    """Check the chunks' queue events against ``decoded`` (``iree-profile queue``'s
-    ``queue_event`` records: every event in exactly one chunk, with the same submission)
-    and give each flush's first submission. Submissions grow from flush to flush."""
+def flush_split(chunks: Sequence[EventChunk], decoded: Sequence[dict[str, Any]]) -> tuple[int, ...]:
+    """The first submission of each flush that holds queue events — of each invocation
+    that issued any. The chunks' queue events are checked against ``decoded``
+    (``iree-profile queue``'s ``queue_event`` records: every event in exactly one chunk,
+    with the same submission), and submissions must grow from flush to flush."""
     queue = [c for c in chunks if c.content_type == QUEUE_EVENTS]
     if len({c.stream_id for c in queue}) > 1:
         raise FlushLayoutError(f"queue events of {len({c.stream_id for c in queue})} streams: one flush may write "
@@ -136,5 +128,4 @@ def flush_split(chunks: Sequence[EventChunk], decoded: Sequence[dict[str, Any]])
                                    f"previous flush's last ({last})")
         firsts.append(min(submissions))
         last = max(submissions)
-    truncated = tuple(sorted({c.family for c in chunks if c.truncated}))
-    return FlushSplit(tuple(firsts), truncated)
+    return tuple(firsts)

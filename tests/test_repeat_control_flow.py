@@ -328,17 +328,17 @@ def test_flush_split_checks_what_it_reads() -> None:
         flush_split,
     )
 
-    def chunk(*events: tuple[int, int], truncated: bool = False) -> EventChunk:
-        return EventChunk(QUEUE_EVENTS, truncated, 0, tuple(events))
+    def chunk(*events: tuple[int, int]) -> EventChunk:
+        return EventChunk(QUEUE_EVENTS, False, 0, tuple(events))
 
     def decoded(*events: tuple[int, int]) -> list[dict]:
         return [{"event_id": e, "submission_id": s} for e, s in events]
 
     chunks = [chunk((1, 1), (2, 2)), chunk(), chunk((3, 3), (4, 4), (5, 5))]
-    split = flush_split(chunks, decoded((1, 1), (2, 2), (3, 3), (4, 4), (5, 5)))
-    assert split.first_submissions == (1, 3) and split.truncated == ()
+    assert flush_split(chunks, decoded((1, 1), (2, 2), (3, 3), (4, 4), (5, 5))) == (1, 3)
     with pytest.raises(FlushLayoutError, match=r"not iree-profile's .*\(2, 2\), \(2, 7\)"):
         flush_split(chunks, decoded((1, 1), (2, 7), (3, 3), (4, 4), (5, 5)))
     with pytest.raises(FlushLayoutError, match=r"flush 1 holds submission 2, not after the previous flush's last \(3\)"):
         flush_split([chunk((1, 1), (2, 3)), chunk((3, 2))], decoded((1, 1), (2, 3), (3, 2)))
-    assert flush_split([chunk((1, 1)), chunk(truncated=True)], decoded((1, 1))).truncated == ("queue-events",)
+    with pytest.raises(FlushLayoutError, match=r"queue events of 2 streams"):
+        flush_split([chunk((1, 1)), EventChunk(QUEUE_EVENTS, False, 1, ((2, 2),))], decoded((1, 1), (2, 2)))
