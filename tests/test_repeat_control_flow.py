@@ -163,6 +163,18 @@ def test_full_and_lite_split_invocations_by_flush(compiled, tmp_path: Path, func
     assert lite.summary["queue_pass"]["warmup_records_dropped"] > 0
 
 
+def test_async_function_without_anchor_repeats(tmp_path: Path) -> None:
+    """Compiled async (coarse-fences), @loop_first runs under the benchmark tool's async
+    loop, which flushes once per batch of one invocation: the same split."""
+    compiled = compile_instrumented(SOURCE, tmp_path / "async.vmfb", mode="full",
+                                    flags=("--iree-execution-model=async-external",))
+    result = run_bundle(compiled.vmfb, compiled.manifest_path, tmp_path / "b", inputs=INPUTS["loop_first"],
+                        function="loop_first", repeat=REPEAT, warmup=WARMUP)
+    rows = events(result.bundle)
+    assert all(r["root_id"] for r in rows if r["kind"] == "dispatch")
+    assert per_invocation(rows, "dispatch", "root_id") == {k: loop_first(WARMUP + k) for k in range(REPEAT)}
+
+
 @pytest.mark.parametrize("function", list(INPUTS))
 def test_ids_mode_repeats(compiled, tmp_path: Path, function: str) -> None:
     result = run_bundle(compiled["full"].vmfb, compiled["full"].manifest_path, tmp_path / "b", mode="ids",
