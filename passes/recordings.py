@@ -19,7 +19,9 @@ So each recording gets its ordered command list with the call sites of its dispa
 the functions that execute it (executors), and whether it runs at load time. Each
 function gets the functions it calls and an *anchor*: the first execution in its entry
 block (which runs exactly once per call) with the queue operations issued before it,
-which is how runtime submissions are split into invocations.
+which is how runtime submissions are split into invocations (a function without one —
+every execution under control flow — is split by the profile's per-invocation flushes
+instead: ``runtime_hooks/profile_flushes.py``).
 """
 
 from __future__ import annotations

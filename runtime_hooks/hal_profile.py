@@ -10,9 +10,11 @@ that explains them (``partitions.recordings``, ``passes/recordings.py``), and ea
 record to the command of that recording — hence to the call site that issued it,
 however often the recording runs (loops), whether it runs at all (branches), and
 whichever call site of a deduplicated export it is. Submissions are split into
-invocations by the host code's structure too (:func:`invocation_starts`), never by
-time. A record nothing explains, or that two recordings explain equally, is an error
-that shows the record and the candidates — never a guess, never a silent drop.
+invocations by the host code's structure too (:func:`invocation_starts`) or, for a
+function with no command-buffer execution in its entry block, by the benchmark tool's
+per-invocation profile flushes (:mod:`profile_flushes`) — never by time. A record
+nothing explains, or that two recordings explain equally, is an error that shows the
+record and the candidates — never a guess, never a silent drop.
 """
 
 from __future__ import annotations
@@ -91,6 +93,10 @@ class Profile:
     host_operations: list[dict[str, Any]]
     queue_events: list[dict[str, Any]]
     memory_events: list[dict[str, Any]]
+    #: First submission of each invocation that issued any, from the benchmark tool's
+    #: per-invocation flushes (:mod:`profile_flushes`); ``None`` when not read (one
+    #: invocation, or no queue-events family).
+    flush_starts: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,13 +150,40 @@ def capture_profile(vmfb: Path, inputs: Sequence[str], *, driver: str = "local-s
             reason = run.stderr.strip().splitlines()
             message = f"{tool} failed on {vmfb}: {reason[-1] if reason else f'exit {run.returncode}'}"
             raise ToolFault(message, tool, run.returncode, run.stderr)
+        queue_events = decode_records(profile, "queue", "queue_event") if "queue-events" in families else []
         return Profile(
             wall_ns_per_invocation=_benchmark_real_time_ns(run.stdout) if tool == "iree-benchmark-module" else None,
             dispatches=decode(profile),
             host_operations=decode_host_operations(profile) if "queue-events" in families else [],
-            queue_events=decode_records(profile, "queue", "queue_event") if "queue-events" in families else [],
+            queue_events=queue_events,
             memory_events=decode_records(profile, "memory", "memory_event") if "memory-events" in families else [],
+            flush_starts=_flush_starts(profile, queue_events, invocations, "queue-events" in families),
         )
+
+
+def _flush_starts(profile: Path, queue_events: list[dict[str, Any]], invocations: int,
+                  has_queue_events: bool) -> tuple[int, ...] | None:
+    """Each invocation's first submission from the profile's flushes (``None`` for one
+    invocation or without queue events); a profile whose producer dropped records is an
+    error: the dropped dispatches or submissions would be missing from the bundle."""
+    from dfit_mlir.runtime_hooks import profile_flushes
+
+    try:
+        chunks = profile_flushes.event_chunks(profile)
+        split = profile_flushes.flush_split(chunks, queue_events) if has_queue_events else None
+    except profile_flushes.FlushLayoutError as error:
+        raise ProfileError(f"cannot read the flushes of {profile.name}: {error}") from None
+    dropped: dict[str, int] = {}
+    for chunk in chunks:
+        if chunk.truncated:
+            dropped[chunk.family] = dropped.get(chunk.family, 0) + chunk.dropped
+    if dropped:
+        raise ProfileError(
+            f"the HAL profiler dropped records ({', '.join(f'{n} {family}' for family, n in sorted(dropped.items()))}): "
+            f"IREE 3.13's local devices keep at most 4096 events of a family between two flushes (the benchmark "
+            f"tool flushes once per invocation), so the run's events would be incomplete; profile fewer loop trips "
+            f"or a smaller model per call")
+    return split if split is not None and invocations > 1 else None
 
 
 def _benchmark_real_time_ns(stdout: str) -> float | None:
@@ -285,13 +318,16 @@ def _explains(recording: dict[str, Any], block: Sequence[DispatchEvent], numbere
 
 @paused_gc()
 def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], function: str,
-                    invocations: int, execute_submissions: Sequence[tuple[int, int]] = ()) -> Join:
+                    invocations: int, execute_submissions: Sequence[tuple[int, int]] = (),
+                    flush_starts: Sequence[int] | None = None) -> Join:
     """Give every dispatch record the call site that issued it (see the module doc).
 
     ``events``: the dispatch records of a run of ``invocations`` calls of ``function``;
     ``execute_submissions``: (submission_id, command_buffer_id) of every command-buffer
     execution (host-execution ``execute`` records), which places the invocations of a
-    function whose anchor recording issued no dispatch record."""
+    function whose anchor recording issued no dispatch record; ``flush_starts``: each
+    invocation's first submission from the profile's flushes (:attr:`Profile.flush_starts`),
+    which places those of a function without an anchor."""
     partitions = manifest["partitions"]
     if "recordings" not in partitions:
         raise UnresolvedDispatchError(
@@ -341,7 +377,8 @@ def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], f
         placed[key] = fit
     if pending:
         _by_creation_order(pending, recording_of_buffer, recordings, placed, blocks, function)
-    starts = invocation_starts(manifest, function, invocations, recording_of_buffer, execute_submissions or keys)
+    starts = invocation_starts(manifest, function, invocations, recording_of_buffer, execute_submissions or keys,
+                               flush_starts)
     result = Join([[] for _ in range(invocations)], [], starts, recording_of_buffer)
     load = set(load_ids)
     # (site index, root, fused IDs) of each recording's commands, built once.
@@ -417,15 +454,18 @@ def _by_creation_order(pending: dict[int, list[tuple[tuple[int, int], list[tuple
 
 
 def invocation_starts(manifest: dict[str, Any], function: str, invocations: int,
-                      recording_of_buffer: dict[int, int], executions: Sequence[tuple[int, int]]) -> list[int]:
+                      recording_of_buffer: dict[int, int], executions: Sequence[tuple[int, int]],
+                      flush_starts: Sequence[int] | None = None) -> list[int]:
     """First submission id of each invocation, from the host code's structure.
 
     The anchor of ``function`` is the first command-buffer execution in its entry block:
     it runs exactly once per call, after a fixed number of queue operations (one
     submission each). So the k-th execution of the anchor's recording is submission
     ``a_k``, and invocation k starts at ``a_k - queue_ops_before``. Without an anchor
-    (no execution in the entry block) one invocation starts after the load-time work;
-    several cannot be told apart and are an error."""
+    (every execution under control flow: a loop or an ``scf.if`` first) the invocations
+    are the benchmark tool's iterations: it flushes the profile after each call, and
+    ``flush_starts`` holds the first submission of each flush (:func:`flush_invocation_starts`).
+    One invocation starts after the load-time work."""
     from dfit_mlir.passes.recordings import anchor as entry_anchor
 
     functions = manifest["partitions"]["host_functions"]
@@ -447,9 +487,27 @@ def invocation_starts(manifest: dict[str, Any], function: str, invocations: int,
                     f"{'/'.join(map(str, sorted(wanted)))}) for {invocations} invocation(s)")
     if invocations == 1:
         return [_first_after_load(manifest, recording_of_buffer, executions)]
-    raise UnresolvedDispatchError(
-        f"cannot split {invocations} invocations of {function}: no command-buffer execution in its entry "
-        f"block could be found in the records once per call; run it with --repeat 1")
+    return flush_invocation_starts(function, invocations, flush_starts)
+
+
+def flush_invocation_starts(function: str, invocations: int, flush_starts: Sequence[int] | None) -> list[int]:
+    """Invocation starts of a function without an anchor, from the profile's flushes:
+    one per invocation, each the first submission of its call. A call that issues no
+    submission (a loop that ran no trip, a branch with no work) writes no flush, so the
+    flushes no longer say which call was which: that is the error, naming the shape."""
+    shape = "its entry block executes no command buffer (every execution sits under control flow)"
+    if flush_starts is None:
+        raise UnresolvedDispatchError(
+            f"cannot split {invocations} invocations of {function}: {shape}, and this profile has no queue events "
+            f"to split by (they come with the queue-events family of iree-benchmark-module); run it with --repeat 1")
+    if not flush_starts:  # no call issued anything: every invocation is empty
+        return [0] * invocations
+    if len(flush_starts) != invocations:
+        raise UnresolvedDispatchError(
+            f"cannot split {invocations} invocations of {function}: {shape}, and only {len(flush_starts)} of the "
+            f"{invocations} calls issued a queue operation (a loop that ran no trip or a branch with no device work "
+            f"issues none), so which calls did the work cannot be told; run it with --repeat 1")
+    return list(flush_starts)
 
 
 def _dispatchless_anchor(manifest: dict[str, Any], wanted: set[int], invocations: int,
