@@ -115,3 +115,51 @@ def flax_mlp() -> tuple[Any, tuple[Any, ...]]:
     model = MLP()
     x = jnp.ones((2, 8))
     return model.apply, (model.init(jax.random.PRNGKey(0), x), x)
+
+
+def jax_scan_transformer_step() -> tuple[Any, tuple[Any, ...]]:
+    """A training step of a 3-layer transformer whose layers run under ``lax.scan``
+    (remat'd, weights stacked on the scan axis): ``attn`` and ``mlp`` named scopes in
+    the body, ``layers``/``head``/``loss``/``optimizer`` outside, ``jax.value_and_grad``
+    and an optax SGD update."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    width, tokens, depth, classes = 16, 8, 3, 4
+
+    def layer(x: Any, p: dict) -> tuple[Any, None]:
+        with jax.named_scope("attn"):
+            q, k, v = x @ p["wq"], x @ p["wk"], x @ p["wv"]
+            scores = jax.nn.softmax(q @ k.T / jnp.sqrt(width), -1)
+            x = x + (scores @ v) @ p["wo"]
+        with jax.named_scope("mlp"):
+            x = x + jax.nn.gelu(x @ p["w1"]) @ p["w2"]
+        return x, None
+
+    def loss_fn(params: dict, x: Any, y: Any) -> Any:
+        with jax.named_scope("layers"):
+            x, _ = jax.lax.scan(jax.checkpoint(layer), x, params["layers"])
+        with jax.named_scope("head"):
+            logits = x @ params["head"]
+        with jax.named_scope("loss"):
+            return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * jax.nn.one_hot(y, classes), -1))
+
+    optimizer = optax.sgd(1e-2)
+
+    def train_step(params: dict, opt_state: Any, x: Any, y: Any) -> tuple[Any, Any, Any]:
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        with jax.named_scope("optimizer"):
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+        return params, opt_state, loss
+
+    keys = jax.random.split(jax.random.PRNGKey(0), 7)
+    shapes = {"wq": (width, width), "wk": (width, width), "wv": (width, width), "wo": (width, width),
+              "w1": (width, 4 * width), "w2": (4 * width, width)}
+    params = {"layers": {name: jax.random.normal(key, (depth, *shape)) * 0.1
+                         for key, (name, shape) in zip(keys, shapes.items(), strict=False)},
+              "head": jax.random.normal(keys[6], (width, classes)) * 0.1}
+    x = jnp.ones((tokens, width))
+    y = jnp.arange(tokens, dtype=jnp.int32) % classes
+    return train_step, (params, optimizer.init(params), x, y)
