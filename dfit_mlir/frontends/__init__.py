@@ -243,7 +243,7 @@ def installed_framework_roots() -> tuple[str, ...]:
         except (ImportError, ValueError):
             continue
         for location in (spec.submodule_search_locations or ()) if spec is not None else ():
-            roots += [location.rstrip("/") + "/", os.path.realpath(location).rstrip("/") + "/"]
+            roots += [str(location).rstrip("/") + "/", os.path.realpath(location).rstrip("/") + "/"]
     return tuple(dict.fromkeys(roots))
 
 
