@@ -163,3 +163,30 @@ def jax_scan_transformer_step() -> tuple[Any, tuple[Any, ...]]:
     x = jnp.ones((tokens, width))
     y = jnp.arange(tokens, dtype=jnp.int32) % classes
     return train_step, (params, optimizer.init(params), x, y)
+
+
+GPT2_SEQ = 8
+
+
+def gpt2(layers: int) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """A ``transformers`` GPT-2 (``layers`` blocks of width 64, 2 heads, random weights):
+    the model, its token ids and ``{"attention_mask": …}``, a 4-D float causal mask built
+    by hand (MODELS.md: the boolean mask transformers builds hits an i1 literal IREE 3.13
+    does not legalize)."""
+    import torch
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=100, n_positions=32, n_embd=64, n_layer=layers, n_head=2, use_cache=False,
+                        bos_token_id=0, eos_token_id=0)
+    ids = torch.randint(0, 100, (1, GPT2_SEQ))
+    mask = torch.zeros(1, 1, GPT2_SEQ, GPT2_SEQ)
+    mask.masked_fill_(torch.triu(torch.ones(GPT2_SEQ, GPT2_SEQ, dtype=torch.bool), 1), -1e9)
+    return GPT2Model(config).eval(), (ids,), {"attention_mask": mask}
+
+
+def gpt2_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str]:
+    """``--input`` values of :func:`gpt2`'s arguments for ``run_bundle``."""
+    (ids,), mask = args, kwargs["attention_mask"]
+    return (f"1x{GPT2_SEQ}xi64=" + ",".join(str(int(v)) for v in ids.flatten()),
+            f"1x1x{GPT2_SEQ}x{GPT2_SEQ}xf32=" + ",".join(repr(float(v)) for v in mask.flatten()))

@@ -409,3 +409,23 @@ def test_a_user_model_in_a_folder_named_torch_ranks_by_its_own_lines(tmp_path: P
     # A user's own glob still matches the folder, as documented.
     assert CodeRules.default().extended(framework=["torch/*"]).explain(str(source)).reason == \
         "user framework glob torch/*"
+    # dfit analyze --explain-site: each frame of the site's ops and the rule that decided it.
+    from click.testing import CliRunner
+
+    from dfit_mlir.cli import main
+
+    top = sites[0]["site"]
+    result = CliRunner().invoke(main, ["analyze", str(compiled.manifest_path), "--tool", "semantic-attribution",
+                                       "--out", str(tmp_path / "explained"), "--explain-site", top])
+    assert result.exit_code == 0, result.output
+    explained = result.output[result.output.index(f"site {top} (source)"):]
+    assert f"{top}  model code: model code (no rule: a file outside installed packages)" in explained
+    from dfit_mlir.tools.builtin.semantic_attribution import explain_site
+    from dfit_mlir.tools.model import SemanticModel
+
+    every_op = explain_site(SemanticModel.open(compiled.manifest_path), top, limit=1000)
+    assert "torch/nn/modules/linear.py" in every_op and "framework: framework torch/* on torch/nn/modules/linear.py" \
+        in every_op
+    result = CliRunner().invoke(main, ["analyze", str(compiled.manifest_path), "--tool", "semantic-attribution",
+                                       "--out", str(tmp_path / "explained"), "--force", "--explain-site", "nowhere:1"])
+    assert result.exit_code == 2 and "dfit: --explain-site nowhere:1: no op has this site" in result.output

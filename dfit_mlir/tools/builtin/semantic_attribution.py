@@ -94,6 +94,31 @@ def site_rule(site: tuple[str, str], rules: CodeRules) -> str:
     return rules.explain(name.rsplit(":", 1)[0]).reason
 
 
+def explain_site(model: SemanticModel, site: str, rules: CodeRules | None = None, limit: int = 3) -> str:
+    """How the ops of ``site`` (a ``sites.csv`` site) got there: per op (the first
+    ``limit``), every frame of its call stack, innermost first, with the rule that
+    decided whether it is model code (``dfit analyze … --explain-site SITE``)."""
+    rules = rules or CodeRules.default()
+    found = [(op, kind) for op in model.operators.values() if (at := op_site(model, op, rules)) and at[0] == site
+             for kind in (at[1],)]
+    if not found:
+        raise InvalidInputError(f"--explain-site {site}: no op has this site (sites are the `site` column of "
+                                f"sites.csv: file:line, or a module path)")
+    lines = [f"site {site} ({found[0][1]}): {len(found)} ops"]
+    for op, _ in found[:limit]:
+        lines.append(f"  {op.id} ({model.module_path(op.id) or '-'})")
+        frames = [frame for frame in (op.source, *op.call_stack) if frame and frame.get("file")]
+        for frame in dict.fromkeys((f["file"], f["line"]) for f in frames):
+            decision = rules.explain(frame[0])
+            where = "model code" if decision.model_code else "framework"
+            lines.append(f"    {frame[0]}:{frame[1]}  {where}: {decision.reason}")
+        if not frames:
+            lines.append("    no frame with a file: " + site_rule((site, found[0][1]), rules))
+    if len(found) > limit:
+        lines.append(f"  … {len(found) - limit} more ops")
+    return "\n".join(lines)
+
+
 def leaf_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Timed events that enclose no other timed event: a program encloses its functions,
     an IREE queue execute its dispatches; adding both would count the time twice."""
