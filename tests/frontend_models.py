@@ -190,3 +190,33 @@ def gpt2_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str
     (ids,), mask = args, kwargs["attention_mask"]
     return (f"1x{GPT2_SEQ}xi64=" + ",".join(str(int(v)) for v in ids.flatten()),
             f"1x1x{GPT2_SEQ}x{GPT2_SEQ}xf32=" + ",".join(repr(float(v)) for v in mask.flatten()))
+
+
+def flax_scan_loss() -> tuple[Any, tuple[Any, ...]]:
+    """A Flax model whose two blocks (``attn`` and ``mlp`` Dense layers) run under
+    ``nn.scan(nn.remat(Block))`` named ``layers``: ``jax.value_and_grad`` of its loss
+    and the parameters."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x: Any, _: Any) -> tuple[Any, None]:
+            h = nn.Dense(8, name="attn")(x)
+            return x + nn.Dense(8, name="mlp")(nn.gelu(h)), None
+
+    class Model(nn.Module):
+        @nn.compact
+        def __call__(self, x: Any) -> Any:
+            layers = nn.scan(nn.remat(Block), variable_axes={"params": 0}, split_rngs={"params": True}, length=2)
+            x, _ = layers(name="layers")(x, None)
+            return nn.Dense(2, name="head")(x)
+
+    model = Model()
+    x = jnp.ones((2, 8))
+
+    def loss(params: Any) -> Any:
+        return (model.apply(params, x) ** 2).sum()
+
+    return jax.value_and_grad(loss), (model.init(jax.random.PRNGKey(0), x),)

@@ -234,3 +234,24 @@ def test_scan_body_ops_keep_their_own_module_path(scan_step: dict[str, Any]) -> 
     assert modules["layers"]["parent"] == ""
     bogus = [path for path in modules if any(word in path for word in ("jit", "closed_call", "while", "body", ":"))]
     assert bogus == []
+
+
+@pytest.mark.frontends
+def test_flax_scan_body_keeps_its_module_paths(tmp_path: Path) -> None:
+    """``nn.scan(nn.remat(Block))``: the body's ops carry ``layers/attn/dot_general``
+    (or ``checkpoint/rematted_computation/layers/…`` in the backward body) below the
+    call site ``jit(loss)/jvp(Model)/while/body/closed_call``: ``Model/layers/attn``."""
+    from dfit_mlir.passes import mlir_engine, operators, phases, snapshot
+
+    grad, args = frontend_models.flax_scan_loss()
+    source = tmp_path / "flax_scan.mlir"
+    source.write_text(jax_frontend.lower_text(grad, *args))
+    module = phases.open_driver((), None).parse(source)
+    ops, _ = operators.operator_table(mlir_engine.tag_module(module), snapshot.LocationCache())
+    dots = Counter((op["module_path"], op["phase"]) for op in ops if op["source_op"] == "jax.dot_general")
+    assert dots[("Model/layers/attn", "forward")] == dots[("Model/layers/mlp", "forward")] == 1
+    assert dots[("Model/head", "forward")] == 1
+    assert dots[("Model/layers/attn", "backward")] >= 2 and dots[("Model/layers/mlp", "backward")] >= 2
+    assert {path for path, _ in dots} == {"Model/layers/attn", "Model/layers/mlp", "Model/head"}
+    paths = {op["module_path"] for op in ops if op["module_path"]}
+    assert not [p for p in paths if any(word in p for word in ("jit", "closed_call", "while", "body", "checkpoint"))]
