@@ -520,8 +520,14 @@ def diff_bundles(bundle_a: str | Path | SemanticModel, bundle_b: str | Path | Se
     timed = facts_a.invocations > 0 and facts_b.invocations > 0
     same_backend = a.backend == b.backend
     sides = [(m, facts_a.side(m.ids_a, m.key), facts_b.side(m.ids_b, m.key)) for m in matches]
-    slower_or_faster = time_changes({m.key: (side_a.samples_ns, side_b.samples_ns) for m, side_a, side_b in sides
-                                     if side_a is not None and side_b is not None}) if timed else {}
+    notes = _notes(a, b)
+    try:
+        slower_or_faster = time_changes({m.key: (side_a.samples_ns, side_b.samples_ns) for m, side_a, side_b in sides
+                                         if side_a is not None and side_b is not None}) if timed else {}
+    except ImportError:  # the rule is the store's SQL: DuckDB comes with dfit-mlir[store]
+        slower_or_faster = {}
+        notes += ("note: time is not compared: judging it against the runs' spread needs DuckDB "
+                  "(pip install 'dfit-mlir[store]'); the deltas are in diff.csv",)
     rows = []
     for m, side_a, side_b in sides:
         changes, lineage = _changes(m.match, side_a, side_b, same_backend)
@@ -530,7 +536,6 @@ def diff_bundles(bundle_a: str | Path | SemanticModel, bundle_b: str | Path | Se
         delta = _time_of(side_b) - _time_of(side_a) if timed else None
         rows.append(OpDiff(m.key, m.match, side_a, side_b, changes, delta, lineage, _folded(side_a, side_b)))
     rows.sort(key=_rank)
-    notes = _notes(a, b)
     if timed and min(facts_a.invocations, facts_b.invocations) < MIN_RUNS:
         notes += (f"note: time is not compared: {facts_a.invocations} and {facts_b.invocations} invocations, fewer "
                   f"than {MIN_RUNS} per side leave the runs' spread unknown (run with --repeat {MIN_RUNS} or more)",)

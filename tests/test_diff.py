@@ -364,3 +364,21 @@ def test_two_runs_of_one_vmfb_report_no_change(gpt2_bundles: dict[str, Path]) ->
     # The runs differ a little everywhere; none of it is outside the runs' spread.
     assert any(row.time_delta_ns for row in result.rows)
     assert result.changed() == [] and diff.render(result).endswith("no differences")
+
+
+def test_without_duckdb_time_is_noted_not_judged(flags_diff: diff.DiffResult, iree_bundles: dict[str, Path],
+                                                 split_bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_duckdb(name: str, *args: object, **kwargs: object) -> object:
+        if name == "duckdb":
+            raise ImportError("No module named 'duckdb'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_duckdb)
+    result = diff.diff_bundles(iree_bundles["full"], split_bundle)
+    assert any("time is not compared" in note and "dfit-mlir[store]" in note for note in result.notes)
+    assert not [row for row in result.rows if "time" in row.changes]
+    assert [row.key for row in result.rows] == [row.key for row in flags_diff.rows]
