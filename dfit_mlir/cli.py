@@ -540,10 +540,13 @@ def backends(as_json: bool) -> None:
                    "that called into them.")
 @click.option("--model-code", "model_code", multiple=True, metavar="GLOB",
               help="Source files to count as model code even inside a framework package (repeatable).")
+@click.option("--explain-site", "explain_sites", multiple=True, metavar="SITE",
+              help="Print, for the ops of a sites.csv site, each frame and the code rule that decided it.")
 @_force_option
 @_user_errors
 def analyze(bundle: Path, tool_names: tuple[str, ...], out_dir: Path | None, raw_options: tuple[str, ...],
-            framework_code: tuple[str, ...], model_code: tuple[str, ...], force: bool) -> None:
+            framework_code: tuple[str, ...], model_code: tuple[str, ...], explain_sites: tuple[str, ...],
+            force: bool) -> None:
     """Run analysis tools over a run/reconstruct bundle or a compile's manifest."""
     from dfit_mlir.errors import InvalidInputError
     from dfit_mlir.tools import registry
@@ -579,6 +582,15 @@ def analyze(bundle: Path, tool_names: tuple[str, ...], out_dir: Path | None, raw
             click.echo(f"note: {note}")
         for path in ctx.outputs if ctx else []:
             click.echo(f"  wrote {path}")
+    if explain_sites:
+        from dfit_mlir.frontends import CodeRules, parse_globs
+        from dfit_mlir.tools.builtin.semantic_attribution import explain_site
+        from dfit_mlir.tools.model import SemanticModel
+
+        rules = CodeRules.default().extended(framework=parse_globs(framework_code), model=parse_globs(model_code))
+        semantic = SemanticModel.open(bundle)
+        for site in explain_sites:
+            click.echo(explain_site(semantic, site, rules))
 
 
 @main.command()
@@ -604,8 +616,9 @@ def tools() -> None:
 @_user_errors
 def diff(bundle_a: Path, bundle_b: Path, out_dir: Path | None, as_json: bool, limit: int, force: bool) -> None:
     """What changed per stable ID between two bundles or manifests — ops, shapes, fusion,
-    lineage, attributed time, bytes (matched by ID, else structural hash, else tensor
-    name), most changed first — and in the generated code (target, flags, executables)."""
+    lineage, attributed time outside the runs' spread, bytes (matched within a module path
+    by ID, else structural hash, else op kind; else by tensor name), most changed first —
+    and in the generated code (target, flags, executables)."""
     from dfit_mlir import diff as bundle_diff
     from dfit_mlir import outputs
 

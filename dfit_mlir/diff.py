@@ -1,24 +1,41 @@
 """``dfit diff``: what changed, per stable ID, between two compiles, runs or backends.
 
-Rows are matched in three passes, each over what the previous left unmatched:
+Rows are matched as a person would pair two versions of a model: within one **module
+path** (the frontend's ``module_path``, else the location names: an op of ``h.0.attn``
+is only ever paired with an op of ``h.0.attn``), never by position across modules. Each
+pass runs over what the previous left unmatched; ops whose module path is unknown on
+either side are paired regardless of it:
 
-1. **ID**: the same stable ID on both sides (two compiles or runs of one source);
+1. **ID**: the same stable ID on both sides, in the same module (two compiles or runs of
+   one source);
 2. **structural hash** (the manifest's ``hash``): the same op under another ID — a
    renamed function, an op inserted before it — reported as ``renamed``; equal hashes
-   on one side pair up in manifest order;
-3. **tensor name**: an op's own ``name`` (reconstructions name an op after its output
+   pair up in manifest order;
+3. **module**: the same module path and op kind, paired by ordinal within that module
+   (an op whose inputs changed: the module's first ``addmm`` on both sides);
+4. **tensor name**: an op's own ``name`` (reconstructions name an op after its output
    tensor) or else the innermost name of its location (a TFLite import keeps the
    TFLite tensor name there), so the IREE ops of one TFLite op meet the Edge TPU op
    they stand for. All unmatched ops of one name form one row on each side; an op that
    stands for a whole partition (an Edge TPU custom op) is not matched by name.
 
+What is left is ``removed`` (only in A) or ``added`` (only in B); a module all of whose
+ops are on one side is named once in the header (``removed modules: h.1 (41 ops)``).
+
 Per row and side: op names, result types, partitions (IREE dispatch call sites, or a
 reconstruction's groups) and their kinds, the rows it is fused with, lineage per stage,
-attributed time and static bytes. The change labels are ``added`` / ``removed`` (one side
+attributed time and static bytes, module paths. The change labels are ``added`` / ``removed`` (one side
 only), ``renamed``, ``op``, ``shape``, ``dtype``, ``fusion`` (the rows sharing each of its
 partitions differ), ``placement`` (the partition kinds differ: dispatch vs Edge TPU custom
 op vs CPU, or in vs out of any partition), ``lineage`` (a class differs at a stage both
-sides have) and ``bytes``. Time is not a label, runs always differ a little.
+sides have), ``bytes`` and ``time``.
+
+*Time* is a change only outside the runs' spread, by the rule of the store's
+``regressions`` report (``dfit_mlir/store/sql/regressions.sql``, run here over the two
+bundles' invocations as its runs, :func:`time_changes`): the two sides' per-invocation
+times do not overlap, the gap between their means exceeds the wider of the two ranges
+and :data:`TIME_THRESHOLD` of A's mean, with at least :data:`MIN_RUNS` invocations per
+side. Two runs of one vmfb have no ``time`` change; the delta is still in the CSV.
 
 Only real differences are labelled. A row's constants and structure (``tosa.const``,
 ``tensor.empty``, ``func.return``: :func:`is_data_or_structure`) never count for ``op``,
@@ -70,12 +87,16 @@ from dfit_mlir.materialisation import makes_data
 from dfit_mlir.tools.model import Operator, Partition, SemanticModel
 
 SCHEMA = "dfit.diff"
-VERSION = "1.1"
-MATCHES = ("id", "hash", "name", "only-a", "only-b")
-LABELS = ("added", "removed", "renamed", "op", "shape", "dtype", "fusion", "placement", "lineage", "bytes")
-CSV_COLUMNS = ("key", "match", "changes", "folded", "time_delta_ns", "time_a_ns", "time_b_ns", "ids_a", "ids_b", "op_a",
-               "op_b", "shape_a", "shape_b", "partitions_a", "partitions_b", "placement_a", "placement_b", "fused_with_a",
-               "fused_with_b", "lineage_changes", "bytes_a", "bytes_b")
+VERSION = "1.2"
+MATCHES = ("id", "hash", "module", "name", "only-a", "only-b")
+LABELS = ("added", "removed", "renamed", "op", "shape", "dtype", "fusion", "placement", "lineage", "bytes", "time")
+CSV_COLUMNS = ("key", "match", "module_a", "module_b", "changes", "folded", "time_delta_ns", "time_a_ns", "time_b_ns",
+               "ids_a", "ids_b", "op_a", "op_b", "shape_a", "shape_b", "partitions_a", "partitions_b", "placement_a",
+               "placement_b", "fused_with_a", "fused_with_b", "lineage_changes", "bytes_a", "bytes_b")
+#: The ``regressions`` report's defaults for a run diff: invocations needed per side and
+#: the smallest relative change reported.
+MIN_RUNS = 3
+TIME_THRESHOLD = 0.05
 #: Op kinds that are a program's structure, not its computation.
 STRUCTURE_KINDS = frozenset({"func.func", "util.func", "builtin.module", "func.call", "util.call"})
 
@@ -100,6 +121,10 @@ class Side:
     bytes: int | None
     #: Per op: whether it computes (not a constant, empty, fill or structure).
     computing: tuple[bool, ...] = ()
+    #: The module paths of the row's ops (``""``: the model's root), in op order.
+    modules: tuple[str, ...] = ()
+    #: Attributed nanoseconds per invocation, one per invocation (the spread of the runs).
+    samples_ns: tuple[float, ...] = ()
 
     @property
     def compute_ops(self) -> tuple[str, ...]:
@@ -128,6 +153,13 @@ class OpDiff:
     lineage_changes: tuple[str, ...] = ()
     #: Only constants and structure on both sides: summed up, not listed, in the table.
     folded: bool = False
+
+    @property
+    def module(self) -> str:
+        """``h.0.attn.c_attn`` (the same on both sides), ``a → b``, or one side's."""
+        a = ",".join(self.a.modules) if self.a and self.a.modules else ("-" if self.a else "")
+        b = ",".join(self.b.modules) if self.b and self.b.modules else ("-" if self.b else "")
+        return a if a == b or not b else b if not a else f"{a} → {b}"
 
     @property
     def bytes_delta(self) -> int:
@@ -172,6 +204,9 @@ class DiffResult:
     codegen: tuple[CodegenChange, ...] = ()
     #: What makes the comparison less than like for like (shown under the header).
     notes: tuple[str, ...] = ()
+    #: Modules all of whose ops are only in A / only in B: (module path, ops), outermost.
+    removed_modules: tuple[tuple[str, int], ...] = ()
+    added_modules: tuple[tuple[str, int], ...] = ()
 
     def row(self, key: str) -> OpDiff:
         """The row of ``key`` (an ID of side A, a tensor name, or a one-side ID)."""
@@ -226,8 +261,15 @@ def stands_for_partition(model: SemanticModel, op: Operator) -> bool:
 def attributed_time(model: SemanticModel) -> tuple[dict[str, float], int]:
     """({op ID: mean ns per invocation}, invocations) from the dispatch events; ({}, 0)
     when the bundle has none."""
+    samples, runs = attributed_samples(model)
+    return {op_id: sum(by_run.values()) / runs for op_id, by_run in samples.items()}, runs
+
+
+def attributed_samples(model: SemanticModel) -> tuple[dict[str, dict[int, float]], int]:
+    """({op ID: {invocation: attributed ns}}, invocations) from the dispatch events (see
+    the module docstring); events without an invocation count as invocation 0."""
     by_id = {partition.id: partition for partition in model.partitions}
-    total: defaultdict[str, float] = defaultdict(float)
+    total: defaultdict[str, defaultdict[int, float]] = defaultdict(lambda: defaultdict(float))
     invocations: set[int] = set()
     seen = False
     for batch in model.event_batches():
@@ -243,9 +285,9 @@ def attributed_time(model: SemanticModel) -> tuple[dict[str, float], int]:
             if not ops and root in model.operators:
                 ops = [root]
             for op_id in ops:
-                total[op_id] += duration / len(ops)
+                total[op_id][invocation or 0] += duration / len(ops)
     runs = len(invocations) or (1 if seen else 0)
-    return {op_id: ns / runs for op_id, ns in total.items()}, runs
+    return {op_id: dict(by_run) for op_id, by_run in total.items()}, runs
 
 
 def partitions_by_op(model: SemanticModel) -> dict[str, list[Partition]]:
@@ -272,43 +314,64 @@ class _Match:
 
 
 def _match(a: SemanticModel, b: SemanticModel) -> list[_Match]:
-    left_a = list(a.operators)
-    left_b = list(b.operators)
-    in_b = set(left_b)
-    found = [_Match(op_id, "id", (op_id,), (op_id,)) for op_id in left_a if op_id in in_b]
-    matched = {m.key for m in found}
-    left_a = [i for i in left_a if i not in matched]
-    left_b = [i for i in left_b if i not in matched]
+    """The passes of the module docstring: ID, hash, module path and kind, tensor name."""
+    module_a = {op_id: a.module_path(op_id) for op_id in a.operators}
+    module_b = {op_id: b.module_path(op_id) for op_id in b.operators}
 
-    for match, key_of in (("hash", lambda op: op.raw.get("hash")), ("name", tensor_name)):
-        groups_a = _group(left_a, a, key_of)
+    def same_module(id_a: str, id_b: str) -> bool:
+        x, y = module_a[id_a], module_b[id_b]
+        return x is None or y is None or x == y
+
+    in_b = set(b.operators)
+    found = [_Match(op_id, "id", (op_id,), (op_id,)) for op_id in a.operators
+             if op_id in in_b and same_module(op_id, op_id)]
+    used = {m.key for m in found}
+    left_a = [i for i in a.operators if i not in used]
+    left_b = [i for i in b.operators if i not in used]
+
+    for match, key_of in (("hash", lambda model, op: op.raw.get("hash")),
+                          ("module", lambda model, op: _module_kind(model, op))):
         groups_b = _group(left_b, b, key_of)
-        used: set[str] = set()
-        for value, ids_a in groups_a.items():
-            ids_b = groups_b.get(value)
-            if not ids_b:
-                continue
-            if match == "hash":
-                pairs = [((x,), (y,)) for x, y in zip(ids_a, ids_b, strict=False)]
-            else:
-                pairs = [(tuple(ids_a), tuple(ids_b))]
-            for pair_a, pair_b in pairs:
-                key = pair_a[0] if match == "hash" else value
-                found.append(_Match(key, match, pair_a, pair_b))
-                used.update(pair_a + pair_b)
-        left_a = [i for i in left_a if i not in used]
-        left_b = [i for i in left_b if i not in used]
+        paired_a: set[str] = set()
+        paired_b: set[str] = set()  # the sides' IDs are two namespaces: keep them apart
+        for value, ids_a in _group(left_a, a, key_of).items():
+            candidates = list(groups_b.get(value, ()))
+            for id_a in ids_a:  # in manifest order: the k-th of the module pairs with the k-th
+                id_b = next((i for i in candidates if same_module(id_a, i)), None)
+                if id_b is not None:
+                    candidates.remove(id_b)
+                    found.append(_Match(id_a, match, (id_a,), (id_b,)))
+                    paired_a.add(id_a)
+                    paired_b.add(id_b)
+        left_a = [i for i in left_a if i not in paired_a]
+        left_b = [i for i in left_b if i not in paired_b]
 
-    found += [_Match(op_id, "only-a", (op_id,), ()) for op_id in left_a]
-    found += [_Match(op_id, "only-b", (), (op_id,)) for op_id in left_b]
+    groups_a = _group(left_a, a, lambda model, op: tensor_name(op))
+    groups_b = _group(left_b, b, lambda model, op: tensor_name(op))
+    named_a: set[str] = set()
+    named_b: set[str] = set()
+    for value, ids_a in groups_a.items():
+        ids_b = groups_b.get(value)
+        if ids_b:
+            found.append(_Match(value, "name", tuple(ids_a), tuple(ids_b)))
+            named_a.update(ids_a)
+            named_b.update(ids_b)
+    found += [_Match(op_id, "only-a", (op_id,), ()) for op_id in left_a if op_id not in named_a]
+    found += [_Match(op_id, "only-b", (), (op_id,)) for op_id in left_b if op_id not in named_b]
     return _unique_keys(found)
 
 
+def _module_kind(model: SemanticModel, op: Operator) -> str | None:
+    """``h.0.attn.c_attn|torch.aten.addmm``; ``None`` where the module path is unknown."""
+    module = model.module_path(op.id)
+    return None if module is None else f"{module}|{op.op}"
+
+
 def _group(ids: Iterable[str], model: SemanticModel,
-           key_of: Callable[[Operator], str | None]) -> dict[str, list[str]]:
+           key_of: Callable[[SemanticModel, Operator], str | None]) -> dict[str, list[str]]:
     groups: defaultdict[str, list[str]] = defaultdict(list)
     for op_id in ids:
-        value = key_of(model.operators[op_id])
+        value = key_of(model, model.operators[op_id])
         if value and not stands_for_partition(model, model.operators[op_id]):
             groups[value].append(op_id)
     return dict(groups)
@@ -336,7 +399,9 @@ class _SideFacts:
         self.model = model
         self.key_of_id = key_of_id
         self.partitions = partitions_by_op(model)
-        self.time, self.invocations = attributed_time(model)
+        self.samples, self.invocations = attributed_samples(model)
+        self.time = {op_id: sum(by_run.values()) / self.invocations for op_id, by_run in self.samples.items()}
+        self.runs = sorted({run for by_run in self.samples.values() for run in by_run})
 
     def side(self, ids: tuple[str, ...], key: str) -> Side | None:
         if not ids:
@@ -358,7 +423,9 @@ class _SideFacts:
             partitions=tuple(p.id for p in partitions), placement=tuple(sorted({p.kind for p in partitions})),
             fused_with=tuple(fused), lineage={stage: "/".join(sorted(c)) for stage, c in lineage.items()},
             time_ns=sum(self.time.get(i, 0.0) for i in ids) if self.invocations else None,
-            bytes=sum(sizes) if sizes else None, computing=computing)
+            bytes=sum(sizes) if sizes else None, computing=computing,
+            modules=tuple(dict.fromkeys(m for i in ids if (m := self.model.module_path(i)) is not None)),
+            samples_ns=tuple(sum(self.samples.get(i, {}).get(run, 0.0) for i in ids) for run in self.runs))
 
 
 def _changes(match: str, a: Side | None, b: Side | None,
@@ -452,16 +519,93 @@ def diff_bundles(bundle_a: str | Path | SemanticModel, bundle_b: str | Path | Se
     facts_b = _SideFacts(b, {i: m.key for m in matches for i in m.ids_b})
     timed = facts_a.invocations > 0 and facts_b.invocations > 0
     same_backend = a.backend == b.backend
+    sides = [(m, facts_a.side(m.ids_a, m.key), facts_b.side(m.ids_b, m.key)) for m in matches]
+    notes = _notes(a, b)
+    try:
+        slower_or_faster = time_changes({m.key: (side_a.samples_ns, side_b.samples_ns) for m, side_a, side_b in sides
+                                         if side_a is not None and side_b is not None}) if timed else {}
+    except ImportError:  # the rule is the store's SQL: DuckDB comes with dfit-mlir[store]
+        slower_or_faster = {}
+        notes += ("note: time is not compared: judging it against the runs' spread needs DuckDB "
+                  "(pip install 'dfit-mlir[store]'); the deltas are in diff.csv",)
     rows = []
-    for m in matches:
-        side_a, side_b = facts_a.side(m.ids_a, m.key), facts_b.side(m.ids_b, m.key)
+    for m, side_a, side_b in sides:
         changes, lineage = _changes(m.match, side_a, side_b, same_backend)
+        if m.key in slower_or_faster:
+            changes += ("time",)
         delta = _time_of(side_b) - _time_of(side_a) if timed else None
         rows.append(OpDiff(m.key, m.match, side_a, side_b, changes, delta, lineage, _folded(side_a, side_b)))
     rows.sort(key=_rank)
+    if timed and min(facts_a.invocations, facts_b.invocations) < MIN_RUNS:
+        notes += (f"note: time is not compared: {facts_a.invocations} and {facts_b.invocations} invocations, fewer "
+                  f"than {MIN_RUNS} per side leave the runs' spread unknown (run with --repeat {MIN_RUNS} or more)",)
+    # Module trees compare within one backend (two backends name modules their own way).
+    paths_a = [p for i in a.operators if (p := a.module_path(i)) is not None] if same_backend else []
+    paths_b = [p for i in b.operators if (p := b.module_path(i)) is not None] if same_backend else []
     return DiffResult(BundleInfo(a.source, a.backend, facts_a.invocations),
                       BundleInfo(b.source, b.backend, facts_b.invocations), tuple(rows),
-                      codegen_changes(a.manifest, b.manifest), _notes(a, b))
+                      codegen_changes(a.manifest, b.manifest), notes,
+                      _modules_only_in(paths_a, paths_b), _modules_only_in(paths_b, paths_a))
+
+
+def time_changes(samples: Mapping[str, tuple[Iterable[float], Iterable[float]]], min_runs: int = MIN_RUNS,
+                 threshold: float = TIME_THRESHOLD) -> dict[str, str]:
+    """{row key: ``slower``/``faster``} for the rows whose per-invocation times (A's,
+    B's) differ outside the runs' spread: the store's ``regressions`` report, run by
+    DuckDB over the invocations as its runs (A the baseline), so that one rule decides."""
+    import duckdb
+    import pyarrow as pa
+
+    from dfit_mlir.store import reports
+    from dfit_mlir.store.dialects import DUCKDB
+
+    totals: dict[str, list[Any]] = {"backend": [], "model": [], "run": [], "root_id": [], "total_ns": [],
+                                    "run_instances": []}
+    runs: dict[str, None] = {}
+    for key, per_side in samples.items():
+        values = [list(side) for side in per_side]
+        if not any(v for side in values for v in side):
+            continue  # never timed on either side: nothing to compare
+        for label, side in zip("AB", values, strict=True):
+            for invocation, ns in enumerate(side):
+                run = f"{label}{invocation}"
+                runs[run] = None
+                for column, value in zip(totals, ("diff", "diff", run, key, float(ns), 1), strict=True):
+                    totals[column].append(value)
+    if not totals["run"]:
+        return {}
+    run_table = pa.table({"run": list(runs), "backend": ["diff"] * len(runs), "model": ["diff"] * len(runs),
+                          "label": [run[0] for run in runs]})
+    connection = duckdb.connect()
+    try:
+        for statement in DUCKDB.prelude:
+            connection.execute(statement)
+        connection.register("runs", run_table)
+        connection.register("op_totals", pa.table(totals))
+        sql = reports.get("regressions").render(DUCKDB, {"baseline": "A", "candidate": "B", "min_runs": min_runs,
+                                                         "threshold": threshold})
+        cursor = connection.execute(sql)
+        names = [column[0] for column in cursor.description]
+        found = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    finally:
+        connection.close()
+    return {row["root_id"]: row["change"] for row in found}
+
+
+def _modules_only_in(mine: Iterable[str], other: Iterable[str]) -> tuple[tuple[str, int], ...]:
+    """The outermost modules of ``mine`` that ``other`` does not have, with how many of
+    ``mine``'s ops sit in each (``h.1``: every op of the removed layer)."""
+    from dfit_mlir.flamegraph import ancestry
+
+    present = {node for path in other for node in ancestry(path)}
+    if not present:
+        return ()
+    gone: defaultdict[str, int] = defaultdict(int)
+    for path in mine:
+        missing = next((node for node in ancestry(path) if node not in present), None)
+        if missing is not None:
+            gone[missing] += 1
+    return tuple(sorted(gone.items()))
 
 
 def _notes(a: SemanticModel, b: SemanticModel) -> tuple[str, ...]:
@@ -526,7 +670,9 @@ def _flat(row: OpDiff) -> dict[str, Any]:
         return None if value is None else round(value, 1) if isinstance(value, float) else value
 
     return {
-        "key": row.key, "match": row.match, "changes": ";".join(row.changes), "folded": int(row.folded),
+        "key": row.key, "match": row.match, "module_a": ";".join(row.a.modules) if row.a else "",
+        "module_b": ";".join(row.b.modules) if row.b else "",
+        "changes": ";".join(row.changes), "folded": int(row.folded),
         "time_delta_ns": number(row.time_delta_ns), "time_a_ns": number(row.a.time_ns if row.a else None),
         "time_b_ns": number(row.b.time_ns if row.b else None),
         **{f"{field}_{name}": joined(side, plural)
@@ -551,7 +697,10 @@ def to_json(result: DiffResult) -> str:
     document = {"schema": SCHEMA, "version": VERSION, "a": asdict(result.a), "b": asdict(result.b),
                 "counts": result.counts(), "codegen": [asdict(change) for change in result.codegen],
                 "notes": list(result.notes),
-                "rows": [{"key": row.key, "match": row.match, "changes": list(row.changes), "folded": row.folded,
+                "removed_modules": [list(item) for item in result.removed_modules],
+                "added_modules": [list(item) for item in result.added_modules],
+                "rows": [{"key": row.key, "match": row.match, "module": row.module, "changes": list(row.changes),
+                          "folded": row.folded,
                           "time_delta_ns": row.time_delta_ns, "lineage_changes": list(row.lineage_changes),
                           "a": asdict(row.a) if row.a else None, "b": asdict(row.b) if row.b else None}
                          for row in result.rows]}
@@ -570,39 +719,45 @@ def write(result: DiffResult, out_dir: str | Path) -> list[Path]:
 
 
 def render(result: DiffResult, limit: int | None = 40, written: Path | None = None) -> str:
-    """The header (counts, codegen differences, folded rows), then the changed or
-    re-timed rows, most changed first (the first ``limit``; ``None``: all), each with
+    """The header (counts, removed and added modules, codegen differences, folded rows),
+    then the changed rows with their module paths, most changed first (the first ``limit``; ``None``: all), each with
     where it runs on either side. ``written``: the ``diff.csv`` written, if one was (the
     footer points there and nowhere else)."""
     counts = result.counts()
-    matched = counts["id"] + counts["hash"] + counts["name"]
+    matched = counts["id"] + counts["hash"] + counts["module"] + counts["name"]
     lines = [f"A: {result.a.source} ({result.a.backend}, {result.a.invocations} invocations)",
              f"B: {result.b.source} ({result.b.backend}, {result.b.invocations} invocations)",
              f"rows: {len(result.rows)}; matched {matched} ({counts['id']} by id, {counts['hash']} by hash, "
-             f"{counts['name']} by name); only in A: {counts['only-a']}, only in B: {counts['only-b']}; "
+             f"{counts['module']} by module, {counts['name']} by name); only in A: {counts['only-a']}, "
+             f"only in B: {counts['only-b']}; "
              f"changed: {counts['changed']}"
              + (f" ({counts['folded_changed']} of them constants or structure, folded)" if counts["folded_changed"] else "")]
     labels = [f"{label} {counts[f'label:{label}']}" for label in LABELS if counts[f"label:{label}"]]
     if labels:
         lines.append("changes: " + ", ".join(labels))
     lines += list(result.notes)
+    for what, modules in (("removed", result.removed_modules), ("added", result.added_modules)):
+        if modules:
+            shown_modules = ", ".join(f"{path or '(root)'} ({ops} ops)" for path, ops in modules[:8])
+            lines.append(f"{what} modules: {shown_modules}" + (f", … {len(modules) - 8} more" if len(modules) > 8 else ""))
     for change in result.codegen:
         lines.append(f"codegen {change.aspect}: {change.note}")
-    folded = [row for row in result.rows if row.folded and (row.changes or row.time_delta_ns)]
+    folded = [row for row in result.rows if row.folded and row.changes]
     if folded:
         lines.append(_folded_line(folded))
-    shown = [row for row in result.rows if (row.changes or row.time_delta_ns) and not row.folded]
+    shown = [row for row in result.rows if row.changes and not row.folded]
     unchanged = len(result.rows) - len(shown) - len(folded)
     if not shown:
         lines.append("no differences" if not result.codegen and not folded
                      else "no differences in computing ops" if not result.codegen
                      else "no differences per op: the same dispatch structure, other code")
         return "\n".join(lines)
-    lines += ["", f"{'key':<48} {'match':<6} {'Δtime ns':>10} {'A ns':>10} {'B ns':>10}  changes"]
+    lines += ["", f"{'key':<48} {'module (A → B)':<28} {'match':<6} {'Δtime ns':>10} {'A ns':>10} {'B ns':>10}  "
+                  f"changes"]
     for row in shown[:limit]:
-        lines.append(f"{_clip(row.key, 48):<48} {row.match:<6} {_ns(row.time_delta_ns, signed=True):>10} "
-                     f"{_ns(row.a.time_ns if row.a else None):>10} {_ns(row.b.time_ns if row.b else None):>10}  "
-                     f"{','.join(row.changes)}")
+        lines.append(f"{_clip(row.key, 48):<48} {_clip_left(row.module, 28):<28} {row.match:<6} "
+                     f"{_ns(row.time_delta_ns, signed=True):>10} {_ns(row.a.time_ns if row.a else None):>10} "
+                     f"{_ns(row.b.time_ns if row.b else None):>10}  {','.join(row.changes)}")
         lines.append(f"    {_where(row.a)} → {_where(row.b)}")
     if limit is not None and len(shown) > limit:
         rest = len(shown) - limit
@@ -640,6 +795,11 @@ def _where(side: Side | None) -> str:
     else:
         text = first.rsplit("/", 1)[-1]
     return text + (f" (+{len(side.partitions) - 1})" if len(side.partitions) > 1 else "")
+
+
+def _clip_left(text: str, width: int) -> str:
+    """A module path keeps its innermost (distinguishing) end."""
+    return text if len(text) <= width else "…" + text[-(width - 1):]
 
 
 def _clip(text: str, width: int) -> str:

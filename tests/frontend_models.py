@@ -115,3 +115,108 @@ def flax_mlp() -> tuple[Any, tuple[Any, ...]]:
     model = MLP()
     x = jnp.ones((2, 8))
     return model.apply, (model.init(jax.random.PRNGKey(0), x), x)
+
+
+def jax_scan_transformer_step() -> tuple[Any, tuple[Any, ...]]:
+    """A training step of a 3-layer transformer whose layers run under ``lax.scan``
+    (remat'd, weights stacked on the scan axis): ``attn`` and ``mlp`` named scopes in
+    the body, ``layers``/``head``/``loss``/``optimizer`` outside, ``jax.value_and_grad``
+    and an optax SGD update."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    width, tokens, depth, classes = 16, 8, 3, 4
+
+    def layer(x: Any, p: dict) -> tuple[Any, None]:
+        with jax.named_scope("attn"):
+            q, k, v = x @ p["wq"], x @ p["wk"], x @ p["wv"]
+            scores = jax.nn.softmax(q @ k.T / jnp.sqrt(width), -1)
+            x = x + (scores @ v) @ p["wo"]
+        with jax.named_scope("mlp"):
+            x = x + jax.nn.gelu(x @ p["w1"]) @ p["w2"]
+        return x, None
+
+    def loss_fn(params: dict, x: Any, y: Any) -> Any:
+        with jax.named_scope("layers"):
+            x, _ = jax.lax.scan(jax.checkpoint(layer), x, params["layers"])
+        with jax.named_scope("head"):
+            logits = x @ params["head"]
+        with jax.named_scope("loss"):
+            return -jnp.mean(jnp.sum(jax.nn.log_softmax(logits) * jax.nn.one_hot(y, classes), -1))
+
+    optimizer = optax.sgd(1e-2)
+
+    def train_step(params: dict, opt_state: Any, x: Any, y: Any) -> tuple[Any, Any, Any]:
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        with jax.named_scope("optimizer"):
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+        return params, opt_state, loss
+
+    keys = jax.random.split(jax.random.PRNGKey(0), 7)
+    shapes = {"wq": (width, width), "wk": (width, width), "wv": (width, width), "wo": (width, width),
+              "w1": (width, 4 * width), "w2": (4 * width, width)}
+    params = {"layers": {name: jax.random.normal(key, (depth, *shape)) * 0.1
+                         for key, (name, shape) in zip(keys, shapes.items(), strict=False)},
+              "head": jax.random.normal(keys[6], (width, classes)) * 0.1}
+    x = jnp.ones((tokens, width))
+    y = jnp.arange(tokens, dtype=jnp.int32) % classes
+    return train_step, (params, optimizer.init(params), x, y)
+
+
+GPT2_SEQ = 8
+
+
+def gpt2(layers: int) -> tuple[Any, tuple[Any, ...], dict[str, Any]]:
+    """A ``transformers`` GPT-2 (``layers`` blocks of width 64, 2 heads, random weights):
+    the model, its token ids and ``{"attention_mask": …}``, a 4-D float causal mask built
+    by hand (MODELS.md: the boolean mask transformers builds hits an i1 literal IREE 3.13
+    does not legalize)."""
+    import torch
+    from transformers import GPT2Config, GPT2Model
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=100, n_positions=32, n_embd=64, n_layer=layers, n_head=2, use_cache=False,
+                        bos_token_id=0, eos_token_id=0)
+    ids = torch.randint(0, 100, (1, GPT2_SEQ))
+    mask = torch.zeros(1, 1, GPT2_SEQ, GPT2_SEQ)
+    mask.masked_fill_(torch.triu(torch.ones(GPT2_SEQ, GPT2_SEQ, dtype=torch.bool), 1), -1e9)
+    return GPT2Model(config).eval(), (ids,), {"attention_mask": mask}
+
+
+def gpt2_inputs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, str]:
+    """``--input`` values of :func:`gpt2`'s arguments for ``run_bundle``."""
+    (ids,), mask = args, kwargs["attention_mask"]
+    return (f"1x{GPT2_SEQ}xi64=" + ",".join(str(int(v)) for v in ids.flatten()),
+            f"1x1x{GPT2_SEQ}x{GPT2_SEQ}xf32=" + ",".join(repr(float(v)) for v in mask.flatten()))
+
+
+def flax_scan_loss() -> tuple[Any, tuple[Any, ...]]:
+    """A Flax model whose two blocks (``attn`` and ``mlp`` Dense layers) run under
+    ``nn.scan(nn.remat(Block))`` named ``layers``: ``jax.value_and_grad`` of its loss
+    and the parameters."""
+    import flax.linen as nn
+    import jax
+    import jax.numpy as jnp
+
+    class Block(nn.Module):
+        @nn.compact
+        def __call__(self, x: Any, _: Any) -> tuple[Any, None]:
+            h = nn.Dense(8, name="attn")(x)
+            return x + nn.Dense(8, name="mlp")(nn.gelu(h)), None
+
+    class Model(nn.Module):
+        @nn.compact
+        def __call__(self, x: Any) -> Any:
+            layers = nn.scan(nn.remat(Block), variable_axes={"params": 0}, split_rngs={"params": True}, length=2)
+            x, _ = layers(name="layers")(x, None)
+            return nn.Dense(2, name="head")(x)
+
+    model = Model()
+    x = jnp.ones((2, 8))
+
+    def loss(params: Any) -> Any:
+        return (model.apply(params, x) ** 2).sum()
+
+    return jax.value_and_grad(loss), (model.init(jax.random.PRNGKey(0), x),)

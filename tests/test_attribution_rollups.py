@@ -43,6 +43,11 @@ SITE = "/work/main/.venv/lib/python3.11/site-packages"
     (f"{SITE}/mycompany_models/detector.py", True),  # a user's model, installed
     ("/usr/lib/python3.11/functools.py", False),  # the standard library
     ("/home/me/train.py", True),
+    # A user folder sharing a framework's name is not that framework.
+    ("/home/me/proj/torch/model.py", True),
+    ("/home/me/jax/train.py", True),
+    ("/home/me/onnx/export.py", True),
+    ("/srv/keras/layers.py", True),
     ("/work/main/dfit_mlir/frontends/torch.py", False),
     ("tests/frontend_models.py", True),
     ("cerebras/pytorch/optim/AdamW.py", False),
@@ -52,9 +57,27 @@ def test_code_rules(path: str, model_code: bool) -> None:
     assert CodeRules.default().is_model_code(path) is model_code
 
 
+def test_framework_rules_see_package_relative_paths_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    rules = CodeRules.default()
+    assert rules.explain(f"{SITE}/torch/nn/modules/linear.py") == frontends.CodeDecision(
+        False, "framework torch/* on torch/nn/modules/linear.py")
+    assert rules.explain("/home/me/proj/torch/model.py") == frontends.CodeDecision(
+        True, "model code (no rule: a file outside installed packages)")
+    assert rules.explain(f"{SITE}/transformers/models/gpt2/modeling_gpt2.py").reason \
+        == "model code transformers/models/* on transformers/models/gpt2/modeling_gpt2.py"
+    assert rules.explain("/usr/lib/python3.11/functools.py").reason == "framework <stdlib>/* on <stdlib>/functools.py"
+    # A framework installed from a source checkout (editable) is found where it is installed.
+    monkeypatch.setattr(frontends, "installed_framework_roots", lambda: ("/opt/src/pytorch/torch/",))
+    assert not CodeRules.default().is_model_code("/opt/src/pytorch/torch/nn/functional.py")
+    assert CodeRules.default().is_model_code("/opt/src/pytorch/examples/torch/model.py")
+
+
 def test_user_rules_come_first() -> None:
     rules = CodeRules.default().extended(framework=["*/mylib/*"], model=["transformers/utils/generic.py"])
     assert not rules.is_model_code("/home/me/mylib/layers.py")
+    assert rules.explain("/home/me/mylib/layers.py").reason == "user framework glob */mylib/*"
+    # A user's glob names a folder anywhere, as documented (``--framework-code 'mylib/*'``).
+    assert not CodeRules.default().extended(framework=["mylib/*"]).is_model_code("/home/me/mylib/layers.py")
     assert rules.is_model_code(f"{SITE}/transformers/utils/generic.py")
     assert frontends.parse_globs("a/*, b/*,") == ("a/*", "b/*")
 

@@ -188,8 +188,8 @@ def test_the_table_reads_for_people_across_backends(franco_diff: diff.DiffResult
     table = diff.render(franco_diff)
     lines = table.splitlines()
     # Counts in the header, per match kind and per change label.
-    assert lines[2] == ("rows: 13; matched 2 (0 by id, 0 by hash, 2 by name); only in A: 9, only in B: 2; "
-                        "changed: 13 (9 of them constants or structure, folded)")
+    assert lines[2] == ("rows: 13; matched 2 (0 by id, 0 by hash, 0 by module, 2 by name); only in A: 9, "
+                        "only in B: 2; changed: 13 (9 of them constants or structure, folded)")
     assert lines[3] == "changes: added 2, op 2, fusion 2, placement 2"
     # IREE's weights and the function's structure: one summary line, no rows.
     assert lines[4] == ("folded: 9 rows of constants and structure (tosa.const 7, func.func 1, func.return 1): "
@@ -282,3 +282,103 @@ def test_a_manifest_from_before_shared_materialisation_is_noted(iree_bundles: di
     assert len(result.notes) == 1 and result.notes[0].startswith("note: A's manifest predates shared materialisation")
     assert result.notes[0] in diff.render(result).splitlines()
     assert diff.diff_bundles(iree_bundles["manifest"], iree_bundles["full"]).notes == ()
+
+
+# --- pairing by module path; time outside the runs' spread ----------------------------------
+
+def test_time_is_a_change_only_outside_the_runs_spread() -> None:
+    """SYNTHETIC per-invocation times: the ``regressions`` report's rule decides."""
+    samples = {
+        "same": ([100.0, 104.0, 98.0, 101.0, 103.0], [102.0, 99.0, 105.0, 100.0, 101.0]),  # overlapping runs
+        "slower": ([100.0, 102.0, 101.0, 99.0, 100.0], [150.0, 152.0, 149.0, 151.0, 150.0]),
+        "faster": ([200.0, 201.0, 199.0], [100.0, 101.0, 99.0]),
+        # Apart, but the gap of the means (7) is under the wider range (8) ...
+        "noisy": ([100.0, 108.0, 104.0], [109.0, 113.0, 111.0]),
+        # ... or under the threshold (5 % of A).
+        "tiny": ([1000.0, 1001.0, 1000.0], [1010.0, 1011.0, 1010.0]),
+        "too_few_runs": ([100.0, 100.0], [200.0, 200.0]),
+        "untimed": ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0]),
+    }
+    assert diff.time_changes(samples) == {"slower": "slower", "faster": "faster"}
+    assert diff.time_changes(samples, min_runs=2)["too_few_runs"] == "slower"
+
+
+@pytest.fixture(scope="module")
+def gpt2_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """GPT-2 (transformers config, random weights) with 2 and with 1 layer; the 2-layer
+    vmfb run twice with --repeat 5."""
+    from dfit_mlir.frontends import torch as torch_frontend
+    from dfit_mlir.runtime_hooks.run import run_bundle
+    from tests import frontend_models
+
+    root = tmp_path_factory.mktemp("gpt2-diff")
+    found: dict[str, Path] = {}
+    for layers in (2, 1):
+        model, args, kwargs = frontend_models.gpt2(layers)
+        compiled = torch_frontend.compile(model, args, kwargs=kwargs, output=root / f"gpt2_{layers}.vmfb", mode="ids")
+        found[f"manifest{layers}"] = compiled.manifest_path
+        if layers == 2:
+            for run in ("run1", "run2"):
+                found[run] = run_bundle(compiled.vmfb, compiled.manifest_path, root / run, mode="full",
+                                        inputs=frontend_models.gpt2_inputs(args, kwargs), repeat=5, warmup=1).bundle
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.frontends
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_gpt2_without_its_second_layer_shows_h1_removed(gpt2_bundles: dict[str, Path], tmp_path: Path) -> None:
+    from dfit_mlir.manifest import load
+
+    result = diff.diff_bundles(gpt2_bundles["manifest2"], gpt2_bundles["manifest1"])
+    # Independently of the diff: the ops the 2-layer manifest puts in h.1 (weights included).
+    in_h1 = {op["id"] for op in load(gpt2_bundles["manifest2"])["operators"]
+             if (op["module_path"] or "").startswith("h.1.") or op["module_path"] == "h.1"}
+    assert len(in_h1) > 40
+    assert not [op for op in load(gpt2_bundles["manifest1"])["operators"] if (op["module_path"] or "").startswith("h.1")]
+    assert result.removed_modules == (("h.1", len(in_h1)),) and result.added_modules == ()
+    removed = [row for row in result.rows if row.match == "only-a"]
+    assert {row.a.ids[0] for row in removed} == in_h1
+    assert all(row.changes == ("removed",) for row in removed)
+    assert result.counts()["only-b"] == 0
+    # No false shape changes: every pair of ops sits in one module on both sides, and a
+    # 1-layer GPT-2 computes every tensor of h.0, ln_f, wte and wpe at the same shape.
+    paired = [row for row in result.rows if row.a and row.b]
+    assert paired and all(row.a.modules == row.b.modules for row in paired)
+    assert result.counts()["label:shape"] == 0 and not [row for row in result.rows if "shape" in row.changes]
+    table = diff.render(result, limit=None)
+    assert "removed modules: h.1 (" in table
+    assert any(" h.1." in line and line.rstrip().endswith("removed") for line in table.splitlines())
+    diff.write(result, tmp_path / "out")
+    rows = list(csv.DictReader((tmp_path / "out" / "diff.csv").read_text().splitlines()))
+    assert {r["module_a"].split(".")[0] + "." + r["module_a"].split(".")[1] for r in rows
+            if r["match"] == "only-a"} == {"h.1"}
+    assert all(r["module_a"] == r["module_b"] for r in rows if r["ids_a"] and r["ids_b"])
+
+
+@pytest.mark.slow
+@pytest.mark.frontends
+def test_two_runs_of_one_vmfb_report_no_change(gpt2_bundles: dict[str, Path]) -> None:
+    result = diff.diff_bundles(gpt2_bundles["run1"], gpt2_bundles["run2"])
+    assert result.a.invocations == result.b.invocations == 5
+    # The runs differ a little everywhere; none of it is outside the runs' spread.
+    assert any(row.time_delta_ns for row in result.rows)
+    assert result.changed() == [] and diff.render(result).endswith("no differences")
+
+
+def test_without_duckdb_time_is_noted_not_judged(flags_diff: diff.DiffResult, iree_bundles: dict[str, Path],
+                                                 split_bundle: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_duckdb(name: str, *args: object, **kwargs: object) -> object:
+        if name == "duckdb":
+            raise ImportError("No module named 'duckdb'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_duckdb)
+    result = diff.diff_bundles(iree_bundles["full"], split_bundle)
+    assert any("time is not compared" in note and "dfit-mlir[store]" in note for note in result.notes)
+    assert not [row for row in result.rows if "time" in row.changes]
+    assert [row.key for row in result.rows] == [row.key for row in flags_diff.rows]

@@ -38,6 +38,15 @@ STRUCTURAL = {"func.func", "func.return"}
     ("jit(train_step)/transpose(jvp(ln1))/jit", True, ("ln1", "backward", None)),
     ("jit(fwd)/Conv1/conv_general_dilated", False, ("Conv1", None, "conv_general_dilated")),
     ("jit(train_step)", False, ("", None, None)),
+    # Control flow and transformations are peeled (a scan body's call, a cond branch,
+    # remat's repeated scope, vmap), the user's scopes kept.
+    ("jit(step)/transpose(jvp(layers))/while/body/closed_call", False, ("layers", "backward", "closed_call")),
+    ("jit(f)/jvp(blk)/cond/branch_1_fun/sin", False, ("blk", "forward", "sin")),
+    ("jit(f)/transpose(jvp(rem))/jvp(rem)/checkpoint/rematted_computation/exp", False, ("rem", "backward", "exp")),
+    ("jit(f)/jvp(vm)/vmap()/tanh", False, ("vm", "forward", "tanh")),
+    ("jit(loss)/jvp(Model)/while/cond/lt", False, ("Model", "forward", "lt")),
+    # A private function's own (relative) stack: a Flax nn.scan body.
+    ("checkpoint/rematted_computation/layers/attn/dot_general", False, ("layers/attn", None, "dot_general")),
 ])
 def test_name_stacks(stack: str, function: bool, expected: tuple[str, str | None, str | None]) -> None:
     if expected[2] is None and not function:
@@ -185,3 +194,64 @@ def test_a_function_that_does_not_trace_is_a_clear_error(tmp_path: Path) -> None
         jax_frontend.compile(reshape_to_seven, jnp.ones((2, 8)), output=tmp_path / "bad.vmfb")
     assert caught.value.exit_code == 3
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.fixture(scope="module")
+def scan_step(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("jax-scan")
+    step, args = frontend_models.jax_scan_transformer_step()
+    compiled = jax_frontend.compile(step, *args, output=root / "scan_step.vmfb", mode="ids")
+    analyze(compiled.manifest_path, ["semantic-attribution"], root / "analysis")
+    return {"compiled": compiled, "out": root / "analysis" / "semantic-attribution"}
+
+
+@pytest.mark.frontends
+@pytest.mark.slow
+def test_scan_body_ops_keep_their_own_module_path(scan_step: dict[str, Any]) -> None:
+    """The layers run in a ``lax.scan`` body (a private function called from
+    ``.../while/body/closed_call``): its ops sit at ``layers/attn`` and ``layers/mlp``,
+    not at the loop; no function name becomes a module node."""
+    ops = scan_step["compiled"].manifest["operators"]
+    body = [op for op in ops if op["id"].startswith("closed_call") and "/" in op["id"]
+            and not is_constant(op["op"]) and op["op"] not in STRUCTURAL]
+    assert len(body) > 100  # the forward body and the backward (transposed, rematerialised) one
+    assert {op["module_path"] for op in body} <= {"layers", "layers/attn", "layers/mlp"}
+    dots = Counter((op["module_path"], op["phase"]) for op in ops if op["source_op"] == "jax.dot_general")
+    # Forward: q, k, v, q·kᵀ, scores·v, the output projection; the MLP's two; the head.
+    assert dots[("layers/attn", "forward")] == 6 and dots[("layers/mlp", "forward")] == 2
+    assert dots[("head", "forward")] == 1
+    # Backward: remat recomputes the forward in the transposed body, then dx and dW.
+    assert dots[("layers/attn", "backward")] > 6 and dots[("layers/mlp", "backward")] > 2
+    assert set(dots) == {(path, phase) for path in ("layers/attn", "layers/mlp", "head")
+                         for phase in ("forward", "backward")}
+    computing = [op for op in ops if not is_constant(op["op"]) and op["op"] not in STRUCTURAL]
+    with_path = [op for op in computing if op["module_path"] is not None]
+    assert len(with_path) >= 0.99 * len(computing)
+    assert {op["phase"] for op in ops if op["module_path"] == "optimizer"} == {"optimizer"}
+
+    modules = {row["module_path"]: row for row in read_csv(scan_step["out"] / "modules.csv")}
+    assert modules["layers/attn"]["parent"] == modules["layers/mlp"]["parent"] == "layers"
+    assert modules["layers"]["parent"] == ""
+    bogus = [path for path in modules if any(word in path for word in ("jit", "closed_call", "while", "body", ":"))]
+    assert bogus == []
+
+
+@pytest.mark.frontends
+def test_flax_scan_body_keeps_its_module_paths(tmp_path: Path) -> None:
+    """``nn.scan(nn.remat(Block))``: the body's ops carry ``layers/attn/dot_general``
+    (or ``checkpoint/rematted_computation/layers/…`` in the backward body) below the
+    call site ``jit(loss)/jvp(Model)/while/body/closed_call``: ``Model/layers/attn``."""
+    from dfit_mlir.passes import mlir_engine, operators, phases, snapshot
+
+    grad, args = frontend_models.flax_scan_loss()
+    source = tmp_path / "flax_scan.mlir"
+    source.write_text(jax_frontend.lower_text(grad, *args))
+    module = phases.open_driver((), None).parse(source)
+    ops, _ = operators.operator_table(mlir_engine.tag_module(module), snapshot.LocationCache())
+    dots = Counter((op["module_path"], op["phase"]) for op in ops if op["source_op"] == "jax.dot_general")
+    assert dots[("Model/layers/attn", "forward")] == dots[("Model/layers/mlp", "forward")] == 1
+    assert dots[("Model/head", "forward")] == 1
+    assert dots[("Model/layers/attn", "backward")] >= 2 and dots[("Model/layers/mlp", "backward")] >= 2
+    assert {path for path, _ in dots} == {"Model/layers/attn", "Model/layers/mlp", "Model/head"}
+    paths = {op["module_path"] for op in ops if op["module_path"]}
+    assert not [p for p in paths if any(word in p for word in ("jit", "closed_call", "while", "body", "checkpoint"))]

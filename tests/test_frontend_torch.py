@@ -371,3 +371,61 @@ def test_model_explorer_keys_each_torch_op_by_its_id(bert: dict[str, Any]) -> No
     assert not [key for key in (*flops, *modules) if key.startswith("nn.Module:")]
     # Nothing lost or counted twice.
     assert sum(entry["value"] for entry in flops.values()) == sum(with_flops.values())
+
+
+def test_a_user_model_in_a_folder_named_torch_ranks_by_its_own_lines(tmp_path: Path) -> None:
+    """``*/torch/*`` once matched ``…/torch/model.py`` of the user: framework rules see
+    package-relative paths only, so the user's own lines are the sites, and
+    ``site_rule`` says which rule decided each."""
+    from dfit_mlir.frontends import torch as torch_frontend
+
+    folder = tmp_path / "torch"
+    folder.mkdir()
+    source = folder / "model.py"
+    source.write_text(
+        "import torch\n\n"
+        "class Block(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.up = torch.nn.Linear(16, 64)\n"
+        "        self.down = torch.nn.Linear(64, 16)\n\n"
+        "    def forward(self, x):\n"
+        "        h = torch.nn.functional.gelu(self.up(x))\n"
+        "        return x + self.down(h)\n\n"
+        "def make_model():\n"
+        "    return Block(), (torch.ones(4, 16),)\n")
+    model, args = torch_frontend.load_module_file(source)
+    compiled = torch_frontend.compile(model, args, output=tmp_path / "block.vmfb", mode="ids")
+    analyze(compiled.manifest_path, ["semantic-attribution"], tmp_path / "analysis")
+    sites = read_csv(tmp_path / "analysis" / "semantic-attribution" / "sites.csv")
+    own = [row for row in sites if row["site"].startswith(f"{source}:")]
+    # Lines 10 (up, gelu) and 11 (down, the residual add) carry every computing op.
+    assert {row["site"].rsplit(":", 1)[1] for row in own} == {"10", "11"}
+    assert all(row["site_kind"] == "source" and row["site_rule"].startswith("model code (no rule") for row in own)
+    assert sites[0] in own and not [row for row in sites if row["site_kind"] == "framework"]
+    linear = next(op for op in compiled.manifest["operators"] if op["op"] == "torch.aten.linear")
+    installed = linear["source"]["file"]  # the real torch/nn/modules/linear.py
+    assert CodeRules.default().explain(installed).reason == "framework torch/* on torch/nn/modules/linear.py"
+    # A user's own glob still matches the folder, as documented.
+    assert CodeRules.default().extended(framework=["torch/*"]).explain(str(source)).reason == \
+        "user framework glob torch/*"
+    # dfit analyze --explain-site: each frame of the site's ops and the rule that decided it.
+    from click.testing import CliRunner
+
+    from dfit_mlir.cli import main
+
+    top = sites[0]["site"]
+    result = CliRunner().invoke(main, ["analyze", str(compiled.manifest_path), "--tool", "semantic-attribution",
+                                       "--out", str(tmp_path / "explained"), "--explain-site", top])
+    assert result.exit_code == 0, result.output
+    explained = result.output[result.output.index(f"site {top} (source)"):]
+    assert f"{top}  model code: model code (no rule: a file outside installed packages)" in explained
+    from dfit_mlir.tools.builtin.semantic_attribution import explain_site
+    from dfit_mlir.tools.model import SemanticModel
+
+    every_op = explain_site(SemanticModel.open(compiled.manifest_path), top, limit=1000)
+    assert "torch/nn/modules/linear.py" in every_op and "framework: framework torch/* on torch/nn/modules/linear.py" \
+        in every_op
+    result = CliRunner().invoke(main, ["analyze", str(compiled.manifest_path), "--tool", "semantic-attribution",
+                                       "--out", str(tmp_path / "explained"), "--force", "--explain-site", "nowhere:1"])
+    assert result.exit_code == 2 and "dfit: --explain-site nowhere:1: no op has this site" in result.output

@@ -22,6 +22,7 @@ registry below stays cheap.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import importlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -74,10 +75,24 @@ class Frontend(Protocol):
 @dataclass(frozen=True, slots=True)
 class CodeRule:
     """``pattern`` is a glob matched against a frame's package-relative path
-    (``transformers/models/bert/modeling_bert.py``) and against the absolute path."""
+    (``transformers/models/bert/modeling_bert.py``). dfit's own rules (``user`` false)
+    match nothing else: a user folder named ``torch`` is not PyTorch. A user's rule
+    (``--framework-code``/``--model-code``) also matches the absolute path, or any
+    trailing part of it (``mylib/*`` matches ``/home/me/mylib/layers.py``)."""
 
     pattern: str
     model_code: bool
+    user: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CodeDecision:
+    """Whether a frame's file is model code, and why (``sites.csv``'s ``site_rule``)."""
+
+    model_code: bool
+    #: ``framework torch/* on torch/nn/modules/linear.py``, ``model code (no rule: a file
+    #: outside installed packages)``, ``user framework glob */convnet.py``, ...
+    reason: str
 
 
 #: Model code inside framework packages: the architectures people bring. First match
@@ -99,6 +114,7 @@ FRAMEWORK_PATTERNS = (
     "<frozen *", "<string>", "<eval_with_key>*",
 )
 _PACKAGE_DIRS = ("site-packages/", "dist-packages/")
+DFIT_PACKAGE = "dfit_mlir"
 
 
 @dataclass(frozen=True)
@@ -118,8 +134,8 @@ class CodeRules:
 
     def extended(self, framework: Iterable[str] = (), model: Iterable[str] = ()) -> CodeRules:
         """User rules first (model-code globs, then framework globs), then these."""
-        extra = tuple(CodeRule(p.strip(), True) for p in model if p.strip())
-        extra += tuple(CodeRule(p.strip(), False) for p in framework if p.strip())
+        extra = tuple(CodeRule(p.strip(), True, user=True) for p in model if p.strip())
+        extra += tuple(CodeRule(p.strip(), False, user=True) for p in framework if p.strip())
         return CodeRules(extra + self.rules)
 
     @cached_property
@@ -142,36 +158,59 @@ class CodeRules:
         return tuple(str(root) + "/" for root in roots)
 
     @cached_property
-    def _verdicts(self) -> dict[str, bool]:
+    def _verdicts(self) -> dict[str, CodeDecision]:
         """Per file: a model has a few dozen files and many thousand frames."""
         return {}
 
     def is_model_code(self, path: str) -> bool:
+        return self.explain(path).model_code
+
+    def explain(self, path: str) -> CodeDecision:
+        """The decision for a frame's file and the rule that made it."""
         verdict = self._verdicts.get(path)
         if verdict is None:
             verdict = self._verdicts[path] = self._decide(path)
         return verdict
 
-    def _decide(self, path: str) -> bool:
-        if path.startswith(self._dfit_roots):
-            return False
+    def _decide(self, path: str) -> CodeDecision:
+        if path.startswith(self._dfit_roots) or f"/{DFIT_PACKAGE}/" in path:
+            # Also another checkout's (a bundle made elsewhere): dfit is never the model.
+            return CodeDecision(False, "framework (dfit's own code)")
         relative = package_relative(path)
+        # dfit's rules see package-relative paths only: a file under site-packages,
+        # dist-packages, the standard library or an installed framework package's
+        # folder, or a path given relative to one (reconstructions, traces from
+        # elsewhere). An absolute path anywhere else is the user's.
+        packaged = relative != path or not path.startswith("/")
         for rule in self.rules:
-            # ``*/x.py`` also matches a bare ``x.py`` (frames of files given relatively).
-            bare = rule.pattern[2:] if rule.pattern.startswith("*/") else None
-            if fnmatch.fnmatchcase(relative, rule.pattern) or fnmatch.fnmatchcase(path, rule.pattern) \
-                    or fnmatch.fnmatchcase(path, "*/" + rule.pattern) \
-                    or (bare is not None and fnmatch.fnmatchcase(path, bare)):
-                return rule.model_code
-        return True
+            if rule.user and _user_glob_matches(rule.pattern, path, relative):
+                kind = "model-code" if rule.model_code else "framework"
+                return CodeDecision(rule.model_code, f"user {kind} glob {rule.pattern}")
+            if not rule.user and packaged and fnmatch.fnmatchcase(relative, rule.pattern):
+                kind = "model code" if rule.model_code else "framework"
+                return CodeDecision(rule.model_code, f"{kind} {rule.pattern} on {relative}")
+        if packaged:
+            return CodeDecision(True, f"model code (no rule: {relative} is no framework package)")
+        return CodeDecision(True, "model code (no rule: a file outside installed packages)")
 
     def is_framework(self, path: str) -> bool:
         return not self.is_model_code(path)
 
 
+def _user_glob_matches(pattern: str, path: str, relative: str) -> bool:
+    """A user's glob on the package-relative path, the absolute path or a trailing part
+    of it; ``*/x.py`` also matches a bare ``x.py`` (frames of files given relatively)."""
+    bare = pattern[2:] if pattern.startswith("*/") else None
+    return (fnmatch.fnmatchcase(relative, pattern) or fnmatch.fnmatchcase(path, pattern)
+            or fnmatch.fnmatchcase(path, "*/" + pattern) or (bare is not None and fnmatch.fnmatchcase(path, bare)))
+
+
 def package_relative(path: str) -> str:
     """``/venv/lib/python3.11/site-packages/torch/nn/linear.py`` → ``torch/nn/linear.py``;
-    a file of the standard library → ``<stdlib>/<name>``; anything else unchanged."""
+    a file of the standard library → ``<stdlib>/<name>``; a file inside an installed
+    framework package's folder wherever it lives (an editable or source install:
+    :func:`installed_framework_roots`) → relative to that folder's parent; anything
+    else unchanged."""
     for marker in _PACKAGE_DIRS:
         index = path.rfind(marker)
         if index >= 0:
@@ -181,7 +220,31 @@ def package_relative(path: str) -> str:
     match = re.search(r"/lib/python3\.\d+/(.+)$", path)
     if match:
         return "<stdlib>/" + match.group(1)
+    for root in installed_framework_roots():
+        if path.startswith(root):
+            return path[len(root.rsplit("/", 2)[0]) + 1:]
     return path
+
+
+@functools.cache
+def installed_framework_roots() -> tuple[str, ...]:
+    """The folders (``/``-terminated) the framework packages of :data:`FRAMEWORK_PATTERNS`
+    are imported from on this machine, found without importing them."""
+    import importlib.util
+    import os
+
+    roots = []
+    for pattern in FRAMEWORK_PATTERNS:
+        name = pattern.split("/", 1)[0]
+        if not name.isidentifier():
+            continue
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        for location in (spec.submodule_search_locations or ()) if spec is not None else ():
+            roots += [str(location).rstrip("/") + "/", os.path.realpath(location).rstrip("/") + "/"]
+    return tuple(dict.fromkeys(roots))
 
 
 def parse_globs(text: str | Iterable[str] | None) -> tuple[str, ...]:
@@ -277,7 +340,7 @@ def annotate(operators: list[dict[str, Any]], callees: dict[str, str] | None = N
                 == "util.initializer":
             op["phase"] = "initializer"
     frontend.finish(operators)
-    _inherit_from_call_sites(operators, by_id, function_of, callees or {})
+    _inherit_from_call_sites(operators, by_id, function_of, callees or {}, getattr(frontend, "nested_path", None))
     return frontend
 
 
@@ -308,7 +371,12 @@ def _enclosing_functions(operators: list[dict[str, Any]], by_id: dict[str, dict[
 
 
 def _inherit_from_call_sites(operators: list[dict[str, Any]], by_id: dict[str, dict[str, Any]],
-                             function_of: dict[str, str], callees: dict[str, str]) -> None:
+                             function_of: dict[str, str], callees: dict[str, str],
+                             nested_path: Callable[[dict[str, Any], str | None], str | None] | None = None) -> None:
+    """``nested_path(op, outer)``: the frontend's module path for an op of a private
+    function called from ``outer`` (JAX: a scan body's own scopes below the call site);
+    without one, the op sits at ``outer``. A private function itself sits where its
+    call sites do."""
     callers: dict[str, list[str]] = {}
     for call_id, callee in callees.items():
         callers.setdefault(callee, []).append(call_id)
@@ -325,7 +393,9 @@ def _inherit_from_call_sites(operators: list[dict[str, Any]], by_id: dict[str, d
             path, phase = call.get("module_path"), call.get("phase")
             if (path is None or phase is None) and function_of.get(call_id) not in seen | {None}:
                 outer = context(function_of[call_id], seen | {function})
-                path, phase = path if path is not None else outer[0], phase or outer[1]
+                if path is None:
+                    path = nested_path(call, outer[0]) if nested_path is not None else outer[0]
+                phase = phase or outer[1]
             values.add((path, phase))
         own = by_id.get(function, {})
         if not values:
@@ -352,6 +422,9 @@ def _inherit_from_call_sites(operators: list[dict[str, Any]], by_id: dict[str, d
         return stacks[function]
 
     for op in operators:
+        if op["op"] in FUNCTION_OPS and op["id"] in callers and op.get("module_path") is None:
+            op["module_path"], phase = context(op["id"], frozenset())
+            op["phase"] = op.get("phase") or phase
         function = function_of.get(op["id"])
         if function is not None and not op.get("call_stack") and not op.get("source") and function in callers:
             op["call_stack"] = list(call_stack(function, frozenset()))
@@ -361,6 +434,6 @@ def _inherit_from_call_sites(operators: list[dict[str, Any]], by_id: dict[str, d
             continue
         path, phase = context(function, frozenset())
         if op.get("module_path") is None:
-            op["module_path"] = path
+            op["module_path"] = nested_path(op, path) if nested_path is not None else path
         if op.get("phase") is None:
             op["phase"] = phase

@@ -13,7 +13,18 @@ names) wrapped in the transformations applied to them:
 * ``jit(f)`` entries are calls of jitted helpers, not modules.
 
 The module path is the scopes, ``/``-joined (``dense1``, ``MLP/Dense_0``, ``optimizer``);
-scopes named ``forward``/``backward`` only restate the phase and are left out. JAX emits
+scopes named ``forward``/``backward`` only restate the phase and are left out, and so are
+the names JAX gives to the sub-computations of its transformations and control flow
+(:func:`model_scopes`): ``while/body``, ``while/cond``, ``cond/branch_N_fun``, bare
+``checkpoint``/``rematted_computation``/``closed_call``/``vmap()``, and a scope repeated by a
+transformation of itself (``transpose(jvp(blk))/jvp(blk)``, as ``remat`` names it).
+
+The body of a ``lax.scan``/``while_loop``/``fori_loop`` (and any ``closed_call``, a
+``jax.jit`` helper) is a private function whose ops carry the body's *own* name stack,
+relative to the call: ``attn/dot_general`` in the scan body called from
+``jit(step)/jvp(layers)/while/body/closed_call``. Such an op sits at the call site's
+module path followed by its own scopes (``layers/attn``: :meth:`JaxFrontend.nested_path`),
+and takes the call site's phase. JAX emits
 helpers (``log_softmax``, ``_one_hot``) as private functions whose ops carry bare names
 (``loc("sub")``): they take the module path and phase of their call sites
 (:func:`dfit_mlir.frontends.annotate`). A function that is never differentiated (no
@@ -41,6 +52,12 @@ PHASE_ONLY_SCOPES = frozenset({"forward", "backward"})
 #: Wrappers naming a call of a function, not a scope of the model.
 CALL_WRAPPERS = frozenset({"jit", "pjit", "remat", "checkpoint", "custom_jvp_call", "custom_vjp_call",
                            "closed_call", "core_call", "xla_call", "shard_map", "named_call"})
+#: Bare stack entries naming a transformation's sub-computation, not a model scope.
+TRANSFORM_ENTRIES = frozenset({"checkpoint", "remat", "remat2", "rematted_computation", "closed_call", "core_call",
+                               "custom_jvp_call", "custom_vjp_call", "vmap", "pmap", "xmap", "scan"})
+#: Control flow followed by the name of the sub-computation an op sits in.
+CONTROL_FLOW = {"while": re.compile(r"^(body|cond)$"), "cond": re.compile(r"^branch_\d+(_fun)?$"),
+                "switch": re.compile(r"^branch_\d+(_fun)?$")}
 _WRAPPED = re.compile(r"^([A-Za-z_][\w.]*)\((.*)\)$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][\w.]*$")
 DEFAULT_FLAGS = (
@@ -78,8 +95,37 @@ def is_name_stack(name: str) -> bool:
     return name.startswith(("jit(", "pjit(")) or ("/" in name and "(" in name)
 
 
+def is_relative_stack(name: str) -> bool:
+    """A private function's own name stack (``attn/dot_general``,
+    ``checkpoint/rematted_computation/layers/mlp/add``): scopes below its call site."""
+    return "/" in name and not name.startswith(("jit(", "pjit(", "/")) and " " not in name
+
+
+def model_scopes(entries: Sequence[tuple[str, bool]]) -> list[str]:
+    """The model's scopes among a stack's (scope, came from inside a transformation
+    wrapper) entries: control-flow sub-computations (``while/body``,
+    ``cond/branch_1_fun``), transformation entries (:data:`TRANSFORM_ENTRIES`) and a
+    scope repeated by a transformation of itself are peeled."""
+    scopes: list[str] = []
+    last_wrapped = False
+    index = 0
+    while index < len(entries):
+        name, wrapped = entries[index]
+        follower = CONTROL_FLOW.get(name)
+        if follower is not None and index + 1 < len(entries) and follower.match(entries[index + 1][0]):
+            index += 2
+            continue
+        index += 1
+        if name in TRANSFORM_ENTRIES or (wrapped and last_wrapped and scopes and scopes[-1] == name):
+            continue
+        scopes.append(name)
+        last_wrapped = wrapped
+    return scopes
+
+
 def read_stack(stack: str, *, is_function: bool = False) -> tuple[str, str | None, str | None]:
-    """(module path, phase or ``None``, primitive or ``None``) of one name stack."""
+    """(module path, phase or ``None``, primitive or ``None``) of one name stack (rooted at
+    the jitted function, or a private function's own: :func:`is_relative_stack`)."""
     entries = split_stack(stack)
     if entries and unwrap(entries[0])[0][:1] in (("jit",), ("pjit",)):
         entries = entries[1:]
@@ -89,13 +135,14 @@ def read_stack(stack: str, *, is_function: bool = False) -> tuple[str, str | Non
     elif entries and is_function:
         entries.pop()  # a private function's own stack ends in the call wrapper's name
     transforms: list[str] = []
-    scopes: list[str] = []
+    found: list[tuple[str, bool]] = []
     for entry in entries:
         wrappers, inner = unwrap(entry)
         transforms.extend(w for w in wrappers if w not in CALL_WRAPPERS)
         if any(w in CALL_WRAPPERS for w in wrappers):
             continue  # a jitted helper's name, not a scope
-        scopes.extend(part for part in split_stack(inner) if part)
+        found.extend((part, bool(wrappers)) for part in split_stack(inner) if part)
+    scopes = model_scopes(found)
     phase = None
     for transform, transform_phase in TRANSFORM_PHASES:
         if transform in transforms and transform_phase == "backward":
@@ -121,13 +168,37 @@ class JaxFrontend:
 
     @staticmethod
     def _stack(op: dict[str, Any]) -> str | None:
-        return next((name for name in op.get("name_path") or () if is_name_stack(name)), None)
+        return next((name for name in op.get("name_path") or ()
+                     if is_name_stack(name) and not is_relative_stack(name)), None)
+
+    @staticmethod
+    def _relative(op: dict[str, Any]) -> str | None:
+        """The op's own relative name stack: the first name of its location (the names
+        after it are the frames' function names), for an op, not a function."""
+        names = op.get("name_path") or ()
+        if not names or op["op"] in ("func.func", "util.func") or not is_relative_stack(names[0]):
+            return None
+        return names[0]
+
+    def nested_path(self, op: dict[str, Any], outer: str | None) -> str | None:
+        """The module path of ``op``, an op of a private function whose call sites sit in
+        ``outer``: ``outer`` followed by the scopes of the op's own relative stack."""
+        relative = self._relative(op)
+        inner = read_stack(relative)[0] if relative is not None else ""
+        if outer is None:
+            return inner or None
+        return f"{outer}/{inner}" if outer and inner else outer or inner
 
     def source_model(self, op: dict[str, Any]) -> SourceModel:
         names = op.get("name_path") or ()
         stack = self._stack(op)
         is_function = op["op"] in ("func.func", "util.func")
         if stack is None:
+            relative = self._relative(op)
+            if relative is not None:  # an op of a scan body or another private function
+                _, phase, primitive = read_stack(relative)
+                return SourceModel(source_op=f"jax.{primitive}" if primitive and _IDENTIFIER.match(primitive) else None,
+                                   phase="backward" if phase == "backward" else None)
             # A private helper's op: a bare primitive name (``loc("sub")``).
             primitive = names[0] if names and _IDENTIFIER.match(names[0]) and not is_function else None
             return SourceModel(source_op=f"jax.{primitive}" if primitive else None)

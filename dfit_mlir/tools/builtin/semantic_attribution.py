@@ -46,7 +46,8 @@ from dfit_mlir.tools.model import Operator, SemanticModel
 
 #: Event kinds that time execution; ``compile`` and ``metric`` events do not.
 EXECUTION_KINDS = frozenset({"dispatch", "queue", "memory", "tensor", "function", "program"})
-SITE_COLUMNS = ("rank", "site", "site_kind", "operators", "flops", "time_ns", "time_share", "module_paths", "phases")
+SITE_COLUMNS = ("rank", "site", "site_kind", "operators", "flops", "time_ns", "time_share", "module_paths", "phases",
+                "site_rule")
 PARTITION_COLUMNS = ("partition", "kind", "root_id", "root_site", "sites", "module_paths", "operators",
                      "compute_ops", "time_ns")
 UNATTRIBUTED_COLUMNS = ("what", "kind", "partition", "count", "time_ns")
@@ -81,6 +82,41 @@ def op_site(model: SemanticModel, op: Operator, rules: CodeRules | None = None) 
     if lines:
         return f"{lines[0]['file']}:{lines[0]['line']}", "framework"
     return None
+
+
+def site_rule(site: tuple[str, str], rules: CodeRules) -> str:
+    """Why a site is what it is: the code rule that decided its file (``source``:
+    model code, ``framework``: every frame was framework code), or that no frame had a
+    line (``module``)."""
+    name, kind = site
+    if kind == "module":
+        return "module path (no frame of model code has a source line)"
+    return rules.explain(name.rsplit(":", 1)[0]).reason
+
+
+def explain_site(model: SemanticModel, site: str, rules: CodeRules | None = None, limit: int = 3) -> str:
+    """How the ops of ``site`` (a ``sites.csv`` site) got there: per op (the first
+    ``limit``), every frame of its call stack, innermost first, with the rule that
+    decided whether it is model code (``dfit analyze … --explain-site SITE``)."""
+    rules = rules or CodeRules.default()
+    found = [(op, kind) for op in model.operators.values() if (at := op_site(model, op, rules)) and at[0] == site
+             for kind in (at[1],)]
+    if not found:
+        raise InvalidInputError(f"--explain-site {site}: no op has this site (sites are the `site` column of "
+                                f"sites.csv: file:line, or a module path)")
+    lines = [f"site {site} ({found[0][1]}): {len(found)} ops"]
+    for op, _ in found[:limit]:
+        lines.append(f"  {op.id} ({model.module_path(op.id) or '-'})")
+        frames = [frame for frame in (op.source, *op.call_stack) if frame and frame.get("file")]
+        for frame in dict.fromkeys((f["file"], f["line"]) for f in frames):
+            decision = rules.explain(frame[0])
+            where = "model code" if decision.model_code else "framework"
+            lines.append(f"    {frame[0]}:{frame[1]}  {where}: {decision.reason}")
+        if not frames:
+            lines.append("    no frame with a file: " + site_rule((site, found[0][1]), rules))
+    if len(found) > limit:
+        lines.append(f"  … {len(found) - limit} more ops")
+    return "\n".join(lines)
 
 
 def leaf_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -146,7 +182,7 @@ class SemanticAttribution(Tool):
                 continue
             entry = by_site.setdefault(found[0], {"site": found[0], "site_kind": found[1], "operators": 0,
                                                   "flops": 0, "time_ns": 0.0, "module_paths": set(),
-                                                  "phases": Counter()})
+                                                  "phases": Counter(), "site_rule": site_rule(found, rules)})
             entry["operators"] += 1
             entry["phases"][model.operators[op_id].phase or "(none)"] += 1
             entry["flops"] += model.operators[op_id].flops or 0
