@@ -74,11 +74,12 @@ def compact(store: Path, *, small_events: int = SMALL_BUNDLE_EVENTS) -> Compacte
     (backend, model) — its events only if it has fewer than ``small_events`` — then
     commit, then remove the bundles' files now read from the parts."""
     open_store(store, create=False)
+    for path in _pending(store):  # before the lock (its file): a store refused is left as it was
+        _events(path)
     with _locked(store):
         _remove_dead_temporaries(store)
         index = layout.read_index(store)
-        pending = [path for path in layout.bundle_dirs(store)
-                   if (path / f"{layout.RUNS_TABLE}.parquet").is_file() and _run(path) not in index["runs"]]
+        pending = _pending(store, index)
         by_partition: dict[tuple[str, str], list[Path]] = defaultdict(list)
         for path in pending:
             by_partition[(_key(path.parent.parent), _key(path.parent))].append(path)
@@ -105,6 +106,13 @@ def compact(store: Path, *, small_events: int = SMALL_BUNDLE_EVENTS) -> Compacte
             atomic.write_text(store / layout.COMPACTED / layout.INDEX_FILE, json.dumps(document, indent=1) + "\n")
         removed = _remove_superseded(store, layout.read_index(store))
     return Compacted(len(pending), written, removed, len(runs))
+
+
+def _pending(store: Path, index: dict[str, Any] | None = None) -> list[Path]:
+    """The store's bundle directories not compacted yet (their files checked: layout.bundle_dirs)."""
+    index = layout.read_index(store) if index is None else index
+    return [path for path in layout.bundle_dirs(store)
+            if (path / f"{layout.RUNS_TABLE}.parquet").is_file() and _run(path) not in index["runs"]]
 
 
 def _run(bundle: Path) -> str:
