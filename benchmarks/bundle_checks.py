@@ -1,6 +1,8 @@
-"""The bundle-contents check (``event_schema.check_events``: types, ranges, required columns,
-kinds) on a large ``events.parquet``, against reading the same file once the way every
-reader of a bundle does (``open_parquet`` batch by batch, all columns).
+"""The bundle-contents check on a large ``events.parquet``: reading it through
+``event_schema.checked_batches`` (the footer checked — metadata, version, columns, types —
+then every batch's values as it is read: nulls, kinds, ranges) against reading the same
+file plainly, the way every reader of a bundle did before (``open_parquet`` batch by
+batch, all columns). The difference is what the check costs.
 
 SYNTHETIC events, shaped like a run's dispatches (39 call sites, a handful of strings,
 increasing start times), written with the event schema in 1M-row row groups (zstd, as
@@ -73,10 +75,16 @@ def timed(action) -> float:  # noqa: ANN001 — a zero-argument callable
     return statistics.median(runs)
 
 
-def read_all(path: Path) -> int:
+def read_plain(path: Path) -> int:
     from dfit_mlir import event_schema as es
 
     return sum(batch.num_rows for batch in es.open_parquet(path).iter_batches(batch_size=65_536))
+
+
+def read_checked(path: Path) -> int:
+    from dfit_mlir import event_schema as es
+
+    return sum(batch.num_rows for batch in es.checked_batches(path, batch_size=65_536))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,8 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(dir=args.workdir) as folder:
         path = Path(folder) / "events.parquet"
         write_events(path, args.events)
-        check_s = timed(lambda: es.check_events(path))
-        read_s = timed(lambda: read_all(path))
+        footer_s = timed(lambda: es.check_events(path))
+        plain_s = timed(lambda: read_plain(path))
+        checked_s = timed(lambda: read_checked(path))
         size = path.stat().st_size / 2**20
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
@@ -99,13 +108,14 @@ def main(argv: list[str] | None = None) -> int:
         f"Measured {stamp} (load average {load:.1f} at the start, on a machine shared with other jobs); "
         f"SYNTHETIC dispatch events in 1M-row row groups; medians of {ROUNDS} runs. Command:", "",
         "```", command_line(__file__, argv), "```", "",
-        "| events | file (MiB) | check (s) | check (events/s) | read once, all columns (s) | check / read |",
+        "| events | file (MiB) | footer check (ms) | plain read (s) | checked read (s) | check's share |",
         "|---:|---:|---:|---:|---:|---:|",
-        f"| {args.events:,} | {size:.1f} | {check_s:.2f} | {args.events / check_s:,.0f} | {read_s:.2f} | "
-        f"{check_s / read_s:.2f} |", "",
-        "The check reads only the columns it bounds (kind, times, counts and the non-nullable strings, "
-        "dictionary-encoded) and tests each batch with pyarrow compute (`min_max` first, the first bad "
-        "row looked for only when a bound is crossed).",
+        f"| {args.events:,} | {size:.1f} | {footer_s * 1000:.1f} | {plain_s:.2f} | {checked_s:.2f} | "
+        f"{(checked_s - plain_s) / plain_s:+.1%} |", "",
+        "Each batch is tested with pyarrow compute on the columns the reader reads (`min_max` first; the "
+        "first bad row is looked for only when a bound is crossed; `kind` through its dictionary). "
+        "An earlier version checked in a pass of its own before the reader's: 0.85x a plain read on top "
+        "of it (10M events, 11.97 s vs 14.13 s, same machine and load).",
     ]
     publish(lines, begin=BEGIN, end=END)
     return 0

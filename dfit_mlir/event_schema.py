@@ -144,33 +144,54 @@ RANGES: Final = {
     FLOPS: (0, (1 << 63) - 1), WORKGROUPS: (0, (1 << 63) - 1), TILES: (0, (1 << 63) - 1),
     TENSOR_NANS: (0, (1 << 63) - 1), TENSOR_INFS: (0, (1 << 63) - 1),
 }
-_CHECK_BATCH_ROWS = 1 << 20
 
-
-def check_events(path: Any) -> None:
-    """Refuse an ``events.parquet`` whose contents this dfit cannot trust (one line naming
-    the file, the column and the first bad row; exit 2): unreadable, no dfit schema
-    metadata, a version this reader does not read, a required column missing or of
-    another type, a null where the schema allows none, a ``kind`` not in
-    :data:`EVENT_KINDS`, an integer outside :data:`RANGES` (negative or huge times).
-    Every reader of a bundle (analyze, diff, export-explorer, merge, collect) calls it
-    before reading; vectorised, so it costs a fraction of the read
-    (``benchmarks/RESULTS.md``, "bundle checks")."""
+def check_events(path: Any, handle: Any = None) -> dict[str, Any]:
+    """The footer half of the check: refuse an ``events.parquet`` that is unreadable, has
+    no dfit schema metadata, a version this reader does not read, or a column of its
+    version missing or of another type (one line naming the file and column; exit 2).
+    Returns the schema fields it holds (name → field). ``handle``: the file already open."""
     import pyarrow as pa
 
     from dfit_mlir.errors import InvalidInputError
 
     try:
-        handle = open_parquet(path)
-        expected = _expected_fields(path, handle.schema_arrow)
-        offset = 0
-        for batch in handle.iter_batches(batch_size=_CHECK_BATCH_ROWS, columns=list(expected)):
-            for name, field in expected.items():
-                _check_column(path, field, batch.column(name), offset)
-            offset += batch.num_rows
+        return _expected_fields(path, (handle or open_parquet(path)).schema_arrow)
     except (pa.ArrowException, OSError, ValueError) as error:  # ArrowInvalid is a ValueError
         first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
         raise InvalidInputError(f"{path}: not a readable Parquet file ({first})") from None
+
+
+def checked_batches(path: Any, *, batch_size: int = 65_536, columns: list[str] | None = None,
+                    handle: Any = None) -> Any:
+    """The one way a bundle's events are read (analyze, diff, export-explorer, merge,
+    collect): :func:`check_events`, then record batches whose values are checked as they
+    are read — no null where the schema allows none, ``kind`` one of :data:`EVENT_KINDS`,
+    integers inside :data:`RANGES` (negative or huge times) — an error naming the file,
+    the column and the first bad row. Checking the batches the reader reads anyway
+    costs no second read, only the vectorised tests (``benchmarks/RESULTS.md``, "bundle
+    checks"). ``handle``: a ``pq.ParquetFile`` of ``path`` (default :func:`open_parquet`)."""
+    import pyarrow as pa
+
+    from dfit_mlir.errors import InvalidInputError
+
+    handle = handle or open_parquet(path)
+    fields = check_events(path, handle)
+    offset = 0
+    try:
+        for batch in handle.iter_batches(batch_size=batch_size, columns=columns):
+            check_values(path, batch, fields, offset)
+            offset += batch.num_rows
+            yield batch
+    except (pa.ArrowException, OSError) as error:  # a page damaged past the footer
+        first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        raise InvalidInputError(f"{path}: not a readable Parquet file ({first})") from None
+
+
+def check_values(path: Any, batch: Any, fields: dict[str, Any], offset: int = 0) -> None:
+    """Check the values of ``batch`` (rows ``offset``… of ``path``), column by column."""
+    for name in batch.schema.names:
+        if name in fields:
+            _check_column(path, fields[name], batch.column(name), offset)
 
 
 def _expected_fields(path: Any, stored: Any) -> dict[str, Any]:

@@ -69,6 +69,7 @@ class _Bundle:
 
 
 def _load(path: Path) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from dfit_mlir.tools.model import read_json_object
@@ -76,11 +77,14 @@ def _load(path: Path) -> tuple[dict[str, Any], dict[str, Any], Any]:
     for name in ("summary.json", "manifest.json", "events.parquet"):
         if not (path / name).is_file():
             raise InvalidInputError(f"{path}: not a dfit run or reconstruct bundle (no {name})")
-    es.check_events(path / "events.parquet")
     summary = read_json_object(path / "summary.json")
     check_summary(summary, path / "summary.json")
     manifest = read_json_object(path / "manifest.json")
-    return summary, manifest, pq.read_table(path / "events.parquet")
+    events = path / "events.parquet"
+    es.check_events(events)  # before opening it plainly: an unreadable file is one line
+    handle = pq.ParquetFile(events)
+    return summary, manifest, pa.Table.from_batches(list(es.checked_batches(events, handle=handle)),
+                                                    schema=handle.schema_arrow)
 
 
 def _assign_ranks(index: int, path: Path, summary: dict[str, Any], events: Any,

@@ -336,11 +336,8 @@ def _write_events(source: _Source, run: str, path: Path, host: str | None, rank:
             return batch.num_rows, es.SCHEMA_VERSION
         events = pq.ParquetFile(source.events)
         version = (events.schema_arrow.metadata or {}).get(b"dfit.version", b"1.0").decode()
-        if not es.readable(version):
-            raise InvalidInputError(f"{source.events}: event schema {version} is not readable by this dfit "
-                                    f"(reads {es.MIN_READER_VERSION} to {es.SCHEMA_VERSION.split('.')[0]}.x)")
         present = set(events.schema_arrow.names)
-        for batch in events.iter_batches(batch_size=_BATCH_ROWS):
+        for batch in es.checked_batches(source.events, batch_size=_BATCH_ROWS, handle=events):
             count = batch.num_rows
             placed = placement_columns(batch.column(es.ATTRIBUTES) if es.ATTRIBUTES in present else None,
                                        count, host, rank, str(source.events), written)

@@ -261,10 +261,12 @@ class SemanticModel:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from dfit_mlir import event_schema
+
         try:
             events = pq.ParquetFile(self.events_path)
             conform = _conformer(events.schema_arrow, str(self.events_path))
-            for batch in events.iter_batches(batch_size=batch_size):
+            for batch in event_schema.checked_batches(self.events_path, batch_size=batch_size, handle=events):
                 yield conform(batch)
         except (pa.ArrowException, OSError) as error:
             first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
@@ -333,7 +335,7 @@ def check_bundle(bundle: Path, manifest: dict[str, Any]) -> dict[str, Any]:
                                 f"{len(expected)} of the bundle's manifest.json (another model's files?)")
     from dfit_mlir import event_schema
 
-    event_schema.check_events(bundle / "events.parquet")
+    event_schema.check_events(bundle / "events.parquet")  # its values: as they are read (event_batches)
     events = _parquet(bundle / "events.parquet", ["kind", "site", "root_id", "backend"])
     backend = (manifest.get("capabilities") or {}).get("backend")
     found_backends = set(events.column("backend").cast(pa.string()).unique().to_pylist()) - {None}
