@@ -83,12 +83,12 @@ def _events_directory(bundle: Path) -> None:
 
 
 def _attribute_rank(bundle: Path) -> None:
-    """Row 3's attributes name a rank past int32 (the store's rank column)."""
+    """Row 1's attributes name a rank past int32 (the store's rank column)."""
     def edit(table: Any) -> Any:
         import pyarrow as pa
 
         values = table.column("attributes").to_pylist()
-        values[3] = json.dumps({"rank": 10**30})
+        values[1] = json.dumps({"rank": 10**30})
         index = table.column_names.index("attributes")
         return table.set_column(index, table.schema.field(index), pa.array(values, pa.string()))
 
@@ -105,12 +105,12 @@ def _int(kind: str) -> Any:
 EVENT_CORRUPTIONS: dict[str, tuple[Callable[[Path], None], str]] = {
     "duration-string": (_column("duration_ns", _array(lambda n: ["12"] * n)), "column 'duration_ns' is string"),
     "duration-nan": (_column("duration_ns", _array(lambda n: [float("nan")] * n)), "column 'duration_ns' is double"),
-    "duration-negative": (_one_value("duration_ns", 5, -1000), "column 'duration_ns', row 5: -1000 is negative"),
-    "start-negative": (_one_value("start_ns", 7, -1), "column 'start_ns', row 7: -1 is negative"),
+    "duration-negative": (_one_value("duration_ns", 1, -1000), "column 'duration_ns', row 1: -1000 is negative"),
+    "start-negative": (_one_value("start_ns", 1, -1), "column 'start_ns', row 1: -1 is negative"),
     "start-past-int64": (_column("start_ns", lambda n: _array(lambda m: [2**64 - 1] * m, _int("uint64"))(n)),
                          "column 'start_ns' is uint64"),
-    "start-huge": (_one_value("start_ns", 2, 2**63 - 1), "column 'start_ns', row 2"),
-    "invocation-negative": (_one_value("invocation", 4, -3), "column 'invocation', row 4"),
+    "start-huge": (_one_value("start_ns", 1, 2**63 - 1), "column 'start_ns', row 1"),
+    "invocation-negative": (_one_value("invocation", 1, -3), "column 'invocation', row 1"),
     "kind-garbage": (_column("kind", lambda n: _array(lambda m: ["dispatch"] * (m - 1) + ["zzz"])(n)
                              .dictionary_encode()), "column 'kind', row"),
     "kind-null": (_column("kind", _array(lambda n: [None] * n, _int("string"))), "column 'kind', row 0: null"),
@@ -168,7 +168,7 @@ def bundle_content_cases() -> list[Case]:
     for command in ("merge", "collect"):
         cases.append(Case(f"events-attribute-rank-past-int32-{command}",
                           _bad_bundle(_attribute_rank, EVENT_READERS[command]), 2,
-                          "column 'attributes', row 3: rank"))
+                          "column 'attributes', row 1: rank"))
     cases.append(Case("merge-a-bundle-and-its-copy",
                       lambda w, a: ["merge", put(a.bundle, w, "run"), put(a.bundle, w, "copy"), "-o", "m"], 2,
                       "copy: the same run as run"))

@@ -117,8 +117,9 @@ def require_reader(store: Path, version: str) -> None:
 
 def collect(bundles: Sequence[Path], store: Path, placement: Placement = Placement()) -> list[Collected]:
     """Add ``bundles`` to ``store`` (created when absent); returns one record per bundle.
-    Every bundle is checked (its contents too) before anything is written, so a refused
-    one leaves the store as it was, and no store at all where there was none."""
+    Every bundle's files (events schema and columns, summary) are checked before any is
+    written, each one's event values as they are copied: a refused bundle leaves no part
+    of itself, and a store this call created is removed again if nothing went into it."""
     sources = [_read_source(Path(bundle)) for bundle in bundles]
     existed, created = store.exists(), not (store / layout.META_FILE).exists()
     open_store(store, create=True)
