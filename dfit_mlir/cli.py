@@ -18,6 +18,7 @@ from dfit_mlir.errors import (
     DfitError,
     OutputRefusedError,
 )
+from dfit_mlir.placement import MAX_CLOCK_OFFSET_NS, MAX_RANK
 
 # --- the CLI contract: one exit-status table, one line per error, no traceback ---------
 
@@ -170,6 +171,11 @@ class _FiniteFloat(click.ParamType):
 MAX_REPEAT = 1_000_000
 MIN_SAMPLE = 1e-6
 MAX_TENSOR_VALUES = 1 << 20
+#: Bounds of the integer options that end up in the store's int64 columns or an engine's
+#: row counts (beyond them a later command would fail, not this one); --rank and
+#: --clock-offset-ns: dfit_mlir.placement's.
+MAX_INT64 = (1 << 63) - 1
+MAX_ROWS = 1_000_000_000
 
 EPILOG = "\b\nExit status (every command):\n" + "\n".join(
     f"  {status:<4} {meaning}" for status, meaning in EXIT_TABLE)
@@ -336,7 +342,7 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
 
     from dfit_mlir.errors import CompileError, InvalidInputError
     from dfit_mlir.passes.phases import compiler_context, parse_file
-    from dfit_mlir.passes.pipeline import build_pass_manager
+    from dfit_mlir.passes.pipeline import build_pass_manager, parse_pipeline
 
     if tag and pass_pipeline:
         raise InvalidInputError("give either --dfit-tag or --pass-pipeline, not both")
@@ -348,6 +354,10 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
         outputs.check(output, "mlir", inputs=[source], force=force, directory=False)
     session, context = compiler_context(allow_unregistered_dialect)
     module = parse_file(context, source)
+    anchor = parse_pipeline(pipeline)[0]
+    if anchor not in (module.operation.name, "any"):  # MLIR would fail only once running it: a usage error
+        raise InvalidInputError(f"--pass-pipeline {pipeline[:200]!r}: anchored on {anchor}, but the file's top op "
+                                f"is {module.operation.name}; nest it: {module.operation.name}({pipeline[:200]})")
     manager = build_pass_manager(pipeline, context)
     with context:
         try:
@@ -395,8 +405,8 @@ def opt(source: Path, tag: bool, pass_pipeline: str | None, output: Path | None,
 @click.option("--max-events", type=click.IntRange(0, 1 << 62), default=None,
               help="Event budget: events past it are dropped and counted in summary.json.")
 @click.option("--host", default=None, help="The host this run is part of a job on (default: this machine's name).")
-@click.option("--rank", type=click.IntRange(0), default=None, help="Its rank in a multi-rank job.")
-@click.option("--clock-offset-ns", type=int, default=None,
+@click.option("--rank", type=click.IntRange(0, MAX_RANK), default=None, help="Its rank in a multi-rank job.")
+@click.option("--clock-offset-ns", type=click.IntRange(-MAX_CLOCK_OFFSET_NS, MAX_CLOCK_OFFSET_NS), default=None,
               help="What to add to this run's times to get the job's clock (dfit merge aligns by it when every "
                    "bundle has one).")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Bundle directory.")
@@ -610,7 +620,7 @@ def tools() -> None:
 @click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Also write diff.csv and diff.json into this folder.")
 @click.option("--json", "as_json", is_flag=True, help="Print the diff as JSON instead of a table.")
-@click.option("--limit", type=click.IntRange(min=0), default=40, show_default=True,
+@click.option("--limit", type=click.IntRange(0, MAX_ROWS), default=40, show_default=True,
               help="Rows shown in the table, most changed first (0: all).")
 @_force_option
 @_user_errors
@@ -660,7 +670,7 @@ def export_explorer(bundle: Path, output: Path, metrics: str, key: str, force: b
               help="Store directory (created when absent).")
 @click.option("--label", default=None, help="Commit or label of these runs (what `query regressions` compares).")
 @click.option("--host", default=None, help="Host the bundles ran on (default: what the bundle says).")
-@click.option("--rank", type=click.IntRange(min=0), default=None,
+@click.option("--rank", type=click.IntRange(0, MAX_RANK), default=None,
               help="Rank of the bundles in a multi-rank job (default: per event where the bundle says).")
 @click.option("--model", default=None, help="Model name (default: the manifest input's name).")
 @_user_errors
@@ -702,7 +712,7 @@ def collect(bundles: tuple[Path, ...], store_path: Path, label: str | None, host
 @click.option("-o", "--output", type=click.Path(path_type=Path), default=None, help="Write the rows to .csv or .parquet.")
 @click.option("--trace", "trace_path", type=click.Path(path_type=Path), default=None,
               help="Write the selected events (rows with start_ns and kind) as a Perfetto trace.")
-@click.option("--rows", "shown", type=click.IntRange(min=0), default=50, show_default=True, help="Rows printed.")
+@click.option("--rows", "shown", type=click.IntRange(0, MAX_ROWS), default=50, show_default=True, help="Rows printed.")
 @_force_option
 @_user_errors
 def query(store_path: str, sql_or_report: str, engine: str, master: str | None, baseline: str | None,
@@ -763,7 +773,7 @@ def store_group() -> None:
 
 @store_group.command("compact")
 @click.argument("store_path", metavar="STORE", type=click.Path(path_type=Path))
-@click.option("--small-events", type=click.IntRange(min=0), default=None,
+@click.option("--small-events", type=click.IntRange(0, MAX_INT64), default=None,
               help="Merge a bundle's events too when it has fewer than this many (default 65536).")
 @_user_errors
 def store_compact(store_path: Path, small_events: int | None) -> None:

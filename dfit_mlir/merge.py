@@ -38,6 +38,7 @@ import numpy as np
 from dfit_mlir import atomic
 from dfit_mlir import event_schema as es
 from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.placement import bundle_backend, check_summary, placement_columns
 
 #: Flow IDs of linked steps: this base plus the step (kept clear of small numbers other tools use).
 _FLOW_BASE = 0xDF17_0000_0000
@@ -68,26 +69,30 @@ class _Bundle:
 
 
 def _load(path: Path) -> tuple[dict[str, Any], dict[str, Any], Any]:
+    import pyarrow as pa
     import pyarrow.parquet as pq
+
+    from dfit_mlir.tools.model import read_json_object
 
     for name in ("summary.json", "manifest.json", "events.parquet"):
         if not (path / name).is_file():
             raise InvalidInputError(f"{path}: not a dfit run or reconstruct bundle (no {name})")
-    events = pq.read_table(path / "events.parquet")
-    version = (events.schema.metadata or {}).get(b"dfit.version", b"1.0").decode()
-    if not es.readable(version):
-        raise InvalidInputError(f"{path / 'events.parquet'}: event schema {version} is not readable by this dfit")
-    return json.loads((path / "summary.json").read_text()), json.loads((path / "manifest.json").read_text()), events
+    summary = read_json_object(path / "summary.json")
+    check_summary(summary, path / "summary.json")
+    manifest = read_json_object(path / "manifest.json")
+    events = path / "events.parquet"
+    es.check_events(events)  # before opening it plainly: an unreadable file is one line
+    handle = pq.ParquetFile(events)
+    return summary, manifest, pa.Table.from_batches(list(es.checked_batches(events, handle=handle)),
+                                                    schema=handle.schema_arrow)
 
 
 def _assign_ranks(index: int, path: Path, summary: dict[str, Any], events: Any,
                   ranks: list[Rank], by_key: dict[tuple[Any, ...], int]) -> np.ndarray:
-    from dfit_mlir.store.collect import _placement_columns
-
     count = events.num_rows
     host = summary.get("host")
     attributes = events.column(es.ATTRIBUTES).combine_chunks() if es.ATTRIBUTES in events.column_names else None
-    placed = _placement_columns(attributes, count, host, summary.get("rank"))
+    placed = placement_columns(attributes, count, host, summary.get("rank"), str(path / "events.parquet"))
     rank_values = placed["rank"].to_pylist()
     pids = placed["pid"].to_pylist()
     keys = np.zeros(count, dtype=np.int64)
@@ -157,11 +162,6 @@ def _anchor_starts(bundles: list[_Bundle], rank_count: int, anchor: str) -> list
     return found
 
 
-def bundle_backend(summary: dict[str, Any], manifest: dict[str, Any]) -> str:
-    """The backend a bundle is of: its summary's, else its manifest's capabilities', else IREE."""
-    return str(summary.get("backend") or (manifest.get("capabilities") or {}).get("backend") or "iree")
-
-
 def _model(manifest: dict[str, Any]) -> tuple[str, str]:
     """(what the user knows the model by, a fingerprint equal for every run of it): the
     compiled source's hash where the manifest records one (every run of one compile, on
@@ -218,6 +218,7 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
         summary, manifest, events = _load(Path(path))
         keys = _assign_ranks(index, Path(path), summary, events, ranks, by_key)
         bundles.append(_Bundle(Path(path), summary, manifest, events, keys))
+    _check_distinct_runs(bundles)
     if not allow_mixed:
         _check_one_job(bundles)
     for rank_index in range(len(ranks)):
@@ -252,6 +253,7 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
             alignment = {"method": "anchor: first step of every rank (no step is common to all)"}
     if anchors[0] is not None and all(value is not None for value in anchors):
         offsets = [int(anchors[0] - value) for value in anchors]  # type: ignore[operator]
+    offsets = _no_negative_times(bundles, offsets)
     deviations = [abs((steps[k][s][0] + offsets[k]) - (steps[0][s][0] + offsets[0]))
                   for s in common[1:] for k in range(1, len(ranks))]
     alignment["reference"] = ranks[0].group
@@ -283,7 +285,11 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
     for bundle in bundles:
         table = bundle.events
         shift = pa.array(np.array(offsets, dtype=np.int64)[bundle.rank_keys])
-        start = pc.add(table.column(es.START_NS), shift)
+        try:
+            start = pc.add_checked(table.column(es.START_NS), shift)
+        except pa.ArrowInvalid:  # an overflow: times near 2^62 and an offset as large
+            raise InvalidInputError(f"{bundle.path}: its times shifted by the clock offset leave int64 (offsets "
+                                    f"{sorted(set(offsets))[:4]})") from None
         table = table.set_column(table.column_names.index(es.START_NS), es.START_NS, start)
         shifted.append(table)
     merged = pa.concat_tables([t.cast(es.arrow_schema()) if t.schema != es.arrow_schema() else t for t in shifted],
@@ -340,6 +346,37 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
             ("spread_ns", pa.int64())])), tmp / "steps.csv")
         (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
+
+
+def _check_distinct_runs(bundles: list[_Bundle]) -> None:
+    """Refuse two bundles of one run (a bundle and a copy of it: the same session): they
+    are not two ranks, and merged they would count every event twice."""
+    seen: dict[str, Path] = {}
+    for bundle in bundles:
+        session = _session(bundle)
+        first = seen.setdefault(session, bundle.path)
+        if first != bundle.path:
+            raise InvalidInputError(f"{bundle.path}: the same run as {first} (session {session[:40]}; a copy?); "
+                                    "each bundle given to merge is one rank or part of the job")
+
+
+def _no_negative_times(bundles: list[_Bundle], offsets: list[int]) -> list[int]:
+    """``offsets`` moved together so that no shifted start is negative (a rank whose
+    clock runs ahead is shifted back; the alignment between ranks is unchanged)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    earliest = None
+    for bundle in bundles:
+        starts = bundle.events.column(es.START_NS)
+        for rank in np.unique(bundle.rank_keys).tolist():
+            mine = starts.filter(pa.array(bundle.rank_keys == rank))
+            low = pc.min(mine).as_py()
+            if low is not None and (earliest is None or low + offsets[rank] < earliest):
+                earliest = low + offsets[rank]
+    if earliest is None or earliest >= 0:
+        return offsets
+    return [offset - earliest for offset in offsets]
 
 
 def _session(bundle: _Bundle) -> str:

@@ -3,6 +3,7 @@ function signature they must fit (from the manifest), and random inputs drawn fo
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -334,6 +335,7 @@ def load_input(text: str) -> np.ndarray | int | float:
         return int(text) if re.fullmatch(r"[-+]?\d+", text) else float(text)
     if text.startswith("@"):
         path = Path(text[1:])
+        _require_regular(path, None)
         try:
             return np.load(path)
         except (OSError, ValueError) as error:
@@ -349,12 +351,37 @@ def load_input(text: str) -> np.ndarray | int | float:
     return np.full(shape, value, dtype=ELEMENT_NUMPY[match["dtype"]])
 
 
+#: ``.npy`` format versions IREE's ``@file`` reader takes.
+NPY_VERSIONS = ((1, 0), (2, 0))
+
+
+def _require_regular(path: Path, index: int | None) -> None:
+    """An ``@file`` input must be a regular file: opening a FIFO would wait for a writer
+    forever, a device would be read without end."""
+    import stat
+
+    which = "" if index is None else f" (input {index})"
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        raise InvalidInputError(f"{path}: no such file{which}") from None
+    except OSError as error:
+        raise InvalidInputError(f"{path}: {error.strerror or error}{which}") from None
+    if stat.S_ISDIR(mode):
+        raise InvalidInputError(f"{path}: is a directory, not an .npy file{which}")
+    if not stat.S_ISREG(mode):
+        raise InvalidInputError(f"{path}: not a regular file (a FIFO, socket or device), not an .npy file{which}")
+
+
 def check_npy_input(index: int, path: Path, argument: dict[str, Any]) -> None:
     """An ``@file.npy`` input must be a readable array of the argument's shape and dtype
     (read from the header only: a large input is not loaded twice)."""
+    _require_regular(path, index)
     try:
         with open(path, "rb") as handle:
             version = np.lib.format.read_magic(handle)
+            if version not in NPY_VERSIONS:
+                raise ValueError(f"npy format version {version[0]}.{version[1]}; IREE reads 1.0 and 2.0")
             read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                            else np.lib.format.read_array_header_2_0)
             shape, _, dtype = read_header(handle)
@@ -362,12 +389,14 @@ def check_npy_input(index: int, path: Path, argument: dict[str, Any]) -> None:
         raise InvalidInputError(f"{path}: no such file (input {index})") from None
     except IsADirectoryError:
         raise InvalidInputError(f"{path}: is a directory, not an .npy file (input {index})") from None
-    except (OSError, ValueError, EOFError, SyntaxError) as error:
+    except Exception as error:  # noqa: BLE001 — numpy's header parser raises what its tokenizer does
         reason = str(error).splitlines()[0][:160] if str(error) else type(error).__name__
         raise InvalidInputError(f"{path}: not a readable .npy file (input {index}: {reason})") from None
+    if any(dim < 0 for dim in shape):
+        raise InvalidInputError(f"{path}: not a readable .npy file (input {index}: negative dimension in {shape})")
     if dtype.hasobject:
         raise InvalidInputError(f"{path}: holds Python objects (a pickled array), not numbers (input {index})")
-    expected_bytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    expected_bytes = math.prod(int(dim) for dim in shape) * dtype.itemsize  # Python ints: no overflow
     if path.stat().st_size < expected_bytes:
         raise InvalidInputError(f"{path}: truncated (its header promises {expected_bytes} bytes of data; input {index})")
     wanted_dtype = DTYPES.get(argument["dtype"], (None, None))[1]

@@ -738,8 +738,11 @@ def success_cases() -> list[Case]:
 
 
 def all_cases() -> list[Case]:
+    # Issue 17's cases: bundle contents, stores, run inputs, model files.
+    from tests.badinput_bundles import all_cases as contents_and_stores
+
     return [*manifest_cases(), *bundle_cases(), *output_cases(), *option_cases(), *input_cases(), *vmfb_cases(),
-            *source_cases(), *reconstruct_cases(), *success_cases()]
+            *source_cases(), *reconstruct_cases(), *success_cases(), *contents_and_stores()]
 
 
 # --- cases whose fix belongs to another part of dfit ------------------------------------------

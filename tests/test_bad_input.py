@@ -52,6 +52,8 @@ def tree(root: Path) -> dict[str, str]:
                 found[key] = f"-> {os.readlink(path)}"
             elif path.is_dir():
                 found[key] = "dir"
+            elif not path.is_file():  # a FIFO a case made: opening it would wait for a writer
+                found[key] = "special"
             else:
                 found[key] = hashlib.sha256(path.read_bytes()).hexdigest()
     return found

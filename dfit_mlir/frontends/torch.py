@@ -320,6 +320,41 @@ def _model_code_failure(path: Path, what: str, error: BaseException) -> str:
     return f"{where}: {what} raised {type(error).__name__}" + (f": {detail}" if detail else "")
 
 
+class ModelExit(BaseException):
+    """The model file asked to end the process (``sys.exit``, ``os._exit``) while dfit ran it."""
+
+    def __init__(self, call: str, where: str):
+        super().__init__(call)
+        self.call, self.where = call, where
+
+
+@contextlib.contextmanager
+def _exits_raise(path: Path) -> Iterator[None]:
+    """While the model file runs, ``sys.exit(n)`` and ``os._exit(n)`` raise :class:`ModelExit`
+    (dfit would otherwise end with the model's status and no word). ``os._exit`` cannot
+    be caught once called (no ``finally``, no ``atexit`` runs), so it is replaced for the
+    duration by a function that raises. A native extension calling ``exit()`` itself is
+    beyond any in-process guard: only importing the file in a child process would see it."""
+    import os
+    import traceback
+
+    def line_of(frames: Any) -> str:
+        lines = [f.lineno for f in frames if Path(f.filename).resolve() == path.resolve()]
+        return f"{path}:{lines[-1]}" if lines else str(path)
+
+    def raise_instead(status: int = 0) -> None:
+        raise ModelExit(f"os._exit({status})", line_of(traceback.extract_stack()))
+
+    real_exit = os._exit
+    os._exit = raise_instead  # type: ignore[assignment]
+    try:
+        yield
+    except SystemExit as error:
+        raise ModelExit(f"sys.exit({error.code!r})", line_of(traceback.extract_tb(error.__traceback__))) from None
+    finally:
+        os._exit = real_exit
+
+
 def load_module_file(path: str | Path, factory: str | None = None) -> tuple[Any, tuple[Any, ...]]:
     """A PyTorch model file for ``dfit compile model.py``: the file defines
     ``make_model()`` (or ``factory``) returning ``(module, example_args)``."""
@@ -334,7 +369,11 @@ def load_module_file(path: str | Path, factory: str | None = None) -> tuple[Any,
         raise InvalidInputError(f"{path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
     try:
-        spec.loader.exec_module(module)
+        with _exits_raise(path):
+            spec.loader.exec_module(module)
+    except ModelExit as error:
+        raise ModelCodeError(f"{error.where}: running the file called {error.call}: a model file must define "
+                             f"{name}() and return, not end the process") from None
     except FileNotFoundError:
         raise InvalidInputError(f"{path}: no such file") from None
     except SyntaxError as error:
@@ -345,7 +384,11 @@ def load_module_file(path: str | Path, factory: str | None = None) -> tuple[Any,
     if not callable(make):
         raise InvalidInputError(f"{path}: defines no {name}() returning (nn.Module, example args)")
     try:
-        made = make()
+        with _exits_raise(path):
+            made = make()
+    except ModelExit as error:
+        raise ModelCodeError(f"{error.where}: {name}() called {error.call}: it must return (nn.Module, example "
+                             "args), not end the process") from None
     except Exception as error:
         raise ModelCodeError(_model_code_failure(path, f"{name}()", error)) from None
     if not (isinstance(made, tuple) and len(made) == 2):

@@ -23,7 +23,7 @@ from typing import Any
 from dfit_mlir import atomic
 from dfit_mlir import event_schema as es
 from dfit_mlir.errors import InvalidInputError
-from dfit_mlir.merge import bundle_backend
+from dfit_mlir.placement import bundle_backend, check_summary, placement_columns
 from dfit_mlir.store import layout, rollup
 
 _BATCH_ROWS = 262_144
@@ -56,21 +56,8 @@ class Placement:
 def open_store(store: Path, *, create: bool) -> dict[str, Any]:
     """The store's metadata; with ``create``, a new store is set up in an empty or absent directory."""
     meta = store / layout.META_FILE
-    if meta.is_file():
-        try:
-            document = json.loads(meta.read_text())
-        except (OSError, json.JSONDecodeError) as error:
-            raise InvalidInputError(f"{meta}: not a dfit store description ({error})") from None
-        if document.get("schema") != layout.STORE_SCHEMA:
-            raise InvalidInputError(f"{meta}: not a dfit store (schema {document.get('schema')!r})")
-        if str(document.get("version", "")).split(".")[0] != layout.STORE_VERSION.split(".")[0]:
-            raise InvalidInputError(f"{meta}: store layout {document.get('version')} is not readable by this dfit "
-                                    f"(reads {layout.STORE_VERSION.split('.')[0]}.x)")
-        needed = str(document.get("min_reader_version") or "1.0")
-        if _version(needed) > _version(layout.STORE_VERSION):
-            raise InvalidInputError(f"{meta}: this store needs a dfit that reads store layout {needed} or later "
-                                    f"(this one reads up to {layout.STORE_VERSION})")
-        return document
+    if meta.exists() or meta.is_symlink():
+        return _read_meta(meta)
     if not create:
         raise InvalidInputError(f"{store}: not a dfit store (no {layout.META_FILE}; create one with `dfit collect`)")
     if store.exists() and (not store.is_dir() or any(store.iterdir())):
@@ -78,6 +65,36 @@ def open_store(store: Path, *, create: bool) -> dict[str, Any]:
     document = {"schema": layout.STORE_SCHEMA, "version": layout.STORE_VERSION,
                 "event_schema": es.SCHEMA_VERSION}
     atomic.write_text(meta, json.dumps(document, indent=1) + "\n")
+    return document
+
+
+def _read_meta(meta: Path) -> dict[str, Any]:
+    """A store's ``dfit-store.json``, refused (one line naming it) unless it is a UTF-8 JSON
+    object of the store schema, of a layout and event schema this dfit reads."""
+    if meta.is_symlink() or not meta.is_file():
+        raise InvalidInputError(f"{meta}: not a dfit store description (not a regular file)")
+    try:
+        document = json.loads(meta.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InvalidInputError(f"{meta}: not a dfit store description (not UTF-8 JSON)") from None
+    except (OSError, ValueError, RecursionError) as error:
+        raise InvalidInputError(f"{meta}: not a dfit store description ({str(error)[:200]})") from None
+    if not isinstance(document, dict):
+        raise InvalidInputError(f"{meta}: not a dfit store description (a JSON {type(document).__name__}, "
+                                "not an object)")
+    if document.get("schema") != layout.STORE_SCHEMA:
+        raise InvalidInputError(f"{meta}: not a dfit store (schema {str(document.get('schema'))[:40]!r})")
+    if str(document.get("version", "")).split(".")[0] != layout.STORE_VERSION.split(".")[0]:
+        raise InvalidInputError(f"{meta}: store layout {str(document.get('version'))[:20]} is not readable by this "
+                                f"dfit (reads {layout.STORE_VERSION.split('.')[0]}.x)")
+    needed = str(document.get("min_reader_version") or "1.0")
+    if _version(needed) > _version(layout.STORE_VERSION):
+        raise InvalidInputError(f"{meta}: this store needs a dfit that reads store layout {needed[:20]} or later "
+                                f"(this one reads up to {layout.STORE_VERSION})")
+    events = str(document.get("event_schema") or es.SCHEMA_VERSION)
+    if not es.readable(events):
+        raise InvalidInputError(f"{meta}: the store's event schema {events[:20]} is not readable by this dfit "
+                                f"(reads {es.MIN_READER_VERSION} to {es.SCHEMA_VERSION.split('.')[0]}.x)")
     return document
 
 
@@ -92,22 +109,42 @@ def require_reader(store: Path, version: str) -> None:
     """Record in the store's description that reading it now takes layout ``version``
     (compaction moves rows where an older reader would not look for them)."""
     meta = store / layout.META_FILE
-    document = json.loads(meta.read_text())
+    document = _read_meta(meta)
     if _version(str(document.get("min_reader_version") or "1.0")) < _version(version):
         document.update(version=version, min_reader_version=version)
         atomic.write_text(meta, json.dumps(document, indent=1) + "\n")
 
 
 def collect(bundles: Sequence[Path], store: Path, placement: Placement = Placement()) -> list[Collected]:
-    """Add ``bundles`` to ``store`` (created when absent); returns one record per bundle."""
-    if not store.exists():  # a new store: not created for inputs none of which is a bundle
-        for bundle in bundles:
-            _read_source(Path(bundle))
+    """Add ``bundles`` to ``store`` (created when absent); returns one record per bundle.
+    Every bundle's files (events schema and columns, summary) are checked before any is
+    written, each one's event values as they are copied: a refused bundle leaves no part
+    of itself, and a store this call created is removed again if nothing went into it."""
+    sources = [_read_source(Path(bundle)) for bundle in bundles]
+    existed, created = store.exists(), not (store / layout.META_FILE).exists()
     open_store(store, create=True)
     results = []
-    for bundle in bundles:
-        results.append(_collect_one(Path(bundle), store, placement))
+    try:
+        stored = {path.name: path for path in layout.bundle_dirs(store)}  # run=R → its directory
+        for source in sources:
+            results.append(_collect_one(source, store, placement, stored))
+    except BaseException:
+        if created and not any(done.added for done in results):
+            _remove_new_store(store, existed)
+        raise
     return results
+
+
+def _remove_new_store(store: Path, existed: bool) -> None:
+    """Undo the creation of a store nothing was added to: its description, and the
+    folders (empty) collect made; anything else found there is left."""
+    (store / layout.META_FILE).unlink(missing_ok=True)
+    for folder in sorted((p for p in store.rglob("*") if p.is_dir() and not p.is_symlink()), reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+    if not existed:
+        with contextlib.suppress(OSError):
+            store.rmdir()
 
 
 # --- one bundle -------------------------------------------------------------------------
@@ -131,6 +168,8 @@ def _read_source(path: Path) -> _Source:
                 raise InvalidInputError(f"{path}: not a dfit bundle (no {needed.name}); give run or reconstruct "
                                         "bundles or compile manifests")
         summary = _json(summary_path)
+        check_summary(summary, summary_path)
+        es.check_events(events)
         kind = "reconstruction" if summary.get("mode") == "reconstructed" else "run"
         return _Source(path, kind, _json(manifest_path), summary, events)
     manifest = _manifest_file(path)
@@ -216,12 +255,12 @@ def model_name(manifest: dict[str, Any]) -> str:
     return name
 
 
-def _collect_one(path: Path, store: Path, placement: Placement) -> Collected:
-    source = _read_source(path)
+def _collect_one(source: _Source, store: Path, placement: Placement, stored: dict[str, Path]) -> Collected:
+    path = source.path
     run = _run_id(source)
     backend = _backend(source)
     model = layout.partition_value(placement.model or model_name(source.manifest))
-    existing = sorted((store / layout.BUNDLES).glob(f"backend=*/model=*/run={run}"))
+    existing = [stored[f"run={run}"]] if f"run={run}" in stored else []
     if existing:
         compacted = layout.read_index(store)["runs"].get(run)  # compacted: its files are in parts
         if not (existing[0] / "events.parquet").is_file() and compacted is None:
@@ -243,6 +282,7 @@ def _collect_one(path: Path, store: Path, placement: Placement) -> Collected:
         write_table(tmp / "partitions.parquet", "partitions", _partition_rows(source.manifest))
         write_table(tmp / "coverage.parquet", "coverage", _coverage_rows(source.manifest))
         write_table(tmp / "runs.parquet", "runs", [_run_row(source, placement, host, rank, events, version)])
+    stored[f"run={run}"] = layout.bundle_dir(store, backend, model, run)
     return Collected(path, run, backend, model, events, added=True)
 
 
@@ -297,50 +337,17 @@ def _write_events(source: _Source, run: str, path: Path, host: str | None, rank:
             return batch.num_rows, es.SCHEMA_VERSION
         events = pq.ParquetFile(source.events)
         version = (events.schema_arrow.metadata or {}).get(b"dfit.version", b"1.0").decode()
-        if not es.readable(version):
-            raise InvalidInputError(f"{source.events}: event schema {version} is not readable by this dfit "
-                                    f"(reads {es.MIN_READER_VERSION} to {es.SCHEMA_VERSION.split('.')[0]}.x)")
         present = set(events.schema_arrow.names)
-        for batch in events.iter_batches(batch_size=_BATCH_ROWS):
+        for batch in es.checked_batches(source.events, batch_size=_BATCH_ROWS, handle=events):
             count = batch.num_rows
-            placed = _placement_columns(batch.column(es.ATTRIBUTES) if es.ATTRIBUTES in present else None,
-                                        count, host, rank)
+            placed = placement_columns(batch.column(es.ATTRIBUTES) if es.ATTRIBUTES in present else None,
+                                       count, host, rank, str(source.events), written)
             for name, column in placed.items():
                 index = batch.schema.get_field_index(name)
                 batch = batch.set_column(index, name, column) if index >= 0 else batch.append_column(name, column)
             writer.write_batch(layout.conform(batch, schema))
             written += count
     return written, version
-
-
-def _placement_columns(attributes: Any, count: int, host: str | None, rank: int | None) -> dict[str, Any]:
-    """host, rank, pid, run_scope per event: from the event's attributes where it names
-    them (a data-parallel log's tasks), else the bundle's placement."""
-    import pyarrow as pa
-
-    ranks: list[int | None] = [rank] * count
-    pids: list[int | None] = [None] * count
-    scopes: list[str | None] = [None] * count
-    if attributes is not None and attributes.null_count < count:
-        for index, text in enumerate(attributes.to_pylist()):
-            if text is None or not ('"rank"' in text or '"pid"' in text or '"run_scope"' in text):
-                continue
-            try:
-                values = json.loads(text)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(values.get("rank"), int):
-                ranks[index] = values["rank"]
-            if isinstance(values.get("pid"), int):
-                pids[index] = values["pid"]
-            if values.get("run_scope") is not None:
-                scopes[index] = str(values["run_scope"])
-    return {
-        "host": pa.array([host] * count, pa.string()),
-        "rank": pa.array(ranks, pa.int32()),
-        "pid": pa.array(pids, pa.int64()),
-        "run_scope": pa.array(scopes, pa.string()),
-    }
 
 
 def _compile_events(manifest: dict[str, Any], run: str, schema: Any, host: str | None, rank: int | None) -> Any:

@@ -13,7 +13,11 @@ only then are the compacted bundles' files removed. Readers take a run from the 
 if the index lists it, else from its bundle directory, so at every moment each run is
 read exactly once: a crash before the commit leaves unlisted parts (ignored, removed by
 the next compaction), a crash after it leaves bundle files that are ignored (removed by
-the next compaction). Each bundle directory keeps its ownership marker, so ``dfit
+the next compaction). A compaction killed outright (SIGKILL) leaves its temporaries
+(``compacted/**/.NAME.XXXX.tmp``): no reader lists them, and the next compaction removes
+them, under its lock (only a compaction writes under ``compacted/``, one at a time). A
+collect killed so leaves a ``bundles/backend=B/model=M/.run=R.XXXX.tmp`` folder: readers
+skip dot-named entries, and it is left alone (a live collect may be writing it). Each bundle directory keeps its ownership marker, so ``dfit
 collect`` still knows the run (idempotent by session). One compaction at a time (a lock
 file); ``dfit collect`` may run meanwhile: bundles it adds are left for the next one.
 """
@@ -70,10 +74,12 @@ def compact(store: Path, *, small_events: int = SMALL_BUNDLE_EVENTS) -> Compacte
     (backend, model) — its events only if it has fewer than ``small_events`` — then
     commit, then remove the bundles' files now read from the parts."""
     open_store(store, create=False)
+    for path in _pending(store):  # before the lock (its file): a store refused is left as it was
+        _events(path)
     with _locked(store):
+        _remove_dead_temporaries(store)
         index = layout.read_index(store)
-        pending = [path for path in layout.bundle_dirs(store)
-                   if (path / f"{layout.RUNS_TABLE}.parquet").is_file() and _run(path) not in index["runs"]]
+        pending = _pending(store, index)
         by_partition: dict[tuple[str, str], list[Path]] = defaultdict(list)
         for path in pending:
             by_partition[(_key(path.parent.parent), _key(path.parent))].append(path)
@@ -102,6 +108,13 @@ def compact(store: Path, *, small_events: int = SMALL_BUNDLE_EVENTS) -> Compacte
     return Compacted(len(pending), written, removed, len(runs))
 
 
+def _pending(store: Path, index: dict[str, Any] | None = None) -> list[Path]:
+    """The store's bundle directories not compacted yet (their files checked: layout.bundle_dirs)."""
+    index = layout.read_index(store) if index is None else index
+    return [path for path in layout.bundle_dirs(store)
+            if (path / f"{layout.RUNS_TABLE}.parquet").is_file() and _run(path) not in index["runs"]]
+
+
 def _run(bundle: Path) -> str:
     return _key(bundle)
 
@@ -111,9 +124,29 @@ def _key(directory: Path) -> str:
 
 
 def _events(bundle: Path) -> int:
+    return _table_file(bundle / "events.parquet").metadata.num_rows
+
+
+def _table_file(path: Path) -> Any:
+    """A stored table file opened, any way it is broken an input error naming it."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    return pq.ParquetFile(bundle / "events.parquet").metadata.num_rows
+    from dfit_mlir.errors import InvalidInputError
+
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError, ValueError) as error:
+        first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        raise InvalidInputError(f"{path}: unreadable ({first}); the store is damaged: remove this bundle's "
+                                "directory and collect the bundle again") from None
+
+
+def _remove_dead_temporaries(store: Path) -> None:
+    """Temporaries of compactions that were killed (held under the lock, so none is live)."""
+    for path in sorted((store / layout.COMPACTED).rglob(".*.tmp")):
+        if path.is_file() and not path.is_symlink():
+            path.unlink()
 
 
 def _write_part(store: Path, table: str, relative: str, bundles: list[Path]) -> bool:
@@ -156,11 +189,17 @@ class _NoRows(Exception):
 
 
 def _batches(bundle: Path, table: str) -> Iterator[Any]:
-    import pyarrow.parquet as pq
+    import pyarrow as pa
+
+    from dfit_mlir.errors import InvalidInputError
 
     path = bundle / f"{table}.parquet"
     if path.is_file():
-        yield from pq.ParquetFile(path).iter_batches(batch_size=_BATCH_ROWS)
+        try:
+            yield from _table_file(path).iter_batches(batch_size=_BATCH_ROWS)
+        except (pa.ArrowException, OSError) as error:  # a page damaged past the footer
+            raise InvalidInputError(f"{path}: unreadable ({str(error).strip()[:200]}); the store is damaged: "
+                                    "remove this bundle's directory and collect the bundle again") from None
     elif table in layout.ROLLUP_TABLES:  # a bundle written by layout 1.0
         yield from rollup.compute(table, bundle / "events.parquet").to_batches()
 

@@ -42,6 +42,7 @@ of truth for ad-hoc SQL.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from pathlib import Path
 from typing import Any, Final
@@ -196,5 +197,63 @@ def table_glob(store: str, table: str) -> str:
     return f"{store.rstrip('/')}/{BUNDLES}/*/*/*/{table}.parquet"
 
 
+#: Ownership kinds of a store's bundle directories (``collect.STORE_BUNDLE_KIND``; stores
+#: collected before that kind existed carry the generic one).
+BUNDLE_MARKER_KINDS: Final = ("store-bundle", "output")
+
+
 def bundle_dirs(store: Path) -> list[Path]:
-    return sorted((store / BUNDLES).glob("backend=*/model=*/run=*"))
+    """The store's bundle directories, each checked to be dfit's own: a real directory
+    inside the store (no symlink on the way: a link to a bundle elsewhere would be read as
+    part of this store) holding ``dfit collect``'s ownership marker, whose table files are
+    regular files the marker lists. Anything else named like a bundle or a table is
+    refused (one line naming it), never read as part of the store; a dot-named entry (a
+    write in progress: ``.run=R.XXXX.tmp``) or a file of another name is not listed."""
+    root = store / BUNDLES
+    if root.is_symlink():
+        raise _foreign(root, "a symlink; a store's bundles are the ones dfit collect wrote into it")
+    found = []
+    for backend in _partition_entries(root, "backend"):
+        for model in _partition_entries(backend, "model"):
+            for run in _partition_entries(model, "run"):
+                _check_bundle_dir(run)
+                found.append(run)
+    return found
+
+
+def _partition_entries(folder: Path, key: str) -> list[Path]:
+    if not folder.is_dir():
+        return []
+    entries = sorted(folder.glob(f"{key}=*"))
+    for entry in entries:
+        if entry.is_symlink():
+            raise _foreign(entry, f"a symlink (to {os.readlink(entry)}); a store holds only the bundles dfit collect "
+                                  "wrote into it: collect that bundle into the store instead")
+        if not entry.is_dir():
+            raise _foreign(entry, "not a directory")
+    return entries
+
+
+def _check_bundle_dir(run: Path) -> None:
+    from dfit_mlir import outputs
+
+    marker = outputs.read_marker(run)
+    if marker is None or marker.get("kind") not in BUNDLE_MARKER_KINDS:
+        raise _foreign(run, "not a bundle dfit collect wrote (no store-bundle ownership marker in it)")
+    owned = set(marker.get("files") or ())
+    for table in TABLES:
+        path = run / f"{table}.parquet"
+        if path.is_symlink():
+            raise _foreign(path, f"a symlink (to {os.readlink(path)}), not a table file dfit collect wrote")
+        if not path.exists():
+            continue  # compacted into parts, or a table of a later layout
+        if path.name not in owned:
+            raise _foreign(path, "not written by dfit collect (its bundle's ownership marker does not list it)")
+        if not path.is_file():
+            raise _foreign(path, "not a regular file (the store is damaged)")
+
+
+def _foreign(path: Path, why: str) -> Exception:
+    from dfit_mlir.errors import InvalidInputError
+
+    return InvalidInputError(f"{path}: {why}")

@@ -265,10 +265,12 @@ class SemanticModel:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from dfit_mlir import event_schema
+
         try:
             events = pq.ParquetFile(self.events_path)
             conform = _conformer(events.schema_arrow, str(self.events_path))
-            for batch in events.iter_batches(batch_size=batch_size):
+            for batch in event_schema.checked_batches(self.events_path, batch_size=batch_size, handle=events):
                 yield conform(batch)
         except (pa.ArrowException, OSError) as error:
             first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
@@ -291,14 +293,14 @@ class SemanticModel:
         """The bundle's ``summary.json`` (empty for a bare manifest)."""
         if self.bundle is None or not (self.bundle / "summary.json").is_file():
             return {}
-        return _json_object(self.bundle / "summary.json")
+        return read_json_object(self.bundle / "summary.json")
 
     @cached_property
     def coverage(self) -> dict[str, Any]:
         """A reconstruction's ``coverage.json`` (empty otherwise)."""
         if self.bundle is None or not (self.bundle / "coverage.json").is_file():
             return {}
-        return _json_object(self.bundle / "coverage.json")
+        return read_json_object(self.bundle / "coverage.json")
 
 
 #: Files every run or reconstruct bundle holds (``runtime_hooks/bundle.py``).
@@ -315,7 +317,7 @@ def check_bundle(bundle: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     missing = [name for name in BUNDLE_FILES if not (bundle / name).is_file()]
     if missing:
         raise InvalidInputError(f"{bundle}: incomplete dfit bundle: {', '.join(missing)} missing")
-    summary = _json_object(bundle / "summary.json")
+    summary = read_json_object(bundle / "summary.json")
     if summary.get("schema") != SUMMARY_SCHEMA:
         raise InvalidInputError(f"{bundle / 'summary.json'}: not a dfit run summary "
                                 f"(schema is {str(summary.get('schema'))[:40]!r})")
@@ -335,6 +337,9 @@ def check_bundle(bundle: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     if found != expected:
         raise InvalidInputError(f"{bundle / 'sites.parquet'}: its {len(found)} call sites are not the "
                                 f"{len(expected)} of the bundle's manifest.json (another model's files?)")
+    from dfit_mlir import event_schema
+
+    event_schema.check_events(bundle / "events.parquet")  # its values: as they are read (event_batches)
     events = _parquet(bundle / "events.parquet", ["kind", "site", "root_id", "backend"])
     backend = (manifest.get("capabilities") or {}).get("backend")
     found_backends = set(events.column("backend").cast(pa.string()).unique().to_pylist()) - {None}
@@ -370,7 +375,9 @@ def _check_event_sites(path: Path, events: Any, roots: dict[int, str]) -> None:
                                     f"{roots[site]} (another model's manifest?)")
 
 
-def _json_object(path: Path) -> dict[str, Any]:
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A JSON object file (a bundle's summary, manifest, coverage), any way it is broken
+    being an input error naming it."""
     try:
         document = json.loads(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError:
