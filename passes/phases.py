@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -268,6 +269,9 @@ class SubprocessDriver(_SessionDriver):
     def run(self, module: ir.Operation, after: str | None, to: str) -> ir.Operation:
         out = self.workdir / f"{to}.mlirbc"
         self._compile(module, after, [f"--compile-to={to}", "--emit-mlir-bytecode"], out)
+        return self._parse_output(out)
+
+    def _parse_output(self, out: Path) -> ir.Operation:
         with self.context:
             return ir.Module.parseFile(str(out)).operation
 
@@ -275,9 +279,7 @@ class SubprocessDriver(_SessionDriver):
         self._compile(module, after, [], target)
 
     def close(self) -> None:
-        for path in self.workdir.iterdir():
-            path.unlink()
-        self.workdir.rmdir()
+        shutil.rmtree(self.workdir, ignore_errors=True)
         atomic.LIVE_TEMPORARIES.discard(self.workdir)
         super().close()
 

@@ -1,0 +1,513 @@
+"""Pass-level lineage: which compiler pass changed the lineage class of each source ID.
+
+dfit's per-phase lineage (:mod:`dfit_mlir.lineage`) says, after each of IREE's phases,
+whether a source ID is preserved, fused, split or erased. This module answers the next
+question — *which pass* inside the phase did it — without keeping whole modules in memory.
+
+How it observes (read-only: nothing here changes the IR or the pipeline IREE runs):
+
+* Each phase runs as ``iree-compile --compile-from/--compile-to`` with MLIR's own IR
+  printing: ``--mlir-print-ir-after-all --mlir-print-ir-after-change`` (a pass that did
+  not change its IR unit prints nothing) and ``--mlir-print-ir-tree-dir``, which writes one
+  file per (IR unit, pass): ``<dir>/<op path>/<pipeline position>_<pass argument>.mlir``.
+  The print flags are process-wide options of the compiler library that can be parsed once
+  per process, so they cannot be set on the in-process session: this mode always uses the
+  subprocess phase driver. The files are printed in the generic op form with local-scope
+  locations and elided large constants, read one at a time and deleted.
+* Function-scope passes that MLIR runs in parallel write to different IR units' files;
+  the pipeline position (``9_8_…``: adaptor 9 of the module pipeline, pass 8 of the
+  function's) orders them per IR unit, and a module-level pass after its nested ones.
+  Passes on different IR units touch disjoint ops, so the order between them does not
+  change any class: no single-threading is needed.
+* The state is the per-phase snapshot's: for every op, the source IDs its location names
+  (:func:`dfit_mlir.locations.dfit_ids`), kept per IR unit. A dump of unit ``U`` replaces
+  the ops of ``U`` and of every unit inside it. After each dump the classes of the IDs it
+  touched are recomputed with the snapshot's rule (:class:`StageFigures` semantics:
+  erased / split / fused / preserved over the whole module); each change is one row.
+* The state at a phase's start is read from the module dfit holds between phases (printed
+  the same way), so dfit's own insertions between phases never show as a pass's change.
+
+Records are one row per (ID, pass that changed its class): see :class:`PassChange` and the
+manifest's ``pass_history`` table (:func:`to_table`). Agreement with the per-phase classes
+is checked on every compile: the last change of an ID within a phase gives its class at
+that phase (:func:`check_against_stages`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dfit_mlir import locations
+from dfit_mlir.lineage import CLASS_LETTERS, CONTAINER_KINDS, StageFigures
+
+#: The printing flags of one observed phase; the tree directory is added per phase.
+PRINT_FLAGS = (
+    "--mlir-print-ir-after-all",
+    "--mlir-print-ir-after-change",
+    "--mlir-print-debuginfo",
+    "--mlir-print-local-scope",
+    "--mlir-print-op-generic",
+    "--mlir-elide-elementsattrs-if-larger=8",
+    "--mlir-elide-resource-strings-if-larger=64",
+    # One stream in the order the passes ran: parallel function passes would interleave.
+    "--mlir-disable-threading",
+)
+TABLE_VERSION = 1
+TABLE_COLUMNS = ("id", "pass", "from", "to", "with", "kinds_before", "kinds_after")
+
+_DUMP_HEADER = re.compile(r"^// -----// IR Dump After \S+: ([\w.-]+)")
+_SYM_NAME = re.compile(r'sym_name = "((?:[^"\\]|\\.)*)"')
+_OP_NAME = re.compile(r'^(?:%[^=]*= )?"([^"]+)"')
+_LETTER = {letter: name for name, letter in CLASS_LETTERS.items()}
+
+
+# --------------------------------------------------------------------------- locations
+
+
+def parse_loc(text: str) -> locations.Loc:
+    """A location as MLIR prints it with local scope (``loc(...)`` or its inside)."""
+    text = text.strip()
+    if text.startswith("loc(") and text.endswith(")"):
+        text = text[4:-1]
+    loc, _ = _parse_loc_at(text, 0)
+    return loc
+
+
+def _skip_string(text: str, pos: int) -> int:
+    """Index after the quoted string starting at ``pos``."""
+    pos += 1
+    while text[pos] != '"':
+        pos += 2 if text[pos] == "\\" else 1
+    return pos + 1
+
+
+def _string(text: str, pos: int) -> tuple[str, int]:
+    end = _skip_string(text, pos)
+    raw = text[pos + 1 : end - 1]
+    return (raw.replace('\\"', '"').replace("\\\\", "\\") if "\\" in raw else raw), end
+
+
+def _parse_loc_at(text: str, pos: int) -> tuple[locations.Loc, int]:
+    if text.startswith("unknown", pos):
+        return locations.UNKNOWN, pos + len("unknown")
+    if text.startswith("callsite(", pos):
+        callee, pos = _parse_loc_at(text, pos + len("callsite("))
+        assert text.startswith(" at ", pos), text[pos : pos + 20]
+        caller, pos = _parse_loc_at(text, pos + 4)
+        return locations.CallSiteLoc(callee, caller), pos + 1  # ")"
+    if text.startswith("fused", pos):
+        pos += len("fused")
+        if text[pos] == "<":  # metadata: fused<#attr>[...]
+            depth = 0
+            while True:
+                depth += {"<": 1, ">": -1}.get(text[pos], 0)
+                pos += 1
+                if depth == 0:
+                    break
+        pos += 1  # "["
+        items: list[locations.Loc] = []
+        while text[pos] != "]":
+            item, pos = _parse_loc_at(text, pos)
+            items.append(item)
+            if text.startswith(", ", pos):
+                pos += 2
+        return locations.FusedLoc(tuple(items)), pos + 1
+    if text[pos] == '"':
+        name, pos = _string(text, pos)
+        if text.startswith(":", pos):  # "file":line:col [to line:col]
+            match = re.compile(r":(\d+):(\d+)(?: to (?:\d+)?:\d+)?").match(text, pos)
+            assert match, text[pos : pos + 30]
+            return locations.FileLoc(name, int(match[1]), int(match[2])), match.end()
+        if text.startswith("(", pos):
+            child, pos = _parse_loc_at(text, pos + 1)
+            child = None if child == locations.UNKNOWN else child
+            return locations.NameLoc(name, child), pos + 1
+        return locations.NameLoc(name, None), pos
+    raise ValueError(f"unexpected location text at {pos}: {text[pos:pos + 40]!r}")
+
+
+def _trailing_loc(line: str) -> str | None:
+    """The location an op line ends with, or None."""
+    at = line.rfind(" loc(")
+    return line[at + 1 :] if at >= 0 and line.endswith(")") else None
+
+
+# --------------------------------------------------------------------------- IR units
+
+
+@dataclass(frozen=True, slots=True)
+class OpRecord:
+    kind: str
+    ids: tuple[str, ...]
+
+
+#: Ops with regions but no symbol that the pass manager still nests on.
+UNIT_KINDS = frozenset({"builtin.module", "util.initializer", "vm.initializer"})
+
+
+def unit_component(kind: str, symbol: str | None) -> str:
+    """How ``--mlir-print-ir-tree-dir`` names the directory of an IR unit."""
+    return f"{kind.replace('.', '_')}_{symbol if symbol else 'no-symbol-name'}"
+
+
+def scan_ops(text: str, root: tuple[str, ...], id_cache: dict[str, tuple[str, ...]]) -> dict[tuple[str, ...], list[OpRecord]]:
+    """The ops of a generic-form printout, grouped by the IR unit that holds them.
+
+    ``root`` is the tree path of the printout's top op, which is itself an IR unit. An IR
+    unit is what the pass manager nests on: a module, a function-like op, or an op with
+    regions and a symbol (executables, variants). A unit's own op is kept with the unit, so
+    replacing a unit replaces it too. Ops end where their location is printed: on their own
+    line, or on the line closing their last region (``}) … loc(…)``)."""
+    units: dict[tuple[str, ...], list[OpRecord]] = defaultdict(list)
+    # Open ops with regions: (kind, the unit their contents belong to, whether they are it).
+    stack: list[tuple[str, tuple[str, ...], bool]] = []
+    siblings: Counter = Counter()  # (parent, component): units named alike (no symbol)
+    in_resources = False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if in_resources:
+            in_resources = not line.startswith("#-}")
+            continue
+        if line.startswith("{-#"):
+            in_resources = not line.endswith("#-}")
+            continue
+        if not line or line.startswith(("//", "^", "#")):
+            continue
+        if line[0] == "}":
+            if line.startswith("}, {"):
+                continue  # the next region of the same op
+            kind, inner, is_unit = stack.pop()
+            owner = inner if is_unit else (stack[-1][1] if stack else root)
+            _record(units, owner, kind, _trailing_loc(line), id_cache)
+            continue
+        match = _OP_NAME.match(line)
+        if match is None:
+            continue
+        kind = match[1]
+        if line.endswith("({"):
+            if not stack:
+                stack.append((kind, root, True))
+            elif kind in UNIT_KINDS or "sym_name = " in line:
+                symbol = _SYM_NAME.search(line)
+                parent = stack[-1][1]
+                component = unit_component(kind, symbol[1] if symbol else None)
+                seen = siblings[parent, component]
+                siblings[parent, component] += 1
+                stack.append((kind, (*parent, component if not seen else f"{component}#{seen}"), True))
+            else:
+                stack.append((kind, stack[-1][1], False))
+            continue
+        _record(units, stack[-1][1] if stack else root, kind, _trailing_loc(line), id_cache)
+    return units
+
+
+def _record(units: dict, unit: tuple[str, ...], kind: str, loc_text: str | None,
+            id_cache: dict[str, tuple[str, ...]]) -> None:
+    if kind in CONTAINER_KINDS:
+        return
+    ids: tuple[str, ...] = ()
+    if loc_text is not None and "dfit:" in loc_text:
+        ids = id_cache.get(loc_text)  # type: ignore[assignment]
+        if ids is None:
+            ids = id_cache[loc_text] = locations.dfit_ids(parse_loc(loc_text))
+    units[unit].append(OpRecord(kind, ids))
+
+
+# --------------------------------------------------------------------------- the replay
+
+
+@dataclass(frozen=True, slots=True)
+class PassChange:
+    """One source ID whose class one pass changed."""
+
+    id: str
+    pass_name: str
+    pass_index: int
+    phase: str
+    unit: str
+    before: str  # class letter: p f s e
+    after: str
+    with_ids: tuple[str, ...]  # the other IDs on the op carrying it (fused)
+    kinds_before: tuple[str, ...]
+    kinds_after: tuple[str, ...]
+
+
+@dataclass
+class _Totals:
+    """Module-wide carriers, maintained incrementally as units are replaced."""
+
+    carriers: Counter = field(default_factory=Counter)
+    fused: Counter = field(default_factory=Counter)  # ops carrying the ID with others
+    kinds: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    partners: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+
+    def apply(self, ops: Iterable[OpRecord], sign: int) -> set[str]:
+        touched: set[str] = set()
+        for op in ops:
+            for item in op.ids:
+                touched.add(item)
+                self.carriers[item] += sign
+                self.kinds[item][op.kind] += sign
+                if len(op.ids) > 1:
+                    self.fused[item] += sign
+                    for other in op.ids:
+                        if other != item:
+                            self.partners[item][other] += sign
+        return touched
+
+    def letter(self, item: str) -> str:
+        count = self.carriers[item]
+        if count <= 0:
+            return "e"
+        if count > 1:
+            return "s"
+        return "f" if self.fused[item] > 0 else "p"
+
+    def kinds_of(self, item: str) -> tuple[str, ...]:
+        return tuple(sorted(kind for kind, n in self.kinds[item].items() for _ in range(n)))
+
+    def partners_of(self, item: str) -> tuple[str, ...]:
+        return tuple(sorted(other for other, n in self.partners[item].items() if n > 0))
+
+
+class PassHistory:
+    """Replays one compile's pass dumps over the per-unit state and records changes."""
+
+    def __init__(self) -> None:
+        self.units: dict[tuple[str, ...], list[OpRecord]] = {}
+        self.totals = _Totals()
+        self.changes: list[PassChange] = []
+        self.pass_runs = 0  # dumps read (passes that changed some IR unit)
+        self.unresolved: list[str] = []  # dumps of IR units the state did not hold
+        self._ids: dict[str, tuple[str, ...]] = {}
+        self._root: tuple[str, ...] = ()
+
+    def reset(self, module_text: str) -> None:
+        """The state at a phase's start: the module as dfit holds it."""
+        top = _OP_NAME.match(module_text.lstrip())
+        symbol = _SYM_NAME.search(module_text.split("\n", 1)[0])
+        self._root = (unit_component(top[1] if top else "builtin.module", symbol[1] if symbol else None),)
+        self.units = dict(scan_ops(module_text, self._root, self._ids))
+        self.totals = _Totals()
+        for ops in self.units.values():
+            self.totals.apply(ops, +1)
+
+    def observe_phase(self, phase: str, stream: Path) -> None:
+        """Read one phase's dumps, in the order the passes ran (the compiler ran single-
+        threaded, so the stream is that order), one dump in memory at a time."""
+        for pass_name, body in read_dumps(stream):
+            first = body.lstrip().split("\n", 1)[0]
+            top = _OP_NAME.match(first)
+            if top is None:
+                continue
+            symbol = _SYM_NAME.search(first)
+            unit = self._resolve(top[1], symbol[1] if symbol else None, body)
+            self._replace(unit, scan_ops(body, unit, self._ids), pass_name, phase)
+            self.pass_runs += 1
+
+    def _resolve(self, kind: str, symbol: str | None, body: str) -> tuple[str, ...]:
+        """The state's key of the IR unit a dump prints. Functions and executables are
+        found by symbol; an unnamed unit (an executable variant's inner module, an
+        initializer) by the symbols nested in it, else by the IDs it holds."""
+        component = unit_component(kind, symbol)
+        if self._root and component == self._root[0]:
+            return self._root
+        candidates = [key for key in self.units if key[-1].split("#")[0] == component]
+        if len(candidates) == 1:
+            return candidates[0]
+        if not candidates:
+            self.unresolved.append(component)
+            return (*self._root, component)
+        nested = _SYM_NAME.findall(body.split("\n", 2)[-1][:100_000])
+        for name in nested:
+            suffix = f"_{name}"
+            for key in candidates:
+                if any(other[: len(key)] == key and len(other) > len(key) and other[len(key)].endswith(suffix)
+                       for other in self.units):
+                    return key
+        ids = {item for ops in scan_ops(body, candidates[0], self._ids).values() for op in ops for item in op.ids}
+        return max(candidates, key=lambda key: len(ids.intersection(
+            item for other, ops in self.units.items() if other[: len(key)] == key for op in ops for item in op.ids)))
+
+    def _replace(self, unit: tuple[str, ...], new_units: dict, pass_name: str, phase: str) -> None:
+        width = len(unit)
+        old_keys = [key for key in self.units if key[:width] == unit]
+        before: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {}
+        touched: set[str] = set()
+        for key in old_keys:
+            for op in self.units[key]:
+                touched.update(op.ids)
+        for new_ops in new_units.values():
+            for op in new_ops:
+                touched.update(op.ids)
+        for item in touched:
+            before[item] = (self.totals.letter(item), self.totals.kinds_of(item), self.totals.partners_of(item))
+        for key in old_keys:
+            self.totals.apply(self.units.pop(key), -1)
+        for key, ops in new_units.items():
+            self.units[key] = ops
+            self.totals.apply(ops, +1)
+        index = self.pass_runs
+        label = "/".join(unit)
+        for item in sorted(touched):
+            old_letter, old_kinds, _ = before[item]
+            new_letter = self.totals.letter(item)
+            if new_letter != old_letter:
+                self.changes.append(PassChange(
+                    item, pass_name, index, phase, label, old_letter, new_letter,
+                    self.totals.partners_of(item) if new_letter == "f" else (),
+                    old_kinds, self.totals.kinds_of(item)))
+
+    def letters(self, source_ids: Iterable[str]) -> dict[str, str]:
+        return {item: self.totals.letter(item) for item in source_ids}
+
+
+def read_dumps(stream: Path) -> Iterator[tuple[str, str]]:
+    """(pass argument, printed IR) for each ``IR Dump After`` in a compiler's stderr."""
+    pass_name: str | None = None
+    lines: list[str] = []
+    with open(stream, encoding="utf-8", errors="replace") as handle:
+        for line in handle:
+            match = _DUMP_HEADER.match(line)
+            if match is None:
+                if pass_name is not None:
+                    lines.append(line)
+                continue
+            if pass_name is not None:
+                yield pass_name, "".join(lines)
+            pass_name, lines = match[1], []
+    if pass_name is not None:
+        yield pass_name, "".join(lines)
+
+
+# --------------------------------------------------------------------------- results
+
+
+def check_against_stages(history: Sequence[PassChange], stages: Sequence[StageFigures],
+                         source_ids: Sequence[str], phases: Sequence[str]) -> list[str]:
+    """IDs whose replayed class at the end of a phase differs from the snapshot's, as
+    ``"<phase> <id>: passes say X, snapshot says Y"``; empty when all agree."""
+    by_stage = {figures.stage: figures for figures in stages}
+    current = {item: by_stage["source"].classify(item) if "source" in by_stage else "preserved" for item in source_ids}
+    letters = {item: CLASS_LETTERS[kind] for item, kind in current.items()}
+    by_phase: dict[str, list[PassChange]] = defaultdict(list)
+    for change in history:
+        by_phase[change.phase].append(change)
+    problems: list[str] = []
+    for phase in phases:
+        if phase not in by_stage:
+            continue
+        for change in by_phase.get(phase, ()):
+            letters[change.id] = change.after
+        figures = by_stage[phase]
+        for item in source_ids:
+            expected = CLASS_LETTERS[figures.classify(item)]
+            if letters.get(item) != expected:
+                problems.append(f"{phase} {item}: passes say {letters.get(item)}, snapshot says {expected}")
+                letters[item] = expected  # report each divergence once
+    return problems
+
+
+def to_table(history: Sequence[PassChange], *, threads: str) -> dict[str, Any]:
+    """The manifest's compact ``pass_history``: passes listed once, one row per change."""
+    passes: list[dict[str, Any]] = []
+    seen: dict[int, int] = {}
+    rows = []
+    for change in history:
+        slot = seen.get(change.pass_index)
+        if slot is None:
+            slot = seen[change.pass_index] = len(passes)
+            passes.append({"index": change.pass_index, "name": change.pass_name, "phase": change.phase, "unit": change.unit})
+        rows.append([change.id, slot, change.before, change.after, list(change.with_ids),
+                     list(change.kinds_before), list(change.kinds_after)])
+    return {"version": TABLE_VERSION, "observer": "mlir-print-ir-tree-dir (after change)",
+            "threads": threads, "passes": passes, "columns": list(TABLE_COLUMNS), "rows": rows}
+
+
+def from_table(table: dict[str, Any]) -> list[PassChange]:
+    """The rows of a manifest's ``pass_history`` as records."""
+    passes = table["passes"]
+    columns = table["columns"]
+    changes = []
+    for row in table["rows"]:
+        values = dict(zip(columns, row))
+        run = passes[values["pass"]]
+        changes.append(PassChange(values["id"], run["name"], run["index"], run["phase"], run["unit"],
+                                  values["from"], values["to"], tuple(values["with"]),
+                                  tuple(values["kinds_before"]), tuple(values["kinds_after"])))
+    return changes
+
+
+def history_of(table: dict[str, Any], source_id: str) -> list[PassChange]:
+    return [change for change in from_table(table) if change.id == source_id]
+
+
+def class_name(letter: str) -> str:
+    return _LETTER.get(letter, letter)
+
+
+# --------------------------------------------------------------------------- the driver
+
+
+def print_for_replay(module: Any) -> str:
+    """The module as the dumps print it (generic form, local-scope locations)."""
+    return module.get_asm(print_generic_op_form=True, enable_debug_info=True, use_local_scope=True,
+                          large_elements_limit=8, large_resource_limit=64, assume_verified=True)
+
+
+def observing_driver(flags: Sequence[str]):
+    """A subprocess phase driver that records the pass history of every phase it runs."""
+    import subprocess
+
+    from dfit_mlir.errors import CompileError
+    from dfit_mlir.passes import phases
+
+    class PassObservingDriver(phases.SubprocessDriver):
+        name = "subprocess+passes"
+
+        def __init__(self, flags: Sequence[str]):
+            super().__init__(flags)
+            self.history = PassHistory()
+
+        def run(self, module, after, to):  # noqa: ANN001 - the PhaseDriver protocol's types
+            self.history.reset(print_for_replay(module))
+            source, out, stream = (self.workdir / name for name in ("in.mlirbc", f"{to}.mlirbc", f"{to}.dumps"))
+            with open(source, "wb") as handle:
+                module.write_bytecode(handle)
+            command = [self.iree_compile, str(source), "-o", str(out), *self.flags, f"--compile-to={to}",
+                       "--emit-mlir-bytecode", *PRINT_FLAGS]
+            if after is not None:
+                command.append(f"--compile-from={after}")
+            try:
+                with open(stream, "w") as errors:
+                    code = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=errors).returncode
+                if code != 0:
+                    raise CompileError(f"iree-compile {phases.toolchain_failure(code)} (--compile-to={to}):\n"
+                                       f"{phases.trim_diagnostics(_diagnostics(stream))}")
+                self.history.observe_phase(to, stream)
+            finally:
+                stream.unlink(missing_ok=True)
+            return self._parse_output(out)
+
+    return PassObservingDriver(flags)
+
+
+def _diagnostics(stream: Path) -> str:
+    """The compiler's own messages in a dump stream (the dumps left out)."""
+    kept: list[str] = []
+    with open(stream, encoding="utf-8", errors="replace") as handle:
+        in_dump = False
+        for line in handle:
+            if _DUMP_HEADER.match(line):
+                in_dump = True
+            elif in_dump and (": error:" in line or ": warning:" in line or line.startswith("error:")):
+                in_dump = False
+            if not in_dump:
+                kept.append(line)
+                del kept[:-200]
+    return "".join(kept)
