@@ -54,13 +54,11 @@ PRINT_FLAGS = (
     "--mlir-print-op-generic",
     "--mlir-elide-elementsattrs-if-larger=8",
     "--mlir-elide-resource-strings-if-larger=64",
-    # One stream in the order the passes ran: parallel function passes would interleave.
-    "--mlir-disable-threading",
 )
 TABLE_VERSION = 1
 TABLE_COLUMNS = ("id", "pass", "from", "to", "with", "kinds_before", "kinds_after")
 
-_DUMP_HEADER = re.compile(r"^// -----// IR Dump After \S+: ([\w.-]+)")
+_DUMP_NAME = re.compile(r"^((?:\d+_)+)(.+)\.mlir$")
 _SYM_NAME = re.compile(r'sym_name = "((?:[^"\\]|\\.)*)"')
 _OP_NAME = re.compile(r'^(?:%[^=]*= )?"([^"]+)"')
 _LETTER = {letter: name for name, letter in CLASS_LETTERS.items()}
@@ -140,10 +138,9 @@ def _trailing_loc(line: str) -> str | None:
 # --------------------------------------------------------------------------- IR units
 
 
-@dataclass(frozen=True, slots=True)
-class OpRecord:
-    kind: str
-    ids: tuple[str, ...]
+#: One op of a printout: (kind, the source IDs its location names). A plain tuple, so a
+#: unit's op list compares at C speed when a dump leaves it unchanged.
+OpRecord = tuple[str, tuple[str, ...]]
 
 
 #: Ops with regions but no symbol that the pass manager still nests on.
@@ -215,7 +212,7 @@ def _record(units: dict, unit: tuple[str, ...], kind: str, loc_text: str | None,
         ids = id_cache.get(loc_text)  # type: ignore[assignment]
         if ids is None:
             ids = id_cache[loc_text] = locations.dfit_ids(parse_loc(loc_text))
-    units[unit].append(OpRecord(kind, ids))
+    units[unit].append((kind, ids))
 
 
 # --------------------------------------------------------------------------- the replay
@@ -244,21 +241,19 @@ class _Totals:
     carriers: Counter = field(default_factory=Counter)
     fused: Counter = field(default_factory=Counter)  # ops carrying the ID with others
     kinds: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
-    partners: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
 
-    def apply(self, ops: Iterable[OpRecord], sign: int) -> set[str]:
-        touched: set[str] = set()
-        for op in ops:
-            for item in op.ids:
-                touched.add(item)
-                self.carriers[item] += sign
-                self.kinds[item][op.kind] += sign
-                if len(op.ids) > 1:
-                    self.fused[item] += sign
-                    for other in op.ids:
-                        if other != item:
-                            self.partners[item][other] += sign
-        return touched
+    def apply(self, ops: Iterable[OpRecord], sign: int, touched: set[str]) -> None:
+        carriers, fused, kinds = self.carriers, self.fused, self.kinds
+        for kind, ids in ops:
+            if not ids:
+                continue
+            touched.update(ids)
+            shared = len(ids) > 1
+            for item in ids:
+                carriers[item] += sign
+                kinds[item][kind] += sign
+                if shared:
+                    fused[item] += sign
 
     def letter(self, item: str) -> str:
         count = self.carriers[item]
@@ -270,9 +265,6 @@ class _Totals:
 
     def kinds_of(self, item: str) -> tuple[str, ...]:
         return tuple(sorted(kind for kind, n in self.kinds[item].items() for _ in range(n)))
-
-    def partners_of(self, item: str) -> tuple[str, ...]:
-        return tuple(sorted(other for other, n in self.partners[item].items() if n > 0))
 
 
 class PassHistory:
@@ -295,94 +287,109 @@ class PassHistory:
         self.units = dict(scan_ops(module_text, self._root, self._ids))
         self.totals = _Totals()
         for ops in self.units.values():
-            self.totals.apply(ops, +1)
+            self.totals.apply(ops, +1, set())
 
-    def observe_phase(self, phase: str, stream: Path) -> None:
-        """Read one phase's dumps, in the order the passes ran (the compiler ran single-
-        threaded, so the stream is that order), one dump in memory at a time."""
-        for pass_name, body in read_dumps(stream):
-            first = body.lstrip().split("\n", 1)[0]
-            top = _OP_NAME.match(first)
-            if top is None:
-                continue
-            symbol = _SYM_NAME.search(first)
-            unit = self._resolve(top[1], symbol[1] if symbol else None, body)
+    def observe_phase(self, phase: str, tree: Path) -> None:
+        """Read (and delete) one phase's dumps in the order the passes ran."""
+        for path, pass_name in ordered_dumps(tree):
+            text = path.read_text(encoding="utf-8", errors="replace")
+            path.unlink()
+            body = text.split("\n", 1)[1] if text.startswith("//") else text
+            unit = self._resolve(tuple(path.parent.relative_to(tree).parts), body)
             self._replace(unit, scan_ops(body, unit, self._ids), pass_name, phase)
             self.pass_runs += 1
 
-    def _resolve(self, kind: str, symbol: str | None, body: str) -> tuple[str, ...]:
-        """The state's key of the IR unit a dump prints. Functions and executables are
-        found by symbol; an unnamed unit (an executable variant's inner module, an
-        initializer) by the symbols nested in it, else by the IDs it holds."""
-        component = unit_component(kind, symbol)
-        if self._root and component == self._root[0]:
-            return self._root
-        candidates = [key for key in self.units if key[-1].split("#")[0] == component]
+    def _resolve(self, path: tuple[str, ...], body: str) -> tuple[str, ...]:
+        """The state's key of the IR unit a dump prints: its tree path, unless unnamed
+        siblings share it (two initializers, say): then the one holding the dump's nested
+        symbols, else the most of its IDs."""
+        if path in self.units or len(path) == 1:
+            return path
+        candidates = [key for key in self.units
+                      if len(key) == len(path) and key[:-1] == path[:-1] and key[-1].split("#")[0] == path[-1]]
         if len(candidates) == 1:
             return candidates[0]
         if not candidates:
-            self.unresolved.append(component)
-            return (*self._root, component)
-        nested = _SYM_NAME.findall(body.split("\n", 2)[-1][:100_000])
-        for name in nested:
+            self.unresolved.append("/".join(path))
+            return path
+        for name in _SYM_NAME.findall(body.lstrip().split("\n", 1)[-1][:100_000]):
             suffix = f"_{name}"
             for key in candidates:
                 if any(other[: len(key)] == key and len(other) > len(key) and other[len(key)].endswith(suffix)
                        for other in self.units):
                     return key
-        ids = {item for ops in scan_ops(body, candidates[0], self._ids).values() for op in ops for item in op.ids}
+        ids = {item for ops in scan_ops(body, candidates[0], self._ids).values() for _, op_ids in ops for item in op_ids}
         return max(candidates, key=lambda key: len(ids.intersection(
-            item for other, ops in self.units.items() if other[: len(key)] == key for op in ops for item in op.ids)))
+            item for other, ops in self.units.items() if other[: len(key)] == key for _, op_ids in ops for item in op_ids)))
 
     def _replace(self, unit: tuple[str, ...], new_units: dict, pass_name: str, phase: str) -> None:
         width = len(unit)
         old_keys = [key for key in self.units if key[:width] == unit]
-        before: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {}
+        # Only units whose ops differ are re-applied: a module-level dump reprints much
+        # that the pass did not touch.
+        changed_old = [key for key in old_keys if new_units.get(key) != self.units[key]]
+        changed_new = [key for key in new_units if self.units.get(key) != new_units[key]]
+        if not changed_old and not changed_new:
+            return
         touched: set[str] = set()
+        for key in changed_old:
+            for _, ids in self.units[key]:
+                touched.update(ids)
+        for key in changed_new:
+            for _, ids in new_units[key]:
+                touched.update(ids)
+        before = {item: (self.totals.letter(item), self.totals.kinds_of(item)) for item in touched}
+        for key in changed_old:
+            self.totals.apply(self.units.pop(key), -1, set())
         for key in old_keys:
-            for op in self.units[key]:
-                touched.update(op.ids)
-        for new_ops in new_units.values():
-            for op in new_ops:
-                touched.update(op.ids)
-        for item in touched:
-            before[item] = (self.totals.letter(item), self.totals.kinds_of(item), self.totals.partners_of(item))
-        for key in old_keys:
-            self.totals.apply(self.units.pop(key), -1)
-        for key, ops in new_units.items():
-            self.units[key] = ops
-            self.totals.apply(ops, +1)
-        index = self.pass_runs
+            if key not in new_units:
+                self.units.pop(key, None)
+        for key in changed_new:
+            self.units[key] = new_units[key]
+            self.totals.apply(new_units[key], +1, set())
         label = "/".join(unit)
         for item in sorted(touched):
-            old_letter, old_kinds, _ = before[item]
+            old_letter, old_kinds = before[item]
             new_letter = self.totals.letter(item)
             if new_letter != old_letter:
-                self.changes.append(PassChange(
-                    item, pass_name, index, phase, label, old_letter, new_letter,
-                    self.totals.partners_of(item) if new_letter == "f" else (),
-                    old_kinds, self.totals.kinds_of(item)))
+                partners = self._partners(item, new_units) if new_letter == "f" else ()
+                self.changes.append(PassChange(item, pass_name, self.pass_runs, phase, label, old_letter,
+                                               new_letter, partners, old_kinds, self.totals.kinds_of(item)))
+
+    def _partners(self, item: str, recent: dict) -> tuple[str, ...]:
+        """The other IDs on the one op that carries ``item`` (looked up in the dump just
+        read first: that is where a fusion happens)."""
+        for units in (recent, self.units):
+            for ops in units.values():
+                for _, ids in ops:
+                    if item in ids and len(ids) > 1:
+                        return tuple(other for other in ids if other != item)
+        return ()
 
     def letters(self, source_ids: Iterable[str]) -> dict[str, str]:
         return {item: self.totals.letter(item) for item in source_ids}
 
 
-def read_dumps(stream: Path) -> Iterator[tuple[str, str]]:
-    """(pass argument, printed IR) for each ``IR Dump After`` in a compiler's stderr."""
-    pass_name: str | None = None
-    lines: list[str] = []
-    with open(stream, encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            match = _DUMP_HEADER.match(line)
-            if match is None:
-                if pass_name is not None:
-                    lines.append(line)
-                continue
-            if pass_name is not None:
-                yield pass_name, "".join(lines)
-            pass_name, lines = match[1], []
-    if pass_name is not None:
-        yield pass_name, "".join(lines)
+def ordered_dumps(tree: Path) -> list[tuple[Path, str]]:
+    """The dump files of one pipeline run, in the order the passes ran.
+
+    MLIR names a dump ``<c_1>_…_<c_n>_<pass>.mlir``: ``c_n`` counts the dumps of the IR
+    unit itself, each ``c_i`` before it the count (from 0) of its ancestor's dumps at that
+    moment. So a dump with ancestor count ``k`` came after that ancestor's dump ``k`` and
+    before its dump ``k + 1``: the sort key interleaves ``(c_1, 1, c_2, 1, …, c_n, 0)``."""
+    found = []
+    for path in tree.rglob("*.mlir"):
+        match = _DUMP_NAME.match(path.name)
+        if match is None:
+            continue
+        counts = [int(part) for part in match[1].rstrip("_").split("_")]
+        key: list[int] = []
+        for count in counts[:-1]:
+            key += [count, 1]
+        key += [counts[-1], 0]
+        found.append((tuple(key), path, match[2]))
+    found.sort(key=lambda item: item[0])
+    return [(path, name) for _, path, name in found]
 
 
 # --------------------------------------------------------------------------- results
@@ -462,9 +469,8 @@ def print_for_replay(module: Any) -> str:
 
 def observing_driver(flags: Sequence[str]):
     """A subprocess phase driver that records the pass history of every phase it runs."""
-    import subprocess
+    import shutil
 
-    from dfit_mlir.errors import CompileError
     from dfit_mlir.passes import phases
 
     class PassObservingDriver(phases.SubprocessDriver):
@@ -476,38 +482,13 @@ def observing_driver(flags: Sequence[str]):
 
         def run(self, module, after, to):  # noqa: ANN001 - the PhaseDriver protocol's types
             self.history.reset(print_for_replay(module))
-            source, out, stream = (self.workdir / name for name in ("in.mlirbc", f"{to}.mlirbc", f"{to}.dumps"))
-            with open(source, "wb") as handle:
-                module.write_bytecode(handle)
-            command = [self.iree_compile, str(source), "-o", str(out), *self.flags, f"--compile-to={to}",
-                       "--emit-mlir-bytecode", *PRINT_FLAGS]
-            if after is not None:
-                command.append(f"--compile-from={after}")
+            tree, out = self.workdir / f"passes-{to}", self.workdir / f"{to}.mlirbc"
             try:
-                with open(stream, "w") as errors:
-                    code = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=errors).returncode
-                if code != 0:
-                    raise CompileError(f"iree-compile {phases.toolchain_failure(code)} (--compile-to={to}):\n"
-                                       f"{phases.trim_diagnostics(_diagnostics(stream))}")
-                self.history.observe_phase(to, stream)
+                self._compile(module, after, [f"--compile-to={to}", "--emit-mlir-bytecode", *PRINT_FLAGS,
+                                              f"--mlir-print-ir-tree-dir={tree}"], out)
+                self.history.observe_phase(to, tree)
             finally:
-                stream.unlink(missing_ok=True)
+                shutil.rmtree(tree, ignore_errors=True)
             return self._parse_output(out)
 
     return PassObservingDriver(flags)
-
-
-def _diagnostics(stream: Path) -> str:
-    """The compiler's own messages in a dump stream (the dumps left out)."""
-    kept: list[str] = []
-    with open(stream, encoding="utf-8", errors="replace") as handle:
-        in_dump = False
-        for line in handle:
-            if _DUMP_HEADER.match(line):
-                in_dump = True
-            elif in_dump and (": error:" in line or ": warning:" in line or line.startswith("error:")):
-                in_dump = False
-            if not in_dump:
-                kept.append(line)
-                del kept[:-200]
-    return "".join(kept)
