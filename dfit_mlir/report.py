@@ -87,6 +87,9 @@ def pass_histories(manifest: dict[str, Any], patterns: tuple[str, ...], source: 
         for change in changes:
             partners = f" with {', '.join(change.with_ids[:4])}" + (" …" if len(change.with_ids) > 4 else "") if change.with_ids else ""
             kinds = f"  [{', '.join(change.kinds_before) or '-'} → {', '.join(change.kinds_after) or '-'}]"
+            what = (f"{class_name(change.before)} → {class_name(change.after)}" if change.before != change.after
+                    else class_name(change.after))
+            region = f"; into the dispatch region of {', '.join(change.dispatch)}" if change.dispatch else ""
             lines.append(f"  #{change.pass_index:<5} {change.phase:<26} {change.pass_name:<56} "
-                         f"{class_name(change.before)} → {class_name(change.after)}{partners}{kinds}")
+                         f"{what}{partners}{region}{kinds}")
     return "\n".join(lines)

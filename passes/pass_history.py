@@ -56,7 +56,7 @@ PRINT_FLAGS = (
     "--mlir-elide-resource-strings-if-larger=64",
 )
 TABLE_VERSION = 1
-TABLE_COLUMNS = ("id", "pass", "from", "to", "with", "kinds_before", "kinds_after")
+TABLE_COLUMNS = ("id", "pass", "from", "to", "with", "kinds_before", "kinds_after", "dispatch")
 
 _DUMP_NAME = re.compile(r"^((?:\d+_)+)(.+)\.mlir$")
 _SYM_NAME = re.compile(r'sym_name = "((?:[^"\\]|\\.)*)"')
@@ -138,9 +138,12 @@ def _trailing_loc(line: str) -> str | None:
 # --------------------------------------------------------------------------- IR units
 
 
-#: One op of a printout: (kind, the source IDs its location names). A plain tuple, so a
-#: unit's op list compares at C speed when a dump leaves it unchanged.
-OpRecord = tuple[str, tuple[str, ...]]
+#: One op of a printout: (kind, the source IDs its location names, the IDs of the dispatch
+#: region holding it or ()). A plain tuple, so a unit's op list compares at C speed when a
+#: dump leaves it unchanged.
+OpRecord = tuple[str, tuple[str, ...], tuple[str, ...]]
+#: Dispatch regions before outlining (as :mod:`dfit_mlir.passes.snapshot` knows them).
+REGION_KINDS = frozenset({"flow.dispatch.region", "flow.dispatch.workgroups"})
 
 
 #: Ops with regions but no symbol that the pass manager still nests on.
@@ -161,8 +164,9 @@ def scan_ops(text: str, root: tuple[str, ...], id_cache: dict[str, tuple[str, ..
     replacing a unit replaces it too. Ops end where their location is printed: on their own
     line, or on the line closing their last region (``}) … loc(…)``)."""
     units: dict[tuple[str, ...], list[OpRecord]] = defaultdict(list)
-    # Open ops with regions: (kind, the unit their contents belong to, whether they are it).
-    stack: list[tuple[str, tuple[str, ...], bool]] = []
+    # Open ops with regions: (kind, the unit their contents belong to, whether they are it,
+    # for a dispatch region the index in its unit's list where its ops start, else -1).
+    stack: list[tuple[str, tuple[str, ...], bool, int]] = []
     siblings: Counter = Counter()  # (parent, component): units named alike (no symbol)
     in_resources = False
     for raw in text.splitlines():
@@ -178,9 +182,11 @@ def scan_ops(text: str, root: tuple[str, ...], id_cache: dict[str, tuple[str, ..
         if line[0] == "}":
             if line.startswith("}, {"):
                 continue  # the next region of the same op
-            kind, inner, is_unit = stack.pop()
+            kind, inner, is_unit, first = stack.pop()
             owner = inner if is_unit else (stack[-1][1] if stack else root)
-            _record(units, owner, kind, _trailing_loc(line), id_cache)
+            ids = _record(units, owner, kind, _trailing_loc(line), id_cache)
+            if first >= 0:
+                _enclose(units[owner], first, ids)
             continue
         match = _OP_NAME.match(line)
         if match is None:
@@ -188,31 +194,40 @@ def scan_ops(text: str, root: tuple[str, ...], id_cache: dict[str, tuple[str, ..
         kind = match[1]
         if line.endswith("({"):
             if not stack:
-                stack.append((kind, root, True))
+                stack.append((kind, root, True, -1))
             elif kind in UNIT_KINDS or "sym_name = " in line:
                 symbol = _SYM_NAME.search(line)
                 parent = stack[-1][1]
                 component = unit_component(kind, symbol[1] if symbol else None)
                 seen = siblings[parent, component]
                 siblings[parent, component] += 1
-                stack.append((kind, (*parent, component if not seen else f"{component}#{seen}"), True))
+                stack.append((kind, (*parent, component if not seen else f"{component}#{seen}"), True, -1))
             else:
-                stack.append((kind, stack[-1][1], False))
+                unit = stack[-1][1]
+                stack.append((kind, unit, False, len(units[unit]) if kind in REGION_KINDS else -1))
             continue
         _record(units, stack[-1][1] if stack else root, kind, _trailing_loc(line), id_cache)
     return units
 
 
 def _record(units: dict, unit: tuple[str, ...], kind: str, loc_text: str | None,
-            id_cache: dict[str, tuple[str, ...]]) -> None:
-    if kind in CONTAINER_KINDS:
-        return
+            id_cache: dict[str, tuple[str, ...]]) -> tuple[str, ...]:
     ids: tuple[str, ...] = ()
     if loc_text is not None and "dfit:" in loc_text:
         ids = id_cache.get(loc_text)  # type: ignore[assignment]
         if ids is None:
             ids = id_cache[loc_text] = locations.dfit_ids(parse_loc(loc_text))
-    units[unit].append((kind, ids))
+    if kind not in CONTAINER_KINDS:
+        units[unit].append((kind, ids, ()))
+    return ids
+
+
+def _enclose(ops: list[OpRecord], first: int, region: tuple[str, ...]) -> None:
+    """Mark the ops of a dispatch region (the innermost region wins)."""
+    for index in range(first, len(ops)):
+        kind, ids, inside = ops[index]
+        if not inside:
+            ops[index] = (kind, ids, region)
 
 
 # --------------------------------------------------------------------------- the replay
@@ -232,6 +247,7 @@ class PassChange:
     with_ids: tuple[str, ...]  # the other IDs on the op carrying it (fused)
     kinds_before: tuple[str, ...]
     kinds_after: tuple[str, ...]
+    dispatch: tuple[str, ...] = ()  # root IDs of the dispatch region the pass put it in
 
 
 @dataclass
@@ -241,19 +257,21 @@ class _Totals:
     carriers: Counter = field(default_factory=Counter)
     fused: Counter = field(default_factory=Counter)  # ops carrying the ID with others
     kinds: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
+    regions: dict[str, Counter] = field(default_factory=lambda: defaultdict(Counter))
 
-    def apply(self, ops: Iterable[OpRecord], sign: int, touched: set[str]) -> None:
-        carriers, fused, kinds = self.carriers, self.fused, self.kinds
-        for kind, ids in ops:
+    def apply(self, ops: Iterable[OpRecord], sign: int) -> None:
+        carriers, fused, kinds, regions = self.carriers, self.fused, self.kinds, self.regions
+        for kind, ids, region in ops:
             if not ids:
                 continue
-            touched.update(ids)
             shared = len(ids) > 1
             for item in ids:
                 carriers[item] += sign
                 kinds[item][kind] += sign
                 if shared:
                     fused[item] += sign
+                if region:
+                    regions[item][region] += sign
 
     def letter(self, item: str) -> str:
         count = self.carriers[item]
@@ -265,6 +283,11 @@ class _Totals:
 
     def kinds_of(self, item: str) -> tuple[str, ...]:
         return tuple(sorted(kind for kind, n in self.kinds[item].items() for _ in range(n)))
+
+    def region_of(self, item: str) -> tuple[str, ...]:
+        """The root IDs of the dispatch regions holding the ID's ops, joined."""
+        found = self.regions.get(item)
+        return tuple(sorted({root for region, n in found.items() if n > 0 for root in region})) if found else ()
 
 
 class PassHistory:
@@ -287,7 +310,7 @@ class PassHistory:
         self.units = dict(scan_ops(module_text, self._root, self._ids))
         self.totals = _Totals()
         for ops in self.units.values():
-            self.totals.apply(ops, +1, set())
+            self.totals.apply(ops, +1)
 
     def observe_phase(self, phase: str, tree: Path) -> None:
         """Read (and delete) one phase's dumps in the order the passes ran."""
@@ -318,9 +341,9 @@ class PassHistory:
                 if any(other[: len(key)] == key and len(other) > len(key) and other[len(key)].endswith(suffix)
                        for other in self.units):
                     return key
-        ids = {item for ops in scan_ops(body, candidates[0], self._ids).values() for _, op_ids in ops for item in op_ids}
+        ids = {item for ops in scan_ops(body, candidates[0], self._ids).values() for _, op_ids, _ in ops for item in op_ids}
         return max(candidates, key=lambda key: len(ids.intersection(
-            item for other, ops in self.units.items() if other[: len(key)] == key for _, op_ids in ops for item in op_ids)))
+            item for other, ops in self.units.items() if other[: len(key)] == key for _, op_ids, _ in ops for item in op_ids)))
 
     def _replace(self, unit: tuple[str, ...], new_units: dict, pass_name: str, phase: str) -> None:
         width = len(unit)
@@ -333,35 +356,37 @@ class PassHistory:
             return
         touched: set[str] = set()
         for key in changed_old:
-            for _, ids in self.units[key]:
+            for _, ids, _ in self.units[key]:
                 touched.update(ids)
         for key in changed_new:
-            for _, ids in new_units[key]:
+            for _, ids, _ in new_units[key]:
                 touched.update(ids)
-        before = {item: (self.totals.letter(item), self.totals.kinds_of(item)) for item in touched}
+        totals = self.totals
+        before = {item: (totals.letter(item), totals.kinds_of(item), totals.region_of(item)) for item in touched}
         for key in changed_old:
-            self.totals.apply(self.units.pop(key), -1, set())
+            self.totals.apply(self.units.pop(key), -1)
         for key in old_keys:
             if key not in new_units:
                 self.units.pop(key, None)
         for key in changed_new:
             self.units[key] = new_units[key]
-            self.totals.apply(new_units[key], +1, set())
+            self.totals.apply(new_units[key], +1)
         label = "/".join(unit)
         for item in sorted(touched):
-            old_letter, old_kinds = before[item]
-            new_letter = self.totals.letter(item)
-            if new_letter != old_letter:
+            old_letter, old_kinds, old_region = before[item]
+            new_letter, new_region = totals.letter(item), totals.region_of(item)
+            entered = new_region if new_region and new_region != old_region else ()
+            if new_letter != old_letter or entered:
                 partners = self._partners(item, new_units) if new_letter == "f" else ()
                 self.changes.append(PassChange(item, pass_name, self.pass_runs, phase, label, old_letter,
-                                               new_letter, partners, old_kinds, self.totals.kinds_of(item)))
+                                               new_letter, partners, old_kinds, totals.kinds_of(item), entered))
 
     def _partners(self, item: str, recent: dict) -> tuple[str, ...]:
         """The other IDs on the one op that carries ``item`` (looked up in the dump just
         read first: that is where a fusion happens)."""
         for units in (recent, self.units):
             for ops in units.values():
-                for _, ids in ops:
+                for _, ids, _ in ops:
                     if item in ids and len(ids) > 1:
                         return tuple(other for other in ids if other != item)
         return ()
@@ -431,7 +456,7 @@ def to_table(history: Sequence[PassChange], *, threads: str) -> dict[str, Any]:
             slot = seen[change.pass_index] = len(passes)
             passes.append({"index": change.pass_index, "name": change.pass_name, "phase": change.phase, "unit": change.unit})
         rows.append([change.id, slot, change.before, change.after, list(change.with_ids),
-                     list(change.kinds_before), list(change.kinds_after)])
+                     list(change.kinds_before), list(change.kinds_after), list(change.dispatch)])
     return {"version": TABLE_VERSION, "observer": "mlir-print-ir-tree-dir (after change)",
             "threads": threads, "passes": passes, "columns": list(TABLE_COLUMNS), "rows": rows}
 
@@ -446,7 +471,8 @@ def from_table(table: dict[str, Any]) -> list[PassChange]:
         run = passes[values["pass"]]
         changes.append(PassChange(values["id"], run["name"], run["index"], run["phase"], run["unit"],
                                   values["from"], values["to"], tuple(values["with"]),
-                                  tuple(values["kinds_before"]), tuple(values["kinds_after"])))
+                                  tuple(values["kinds_before"]), tuple(values["kinds_after"]),
+                                  tuple(values.get("dispatch", ()))))
     return changes
 
 
