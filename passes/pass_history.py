@@ -223,8 +223,9 @@ def _record(units: dict, unit: tuple[str, ...], kind: str, loc_text: str | None,
 
 
 def _enclose(ops: list[OpRecord], first: int, region: tuple[str, ...]) -> None:
-    """Mark the ops of a dispatch region (the innermost region wins)."""
-    for index in range(first, len(ops)):
+    """Mark the ops of a dispatch region whose own op was just recorded, last in ``ops``
+    (the innermost region wins)."""
+    for index in range(first, len(ops) - 1):
         kind, ids, inside = ops[index]
         if not inside:
             ops[index] = (kind, ids, region)
