@@ -80,7 +80,7 @@ def pass_histories(manifest: dict[str, Any], patterns: tuple[str, ...], source: 
     lines = []
     for item in chosen:
         letters = classes[item]
-        lines.append(f"{item}: " + " ".join(f"{stage}={class_name(letter)}" for stage, letter in zip(stages, letters)))
+        lines.append(f"{item}: " + " ".join(f"{stage}={class_name(letter)}" for stage, letter in zip(stages, letters, strict=True)))
         changes = by_id.get(item, [])
         if not changes:
             lines.append("  no pass changed its class")

@@ -32,7 +32,15 @@ from dfit_mlir.adapters import iree as iree_adapter
 from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.ids import ID_SCHEME_VERSION
 from dfit_mlir.lineage import DispatchRegion, DispatchSite, StageFigures
-from dfit_mlir.passes import mlir_engine, operators, pass_history, phases, recordings, snapshot, tensor_traces
+from dfit_mlir.passes import (
+    mlir_engine,
+    operators,
+    pass_history,
+    phases,
+    recordings,
+    snapshot,
+    tensor_traces,
+)
 from dfit_mlir.passes import probes as function_probes
 
 MODES = ("ids", "lite", "full")

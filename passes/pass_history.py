@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -468,7 +468,7 @@ def from_table(table: dict[str, Any]) -> list[PassChange]:
     columns = table["columns"]
     changes = []
     for row in table["rows"]:
-        values = dict(zip(columns, row))
+        values = dict(zip(columns, row, strict=True))
         run = passes[values["pass"]]
         changes.append(PassChange(values["id"], run["name"], run["index"], run["phase"], run["unit"],
                                   values["from"], values["to"], tuple(values["with"]),
