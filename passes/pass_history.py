@@ -13,7 +13,7 @@ How it observes (read-only: nothing here changes the IR or the pipeline IREE run
   The print flags are process-wide options of the compiler library that can be parsed once
   per process, so they cannot be set on the in-process session: this mode always uses the
   subprocess phase driver. The files are printed in the generic op form with local-scope
-  locations and elided large constants, read one at a time and deleted.
+  locations, read one at a time and deleted.
 * Function-scope passes that MLIR runs in parallel write to different IR units' files;
   the pipeline position (``9_8_…``: adaptor 9 of the module pipeline, pass 8 of the
   function's) orders them per IR unit, and a module-level pass after its nested ones.
@@ -52,8 +52,10 @@ PRINT_FLAGS = (
     "--mlir-print-debuginfo",
     "--mlir-print-local-scope",
     "--mlir-print-op-generic",
-    "--mlir-elide-elementsattrs-if-larger=8",
-    "--mlir-elide-resource-strings-if-larger=64",
+    # No --mlir-elide-elementsattrs-if-larger / --mlir-elide-resource-strings-if-larger:
+    # iree-compile applies them to the bytecode it writes as well, and the next phase then
+    # lacks the weights. So dumps print constants in full (the reader skips over them):
+    # this mode's cost grows with the weights that module-level passes reprint.
 )
 TABLE_VERSION = 1
 TABLE_COLUMNS = ("id", "pass", "from", "to", "with", "kinds_before", "kinds_after", "dispatch")
@@ -491,7 +493,7 @@ def class_name(letter: str) -> str:
 def print_for_replay(module: Any) -> str:
     """The module as the dumps print it (generic form, local-scope locations)."""
     return module.get_asm(print_generic_op_form=True, enable_debug_info=True, use_local_scope=True,
-                          large_elements_limit=8, large_resource_limit=64, assume_verified=True)
+                          large_elements_limit=8, large_resource_limit=16, assume_verified=True)
 
 
 def observing_driver(flags: Sequence[str]):
@@ -519,3 +521,14 @@ def observing_driver(flags: Sequence[str]):
             return self._parse_output(out)
 
     return PassObservingDriver(flags)
+
+
+def deciding_passes(table: dict[str, Any] | None) -> dict[tuple[str, str], PassChange]:
+    """(ID, phase) → the last change of the ID's class in that phase: the pass whose
+    result the phase's class is (``dfit diff`` names it when two compiles differ)."""
+    found: dict[tuple[str, str], PassChange] = {}
+    if table:
+        for change in from_table(table):
+            if change.before != change.after:
+                found[change.id, change.phase] = change
+    return found

@@ -307,5 +307,9 @@ def test_history_explains_every_phase_on_real_models(kind: str, tmp_path: Path) 
     result = compile_instrumented(source, tmp_path / "model.vmfb", mode="full", flags=realmodels.IREE_CPU_FLAGS,
                                   lineage_detail="passes")
     _assert_history_explains_every_phase(result.manifest)
+    if kind == "tflite":  # real dense weights: observing must not change what IREE writes
+        plain = compile_instrumented(source, tmp_path / "plain.vmfb", mode="full", flags=realmodels.IREE_CPU_FLAGS,
+                                     driver_name="subprocess")
+        assert plain.manifest["compile"]["vmfb_sha256"] == result.manifest["compile"]["vmfb_sha256"]
     assert {run["name"] for run in result.manifest["pass_history"]["passes"]} & {
         "iree-dispatch-creation-form-dispatch-regions", "iree-dispatch-creation-elementwise-op-fusion"}
