@@ -147,6 +147,8 @@ def compile_instrumented(
                     trace_plan = tensor_traces.insert_tensor_traces(module, trace_tensors, filters.names_by_id(ops), str(source))
                 if with_probes:
                     probe_sites = function_probes.insert_function_probes(module)
+                if trace_tensors or with_probes:
+                    driver.mark_changed(module)
             after = phase
         with atomic.atomic_path(output, kind="vmfb") as tmp_vmfb:
             t0 = time.perf_counter()

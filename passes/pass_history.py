@@ -511,9 +511,9 @@ def observing_driver(flags: Sequence[str]):
 
         def run(self, module, after, to):  # noqa: ANN001 - the PhaseDriver protocol's types
             self.history.reset(print_for_replay(module))
-            tree, out = self.workdir / f"passes-{to}", self.workdir / f"{to}.mlirbc"
+            tree, out = self.workdir / f"passes-{to}", self.workdir / f"{to}.mlir"
             try:
-                self._compile(module, after, [f"--compile-to={to}", "--emit-mlir-bytecode", *PRINT_FLAGS,
+                self._compile(module, after, [f"--compile-to={to}", *self.OUTPUT_FLAGS, *PRINT_FLAGS,
                                               f"--mlir-print-ir-tree-dir={tree}"], out)
                 self.history.observe_phase(to, tree)
             finally:
