@@ -289,7 +289,9 @@ class SubprocessDriver(_SessionDriver):
     #: bytecode of a module past its stream phase without the data of the resources it
     #: renamed (``--compile-to=stream --emit-mlir-bytecode`` then ``--compile-from=stream``
     #: fails with "resource data missing in input IR" on a transformers BERT); text keeps it.
-    OUTPUT_FLAGS = ("--mlir-print-debuginfo",)
+    #: Generic form: custom forms elide implicit terminators, which would come back from the
+    #: parser with other locations.
+    OUTPUT_FLAGS = ("--mlir-print-debuginfo", "--mlir-print-op-generic")
 
     def run(self, module: ir.Operation, after: str | None, to: str) -> ir.Operation:
         out = self.workdir / f"{to}.mlir"
