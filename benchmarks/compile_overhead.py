@@ -6,7 +6,10 @@ from round to round:
 
 * ``plain``: ``dfit compile IN -o X.vmfb`` (no ``--dfit-tag``: a plain ``iree-compile``);
 * ``ids``:   ``dfit compile IN --dfit-tag --mode ids -o X.vmfb``;
-* ``full``:  ``dfit compile IN --dfit-tag --mode full -o X.vmfb``.
+* ``full``:  ``dfit compile IN --dfit-tag --mode full -o X.vmfb``;
+* ``passes``: ``dfit compile IN --dfit-tag --mode full --lineage passes -o X.vmfb`` (the
+  pass-level lineage: iree-compile per phase, single-threaded, printing after each pass
+  that changed the IR), with the growth of its manifest over ``full``'s.
 
 The machine's speed drifts, so the variants alternate within a round and the report uses
 medians. The result replaces this benchmark's section of ``benchmarks/RESULTS.md``.
@@ -41,8 +44,9 @@ VARIANTS = {
     "plain": [],
     "ids": ["--dfit-tag", "--mode", "ids"],
     "full": ["--dfit-tag", "--mode", "full"],
+    "passes": ["--dfit-tag", "--mode", "full", "--lineage", "passes"],
 }
-TARGETS = {"ids": 1.10, "full": 1.30}
+TARGETS = {"ids": 1.10, "full": 1.30, "passes": 3.0}
 
 
 def dfit_executable() -> str:
@@ -75,6 +79,12 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def manifest_bytes(source: Path, variant: str, out_dir: Path) -> int:
+    """Size of the manifest the last compile of ``variant`` wrote (0 for plain)."""
+    path = out_dir / f"{source.stem}.{variant}.manifest.json"
+    return path.stat().st_size if path.is_file() else 0
+
+
 def time_compile(dfit: str, source: Path, variant: str, out_dir: Path) -> tuple[float, float]:
     """(wall seconds, CPU seconds user+sys) of one compile as a subprocess."""
     output = out_dir / f"{source.stem}.{variant}.vmfb"
@@ -101,8 +111,8 @@ def summarize(label: str, samples: dict[str, list[float]], cpu: dict[str, list[f
         "label": label,
         "samples": samples,
         "median": {variant: statistics.median(values) for variant, values in samples.items()},
-        "wall": {variant: paired(samples, variant) for variant in ("ids", "full")},
-        "cpu": {variant: paired(cpu, variant) for variant in ("ids", "full")},
+        "wall": {variant: paired(samples, variant) for variant in TARGETS},
+        "cpu": {variant: paired(cpu, variant) for variant in TARGETS},
     }
 
 
@@ -133,7 +143,7 @@ def render(rows: list[dict], rounds: int, command: str, started: dt.datetime, el
         "",
         f"Measured {started.strftime('%Y-%m-%d %H:%M UTC')} on {nproc()} CPUs (`nproc`), {cpu_model()}; "
         f"Python {platform.python_version()}, {versions}.",
-        f"{rounds} rounds per model, the three variants alternating within each round (order rotated per round); "
+        f"{rounds} rounds per model, the four variants alternating within each round (order rotated per round); "
         f"whole run {elapsed / 60:.1f} min. Times are subprocess wall seconds (medians). Ratios are the median "
         "over rounds of each round's ratio to that round's plain compile, for wall time and for CPU time "
         "(user+sys of the compile and its threads); the targets are judged on the wall ratio.",
@@ -146,19 +156,23 @@ def render(rows: list[dict], rounds: int, command: str, started: dt.datetime, el
         "",
         "Each variant is `dfit compile IN [flags] -o X.vmfb` with the default llvm-cpu host target: "
         "`plain` has no `--dfit-tag` (it runs `iree-compile`), `ids` adds `--dfit-tag --mode ids`, "
-        "`full` adds `--dfit-tag --mode full`.",
+        "`full` adds `--dfit-tag --mode full`, `passes` adds `--dfit-tag --mode full --lineage passes`. "
+        "The manifest columns are the sizes `full` and `passes` wrote.",
         "",
-        "| model | plain (s) | ids (s) | full (s) | ids / plain wall (cpu) | full / plain wall (cpu) | ids ≤ 1.10x | full ≤ 1.30x | samples plain / ids / full (s) |",
-        "|---|---:|---:|---:|---:|---:|:-:|:-:|---|",
+        "| model | plain (s) | ids (s) | full (s) | passes (s) | ids / plain wall (cpu) | full / plain wall (cpu) "
+        "| passes / plain wall (cpu) | ids ≤ 1.10x | full ≤ 1.30x | passes ≤ 3x | manifest full → passes "
+        "| samples plain / ids / full / passes (s) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|:-:|:-:|:-:|---:|---|",
     ]
     for row in rows:
         med, wall, cpu = row["median"], row["wall"], row["cpu"]
         samples = " / ".join(", ".join(f"{value:.2f}" for value in row["samples"][variant]) for variant in VARIANTS)
+        ratios = " | ".join(f"{wall[variant]:.3f}x ({cpu[variant]:.3f}x)" for variant in TARGETS)
+        verdicts = " | ".join("yes" if wall[variant] <= target else "**no**" for variant, target in TARGETS.items())
+        full_kb, passes_kb = row["manifest_bytes"]["full"] / 1024, row["manifest_bytes"]["passes"] / 1024
         lines.append(
-            f"| {row['label']} | {med['plain']:.2f} | {med['ids']:.2f} | {med['full']:.2f} | "
-            f"{wall['ids']:.3f}x ({cpu['ids']:.3f}x) | {wall['full']:.3f}x ({cpu['full']:.3f}x) | "
-            f"{'yes' if wall['ids'] <= TARGETS['ids'] else '**no**'} | "
-            f"{'yes' if wall['full'] <= TARGETS['full'] else '**no**'} | {samples} |"
+            f"| {row['label']} | {med['plain']:.2f} | {med['ids']:.2f} | {med['full']:.2f} | {med['passes']:.2f} | "
+            f"{ratios} | {verdicts} | {full_kb:.0f} → {passes_kb:.0f} KiB (+{passes_kb / full_kb - 1:.0%}) | {samples} |"
         )
     lines += ["", END]
     return "\n".join(lines) + "\n"
@@ -232,9 +246,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{label:<40} round {round_index + 1}/{args.rounds} {variant:<6} {wall:7.2f} s wall "
                       f"{cpu_s:7.2f} s cpu", flush=True)
         row = summarize(label, samples, cpu)
+        row["manifest_bytes"] = {variant: manifest_bytes(source, variant, out_dir) for variant in ("full", "passes")}
         rows.append(row)
-        print(f"{label:<40} paired wall ratio ids {row['wall']['ids']:.3f}x full {row['wall']['full']:.3f}x; "
-              f"cpu ids {row['cpu']['ids']:.3f}x full {row['cpu']['full']:.3f}x", flush=True)
+        print(f"{label:<40} paired wall ratio " + ", ".join(f"{v} {row['wall'][v]:.3f}x" for v in TARGETS)
+              + "; cpu " + ", ".join(f"{v} {row['cpu'][v]:.3f}x" for v in TARGETS), flush=True)
     section = render(rows, args.rounds, command, started, time.perf_counter() - t0)
     update_results(section, args.results)
     print(f"wrote {args.results}")

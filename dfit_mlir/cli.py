@@ -233,11 +233,15 @@ def main() -> None:
               help="Phase driver (default: in-process when the toolchain gate passes).")
 @click.option("--model-factory", default="make_model", show_default=True,
               help="For a PyTorch model file (SOURCE.py): the function returning (nn.Module, example args).")
+@click.option("--lineage", "lineage_detail", type=click.Choice(["phases", "passes"]), default="phases",
+              show_default=True, help="passes: also record which compiler pass changed each ID's lineage class "
+                                      "(--mode full; iree-compile per phase, single-threaded; see `dfit show --passes`).")
 @_force_option
 @click.pass_context
 @_user_errors
 def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool | None, tensor_filter: str | None,
-            output: Path, manifest_path: Path | None, driver: str | None, model_factory: str, force: bool) -> None:
+            output: Path, manifest_path: Path | None, driver: str | None, model_factory: str, lineage_detail: str,
+            force: bool) -> None:
     """Compile with iree-compile; with --dfit-tag also write the manifest. Any other
     option is passed to iree-compile. SOURCE may be a PyTorch model file (.py defining
     make_model() -> (nn.Module, example args)): it is exported with iree-turbine, each op
@@ -260,6 +264,11 @@ def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool
         source = _write_frontend_mlir(source, output, force, lambda: onnx_frontend.import_model(source))
     if tensor_filter is not None and not tag:
         raise InvalidInputError("--tensors needs --dfit-tag (traces are keyed by dfit IDs)")
+    if lineage_detail == "passes" and not tag:
+        raise InvalidInputError("--lineage passes needs --dfit-tag (the history is kept per dfit ID)")
+    if lineage_detail == "passes" and driver == "in-process":
+        raise InvalidInputError("--lineage passes runs iree-compile per phase: it cannot use --driver in-process "
+                                "(the compiler library parses its IR-printing options once per process)")
     _check_compile_paths(source, output, manifest_path if tag else None, force, tag)
     if not tag:
         from dfit_mlir.passes.plain_compile import plain_compile
@@ -275,7 +284,8 @@ def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool
     except ValueError as error:
         raise InvalidInputError(str(error)) from None
     result = compile_instrumented(source, output, mode=mode, flags=flags, manifest_path=manifest_path,
-                                  driver_name=driver, trace_tensors=tensors, probes=probes)
+                                  driver_name=driver, trace_tensors=tensors, probes=probes,
+                                  lineage_detail=lineage_detail)
     click.echo(f"wrote {result.vmfb}")
     click.echo(f"wrote {result.manifest_path}")
     click.echo(attribution_summary(result.manifest))
@@ -841,13 +851,21 @@ def _bundle_mode(directory: Path) -> str | None:
 @main.command()
 @click.argument("manifest_path", type=click.Path(path_type=Path))
 @click.option("--dispatches/--no-dispatches", default=True, help="Also list dispatch call sites.")
+@click.option("--passes", "pass_ids", multiple=True, metavar="ID",
+              help="Print the lineage history of this ID (a glob; repeatable): its class at each phase and each "
+                   "pass that changed it (manifests of `dfit compile --lineage passes`).")
 @_user_errors
-def show(manifest_path: Path, dispatches: bool) -> None:
+def show(manifest_path: Path, dispatches: bool, pass_ids: tuple[str, ...]) -> None:
     """Summarise a manifest: per-phase attribution, lineage and dispatches."""
     from dfit_mlir import manifest
     from dfit_mlir.report import attribution_summary, dispatch_summary
 
     document = manifest.load(manifest_path)
+    if pass_ids:
+        from dfit_mlir.report import pass_histories
+
+        click.echo(pass_histories(document, pass_ids, manifest_path))
+        return
     click.echo(attribution_summary(document))
     if dispatches:
         click.echo(dispatch_summary(document))

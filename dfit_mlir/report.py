@@ -55,3 +55,41 @@ def dispatch_summary(manifest: dict[str, Any]) -> str:
         lines.append(f"  #{site['index']:<3} {site['export']:<52} root {site['root_id']}; fused: {', '.join(fused) or '-'}"
                      + (f"; shared: {', '.join(shared)}" if shared else ""))
     return "\n".join(lines)
+
+
+def pass_histories(manifest: dict[str, Any], patterns: tuple[str, ...], source: object = "manifest") -> str:
+    """Each matching ID's class per phase and the passes that changed it (``dfit show
+    --passes``)."""
+    from fnmatch import fnmatchcase
+
+    from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.passes.pass_history import class_name, from_table
+
+    table = manifest.get("pass_history")
+    if table is None:
+        raise InvalidInputError(f"{source}: no pass history; compile with `dfit compile --dfit-tag --mode full "
+                                "--lineage passes`")
+    classes = manifest["lineage"]["classes"]
+    stages = manifest["lineage"]["stages"]
+    chosen = [item for item in classes if any(fnmatchcase(item, pattern) for pattern in patterns)]
+    if not chosen:
+        raise InvalidInputError(f"{source}: no source ID matches {', '.join(patterns)}")
+    by_id: dict[str, list] = {}
+    for change in from_table(table):
+        by_id.setdefault(change.id, []).append(change)
+    lines = []
+    for item in chosen:
+        letters = classes[item]
+        lines.append(f"{item}: " + " ".join(f"{stage}={class_name(letter)}" for stage, letter in zip(stages, letters, strict=True)))
+        changes = by_id.get(item, [])
+        if not changes:
+            lines.append("  no pass changed its class")
+        for change in changes:
+            partners = f" with {', '.join(change.with_ids[:4])}" + (" …" if len(change.with_ids) > 4 else "") if change.with_ids else ""
+            kinds = f"  [{', '.join(change.kinds_before) or '-'} → {', '.join(change.kinds_after) or '-'}]"
+            what = (f"{class_name(change.before)} → {class_name(change.after)}" if change.before != change.after
+                    else class_name(change.after))
+            region = f"; into the dispatch region of {', '.join(change.dispatch)}" if change.dispatch else ""
+            lines.append(f"  #{change.pass_index:<5} {change.phase:<26} {change.pass_name:<56} "
+                         f"{what}{partners}{region}{kinds}")
+    return "\n".join(lines)

@@ -31,13 +31,24 @@ from dfit_mlir import (
     vmfb,
 )
 from dfit_mlir.adapters import iree as iree_adapter
+from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.ids import ID_SCHEME_VERSION
 from dfit_mlir.lineage import DispatchRegion, DispatchSite, StageFigures
-from dfit_mlir.passes import mlir_engine, operators, phases, recordings, snapshot, tensor_traces
+from dfit_mlir.passes import (
+    mlir_engine,
+    operators,
+    pass_history,
+    phases,
+    recordings,
+    snapshot,
+    tensor_traces,
+)
 from dfit_mlir.passes import probes as function_probes
 from dfit_mlir.passes.region_costs import RegionCost
 
 MODES = ("ids", "lite", "full")
+#: ``phases``: a lineage class per ID and phase; ``passes``: also the pass that changed it.
+LINEAGE_DETAILS = ("phases", "passes")
 #: Phases whose snapshot each mode takes, in pipeline order. ``ids`` keeps what the
 #: runtime join needs: dispatch regions (per-site fused IDs), exports with their bodies,
 #: final call sites. ``phase_s`` in the manifest times each run up to a snapshot phase
@@ -79,16 +90,25 @@ def compile_instrumented(
     driver_name: str | None = None,
     trace_tensors: tuple[str, ...] = (),
     probes: bool | None = None,
+    lineage_detail: str = "phases",
 ) -> CompileResult:
     """``trace_tensors``: globs selecting source ops whose values the module traces
     (``passes/tensor_traces.py``); empty: no tracing, the module computes exactly what
     the plain compile does. ``probes``: insert function-boundary probes (default: in
-    :data:`PROBE_MODES`)."""
+    :data:`PROBE_MODES`). ``lineage_detail="passes"`` also records which pass changed each
+    ID's class (:mod:`dfit_mlir.passes.pass_history`; ``full`` mode only: the history is
+    checked against the snapshot of every phase)."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
+    if lineage_detail not in LINEAGE_DETAILS:
+        raise ValueError(f"unknown lineage detail {lineage_detail!r}; expected one of {', '.join(LINEAGE_DETAILS)}")
+    if lineage_detail == "passes" and mode != "full":
+        raise InvalidInputError(f"--lineage passes needs --mode full (got --mode {mode}): the pass history is "
+                                "checked against the lineage snapshot of every phase")
     manifest_path = manifest_path or manifest.default_path(output)
     started = time.perf_counter()
-    driver = phases.open_driver(flags, driver_name)
+    observing = lineage_detail == "passes"
+    driver = pass_history.observing_driver(flags) if observing else phases.open_driver(flags, driver_name)
     try:
         module = driver.parse(source)
         phases.require_functions(module, source)
@@ -130,6 +150,8 @@ def compile_instrumented(
                     trace_plan = tensor_traces.insert_tensor_traces(module, trace_tensors, filters.names_by_id(ops), str(source))
                 if with_probes:
                     probe_sites = function_probes.insert_function_probes(module)
+                if trace_tensors or with_probes:
+                    driver.mark_changed(module)
             after = phase
         with atomic.atomic_path(output, kind="vmfb") as tmp_vmfb:
             t0 = time.perf_counter()
@@ -152,6 +174,8 @@ def compile_instrumented(
                 trace_plan=trace_plan,
                 host_program=host_program,
             )
+            if observing:
+                document["pass_history"] = _pass_history_table(driver.history, stages, ops)
             document["partitions"] = materialisation.separate_shared(document["partitions"], dispatch_regions.regions, ops)
             site_costs.settle_manifest_costs(document)
             document["compile"]["codegen"] = vmfb.codegen_facts(tmp_vmfb, driver.flags)  # for `dfit diff`
@@ -159,6 +183,15 @@ def compile_instrumented(
     finally:
         driver.close()
     return CompileResult(output, manifest_path, document)
+
+
+def _pass_history_table(history: pass_history.PassHistory, stages: list[StageFigures],
+                        ops: list[dict]) -> dict[str, Any]:
+    table = pass_history.to_table(history.changes, threads="parallel (ordered per IR unit)")
+    table["pass_runs"] = history.pass_runs
+    table["disagreements"] = pass_history.check_against_stages(
+        history.changes, stages, [op["id"] for op in ops], toolchain.IREE_PHASES)
+    return table
 
 
 def build_manifest(*, source: Path, mode: str, flags: Sequence[str], driver: str, operators: list[dict],

@@ -9,14 +9,15 @@ Two drivers with one interface:
   ``iree.compiler.api`` already loaded; ``iree.compiler.api`` does not wrap them, so this
   is a private entry point and is gated on the pinned compiler version.
 * :class:`SubprocessDriver` — the public fallback: ``iree-compile --compile-from=<prev>
-  --compile-to=<phase>`` per phase, with MLIR bytecode (which keeps every location) in
-  between. Slower: each phase re-parses and re-serialises the module.
+  --compile-to=<phase>`` per phase, with MLIR text and its locations in between (see
+  ``OUTPUT_FLAGS`` for why not bytecode). Slower: each phase re-parses the module.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -56,6 +57,9 @@ class PhaseDriver(Protocol):
 
     def write_vmfb(self, module: ir.Operation, after: str, target: Path) -> None: ...
 
+    def mark_changed(self, module: ir.Operation) -> None:
+        """dfit changed ``module`` between phases (probes, tensor traces)."""
+
     def close(self) -> None: ...
 
 
@@ -75,6 +79,9 @@ class _SessionDriver:
             raise InvalidInputError(f"iree-compile rejected the flags: {message}") from None
         self.context = self.session.context
         self.context.allow_unregistered_dialects = False
+
+    def mark_changed(self, module: ir.Operation) -> None:
+        """Nothing to do where the module never leaves memory."""
 
     def parse(self, path: Path) -> ir.Operation:
         return parse_file(self.context, path)
@@ -252,11 +259,24 @@ class SubprocessDriver(_SessionDriver):
         self.iree_compile = find_tool("iree-compile")
         self.workdir = Path(tempfile.mkdtemp(prefix="dfit-phases-"))
         atomic.LIVE_TEMPORARIES.add(self.workdir)  # removed on SIGINT/SIGTERM too
+        # The module the last phase returned and the bytecode iree-compile wrote for it.
+        self._written: tuple[ir.Operation, Path] | None = None
 
-    def _compile(self, module: ir.Operation, after: str | None, extra: list[str], out: Path) -> None:
+    def mark_changed(self, module: ir.Operation) -> None:
+        self._written = None
+
+    def _input(self, module: ir.Operation) -> Path:
+        """The file to start a phase from: iree-compile's own output of the last phase when
+        dfit did not change the module since (no second serialisation), else bytecode."""
+        if self._written is not None and self._written[0] is module:
+            return self._written[1]
         source = self.workdir / "in.mlirbc"
         with open(source, "wb") as handle:
             module.write_bytecode(handle)
+        return source
+
+    def _compile(self, module: ir.Operation, after: str | None, extra: list[str], out: Path) -> None:
+        source = self._input(module)
         command = [self.iree_compile, str(source), "-o", str(out), *self.flags, *extra]
         if after is not None:
             command.append(f"--compile-from={after}")
@@ -265,19 +285,32 @@ class SubprocessDriver(_SessionDriver):
             raise CompileError(f"iree-compile {toolchain_failure(result.returncode)} ({' '.join(extra)}):\n"
                                f"{trim_diagnostics(result.stderr)}")
 
+    #: Each phase's output is text with locations, not bytecode: IREE 3.13 writes the
+    #: bytecode of a module past its stream phase without the data of the resources it
+    #: renamed (``--compile-to=stream --emit-mlir-bytecode`` then ``--compile-from=stream``
+    #: fails with "resource data missing in input IR" on a transformers BERT); text keeps it.
+    #: Generic form: custom forms elide implicit terminators, which would come back from the
+    #: parser with other locations.
+    OUTPUT_FLAGS = ("--mlir-print-debuginfo", "--mlir-print-op-generic")
+
     def run(self, module: ir.Operation, after: str | None, to: str) -> ir.Operation:
-        out = self.workdir / f"{to}.mlirbc"
-        self._compile(module, after, [f"--compile-to={to}", "--emit-mlir-bytecode"], out)
+        out = self.workdir / f"{to}.mlir"
+        self._compile(module, after, [f"--compile-to={to}", *self.OUTPUT_FLAGS], out)
+        return self._parse_output(out)
+
+    def _parse_output(self, out: Path) -> ir.Operation:
+        if self._written is not None and self._written[1] != out:
+            self._written[1].unlink(missing_ok=True)  # the phase before: read, no longer needed
         with self.context:
-            return ir.Module.parseFile(str(out)).operation
+            module = ir.Module.parseFile(str(out)).operation
+        self._written = (module, out)
+        return module
 
     def write_vmfb(self, module: ir.Operation, after: str, target: Path) -> None:
         self._compile(module, after, [], target)
 
     def close(self) -> None:
-        for path in self.workdir.iterdir():
-            path.unlink()
-        self.workdir.rmdir()
+        shutil.rmtree(self.workdir, ignore_errors=True)
         atomic.LIVE_TEMPORARIES.discard(self.workdir)
         super().close()
 

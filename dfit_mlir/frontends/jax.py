@@ -252,7 +252,8 @@ def lower_text(fn: Any, *args: Any, static_argnums: int | Sequence[int] = (), **
 
 def compile(fn: Any, *args: Any, output: str | Path, mode: str = "full", flags: Sequence[str] | None = None,
             manifest_path: str | Path | None = None, mlir_path: str | Path | None = None,
-            static_argnums: int | Sequence[int] = (), trace_tensors: tuple[str, ...] = (), **kwargs: Any) -> Any:
+            static_argnums: int | Sequence[int] = (), trace_tensors: tuple[str, ...] = (),
+            lineage_detail: str = "phases", **kwargs: Any) -> Any:
     """Lower ``jax.jit(fn)(*args, **kwargs)`` with debug info and compile it with dfit
     tags. Writes the StableHLO beside ``output`` (``<output stem>.mlir`` unless
     ``mlir_path``), the vmfb and the manifest; returns the
@@ -266,4 +267,4 @@ def compile(fn: Any, *args: Any, output: str | Path, mode: str = "full", flags: 
     atomic.write_text(source, text)
     return compile_instrumented(source, output, mode=mode, flags=tuple(DEFAULT_FLAGS if flags is None else flags),
                                 manifest_path=Path(manifest_path) if manifest_path else None,
-                                trace_tensors=trace_tensors)
+                                trace_tensors=trace_tensors, lineage_detail=lineage_detail)

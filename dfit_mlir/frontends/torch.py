@@ -277,7 +277,7 @@ def _export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | Non
 def compile(model: Any, args: tuple[Any, ...] | Any, *, output: str | Path, mode: str = "full",
             kwargs: dict[str, Any] | None = None, flags: Sequence[str] | None = None,
             manifest_path: str | Path | None = None, mlir_path: str | Path | None = None,
-            trace_tensors: tuple[str, ...] = (), strict: bool = False) -> Any:
+            trace_tensors: tuple[str, ...] = (), strict: bool = False, lineage_detail: str = "phases") -> Any:
     """Export ``model(*args, **kwargs)`` with iree-turbine and compile it with dfit tags.
 
     Writes the torch-dialect MLIR beside ``output`` (``<output stem>.mlir`` unless
@@ -296,7 +296,7 @@ def compile(model: Any, args: tuple[Any, ...] | Any, *, output: str | Path, mode
     atomic.write_text(source, text)
     return compile_instrumented(source, output, mode=mode, flags=tuple(DEFAULT_FLAGS if flags is None else flags),
                                 manifest_path=Path(manifest_path) if manifest_path else None,
-                                trace_tensors=trace_tensors)
+                                trace_tensors=trace_tensors, lineage_detail=lineage_detail)
 
 
 class ModelCodeError(DfitError):
