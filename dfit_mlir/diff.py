@@ -76,7 +76,7 @@ import io
 import json
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +123,8 @@ class Side:
     computing: tuple[bool, ...] = ()
     #: The module paths of the row's ops (``""``: the model's root), in op order.
     modules: tuple[str, ...] = ()
+    #: Stage → the passes that set the row's class there (compiles with ``--lineage passes``).
+    passes: dict[str, str] = field(default_factory=dict)
     #: Attributed nanoseconds per invocation, one per invocation (the spread of the runs).
     samples_ns: tuple[float, ...] = ()
 
@@ -396,8 +398,11 @@ class _SideFacts:
     """Everything about one bundle that rows are built from, computed once."""
 
     def __init__(self, model: SemanticModel, key_of_id: Mapping[str, str]):
+        from dfit_mlir.passes.pass_history import deciding_passes
+
         self.model = model
         self.key_of_id = key_of_id
+        self.deciding = deciding_passes(model.manifest.get("pass_history"))
         self.partitions = partitions_by_op(model)
         self.samples, self.invocations = attributed_samples(model)
         self.time = {op_id: sum(by_run.values()) / self.invocations for op_id, by_run in self.samples.items()}
@@ -411,9 +416,12 @@ class _SideFacts:
         fused = sorted(tuple(sorted({self.key_of_id.get(member, member) for member in self.model.compute_ops(p)} - {key}))
                        for p in partitions)
         lineage: dict[str, set[str]] = defaultdict(set)
+        passes: dict[str, set[str]] = defaultdict(set)
         for op_id in ids:
             for stage, klass in self.model.lineage(op_id).items():
                 lineage[stage].add(klass)
+                if (op_id, stage) in self.deciding:
+                    passes[stage].add(self.deciding[op_id, stage].pass_name)
         computing = tuple(not is_data_or_structure(op) for op in ops)
         counted = [op for op, computes in zip(ops, computing, strict=True) if computes] or ops
         sizes = [op.bytes for op in counted if op.bytes is not None]
@@ -425,6 +433,7 @@ class _SideFacts:
             time_ns=sum(self.time.get(i, 0.0) for i in ids) if self.invocations else None,
             bytes=sum(sizes) if sizes else None, computing=computing,
             modules=tuple(dict.fromkeys(m for i in ids if (m := self.model.module_path(i)) is not None)),
+            passes={stage: ", ".join(sorted(names)) for stage, names in passes.items()},
             samples_ns=tuple(sum(self.samples.get(i, {}).get(run, 0.0) for i in ids) for run in self.runs))
 
 
@@ -455,13 +464,24 @@ def _changes(match: str, a: Side | None, b: Side | None,
         changes.append("fusion")
     if a.placement != b.placement:
         changes.append("placement")
-    lineage = tuple(f"{stage}: {a.lineage[stage]}→{b.lineage[stage]}" for stage in a.lineage
+    lineage = tuple(f"{stage}: {a.lineage[stage]}→{b.lineage[stage]}{_by_pass(stage, a, b)}" for stage in a.lineage
                     if stage in b.lineage and a.lineage[stage] != b.lineage[stage])
     if lineage:
         changes.append("lineage")
     if a.bytes != b.bytes and (same_backend or (len(ops_a) == len(ops_b) and _apart(a.bytes, b.bytes))):
         changes.append("bytes")
     return tuple(changes), lineage
+
+
+def _by_pass(stage: str, a: Side, b: Side) -> str:
+    """`` (A: fused by X; B: preserved, no pass changed it)`` where a side's compile
+    recorded its pass history, else nothing."""
+    if not (a.passes or b.passes):
+        return ""
+    said = [f"{label}: {side.lineage[stage]} by {side.passes[stage]}" if stage in side.passes
+            else f"{label}: {side.lineage[stage]}, no pass of the phase changed it" if side.passes
+            else f"{label}: no pass history" for label, side in (("A", a), ("B", b))]
+    return f" ({'; '.join(said)})"
 
 
 def _apart(a: int | None, b: int | None) -> bool:

@@ -313,3 +313,36 @@ def test_history_explains_every_phase_on_real_models(kind: str, tmp_path: Path) 
         assert plain.manifest["compile"]["vmfb_sha256"] == result.manifest["compile"]["vmfb_sha256"]
     assert {run["name"] for run in result.manifest["pass_history"]["passes"]} & {
         "iree-dispatch-creation-form-dispatch-regions", "iree-dispatch-creation-elementwise-op-fusion"}
+
+
+@pytest.mark.slow
+def test_diff_of_two_compiles_names_the_passes(convnet: tuple[dict[str, Any], Path], tmp_path: Path) -> None:
+    """The same model compiled with and without data tiling: where a class differs at a
+    phase, `dfit diff` says which pass set it on each side (the one the side's own
+    history ends on in that phase)."""
+    import json
+
+    _, path_a = convnet
+    out = tmp_path / "tiled.vmfb"
+    done = _dfit("compile", str(CONVNET), "--dfit-tag", "--lineage", "passes", "--iree-opt-data-tiling=true", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    path_b = out.with_suffix(".manifest.json")
+    shown = _dfit("diff", str(path_a), str(path_b), "--json")
+    assert shown.returncode == 0, shown.stderr
+    rows = [row for row in json.loads(shown.stdout)["rows"] if row["lineage_changes"]]
+    assert rows, "data tiling changes some op's lineage"
+    deciding = {label: pass_history.deciding_passes(json.loads(path.read_text())["pass_history"])
+                for label, path in (("A", path_a), ("B", path_b))}
+    named = 0
+    for row in rows:
+        ids = {"A": row["a"]["ids"] if row["a"] else [], "B": row["b"]["ids"] if row["b"] else []}
+        for change in row["lineage_changes"]:
+            stage = change.split(":", 1)[0]
+            for label in ("A", "B"):
+                expected = sorted({deciding[label][i, stage].pass_name for i in ids[label] if (i, stage) in deciding[label]})
+                if expected:
+                    assert f"{label}: " in change and f" by {', '.join(expected)}" in change, change
+                    named += 1
+                else:
+                    assert f"{label}: " in change and "no pass of the phase changed it" in change, change
+    assert named > 0
