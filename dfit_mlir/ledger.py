@@ -195,6 +195,14 @@ class Ledger:
         """Summed duration of the partition's dispatch events (0 without a run)."""
         return self._timing.partition_ns.get(partition_id, 0)
 
+    def bytes_moved(self, part: Partition) -> tuple[int | None, str]:
+        """(Bytes crossing the partition's boundary, the rule that counted them)."""
+        moved = self._boundary.of(part, self.model.compute_ops(part))
+        sizes = [size for pair in moved.values() for size in pair if size is not None]
+        if not sizes:
+            return None, "none"
+        return sum(sizes), "boundary tensors" if self._boundary.tensors else "operator bytes (upper bound)"
+
     def calls(self, partition_id: str) -> int:
         """Dispatch events the run recorded at a partition (0 without a run)."""
         return self._timing.partition_calls.get(partition_id, 0)
@@ -294,9 +302,9 @@ class _Boundary:
         return tensor.get("constant") is True or self._kind(tensor.get("producer")) == "constant"
 
     def of(self, part: Partition, ops: tuple[str, ...]) -> dict[str, tuple[int | None, int | None]]:
-        if not self.tensors:
-            return {i: (_operand_bytes(self.model, i, "operands"), _operand_bytes(self.model, i, "results"))
-                    for i in ops}
+        if not self.tensors:  # an op's own bytes (operands + results), else its values'
+            return {i: (op.bytes, 0) if (op := self.model.operators[i]).bytes is not None else
+                    (_operand_bytes(self.model, i, "operands"), _operand_bytes(self.model, i, "results")) for i in ops}
         inside = set(part.operator_ids)
         compute = set(ops)
         readers: defaultdict[str, list[str]] = defaultdict(list)
