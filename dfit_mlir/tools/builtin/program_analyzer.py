@@ -172,11 +172,18 @@ def _plot(ctx: ToolContext, rows: list[dict[str, Any]], profile: Profile, timed:
             axes.plot(grid, np.minimum(peak.value, grid * cache.value), linestyle="--", linewidth=0.8,
                       label=f"{name} roof (regions moving <= {capacity / (1 << 20):.3g} MiB): {cache.value:.3g} B/s")
     sizes = [30 + 600 * ((row[basis] or 0) / total if total else 0) for row in points]
-    axes.scatter(xs, [row[y_key] for row in points], s=sizes, alpha=0.6, color="tab:red", label="regions")
-    for row in sorted(points, key=lambda r: -(r[basis] or 0))[:12]:
-        label = (row["root"] or row["region"]).rsplit("/", 1)[-1]
-        axes.annotate(label if len(label) <= 30 else "…" + label[-29:], (row["intensity"], row[y_key]), fontsize=7)
+    above = [row["above_roof"] is True for row in points]
+    for flag, name, color in ((False, "regions", "tab:red"), (True, "above the roof: measurement problem", "black")):
+        chosen = [i for i, a in enumerate(above) if a is flag]
+        if chosen:
+            axes.scatter([xs[i] for i in chosen], [points[i][y_key] for i in chosen], s=[sizes[i] for i in chosen],
+                         alpha=0.6, color=color, marker="x" if flag else "o", label=name)
     axes.set(xscale="log", yscale="log", xlabel="arithmetic intensity (MAC/byte)", ylabel="MAC/s")
+    if any(above):
+        axes.text(0.01, 0.01, f"{sum(above)} region(s) drawn above the roof (x): achieved more than the roof allows, so the "
+                  "calibration or the timer is off for them;\nthey are not results (see report.txt)",
+                  transform=axes.transAxes, fontsize=6.5, va="bottom")
+    _label_points(figure, axes, sorted(points, key=lambda r: -(r[basis] or 0))[:12], y_key)
     axes.set_title(f"{profile.name}: achieved MAC/s per region (size: share of time)" if timed else
                    f"{profile.name}: no per-region timing, regions drawn on the roof at attainable MAC/s "
                    "(size: share of MACs)", fontsize=9)
@@ -186,6 +193,24 @@ def _plot(ctx: ToolContext, rows: list[dict[str, Any]], profile: Profile, timed:
     skipped = len(rows) - len(points)
     if skipped:
         ctx.note(f"roofline: {skipped} of {len(rows)} regions not drawn (no MACs, bytes or time to place them)")
+
+
+def _label_points(figure: Any, axes: Any, rows: list[dict[str, Any]], y_key: str) -> None:
+    """Label the regions (module path + op) where a label overlaps no other: each tries
+    a few offsets around its point, and a label that fits nowhere is left out."""
+    renderer = figure.canvas.get_renderer()
+    placed: list[Any] = []
+    offsets = ((4, 4), (4, -10), (-4, 8), (-4, -12), (6, 16), (6, -20))
+    for row in rows:
+        text = row["label"] if len(row["label"]) <= 34 else "…" + row["label"][-33:]
+        for dx, dy in offsets:
+            note = axes.annotate(text, (row["intensity"], row[y_key]), xytext=(dx, dy), textcoords="offset points",
+                                 fontsize=6.5, ha="left" if dx > 0 else "right")
+            box = note.get_window_extent(renderer)
+            if not any(box.overlaps(other) for other in placed):
+                placed.append(box)
+                break
+            note.remove()
 
 
 def _report_lines(ctx: ToolContext, rows: list[dict[str, Any]], shares: list[dict[str, Any]],
