@@ -13,7 +13,9 @@ has ``role`` ``root``, the others ``fused``.
 :mod:`dfit_mlir.costs`) *placed* by :mod:`dfit_mlir.site_costs`: an op IREE split over
 several dispatches counts once, where it computes (a pack/encoding or copy dispatch gets
 0 MACs and keeps its bytes), so entries sum to the model's total. ``bytes_read`` are the
-tensors the op consumes that come from outside the partition, weights (constant tensors)
+tensors the op consumes that come from outside the partition (through ops that only
+reshape, :data:`PASS_THROUGH`: a ``view`` left between a matmul and its GELU does not
+make the GELU read the matmul's result from memory), weights (constant tensors)
 included even when the constant was fused in, shared evenly by the partition's ops that
 consume them; ``bytes_written`` the tensors the partition produces that are consumed
 outside it, returned or never consumed (results of ``*.empty`` ops move nothing),
@@ -73,6 +75,9 @@ EXECUTION_KINDS = frozenset({"dispatch", "queue", "memory", "tensor", "function"
 #: f32 FMA throughput (~16 MAC/cycle at 3 GHz) over one core's share of DRAM bandwidth
 #: (~10 GB/s) is ~5; 4 is the round figure below it.
 DEFAULT_CPU_RIDGE = 4.0
+#: Ops that only reshape a value: a value they pass on comes from their input's producer.
+PASS_THROUGH = frozenset({"view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "flatten", "expand_shape",
+                          "collapse_shape", "bitcast", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 ENTRY_COLUMNS = ("partition", "site", "op_id", "op", "role", "module_path", "phase", "macs", "flops",
                  "bytes_read", "bytes_written", "weight", "share", "calls", "time_ns", "executed_macs",
                  "executed_flops", "time_model")
@@ -301,6 +306,32 @@ class _Boundary:
     def _weight(self, tensor: Mapping[str, Any]) -> bool:
         return tensor.get("constant") is True or self._kind(tensor.get("producer")) == "constant"
 
+    def _origin(self, tensor: Mapping[str, Any], inside: set[str]) -> str | None:
+        """The producer a value really comes from: through ops that only reshape a value
+        (a ``view`` between a matmul and its GELU, outside the dispatch after fusion)."""
+        producer = tensor.get("producer")
+        for _ in range(16):
+            if producer in inside or self._kind(producer) not in PASS_THROUGH:
+                return producer
+            sources = [t for t in self.consumed.get(producer or "", ()) if not self._weight(t)]
+            if len(sources) != 1:
+                return producer
+            producer = sources[0].get("producer")
+        return producer
+
+    def _escapes(self, tensor: Mapping[str, Any], inside: set[str], depth: int = 0) -> bool:
+        """Whether a value leaves the partition: a graph output, or a consumer outside
+        that is not a reshape feeding only the partition back."""
+        consumers = set(tensor.get("consumers") or ())
+        if not consumers:
+            return True
+        for consumer in consumers - inside:
+            if self._kind(consumer) not in PASS_THROUGH or depth > 16:
+                return True
+            if any(self._escapes(t, inside, depth + 1) for t in self.produced.get(consumer, ())):
+                return True
+        return False
+
     def of(self, part: Partition, ops: tuple[str, ...]) -> dict[str, tuple[int | None, int | None]]:
         if not self.tensors:  # an op's own bytes (operands + results), else its values'
             return {i: (op.bytes, 0) if (op := self.model.operators[i]).bytes is not None else
@@ -311,7 +342,7 @@ class _Boundary:
         for op_id in ops:
             for tensor in self.consumed.get(op_id, ()):
                 if self._kind(tensor.get("producer")) != "empty" and (
-                        self._weight(tensor) or tensor.get("producer") not in inside):
+                        self._weight(tensor) or self._origin(tensor, inside) not in inside):
                     readers[tensor["id"]].append(op_id)
         read: Counter[str] = Counter()
         sizes = {t["id"]: t["bytes"] for t in self.tensors}
@@ -322,8 +353,7 @@ class _Boundary:
         writer = part.root_id if part.root_id in compute else None
         for op_id in compute:
             for tensor in self.produced.get(op_id, ()):
-                consumers = set(tensor.get("consumers") or ())
-                if not self._weight(tensor) and (not consumers or consumers - inside):
+                if not self._weight(tensor) and self._escapes(tensor, inside):
                     written[writer or op_id] += tensor["bytes"]
         return {i: (round(read[i]), written[i]) for i in ops}
 
