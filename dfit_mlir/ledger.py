@@ -217,7 +217,7 @@ class Ledger:
         ops = model.compute_ops(part)
         macs, flops = model.placed_costs(part, "macs"), model.placed_costs(part, "flops")
         moved = self._boundary.of(part, ops)
-        weights = [self.time_model.weight(macs.get(i) or flops.get(i), sum(moved[i])) for i in ops]
+        weights = [self.time_model.weight(macs.get(i) or flops.get(i), sum(b or 0 for b in moved[i])) for i in ops]
         total = sum(weights)
         label = self.time_model.label if total else "equal"
         shares = [w / total for w in weights] if total else [1 / len(ops)] * len(ops) if ops else []
