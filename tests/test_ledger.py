@@ -317,3 +317,28 @@ def test_gpt2_c_fc_dispatch_gives_the_matmul_the_large_share(tmp_path: Path) -> 
         assert root["share"] > 0.75
     by_module = book.column_by("module_path", "time_ns")
     assert by_module["h.0.mlp.c_fc"] > by_module["h.0.mlp.act"]
+
+
+# --- the columnar join -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("driver", ["local-task", "local-sync"])
+@pytest.mark.parametrize("name", ["loop", "loop_shared_export"])
+def test_columnar_join_is_the_per_record_join(name: str, driver: str, tmp_path: Path) -> None:
+    """On real captures (a loop of 5 trips, 3 invocations; a deduplicated export at two
+    call sites): the columnar join gives every record the site and invocation the
+    per-record join gives it."""
+    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+    from dfit_mlir.runtime_hooks import hal_profile
+    from dfit_mlir.runtime_hooks.columnar_join import join_columns
+
+    compiled = compile_instrumented(SHAPES / f"{name}.mlir", tmp_path / "m.vmfb", mode="ids")
+    events = hal_profile.capture(compiled.vmfb, ["16x16xf32=0.01", "i32=5"], driver=driver, function="main",
+                                invocations=3)
+    fast = join_columns(events, compiled.manifest, "main", 3, ())
+    slow = hal_profile._join_per_record(events, compiled.manifest, "main", 3, ()).columns
+    if fast is None:  # the per-record join decided (two recordings with the same commands)
+        assert name == "loop_shared_export" and driver == "local-sync"
+        return
+    for field in ("event", "site", "invocation", "start_ns", "duration_ns", "workgroups", "tiles"):
+        assert np.array_equal(getattr(fast[0], field), getattr(slow, field)), field
+    assert len(fast[0].site) == len(events) and set(fast[0].invocation.tolist()) == {0, 1, 2}
