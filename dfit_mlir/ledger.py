@@ -393,19 +393,19 @@ def _timing(model: SemanticModel, batches: Iterable[Any]) -> _Timing:
     starts, ends, kinds, at_site, others = [], [], [], [], []
     invocations: set[int] = set()
     offset = 0
-    wanted = pa.array(sorted(EXECUTION_KINDS))
     for batch in batches:
-        kind = batch.column("kind").cast(pa.string())
-        keep = pc.fill_null(pc.and_(pc.is_in(kind, wanted), pc.greater(batch.column("duration_ns"), 0)), False)
-        chosen = batch.filter(keep)
-        if not chosen.num_rows:
+        codes = _kind_codes(np, pa, batch.column("kind"))
+        timed = pc.fill_null(pc.greater(batch.column("duration_ns"), 0), False).to_numpy(zero_copy_only=False)
+        keep = timed & (codes >= 0)
+        if not keep.any():
             continue
-        kind = chosen.column("kind").cast(pa.string()).to_numpy(zero_copy_only=False).astype(str)
+        chosen = batch if keep.all() else batch.filter(pa.array(keep))
+        kind = codes[keep]
         duration = chosen.column("duration_ns").to_numpy(zero_copy_only=False)
         start_column = chosen.column("start_ns")
         start = pc.fill_null(start_column, -1).to_numpy(zero_copy_only=False)
         site = pc.fill_null(chosen.column("site"), -1).to_numpy(zero_copy_only=False).astype(np.int64)
-        is_site = (kind == "dispatch") & (site >= 0) & (site < len(dispatches))
+        is_site = (kind == DISPATCH) & (site >= 0) & (site < len(dispatches))
         site_ns += np.bincount(site[is_site], weights=duration[is_site], minlength=len(dispatches)).astype(np.int64)
         site_calls += np.bincount(site[is_site], minlength=len(dispatches))
         rest = np.flatnonzero(~is_site)
@@ -413,7 +413,7 @@ def _timing(model: SemanticModel, batches: Iterable[Any]) -> _Timing:
             picked = chosen.take(pa.array(rest))
             roots = picked.column("root_id").cast(pa.string()).to_pylist()
             names = picked.column("partition").cast(pa.string()).to_pylist()
-            others += [_Other(offset + int(i), str(kind[i]), name, root, int(duration[i]))
+            others += [_Other(offset + int(i), KINDS[kind[i]], name, root, int(duration[i]))
                        for i, root, name in zip(rest, roots, names, strict=True)]
         invocation = chosen.column("invocation").drop_null()
         if len(invocation):
@@ -427,6 +427,23 @@ def _timing(model: SemanticModel, batches: Iterable[Any]) -> _Timing:
                     len(invocations))
 
 
+#: Execution kinds in a fixed order: events carry their index (``-1``: not execution).
+KINDS = tuple(sorted(EXECUTION_KINDS))
+DISPATCH = KINDS.index("dispatch")
+
+
+def _kind_codes(np: Any, pa: Any, column: Any) -> Any:
+    """Index in :data:`KINDS` of each event's kind, ``-1`` for other kinds; read from the
+    dictionary the event schema encodes ``kind`` with, without a string per event."""
+    if pa.types.is_dictionary(column.type):
+        lookup = np.array([KINDS.index(k) if k in EXECUTION_KINDS else -1 for k in column.dictionary.to_pylist()]
+                          + [-1], dtype=np.int64)
+        indices = column.indices.fill_null(len(lookup) - 1).to_numpy(zero_copy_only=False)
+        return lookup[indices]
+    values = column.cast(pa.string()).to_pylist()
+    return np.array([KINDS.index(k) if k in EXECUTION_KINDS else -1 for k in values], dtype=np.int64)
+
+
 def _collect(np: Any, dispatches: list[Partition], site_ns: Any, site_calls: Any, starts: list[Any],
              ends: list[Any], kinds: list[Any], at_site: list[Any], others: list[_Other], model: SemanticModel,
              invocations: int) -> _Timing:
@@ -437,7 +454,9 @@ def _collect(np: Any, dispatches: list[Partition], site_ns: Any, site_calls: Any
     kind, is_site = np.concatenate(kinds), np.concatenate(at_site)
     timed = start >= 0
     leaf = np.ones(len(start), dtype=bool)  # an event without a start encloses nothing
-    leaf[timed] = leaf_mask(np, start[timed], end[timed]) | is_site[timed]
+    order = _start_order(np, start, end, timed)
+    if others:  # dispatches at a call site are leaves by rule; only the others are tested
+        leaf[order] = _leaves_in_order(np, end[order]) | is_site[order]
     done = is_site.copy()
     root_ns: Counter[str] = Counter()
     root_calls: Counter[str] = Counter()
@@ -453,37 +472,62 @@ def _collect(np: Any, dispatches: list[Partition], site_ns: Any, site_calls: Any
         else:
             rest_ns[(event.kind, event.partition)] += event.duration_ns
             rest_count[(event.kind, event.partition)] += 1
-    spans = leaf & timed
+    spans = leaf[order]
+    sorted_start, sorted_end, sorted_done = start[order][spans], end[order][spans], done[order][spans]
     names, counts = np.unique(kind[leaf], return_counts=True)
-    totals = Totals(measured_ns=union_ns(np, start[spans], end[spans]),
-                    leaf_sum_ns=int((end - start)[spans].sum()),
-                    attributed_union_ns=union_ns(np, start[spans & done], end[spans & done]),
+    totals = Totals(measured_ns=_union_sorted(np, sorted_start, sorted_end),
+                    leaf_sum_ns=int((sorted_end - sorted_start).sum()),
+                    attributed_union_ns=_union_sorted(np, sorted_start[sorted_done], sorted_end[sorted_done]),
                     attributed_ns=int(site_ns.sum()) + sum(root_ns.values()),
-                    kinds={str(n): int(c) for n, c in zip(names, counts, strict=True)}, invocations=invocations)
+                    kinds={KINDS[n]: int(c) for n, c in zip(names.tolist(), counts.tolist(), strict=True)},
+                    invocations=invocations)
     rest = tuple(Unattributed(k, p, rest_count[(k, p)], ns) for (k, p), ns in rest_ns.most_common())
     return _Timing({p.id: int(site_ns[i]) for i, p in enumerate(dispatches) if site_calls[i]},
                    {p.id: int(site_calls[i]) for i, p in enumerate(dispatches) if site_calls[i]},
                    dict(root_ns), dict(root_calls), rest, totals)
 
 
+def _start_order(np: Any, start: Any, end: Any, timed: Any) -> Any:
+    """Indices of the timed intervals by start, then longest first (the leaf rule's tie
+    order); a stable argsort when no two starts tie (the usual case: cheaper)."""
+    chosen = np.arange(len(start)) if timed.all() else np.flatnonzero(timed)
+    starts = start[chosen]
+    # Events come in runtime order, mostly sorted by start already: then no sort at all.
+    by_start = chosen if (starts[1:] >= starts[:-1]).all() else chosen[np.argsort(starts, kind="stable")]
+    starts = start[by_start]
+    if not len(starts) or (starts[1:] != starts[:-1]).all():
+        return by_start
+    return chosen[np.lexsort((start[chosen] - end[chosen], start[chosen]))]
+
+
+def _leaves_in_order(np: Any, sorted_end: Any) -> Any:
+    """In that order, which intervals enclose none after them: an interval encloses a
+    later one iff the earliest end among the later ones is at or before its own end."""
+    if not len(sorted_end):
+        return np.ones(0, dtype=bool)
+    later_min = np.minimum.accumulate(sorted_end[::-1])[::-1]
+    later_min = np.append(later_min[1:], np.iinfo(np.int64).max)
+    return ~(later_min <= sorted_end)
+
+
 def leaf_mask(np: Any, start: Any, end: Any) -> Any:
     """Which intervals enclose no other interval (ties: the longer one encloses)."""
     order = np.lexsort((start - end, start))  # by start, then longest first
-    sorted_end = end[order]
-    # Earliest end among the intervals after each one in that order.
-    later_min = np.minimum.accumulate(sorted_end[::-1])[::-1]
-    later_min = np.append(later_min[1:], np.iinfo(np.int64).max)
     mask = np.empty(len(start), dtype=bool)
-    mask[order] = ~(later_min <= sorted_end)
+    mask[order] = _leaves_in_order(np, end[order])
     return mask
+
+
+def _union_sorted(np: Any, start: Any, end: Any) -> int:
+    """Length of the union of intervals [start, end) sorted by start."""
+    if not len(start):
+        return 0
+    reach = np.maximum.accumulate(end)
+    before = np.concatenate(([start[0]], reach[:-1]))
+    return int(np.clip(end - np.maximum(start, before), 0, None).sum())
 
 
 def union_ns(np: Any, start: Any, end: Any) -> int:
     """Length of the union of intervals [start, end)."""
-    if not len(start):
-        return 0
     order = np.argsort(start, kind="stable")
-    start, end = start[order], end[order]
-    reach = np.maximum.accumulate(end)
-    before = np.concatenate(([start[0]], reach[:-1]))
-    return int(np.clip(end - np.maximum(start, before), 0, None).sum())
+    return _union_sorted(np, start[order], end[order])

@@ -264,6 +264,8 @@ def test_split_agrees_with_the_parts_timed_apart(tmp_path: Path) -> None:
     (matmul_ns,) = _median_dispatch_ns(run("mm", MATMUL_ONLY, (a, b))).values()
     (epilogue_ns,) = _median_dispatch_ns(run("ew", EPILOGUE_ONLY, (m, c))).values()
     apart = matmul_ns / (matmul_ns + epilogue_ns)
+    print(f"matmul share {shares['main/linalg.matmul#0']:.4f}; apart: matmul {matmul_ns:.0f} ns, "
+          f"epilogue {epilogue_ns:.0f} ns, proportion {apart:.4f}")
     assert shares["main/linalg.matmul#0"] == pytest.approx(apart, abs=TOLERANCE), (shares, matmul_ns, epilogue_ns)
     assert shares["main/linalg.generic#0"] <= 1 - apart + TOLERANCE
 
@@ -314,6 +316,7 @@ def test_gpt2_c_fc_dispatch_gives_the_matmul_the_large_share(tmp_path: Path) -> 
         assert root["time_ns"] > 0 and root["time_model"].startswith("roofline")
         gelu_share = sum(r["time_ns"] for r in gelu) / sum(r["time_ns"] for r in dispatch)
         assert gelu_share < 0.20, gelu_share
+        print(f"h.{layer} c_fc dispatch: addmm share {root['share']:.4f}, GELU {gelu_share:.4f} ({len(gelu)} ops)")
         assert root["share"] > 0.75
     by_module = book.column_by("module_path", "time_ns")
     assert by_module["h.0.mlp.c_fc"] > by_module["h.0.mlp.act"]
