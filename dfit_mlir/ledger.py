@@ -81,7 +81,8 @@ PASS_THROUGH = frozenset({"view", "reshape", "_unsafe_view", "unsqueeze", "squee
 ENTRY_COLUMNS = ("partition", "site", "op_id", "op", "role", "module_path", "phase", "macs", "flops",
                  "bytes_read", "bytes_written", "weight", "share", "calls", "time_ns", "executed_macs",
                  "executed_flops", "time_model")
-SUM_COLUMNS = ("macs", "flops", "bytes_read", "bytes_written", "calls", "time_ns", "executed_macs", "executed_flops")
+#: Columns a rollup sums (``calls`` is a partition's, repeated on its entries: not summed).
+SUM_COLUMNS = ("macs", "flops", "bytes_read", "bytes_written", "time_ns", "executed_macs", "executed_flops")
 ROLLUP_KEYS = ("op_id", "partition", "module_path", "phase")
 
 
@@ -264,9 +265,8 @@ class Ledger:
         """Entries summed by ``key`` (one of :data:`ROLLUP_KEYS`), as an Arrow table."""
         if key not in ROLLUP_KEYS:
             raise ValueError(f"ledger rollup by {key!r}: not one of {', '.join(ROLLUP_KEYS)}")
-        table = self.entries
-        return table.group_by(key, use_threads=False).aggregate([(c, "sum") for c in SUM_COLUMNS]).rename_columns(
-            [*SUM_COLUMNS, key])
+        grouped = self.entries.group_by(key, use_threads=False).aggregate([(c, "sum") for c in SUM_COLUMNS])
+        return grouped.select([key, *(f"{c}_sum" for c in SUM_COLUMNS)]).rename_columns([key, *SUM_COLUMNS])
 
     def partition_summary(self, part: Partition) -> dict[str, Any]:
         """Root, fused ops and time model of one partition, as a person reads them."""

@@ -65,6 +65,10 @@ def test_roofline_split_of_a_fused_dispatch() -> None:
     assert mm["time_ns"] + relu["time_ns"] == pytest.approx(1000)
     assert mm["time_model"] == "roofline(ridge 4 MAC/B)" and book.calls("site0:m_dispatch_0_matmul") == 1
     assert mm["executed_macs"] == 1_000_000
+    (module,) = ledger.Ledger(_model(), _events([("dispatch", 0, 0, 1000)])).rollup("partition").to_pylist()
+    assert (module["macs"], module["flops"], module["bytes_read"], module["executed_macs"]) == (
+        1_000_000, 2_004_096, 12288, 1_000_000)
+    assert module["time_ns"] == pytest.approx(1000)
 
 
 def test_equal_split_only_without_any_cost_and_named_so() -> None:
