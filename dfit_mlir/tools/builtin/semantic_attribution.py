@@ -121,9 +121,12 @@ class SemanticAttribution(Tool):
                 entry["module_paths"].add(model.module_path(op_id))
         totals = book.totals
         total_time = totals.measured_ns
+        # Shares are of the time handed out (ops' plus the unattributed remainder), so
+        # they sum to 1 even where dispatches overlap on several threads.
+        busy = totals.attributed_ns + sum(rest.time_ns for rest in book.unattributed)
         ranking = sorted(by_site.values(), key=lambda e: (-e["time_ns"], -e["flops"], -e["operators"], e["site"]))
         site_rows = [{**entry, "rank": rank, "time_ns": round(entry["time_ns"], 3),
-                      "time_share": round(entry["time_ns"] / total_time, 6) if total_time else None,
+                      "time_share": round(entry["time_ns"] / busy, 6) if busy else None,
                       "module_paths": ";".join(sorted(entry["module_paths"])),
                       "phases": ";".join(f"{p}:{n}" for p, n in entry["phases"].most_common())}
                      for rank, entry in enumerate(ranking, 1)]
@@ -165,7 +168,7 @@ class SemanticAttribution(Tool):
             "time_model_source": book.time_model.source,
             "top_sites": [row["site"] for row in site_rows[:5]],
         }
-        summary.update(self._rollups(ctx, model, op_time, total_time))
+        summary.update(self._rollups(ctx, model, op_time, busy))
         if not total_time:
             ctx.note("no measured execution time in this bundle: sites are ranked by FLOPs and op count only")
         if not any(found and found[1] == "source" for found in sites.values()):
@@ -178,7 +181,7 @@ class SemanticAttribution(Tool):
         ctx.state["busy_s"] += time.perf_counter() - started
 
     @staticmethod
-    def _rollups(ctx: ToolContext, model: SemanticModel, op_time: dict[str, float], total_time: float) -> dict[str, Any]:
+    def _rollups(ctx: ToolContext, model: SemanticModel, op_time: dict[str, float], busy: float) -> dict[str, Any]:
         """The module tree (``modules.csv``, ``flamegraph.svg``, ``speedscope.json``) and
         the per-phase table (``phases.csv``); returns their figures for the summary."""
         def values(op: Operator) -> dict[str, float]:
@@ -193,7 +196,7 @@ class SemanticAttribution(Tool):
                                      for op, path in located)
 
         def share(ns: float) -> float | None:
-            return round(ns / total_time, 6) if total_time else None
+            return round(ns / busy, 6) if busy else None
 
         module_rows = [{
             "module_path": path, "parent": node.parent, "depth": node.depth, "name": flamegraph.leaf_name(path),
