@@ -27,8 +27,8 @@ module, :data:`NOT_NODE_NAMES`), is keyed by its dfit ID, so PyTorch ops stay on
 partition (an Edge TPU custom op) are left out: their numbers are their members'.
 
 **Metrics.** ``macs``, ``flops``, ``bytes`` (static, from the manifest), ``time`` (mean
-attributed ns per invocation: each dispatch event split evenly over the ops doing work
-in its partition, as in :mod:`dfit_mlir.diff`), ``partition`` (the partition IDs an op
+attributed ns per invocation: each dispatch's time split over its ops by the ledger's
+time model, :mod:`dfit_mlir.ledger`), ``partition`` (the partition IDs an op
 lands in, as text, one colour per partition), ``module`` (the op's module path from its
 frontend, ``encoder.layer.0.attention.self.query``; ``(root)`` for the model's root)
 and ``phase`` (forward, backward, optimizer, loss, initializer), as text, one colour
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dfit_mlir import atomic, diff
+from dfit_mlir import atomic, diff, ledger
 from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.tools.model import Operator, SemanticModel
 
@@ -153,7 +153,9 @@ def _value_getter(model: SemanticModel, metric: str) -> Callable[[Operator], Any
     if metric in ("macs", "flops", "bytes"):
         return lambda op: getattr(op, metric)
     if metric == "time":
-        times, _ = diff.attributed_time(model)
+        book = ledger.of(model)
+        runs = book.totals.invocations or 1
+        times = {op_id: ns / runs for op_id, ns in book.op_time().items()}
         return lambda op: times.get(op.id)  # ops outside every timed partition: no value
     if metric == "module":
         return lambda op: () if (path := model.module_path(op.id)) is None else (path or "(root)",)

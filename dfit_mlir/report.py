@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dfit_mlir.ids import op_name_of
 from dfit_mlir.lineage import is_constant
 
 
@@ -38,19 +39,32 @@ def attribution_summary(manifest: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _is_top_level_compute(op_id: str) -> bool:
-    """``f/linalg.generic#0`` yes; nested body ops and constants no."""
-    scope, _, rest = op_id.rpartition("/")
-    op_name = rest.split("#", 1)[0]
-    return "#" in rest and "#" not in scope and not is_constant(op_name)
+def _fused_compute(site: dict[str, Any], operators: dict[str, dict[str, Any]]) -> list[str]:
+    """The site's fused ops other than its root that compute: not a constant or an empty
+    tensor (ops consuming no value), and not in the region body of another op of the site (an op inside an ``scf.while``/``scf.if``/
+    ``scf.for`` is top level in its dispatch although its ID's scope has a ``#``)."""
+    members = set(site["fused_ids"])
+    found = []
+    for op_id in site["fused_ids"]:
+        kind = op_name_of(op_id)
+        if op_id == site["root_id"] or kind is None or is_constant(kind):
+            continue
+        op = operators.get(op_id)
+        if op is not None and not op.get("operands"):
+            continue
+        parent = op.get("parent") if op is not None else op_id.rpartition("/")[0]
+        if parent not in members:
+            found.append(op_id)
+    return found
 
 
 def dispatch_summary(manifest: dict[str, Any]) -> str:
     """Each call site: export, root ID, the other top-level compute ops fused in, and the
     shared materialisation it names (listed apart: not fusion)."""
+    operators = {op["id"]: op for op in manifest.get("operators", [])}
     lines = ["dispatch call sites in program order:"]
     for site in manifest["partitions"]["dispatch_sites"]:
-        fused = [i for i in site["fused_ids"] if i != site["root_id"] and _is_top_level_compute(i)]
+        fused = _fused_compute(site, operators)
         shared = site.get("shared_ids") or []
         lines.append(f"  #{site['index']:<3} {site['export']:<52} root {site['root_id']}; fused: {', '.join(fused) or '-'}"
                      + (f"; shared: {', '.join(shared)}" if shared else ""))

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from dfit_mlir import event_schema as es
+from dfit_mlir import locations
 from dfit_mlir.ids import op_name_of
 
 #: Perfetto's built-in monotonic clock (BUILTIN_CLOCK_MONOTONIC): the HAL host times.
@@ -63,17 +64,28 @@ class _SliceNamer:
     def __init__(self, manifest: dict[str, Any]):
         self.operators = {op["id"]: op for op in manifest.get("operators", [])}
         self.sites = manifest.get("partitions", {}).get("dispatch_sites", [])
+        # The frontends package is heavy and traces are written late: imported here.
+        from dfit_mlir.frontends import CodeRules
+
+        self.rules = CodeRules.default()
 
     def name(self, event: dict[str, Any]) -> str:
+        """``h.0.mlp.c_fc torch.aten.addmm`` (module path + op) where the frontend gave
+        a module path, else ``linalg.matmul main/linalg.matmul#3`` (op + stable ID)."""
         root = event[es.ROOT_ID]
         if root:
+            op = self.operators.get(root) or {}
+            path = op.get("module_path")
+            if path is not None:
+                return f"{path or '(root)'} {op.get('source_op') or op.get('op') or op_name_of(root)}"
             return f"{op_name_of(root) or event[es.KIND]} {root}"
         label = event[es.PARTITION] or event.get(es.NAME)
         return f"{event[es.KIND]} {label}" if label else event[es.KIND]
 
     def args(self, event: dict[str, Any]) -> dict[str, Any]:
         root = event[es.ROOT_ID]
-        source = (self.operators.get(root) or {}).get("source") if root else None
+        op = (self.operators.get(root) or {}) if root else {}
+        source = self._model_line(op)
         site_index = event[es.SITE]
         site = self.sites[site_index] if site_index is not None and 0 <= site_index < len(self.sites) else None
         args: dict[str, Any] = {
@@ -81,7 +93,13 @@ class _SliceNamer:
             "partition": event[es.PARTITION],
             "site": site_index if site is not None else None,
             "root_id": root,
+            "op_id": root,  # the stable ID a browser view links back by
+            "module_path": op.get("module_path"),
+            "op": op.get("op"),
             "fused_ids": ", ".join(site["fused_ids"]) if site else None,
+            "fused_modules": ", ".join(dict.fromkeys(
+                path for i in site["fused_ids"] if (path := (self.operators.get(i) or {}).get("module_path"))))
+            if site else None,
             "source": f"{source['file']}:{source['line']}:{source['col']}" if source else None,
             "stage": event[es.STAGE],
             "macs": event[es.MACS],
@@ -92,6 +110,12 @@ class _SliceNamer:
         if event.get(es.ATTRIBUTES):
             args["attributes"] = event[es.ATTRIBUTES]
         return {name: value for name, value in args.items() if value not in (None, "")}
+
+
+    def _model_line(self, op: dict[str, Any]) -> dict[str, Any] | None:
+        """The op's innermost model-code frame (not a framework line), else its source."""
+        frames = [frame for frame in (*(op.get("call_stack") or ()), op.get("source")) if frame and frame.get("file")]
+        return locations.model_frame(frames, self.rules.is_model_code) or op.get("source")
 
 
 def _trace_columns(events: Any) -> list[str]:

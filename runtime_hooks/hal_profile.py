@@ -23,12 +23,14 @@ import bisect
 import json
 import subprocess
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
 
 from dfit_mlir import atomic
 from dfit_mlir.errors import EXIT_TOOLCHAIN_FAILED, DfitError, UnresolvedRecordError
 from dfit_mlir.perf import paused_gc
+from dfit_mlir.runtime_hooks.columnar_join import JoinColumns, join_columns
 from dfit_mlir.toolchain import runtime_tool
 
 #: ``command_index`` value when the driver does not number commands (local-sync).
@@ -255,14 +257,42 @@ def _event(record: dict[str, Any]) -> DispatchEvent:
 
 @dataclass(frozen=True)
 class Join:
-    """Dispatches per recorded invocation, load-time dispatches, and where each
-    invocation starts (its first submission id)."""
+    """Where each invocation starts (its first submission id), the buffers' recordings,
+    and every record's call site and invocation as columns (``columns``, what the event
+    pipeline reads); ``invocations`` / ``load_time`` give them as records, built on use."""
 
-    invocations: list[list[JoinedDispatch]]
-    load_time: list[JoinedDispatch]
     starts: list[int]
     #: command_buffer_id -> recording index, as matched.
     recording_of_buffer: dict[int, int]
+    columns: JoinColumns
+    events: Sequence[DispatchEvent]
+    sites: Sequence[dict[str, Any]]
+    count: int
+
+    @cached_property
+    def invocations(self) -> list[list[JoinedDispatch]]:
+        """Dispatches per recorded invocation, in runtime order."""
+        found: list[list[JoinedDispatch]] = [[] for _ in range(self.count)]
+        for event, site, invocation in self._rows():
+            if invocation >= 0:
+                found[invocation].append(self._record(event, site, "invocation"))
+        return found
+
+    @cached_property
+    def load_time(self) -> list[JoinedDispatch]:
+        return [self._record(event, site, "load") for event, site, invocation in self._rows() if invocation < 0]
+
+    def _rows(self) -> Any:
+        columns = self.columns
+        return zip(columns.event.tolist(), columns.site.tolist(), columns.invocation.tolist(), strict=True)
+
+    @cached_property
+    def _site_by_index(self) -> dict[int, dict[str, Any]]:
+        return {site["index"]: site for site in self.sites}
+
+    def _record(self, event: int, site: int, phase: str) -> JoinedDispatch:
+        found = self._site_by_index[site]
+        return JoinedDispatch(self.events[event], found["index"], found["root_id"], tuple(found["fused_ids"]), phase)
 
     def invocation_of_submission(self, submission_id: int) -> int:
         """Index of the invocation a submission belongs to; -1 for load time."""
@@ -333,6 +363,21 @@ def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], f
         raise UnresolvedDispatchError(
             "the manifest has no command-buffer recordings (it predates the structural join): recompile with "
             "`dfit compile --dfit-tag`")
+    fast = join_columns(events, manifest, function, invocations, execute_submissions, flush_starts)
+    if fast is not None:
+        columns, starts, recording_of_buffer = fast
+        return Join(starts, recording_of_buffer, columns, events, partitions["dispatch_sites"], invocations)
+    return _join_per_record(events, manifest, function, invocations, execute_submissions, flush_starts)
+
+
+def _join_per_record(events: Sequence[DispatchEvent], manifest: dict[str, Any], function: str, invocations: int,
+                     execute_submissions: Sequence[tuple[int, int]],
+                     flush_starts: Sequence[int] | None = None) -> Join:
+    """The join record by record: what :mod:`columnar_join` falls back on where blocks
+    are ambiguous (decided by creation order) or unexplained (the error, record shown)."""
+    import numpy as np
+
+    partitions = manifest["partitions"]
     recordings = partitions["recordings"]
     sites = partitions["dispatch_sites"]
     invocation_ids, load_ids = candidate_recordings(manifest, function)
@@ -379,15 +424,15 @@ def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], f
         _by_creation_order(pending, recording_of_buffer, recordings, placed, blocks, function)
     starts = invocation_starts(manifest, function, invocations, recording_of_buffer, execute_submissions or keys,
                                flush_starts)
-    result = Join([[] for _ in range(invocations)], [], starts, recording_of_buffer)
     load = set(load_ids)
-    # (site index, root, fused IDs) of each recording's commands, built once.
-    site_of: dict[tuple[int, int], tuple[int, str | None, tuple[str, ...]]] = {}
+    # Site index of each recording's commands, built once.
+    site_of: dict[tuple[int, int], int] = {}
     for recording in recordings:
         for position, command in enumerate(recording["commands"]):
             if command.get("site") is not None:
-                site = sites[command["site"]]
-                site_of[recording["index"], position] = (site["index"], site["root_id"], tuple(site["fused_ids"]))
+                site_of[recording["index"], position] = sites[command["site"]]["index"]
+    index_of = {id(event): i for i, event in enumerate(events)}
+    rows: list[tuple[int, int, int]] = []  # (record, site, invocation: -1 at load)
     first = starts[0] if starts else None
     locate = bisect.bisect_right
     for key in keys:
@@ -400,15 +445,20 @@ def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], f
             raise UnresolvedDispatchError(
                 f"dispatch record {_describe(blocks[key][0])} of {phase}-phase recording #{index} "
                 f"({recording['function']}) was submitted in {where} of {function}")
-        target = result.load_time if phase == "load" else result.invocations[invocation]
-        block = blocks[key]
-        if len(block) == 1:
-            target.append(JoinedDispatch(block[0], *site_of[index, positions[0]], phase))
-            continue
-        for event, position in zip(block, positions, strict=True):
-            target.append(JoinedDispatch(event, *site_of[index, position], phase))
+        for event, position in zip(blocks[key], positions, strict=True):
+            rows.append((index_of[id(event)], site_of[index, position], -1 if phase == "load" else invocation))
     # Blocks went in submission order, each in command order: runtime order already.
-    return result
+    order = np.array([row[0] for row in rows], dtype=np.int64)
+    start = np.array([events[i].start_ns for i in order.tolist()], dtype=np.int64)
+    columns = JoinColumns(
+        event=order, site=np.array([row[1] for row in rows], dtype=np.int32),
+        invocation=np.array([row[2] for row in rows], dtype=np.int32), start_ns=start,
+        duration_ns=np.array([events[i].end_ns for i in order.tolist()], dtype=np.int64) - start,
+        workgroups=np.array([int(np.prod(events[i].workgroup_count)) if events[i].workgroup_count else -1
+                             for i in order.tolist()], dtype=np.int64),
+        tiles=np.array([-1 if events[i].tile_count is None else events[i].tile_count for i in order.tolist()],
+                       dtype=np.int64))
+    return Join(starts, recording_of_buffer, columns, events, sites, invocations)
 
 
 def _by_creation_order(pending: dict[int, list[tuple[tuple[int, int], list[tuple[int, list[int]]], list[int]]]],
@@ -476,7 +526,8 @@ def invocation_starts(manifest: dict[str, Any], function: str, invocations: int,
         # executions would not count calls.
         others = [e for e in _executions_reachable(manifest, function) if e is None or wanted.intersection(e)]
         if len(others) == 1:
-            anchored = sorted(s for s, buffer in executions if recording_of_buffer.get(buffer) in wanted)
+            buffers = {buffer for buffer, index in recording_of_buffer.items() if index in wanted}
+            anchored = sorted(s for s, buffer in executions if buffer in buffers)
             if not anchored:
                 anchored = _dispatchless_anchor(manifest, wanted, invocations, recording_of_buffer, executions)
             if len(anchored) == invocations:

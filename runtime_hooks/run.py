@@ -337,17 +337,18 @@ def _run_in_process(run: InProcessRun, progress_file: Path | None = None) -> Non
 
 @dataclass
 class ProfiledRun:
-    """A ``full`` run's records: joined dispatches per recorded invocation, load-time
-    dispatches (initializers), and the queue, host-operation and memory records, each in
-    the invocation its submission belongs to (:meth:`hal_profile.Join.invocation_of_submission`)."""
+    """A ``full`` run's records: the joined dispatches as columns (recorded invocations
+    numbered from 0, load-time dispatches of initializers at :data:`LOAD_INVOCATION`),
+    and the queue, host-operation and memory records, each in the invocation its
+    submission belongs to (:meth:`hal_profile.Join.invocation_of_submission`)."""
 
-    dispatches: list[list[hal_profile.JoinedDispatch]]
+    dispatches: hal_profile.JoinColumns
+    invocations: int
     queue_rows: list[EventRow]
     memory_rows: list[EventRow]
     warmup_records: int
     #: The benchmark tool's real time per invocation (several invocations only).
     wall_ns_per_invocation: float | None = None
-    load_time: list[hal_profile.JoinedDispatch] | None = None
     #: Records of load time (initializers) and of no submission, counted.
     load_records: int = 0
     unsubmitted_records: int = 0
@@ -358,33 +359,44 @@ class ProfiledRun:
         pipeline = EventPipeline(manifest, policy, sink, session=uuid.uuid4().hex[:12])
         # Load-time dispatches (initializers, run once when the module is loaded) carry
         # invocation -1: they are no invocation's work. Their sites say phase "load".
-        pipeline.add_joined(self.load_time or [], LOAD_INVOCATION)
-        for invocation, block in enumerate(self.dispatches):
-            pipeline.add_joined(block, invocation)
+        found = self.dispatches
+        if len(found.site):
+            pipeline.add_dispatches(found.site, found.start_ns, found.duration_ns, found.workgroups, found.tiles,
+                                    found.invocation)
         pipeline.add_rows("queue", self.queue_rows)
         pipeline.add_rows("memory", self.memory_rows)
         return pipeline
 
     def summary(self) -> dict[str, Any]:
-        totals = [sum(j.event.duration_ns for j in block) for block in self.dispatches]
-        spans = [max(j.event.end_ns for j in block) - min(j.event.start_ns for j in block)
-                 for block in self.dispatches if block]
+        import numpy as np
+
+        found = self.dispatches
+        recorded = found.invocation >= 0
+        k = found.invocation[recorded]
+        totals = np.bincount(k, weights=found.duration_ns[recorded], minlength=self.invocations).astype(np.int64)
+        counts = np.bincount(k, minlength=self.invocations)
+        ends = found.start_ns + found.duration_ns
+        first = np.full(self.invocations, np.iinfo(np.int64).max)
+        last = np.full(self.invocations, np.iinfo(np.int64).min)
+        np.minimum.at(first, k, found.start_ns[recorded])
+        np.maximum.at(last, k, ends[recorded])
+        spans = (last - first)[counts > 0]
         wall = self.wall_ns_per_invocation
-        load = self.load_time or []
+        load = ~recorded
         return {
             "profiling_families": list(hal_profile.FULL_FAMILIES),
             "join": "structural: command-buffer recordings of the hal-phase host code; invocations by submission",
-            "dispatch_ns_per_invocation": duration_stats(totals),
+            "dispatch_ns_per_invocation": duration_stats(totals.tolist()),
             # First dispatch start to last dispatch end: the device-side window.
-            "dispatch_window_ns": duration_stats(spans),
+            "dispatch_window_ns": duration_stats(spans.tolist()),
             # Wall time per invocation as iree-benchmark-module measures it (a mean: the
             # tool reports no per-invocation times); in-process modes time each call.
-            "invocation_ns": None if wall is None else {"count": len(self.dispatches), "min": wall, "median": wall,
+            "invocation_ns": None if wall is None else {"count": self.invocations, "min": wall, "median": wall,
                                                         "mean": wall, "max": wall},
             "timing_harness": "iree-benchmark-module" if wall is not None else "iree-run-module",
-            "load_time": {"dispatches": len(load), "dispatch_ns": sum(j.event.duration_ns for j in load),
+            "load_time": {"dispatches": int(load.sum()), "dispatch_ns": int(found.duration_ns[load].sum()),
                           "invocation": LOAD_INVOCATION},
-            "records": {"dispatch": sum(len(b) for b in self.dispatches), "load_dispatch": len(load),
+            "records": {"dispatch": int(recorded.sum()), "load_dispatch": int(load.sum()),
                         "queue": len(self.queue_rows), "memory": len(self.memory_rows),
                         "warmup_records_dropped": self.warmup_records, "load_records": self.load_records,
                         "unsubmitted_records": self.unsubmitted_records},
@@ -452,8 +464,22 @@ def _profiled_run(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], d
                 counts["warmup"] += 1
             else:
                 rows.append(row_of(record, k - warmup))
-    return ProfiledRun(joined.invocations[warmup:], queue_rows, memory_rows, counts["warmup"],
-                       profile.wall_ns_per_invocation, joined.load_time, counts["load"], counts["unsubmitted"])
+    return ProfiledRun(_recorded(joined.columns, warmup), repeat, queue_rows, memory_rows, counts["warmup"],
+                       profile.wall_ns_per_invocation, counts["load"], counts["unsubmitted"])
+
+
+def _recorded(columns: hal_profile.JoinColumns, warmup: int) -> hal_profile.JoinColumns:
+    """The joined dispatches without the warmup invocations, renumbered from 0 (load time
+    stays at :data:`LOAD_INVOCATION`)."""
+    import numpy as np
+
+    keep = (columns.invocation < 0) | (columns.invocation >= warmup)
+    invocation = columns.invocation[keep]
+    return hal_profile.JoinColumns(
+        event=columns.event[keep], site=columns.site[keep],
+        invocation=np.where(invocation < 0, LOAD_INVOCATION, invocation - warmup).astype(np.int32),
+        start_ns=columns.start_ns[keep], duration_ns=columns.duration_ns[keep],
+        workgroups=columns.workgroups[keep], tiles=columns.tiles[keep])
 
 
 #: Queue events of a lite run come from a second pass under HAL profiling: Python cannot

@@ -95,7 +95,12 @@ def test_perfetto_trace_parses(bundle: Path, convnet) -> None:
                   and packet.track_event.track_uuid in invocation_tracks]
     assert len(dispatches) == REPEAT * 6
     name, args = dispatches[0]
-    assert name == "linalg.conv_2d_nhwc_hwcf main/linalg.conv_2d_nhwc_hwcf#0"
+    # Module path + op in the name (what a person tells slices apart by); the stable ID
+    # in an arg a browser view links back by.
+    assert name == "conv1 linalg.conv_2d_nhwc_hwcf"
+    assert (args["op_id"], args["module_path"], args["op"]) == (
+        "main/linalg.conv_2d_nhwc_hwcf#0", "conv1", "linalg.conv_2d_nhwc_hwcf")
+    assert args["fused_modules"] == "conv1, relu1"
     assert args["site"] == 0 and args["macs"] > 0
     assert args["source"] == "convnet.py:21:16" and args["stage"] == "runtime"
     assert "main/linalg.generic#0" in args["fused_ids"]

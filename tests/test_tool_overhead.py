@@ -57,7 +57,10 @@ def test_full_run_against_none_ids_and_lite(iree_bundles: dict[str, Path], tmp_p
     kinds = pq.read_table(iree_bundles["full"] / "events.parquet", columns=["kind"]).column("kind").to_pylist()
     assert kinds.count("dispatch") == 6 * 3  # 6 dispatch sites, 3 recorded invocations; queue/memory records vary
     assert int(full["dropped"]) == 0
-    assert all(full[column] != "" for column in RATIO_COLUMNS)
+    # The full run is the only one iree-benchmark-module timed: nothing to compare it with,
+    # so no ratio (never "1.00x") and the reason instead.
+    assert all(full[column] == "" for column in RATIO_COLUMNS)
+    assert full["not_compared"] == "no other run of this model was timed by iree-benchmark-module"
     # In-process runs are compared with the `none` run, the least instrumented one; the
     # full run is timed by iree-benchmark-module, so nothing in process is its baseline.
     assert {mode: rows[mode]["harness"] for mode in rows} == {
@@ -67,7 +70,12 @@ def test_full_run_against_none_ids_and_lite(iree_bundles: dict[str, Path], tmp_p
     none_median = summary_of(iree_bundles["none"])["invocation_ns"]["median"]
     lite_median = summary_of(iree_bundles["lite"])["invocation_ns"]["median"]
     assert float(rows["lite"]["slowdown"]) == pytest.approx(lite_median / none_median, rel=1e-3)
-    assert (full["baseline"], float(full["slowdown"])) == ("full", 1.0)
+    _, _, session = analyze(iree_bundles["full"], ["overhead"], tmp_path / "again",
+                            {"overhead": {"compare": ",".join(map(str, compare))}})
+    report = session.tools[0].report(session.contexts["overhead"])
+    full_line = next(line for line in report.splitlines() if line.startswith("full "))
+    assert "1.00x" not in full_line and "not compared: no other run" in full_line
+    assert "baseline" in next(line for line in report.splitlines() if line.startswith("none "))
     assert any("timed by iree-benchmark-module" in note for note in notes)
     assert float(full["median_invocation_ms"]) == summary["invocation_ns"]["median"] / 1e6
     # Event rate: events per second of the invocations dfit recorded (count x mean).

@@ -31,7 +31,7 @@ INSTRUMENTATION_ORDER = ("none", "ids", "lite", "full")
 TRACE_FILES = {"pftrace_bytes": "trace.pftrace", "parquet_bytes": "events.parquet"}
 BUNDLE_COLUMNS = ("bundle", "role", "model", "mode", "events", "dropped", "pftrace_bytes", "parquet_bytes",
                   "trace_bytes", "invocations", "harness", "median_invocation_ms", "event_rate_per_s", "baseline",
-                  "slowdown", "extra_ms")
+                  "slowdown", "extra_ms", "not_compared")
 COMPILE_COLUMNS = ("stage", "phase_s", "snapshot_s", "snapshot_pct_of_phase")
 NOT_MEASURABLE = "runtime overhead not measurable: backend exposes no per-program timing of dfit's own runs"
 
@@ -177,6 +177,11 @@ class Overhead(Tool):
                     ctx.note(f"{rows[i]['mode']} was timed by {rows[i]['harness']}, and no less instrumented run "
                              "was timed the same way; benchmarks/runtime_overhead.py measures each mode against "
                              "its own harness")
+                if baseline == i and not any(baselines.get(rows[j]["harness"]) == i for j in timed if j != i):
+                    # Alone with its harness: nothing to compare with (not "1.00x").
+                    rows[i]["not_compared"] = (f"no other run of this model was timed by {rows[i]['harness']}"
+                                               if len(group) > 1 else "no other run of this model was given")
+                    continue
                 base_ms = rows[baseline]["median_invocation_ms"]
                 rows[i].update(baseline=rows[baseline]["mode"],
                                slowdown=round(rows[i]["median_invocation_ms"] / base_ms, 4),
@@ -189,9 +194,11 @@ class Overhead(Tool):
         lines = [f"{'mode':<14}{'events':>8}{'trace B':>10}{'median ms':>11}{'slowdown':>10}"]
         for row in ctx.state.get("rows", []):
             median, slowdown = row["median_invocation_ms"], row.get("slowdown")
+            shown = ("-" if slowdown is None else "baseline" if row.get("baseline") == row["mode"] and slowdown == 1
+                     else f"{slowdown:.2f}x")
+            why = f"  (not compared: {row['not_compared']})" if row.get("not_compared") else ""
             lines.append(f"{row['mode']:<14}{row['events']:>8}{row['trace_bytes'] or 0:>10}"
-                         f"{'-' if median is None else f'{median:.3f}':>11}"
-                         f"{'-' if slowdown is None else f'{slowdown:.2f}x':>10}")
+                         f"{'-' if median is None else f'{median:.3f}':>11}{shown:>10}{why}")
         totals = ctx.state.get("compile") or {}
         if totals.get("snapshot_pct_of_compile") is not None:
             lines.append(f"compile: snapshots {totals['snapshot_total_s']:.3f} s of {totals['compile_total_s']:.3f} s "

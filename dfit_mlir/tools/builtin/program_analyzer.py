@@ -41,10 +41,9 @@ calibrate the local CPU with). Outputs: ``regions.csv``,
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
-from dfit_mlir import atomic
+from dfit_mlir import atomic, ledger
 from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.tools.api import Tool, ToolContext
 from dfit_mlir.tools.model import Operator, Partition, SemanticModel
@@ -55,7 +54,7 @@ OPTIONS = ("profile", "calibration", "threads")
 #: margin absorbs timer granularity on the shortest dispatches).
 ROOF_TOLERANCE = 1.05
 CLASSES = ("memory-bound", "balanced", "compute-bound", "unknown")
-COLUMNS = ("region", "kind", "root", "operators", "dtype", "macs", "bytes_moved", "bytes_rule", "intensity",
+COLUMNS = ("region", "kind", "root", "label", "operators", "dtype", "macs", "bytes_moved", "bytes_rule", "intensity",
            "peak_macs_per_s", "attainable_macs_per_s", "calls", "time_ns", "achieved_macs_per_s", "efficiency",
            "boundness", "bandwidth_roof", "above_roof")
 
@@ -69,21 +68,7 @@ class ProgramAnalyzer(Tool):
         unknown = sorted(set(ctx.options) - set(OPTIONS))
         if unknown:
             raise InvalidInputError(f"{self.name}: unknown option {unknown[0]!r}; known: {', '.join(OPTIONS)}")
-        ctx.state.update(time_ns=defaultdict(int), calls=defaultdict(int), report=[])
-
-    def on_event(self, ctx: ToolContext, batch: Any) -> None:
-        if "sites" not in ctx.state:
-            dispatches = [p for p in ctx.require_model().partitions if p.kind == "dispatch"]
-            ctx.state["sites"] = {p.attributes["site"]: p.id for p in dispatches}
-        columns = [batch.column(name).to_pylist() for name in ("kind", "site", "partition", "duration_ns")]
-        for kind, site, partition, duration in zip(*columns, strict=True):
-            if kind != "dispatch" or duration is None:
-                continue
-            key = ctx.state["sites"].get(site) if site is not None else partition
-            if key is None:
-                continue
-            ctx.state["time_ns"][key] += duration
-            ctx.state["calls"][key] += 1
+        ctx.state.update(report=[])
 
     def on_shutdown(self, ctx: ToolContext) -> None:
         if ctx.model is None:
@@ -95,8 +80,8 @@ class ProgramAnalyzer(Tool):
             ctx.note(f"calibrated for {threads} thread(s): {why}")
         if profile is None:
             ctx.note(f"no performance profile for the {ctx.backend} backend (give profile=PATH): no roof")
-        graph = _BoundaryRule(ctx.model)
-        rows = [_region(part, ctx.model, graph, profile, ctx.state) for part in ctx.model.partitions]
+        book = ledger.of(ctx.model)
+        rows = [_region(part, ctx.model, book, profile) for part in ctx.model.partitions]
         timed = any(row["time_ns"] for row in rows)
         basis = "time_ns" if timed else "macs"
         total = sum(row[basis] or 0 for row in rows)
@@ -119,43 +104,6 @@ class ProgramAnalyzer(Tool):
         return "\n".join(ctx.state.get("report", []))
 
 
-class _BoundaryRule:
-    """Bytes crossing a region's boundary, from the manifest's tensor graph."""
-
-    def __init__(self, model: SemanticModel):
-        self.model = model
-        self.tensors = [t for t in model.tensors if t.get("bytes") is not None]
-
-    def _kind(self, op_id: str | None) -> str:
-        op = self.model.operator(op_id) if op_id else None
-        return op.kind if op is not None else ""
-
-    def bytes_moved(self, ops: list[Operator], inside: set[str]) -> tuple[int | None, str]:
-        if not self.tensors:
-            sizes = [op.bytes if op.bytes is not None else _value_bytes(op) for op in ops]
-            known = [size for size in sizes if size is not None]
-            return (sum(known), "operator bytes (upper bound)") if known else (None, "none")
-        moved, touched = 0, False
-        for tensor in self.tensors:
-            producer, consumers = tensor.get("producer"), set(tensor.get("consumers") or ())
-            produced_inside, consumed_inside = producer in inside, bool(consumers & inside)
-            touched |= produced_inside or consumed_inside
-            if self._kind(producer) == "empty":
-                continue
-            weight = tensor.get("constant") is True or self._kind(producer) == "constant"
-            if consumed_inside and (weight or not produced_inside):
-                moved += tensor["bytes"]
-            elif produced_inside and not weight and (not consumers or consumers - inside):
-                moved += tensor["bytes"]
-        return (moved, "boundary tensors") if touched else (None, "none")
-
-
-def _value_bytes(op: Operator) -> int | None:
-    sizes = [value.get("bytes") for value in (*op.operands, *op.results)]
-    known = [size for size in sizes if size is not None]
-    return sum(known) if known else None
-
-
 def _dtype(ops: list[Operator]) -> str | None:
     """Element type of the first operand of the op doing most MACs (else of any op)."""
     for op in sorted(ops, key=lambda o: -(o.macs or 0)):
@@ -165,13 +113,13 @@ def _dtype(ops: list[Operator]) -> str | None:
     return None
 
 
-def _region(part: Partition, model: SemanticModel, rule: _BoundaryRule, profile: Profile | None,
-            state: dict[str, Any]) -> dict[str, Any]:
+def _region(part: Partition, model: SemanticModel, book: ledger.Ledger, profile: Profile | None) -> dict[str, Any]:
+    """One region's row; MACs, bytes, calls and time are the ledger's."""
     ops = [model.operators[op_id] for op_id in part.operator_ids if op_id in model.operators]
     macs = sum(model.placed_costs(part, "macs").values())
-    moved, how = rule.bytes_moved(ops, set(part.operator_ids))
+    moved, how = book.bytes_moved(part)
     intensity = macs / moved if moved else None
-    time_ns, calls = state["time_ns"].get(part.id), state["calls"].get(part.id, 0)
+    time_ns, calls = book.partition_ns(part.id) or None, book.calls(part.id)
     achieved = macs * calls / (time_ns * 1e-9) if time_ns else None
     dtype, peak, attainable, boundness, roof = _dtype(ops), None, None, "unknown", None
     if profile is not None:
@@ -183,7 +131,11 @@ def _region(part: Partition, model: SemanticModel, rule: _BoundaryRule, profile:
             ridge = peak / bandwidth.value
             boundness = ("memory-bound" if intensity < 0.5 * ridge else
                          "compute-bound" if intensity > 2 * ridge else "balanced")
-    return {"region": part.id, "kind": part.kind, "root": part.root_id, "operators": len(ops), "dtype": dtype,
+    root = model.operator(part.root_id) if part.root_id else None
+    label = (f"{model.module_path(root.id) or '(root)'} {root.source_op or root.kind}"
+             if root is not None and model.module_path(root.id) is not None else (part.root_id or part.id))
+    return {"region": part.id, "kind": part.kind, "root": part.root_id, "label": label, "operators": len(ops),
+            "dtype": dtype,
             "macs": macs, "bytes_moved": moved, "bytes_rule": how, "intensity": intensity, "peak_macs_per_s": peak,
             "attainable_macs_per_s": attainable, "calls": calls, "time_ns": time_ns,
             "achieved_macs_per_s": achieved, "efficiency": achieved / peak if achieved is not None and peak else None,
@@ -220,11 +172,18 @@ def _plot(ctx: ToolContext, rows: list[dict[str, Any]], profile: Profile, timed:
             axes.plot(grid, np.minimum(peak.value, grid * cache.value), linestyle="--", linewidth=0.8,
                       label=f"{name} roof (regions moving <= {capacity / (1 << 20):.3g} MiB): {cache.value:.3g} B/s")
     sizes = [30 + 600 * ((row[basis] or 0) / total if total else 0) for row in points]
-    axes.scatter(xs, [row[y_key] for row in points], s=sizes, alpha=0.6, color="tab:red", label="regions")
-    for row in sorted(points, key=lambda r: -(r[basis] or 0))[:12]:
-        label = (row["root"] or row["region"]).rsplit("/", 1)[-1]
-        axes.annotate(label if len(label) <= 30 else "…" + label[-29:], (row["intensity"], row[y_key]), fontsize=7)
+    above = [row["above_roof"] is True for row in points]
+    for flag, name, color in ((False, "regions", "tab:red"), (True, "above the roof: measurement problem", "black")):
+        chosen = [i for i, a in enumerate(above) if a is flag]
+        if chosen:
+            axes.scatter([xs[i] for i in chosen], [points[i][y_key] for i in chosen], s=[sizes[i] for i in chosen],
+                         alpha=0.6, color=color, marker="x" if flag else "o", label=name)
     axes.set(xscale="log", yscale="log", xlabel="arithmetic intensity (MAC/byte)", ylabel="MAC/s")
+    if any(above):
+        axes.text(0.01, 0.01, f"{sum(above)} region(s) drawn above the roof (x): achieved more than the roof allows, so the "
+                  "calibration or the timer is off for them;\nthey are not results (see report.txt)",
+                  transform=axes.transAxes, fontsize=6.5, va="bottom")
+    _label_points(figure, axes, sorted(points, key=lambda r: -(r[basis] or 0))[:12], y_key)
     axes.set_title(f"{profile.name}: achieved MAC/s per region (size: share of time)" if timed else
                    f"{profile.name}: no per-region timing, regions drawn on the roof at attainable MAC/s "
                    "(size: share of MACs)", fontsize=9)
@@ -234,6 +193,24 @@ def _plot(ctx: ToolContext, rows: list[dict[str, Any]], profile: Profile, timed:
     skipped = len(rows) - len(points)
     if skipped:
         ctx.note(f"roofline: {skipped} of {len(rows)} regions not drawn (no MACs, bytes or time to place them)")
+
+
+def _label_points(figure: Any, axes: Any, rows: list[dict[str, Any]], y_key: str) -> None:
+    """Label the regions (module path + op) where a label overlaps no other: each tries
+    a few offsets around its point, and a label that fits nowhere is left out."""
+    renderer = figure.canvas.get_renderer()
+    placed: list[Any] = []
+    offsets = ((4, 4), (4, -10), (-4, 8), (-4, -12), (6, 16), (6, -20))
+    for row in rows:
+        text = row["label"] if len(row["label"]) <= 34 else "…" + row["label"][-33:]
+        for dx, dy in offsets:
+            note = axes.annotate(text, (row["intensity"], row[y_key]), xytext=(dx, dy), textcoords="offset points",
+                                 fontsize=6.5, ha="left" if dx > 0 else "right")
+            box = note.get_window_extent(renderer)
+            if not any(box.overlaps(other) for other in placed):
+                placed.append(box)
+                break
+            note.remove()
 
 
 def _report_lines(ctx: ToolContext, rows: list[dict[str, Any]], shares: list[dict[str, Any]],

@@ -10,13 +10,15 @@ reconstructions) the op's module path stands in; where every frame is framework 
 innermost one does. A region-body op without a location (a ``linalg.yield``) belongs to
 its parent op's site.
 
-Measured time is the duration of the execution events that enclose no other timed event
-(a program encloses its functions, a queue execute its dispatches: adding both would
-count twice; compile and metric events are not execution time). A dispatch event's time is
-split **evenly** over the compute ops fused into its partition (the top-level ops that
-consume a value: constants and empty tensors materialise values and get none); an event
-naming a ``root_id`` (reconstructions) goes to that op. Whatever is left is listed, by
-event kind and partition, in ``unattributed.csv``.
+Measured time and costs come from the bundle's ledger (:mod:`dfit_mlir.ledger`, its
+spec): a dispatch's time is split over its compute ops by the ledger's stated time model
+(a roofline weight per op: a matmul carries its arithmetic, a fused elementwise consumer
+only its own FLOPs and the bytes it writes out), an event naming a ``root_id``
+(reconstructions) goes to that op, and "% of measured" is the union of the attributed
+leaf intervals over the union of all leaf execution intervals (overlapping asynchronous
+spans count once; the summary says which event kinds it covers). Whatever is left is
+listed, by event kind and partition, in ``unattributed.csv``. ``partitions.csv`` names
+each dispatch's root op, its fused ops and the time model that split it.
 
 Rollups over the frontend's source model (manifest fields ``module_path``,
 ``module_class``, ``phase``): ``modules.csv`` is the module tree — every module path and
@@ -33,23 +35,21 @@ from __future__ import annotations
 
 import json
 import time
-from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from collections import Counter
 from typing import Any
 
-from dfit_mlir import flamegraph, locations
+from dfit_mlir import flamegraph, ledger, locations
 from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.frontends import CodeRules, module_classes, parse_globs
 from dfit_mlir.lineage import is_constant
 from dfit_mlir.tools.api import Tool, ToolContext
 from dfit_mlir.tools.model import Operator, SemanticModel
 
-#: Event kinds that time execution; ``compile`` and ``metric`` events do not.
-EXECUTION_KINDS = frozenset({"dispatch", "queue", "memory", "tensor", "function", "program"})
+EXECUTION_KINDS = ledger.EXECUTION_KINDS
 SITE_COLUMNS = ("rank", "site", "site_kind", "operators", "flops", "time_ns", "time_share", "module_paths", "phases",
                 "site_rule")
 PARTITION_COLUMNS = ("partition", "kind", "root_id", "root_site", "sites", "module_paths", "operators",
-                     "compute_ops", "time_ns")
+                     "compute_ops", "fused_ids", "calls", "time_ns", "root_share", "time_model")
 UNATTRIBUTED_COLUMNS = ("what", "kind", "partition", "count", "time_ns")
 MODULE_COLUMNS = ("module_path", "parent", "depth", "name", "module_class", "self_ops", "ops", "self_flops", "flops",
                   "self_bytes", "bytes", "self_time_ns", "time_ns", "time_share", "phases")
@@ -119,33 +119,6 @@ def explain_site(model: SemanticModel, site: str, rules: CodeRules | None = None
     return "\n".join(lines)
 
 
-def leaf_events(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Timed events that enclose no other timed event: a program encloses its functions,
-    an IREE queue execute its dispatches; adding both would count the time twice."""
-    spans = sorted((e for e in events if e["start_ns"] is not None and e["duration_ns"]),
-                   key=lambda e: (e["start_ns"], -e["duration_ns"]))
-    enclosing: set[int] = set()
-    earliest_end = None
-    for event in reversed(spans):  # every later span starts at or after this one
-        end = event["start_ns"] + event["duration_ns"]
-        if earliest_end is not None and earliest_end <= end:
-            enclosing.add(id(event))
-        earliest_end = end if earliest_end is None else min(earliest_end, end)
-    return [e for e in events if id(e) not in enclosing]
-
-
-@dataclass(frozen=True)
-class TimeSplit:
-    """Measured time: per op and per partition where attributed, else by (event kind, partition)."""
-
-    op_ns: defaultdict[str, float] = field(default_factory=lambda: defaultdict(float))
-    partition_ns: defaultdict[str, int] = field(default_factory=lambda: defaultdict(int))
-    rest_ns: defaultdict[tuple[str, str | None], int] = field(default_factory=lambda: defaultdict(int))
-    rest_count: Counter[tuple[str, str | None]] = field(default_factory=Counter)
-    #: Leaf events counted, by kind.
-    events: Counter[str] = field(default_factory=Counter)
-
-
 class SemanticAttribution(Tool):
     name = "semantic-attribution"
     description = ("Ops, partitions and measured time → model-code line, module path and phase; a ranking of "
@@ -159,22 +132,15 @@ class SemanticAttribution(Tool):
                                     f"(options: {', '.join(OPTIONS)}, comma-separated path globs)")
         rules = CodeRules.default().extended(framework=parse_globs(ctx.options.get("framework_code")),
                                              model=parse_globs(ctx.options.get("model_code")))
-        ctx.state.update(events=[], busy_s=0.0, rules=rules)
-
-    def on_event(self, ctx: ToolContext, batch: Any) -> None:
-        started = time.perf_counter()
-        columns = ["kind", "site", "root_id", "partition", "start_ns", "duration_ns"]
-        ctx.state["events"].extend(row for row in batch.select(columns).to_pylist()
-                                   if row["duration_ns"] is not None and row["kind"] in EXECUTION_KINDS)
-        ctx.state["busy_s"] += time.perf_counter() - started
+        ctx.state.update(busy_s=0.0, rules=rules)
 
     def on_shutdown(self, ctx: ToolContext) -> None:
         started = time.perf_counter()
         model = ctx.require_model()
         rules = ctx.state["rules"]
         sites = {op_id: op_site(model, op, rules) for op_id, op in model.operators.items()}
-        split = self._split_time(model, ctx.state["events"])
-        op_time = split.op_ns
+        book = ledger.of(model)
+        op_time = book.op_time()
 
         by_site: dict[str, dict[str, Any]] = {}
         for op_id, found in sites.items():
@@ -189,10 +155,14 @@ class SemanticAttribution(Tool):
             entry["time_ns"] += op_time.get(op_id, 0.0)
             if model.module_path(op_id):
                 entry["module_paths"].add(model.module_path(op_id))
-        total_time = sum(op_time.values()) + sum(split.rest_ns.values())
+        totals = book.totals
+        total_time = totals.measured_ns
+        # Shares are of the time handed out (ops' plus the unattributed remainder), so
+        # they sum to 1 even where dispatches overlap on several threads.
+        busy = totals.attributed_ns + sum(rest.time_ns for rest in book.unattributed)
         ranking = sorted(by_site.values(), key=lambda e: (-e["time_ns"], -e["flops"], -e["operators"], e["site"]))
         site_rows = [{**entry, "rank": rank, "time_ns": round(entry["time_ns"], 3),
-                      "time_share": round(entry["time_ns"] / total_time, 6) if total_time else None,
+                      "time_share": round(entry["time_ns"] / busy, 6) if busy else None,
                       "module_paths": ";".join(sorted(entry["module_paths"])),
                       "phases": ";".join(f"{p}:{n}" for p, n in entry["phases"].most_common())}
                      for rank, entry in enumerate(ranking, 1)]
@@ -200,20 +170,25 @@ class SemanticAttribution(Tool):
         partition_rows = []
         for partition in model.partitions:
             compute = model.compute_ops(partition)
+            split = book.partition_summary(partition)
             partition_rows.append({
                 "partition": partition.id, "kind": partition.kind, "root_id": partition.root_id,
                 "root_site": (sites.get(partition.root_id or "") or (None,))[0],
                 "sites": ";".join(dict.fromkeys(sites[i][0] for i in compute if sites.get(i))),
                 "module_paths": ";".join(dict.fromkeys(p for i in compute if (p := model.module_path(i)))),
                 "operators": len(partition.operator_ids), "compute_ops": len(compute),
-                "time_ns": split.partition_ns.get(partition.id, 0)})
+                "fused_ids": ";".join(split["fused"]),
+                "calls": book.calls(partition.id),
+                "time_ns": book.partition_ns(partition.id),
+                "root_share": (round(split["shares"][partition.root_id], 6)
+                               if partition.root_id in split["shares"] else None),
+                "time_model": split["time_model"]})
 
         unattributed_ops = Counter(model.operators[i].op for i, found in sites.items() if found is None)
         unattributed_rows = [{"what": "op", "kind": kind, "partition": None, "count": count, "time_ns": None}
                              for kind, count in unattributed_ops.most_common()]
-        unattributed_rows += [{"what": "event", "kind": kind, "partition": partition, "count": count,
-                               "time_ns": split.rest_ns[(kind, partition)]}
-                              for (kind, partition), count in split.rest_count.most_common()]
+        unattributed_rows += [{"what": "event", "kind": rest.kind, "partition": rest.partition, "count": rest.count,
+                               "time_ns": rest.time_ns} for rest in book.unattributed]
 
         attributed_ops = sum(1 for found in sites.values() if found is not None)
         attributed_time = sum(op_time.values())
@@ -222,12 +197,14 @@ class SemanticAttribution(Tool):
             "attributed_operators_pct": round(100 * attributed_ops / len(sites), 2) if sites else None,
             "operators_by_site_kind": dict(Counter(found[1] for found in sites.values() if found)),
             "sites": len(site_rows), "partitions": len(partition_rows),
-            "timed_events_by_kind": dict(split.events),
-            "event_time_ns": total_time, "attributed_time_ns": round(attributed_time, 3),
-            "attributed_time_pct": round(100 * attributed_time / total_time, 2) if total_time else None,
+            "timed_events_by_kind": dict(totals.kinds), "measured_covers": totals.covers,
+            "event_time_ns": total_time, "leaf_sum_ns": totals.leaf_sum_ns,
+            "attributed_time_ns": round(attributed_time, 3), "attributed_union_ns": totals.attributed_union_ns,
+            "attributed_time_pct": totals.attributed_pct, "time_model": book.time_model.label,
+            "time_model_source": book.time_model.source,
             "top_sites": [row["site"] for row in site_rows[:5]],
         }
-        summary.update(self._rollups(ctx, model, op_time, total_time))
+        summary.update(self._rollups(ctx, model, op_time, busy))
         if not total_time:
             ctx.note("no measured execution time in this bundle: sites are ranked by FLOPs and op count only")
         if not any(found and found[1] == "source" for found in sites.values()):
@@ -240,7 +217,7 @@ class SemanticAttribution(Tool):
         ctx.state["busy_s"] += time.perf_counter() - started
 
     @staticmethod
-    def _rollups(ctx: ToolContext, model: SemanticModel, op_time: dict[str, float], total_time: float) -> dict[str, Any]:
+    def _rollups(ctx: ToolContext, model: SemanticModel, op_time: dict[str, float], busy: float) -> dict[str, Any]:
         """The module tree (``modules.csv``, ``flamegraph.svg``, ``speedscope.json``) and
         the per-phase table (``phases.csv``); returns their figures for the summary."""
         def values(op: Operator) -> dict[str, float]:
@@ -255,7 +232,7 @@ class SemanticAttribution(Tool):
                                      for op, path in located)
 
         def share(ns: float) -> float | None:
-            return round(ns / total_time, 6) if total_time else None
+            return round(ns / busy, 6) if busy else None
 
         module_rows = [{
             "module_path": path, "parent": node.parent, "depth": node.depth, "name": flamegraph.leaf_name(path),
@@ -319,33 +296,12 @@ class SemanticAttribution(Tool):
                 key=lambda r: (-r["self_time_ns"], -r["self_flops"], -r["self_ops"]))[:5]],
         }
 
-    @staticmethod
-    def _split_time(model: SemanticModel, events: list[dict[str, Any]]) -> TimeSplit:
-        split = TimeSplit()
-        for event in leaf_events(events):
-            split.events[event["kind"]] += 1
-            duration = event["duration_ns"]
-            partition = model.partition_of_site(event["site"]) if event["site"] is not None else None
-            root = model.operator(event["root_id"]) if event["root_id"] else None
-            if partition is not None:
-                ops = model.compute_ops(partition)
-                for op_id in ops:
-                    split.op_ns[op_id] += duration / len(ops)
-                split.partition_ns[partition.id] += duration
-            elif root is not None:
-                split.op_ns[root.id] += duration
-                if root.partition:
-                    split.partition_ns[root.partition] += duration
-            else:
-                split.rest_ns[(event["kind"], event["partition"])] += duration
-                split.rest_count[(event["kind"], event["partition"])] += 1
-        return split
-
     def report(self, ctx: ToolContext) -> str:
         summary = ctx.state.get("summary")
         if not summary:
             return ""
-        time_part = (f", {summary['attributed_time_pct']}% of {_duration_text(summary['event_time_ns'])} measured"
+        time_part = (f", {summary['attributed_time_pct']}% of {_duration_text(summary['event_time_ns'])} measured "
+                     f"(union of leaf spans: {summary['measured_covers']}; split by {summary['time_model']})"
                      if summary["attributed_time_pct"] is not None else ", no measured time")
         phases = ", ".join(f"{phase} {count}" for phase, count in summary["operators_by_phase"].items())
         modules = (f"{summary['modules']} modules (top: {', '.join(p or '(root)' for p in summary['top_modules'][:3])})"
