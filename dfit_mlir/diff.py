@@ -61,10 +61,9 @@ and are reported whatever the rows say.
 below): an op split over two dispatches has two groups, and constants or empty tensors,
 which IREE clones into every dispatch that uses them, are not fusion.
 
-*Attributed time*: each dispatch event's duration is split evenly over the ops of its
-partition that do work — top-level in the partition (a ``linalg.generic`` body belongs to
-its op) and consuming a value (constants and empty tensors get none); all of them if none
-qualifies. An event without a partition but with a ``root_id`` goes to that op. An op's
+*Attributed time*: each dispatch event's duration is split over the ops of its partition
+by the ledger's shares (:mod:`dfit_mlir.ledger`: its time model, named in every tool's
+output; not evenly). An event without a partition but with a ``root_id`` goes to that op. An op's
 time is the sum of its shares divided by the number of invocations (a mean per
 invocation). A side without dispatch events has no time (``None``), not zero.
 """
@@ -268,8 +267,16 @@ def attributed_time(model: SemanticModel) -> tuple[dict[str, float], int]:
 
 
 def attributed_samples(model: SemanticModel) -> tuple[dict[str, dict[int, float]], int]:
-    """({op ID: {invocation: attributed ns}}, invocations) from the dispatch events (see
-    the module docstring); events without an invocation count as invocation 0."""
+    """({op ID: {invocation: attributed ns}}, invocations) from the dispatch events, each
+    event's duration split over its partition's ops by the ledger's shares (its time
+    model; :mod:`dfit_mlir.ledger`); events without an invocation count as invocation 0."""
+    from dfit_mlir import ledger
+
+    book = ledger.of(model)
+    entries = book.entries.select(["partition", "op_id", "share"]).to_pydict()
+    shares: defaultdict[str, list[tuple[str, float]]] = defaultdict(list)
+    for partition_id, op_id, share in zip(*entries.values(), strict=True):
+        shares[partition_id].append((op_id, share))
     by_id = {partition.id: partition for partition in model.partitions}
     total: defaultdict[str, defaultdict[int, float]] = defaultdict(lambda: defaultdict(float))
     invocations: set[int] = set()
@@ -283,11 +290,11 @@ def attributed_samples(model: SemanticModel) -> tuple[dict[str, dict[int, float]
             if invocation is not None:
                 invocations.add(invocation)
             partition = model.partition_of_site(site) if site is not None else by_id.get(name)
-            ops = list(model.compute_ops(partition)) if partition is not None else []
-            if not ops and root in model.operators:
-                ops = [root]
-            for op_id in ops:
-                total[op_id][invocation or 0] += duration / len(ops)
+            split = shares.get(partition.id, []) if partition is not None else []
+            if not split and root in model.operators:
+                split = [(root, 1.0)]
+            for op_id, share in split:
+                total[op_id][invocation or 0] += duration * share
     runs = len(invocations) or (1 if seen else 0)
     return {op_id: dict(by_run) for op_id, by_run in total.items()}, runs
 
