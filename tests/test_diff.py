@@ -70,12 +70,19 @@ def test_split_reduction_leaves_the_other_dispatches_fused_as_before(flags_diff:
     assert softmax.a.partitions[0].startswith("site5:") and softmax.b.partitions[0].startswith("site6:")
 
 
-def test_time_is_split_evenly_over_the_ops_doing_work(flags_diff: diff.DiffResult,
-                                                      iree_bundles: dict[str, Path]) -> None:
+def test_time_is_split_by_the_ledgers_shares(flags_diff: diff.DiffResult, iree_bundles: dict[str, Path]) -> None:
+    """Each dispatch's time goes to its ops by the ledger's time model (one rule for every
+    tool), not evenly: here the shares are read from the ledger of the same bundle."""
+    from dfit_mlir import ledger
+    from dfit_mlir.tools.model import SemanticModel
+
     fc1_site = dispatch_durations(iree_bundles["full"], 3)
-    expected = sum(fc1_site) / len(fc1_site) / len(FC1_WORKERS)
+    model = SemanticModel.open(iree_bundles["full"])
+    shares = ledger.of(model).partition_summary(model.partition_of_site(3))["shares"]
+    assert set(shares) == set(FC1_WORKERS)
+    assert len(set(shares.values())) > 1, "the roofline model tells the matmul from its epilogue"
     for op_id in FC1_WORKERS:
-        assert flags_diff.row(op_id).a.time_ns == pytest.approx(expected)
+        assert flags_diff.row(op_id).a.time_ns == pytest.approx(sum(fc1_site) / len(fc1_site) * shares[op_id])
     # Constants cloned into the dispatch do no work and get no time.
     assert flags_diff.row("main/arith.constant#1").a.time_ns == 0.0
 
