@@ -82,6 +82,8 @@ class Line:
     overwritten: str = ""
     #: Longer than :data:`MAX_LINE_BYTES`: ``text`` is empty and no rule sees it.
     oversized: bool = False
+    #: The raw line held NUL bytes (dropped from ``text``; see :class:`LineAccount`).
+    nul: bool = False
 
 
 def clean(text: str) -> tuple[str, str]:
@@ -129,7 +131,7 @@ def iter_lines(path: Path) -> Iterator[Line]:
                 text = text[1:]
             text = text.rstrip("\n").rstrip("\r")
             shown, overwritten = clean(text)
-            yield Line(number, shown, overwritten)
+            yield Line(number, shown, overwritten, nul=b"\0" in raw)
 
 
 # --- rules --------------------------------------------------------------------------
@@ -226,6 +228,15 @@ class _Tally:
     examples: list[tuple[int, str]] = field(default_factory=list)
     problems: list[tuple[int, str]] = field(default_factory=list)
     problem_count: int = 0
+    nul_lines: int = 0
+    first_nul_line: int | None = None
+
+    def saw(self, line: Line) -> None:
+        self.total += 1
+        if line.nul:
+            self.nul_lines += 1
+            if self.first_nul_line is None:
+                self.first_nul_line = line.number
 
     def unparsed_line(self, line: Line, why: str | None = None) -> None:
         ranges = self.unparsed
@@ -251,6 +262,8 @@ class _Tally:
             problems=tuple(self.problems),
             problem_count=self.problem_count,
             unparsed_ranges=tuple(self.unparsed),
+            nul_lines=self.nul_lines,
+            first_nul_line=self.first_nul_line,
         )
 
 
@@ -281,7 +294,7 @@ def read_file(path: Path, feed: Feed, *, blank_consumed: bool = True, required: 
                 tally.problems.append((job.first.number, _reason(error)))
 
     for line in iter_lines(path):
-        tally.total += 1
+        tally.saw(line)
         if pending is not None:
             if pending.belongs(line) and len(joined) < MAX_CONTINUATION_LINES and joined_chars < MAX_CONTINUATION_CHARS:
                 joined.append(line.text)
