@@ -56,7 +56,7 @@ class TextFormat:
 FORMATS = (
     TextFormat("cerebras-run-log", "cerebras", "cerebras/alcf_bert_large_bs512_r2x/mytest.log", "Step=500,"),
     TextFormat("cerebras-compile-log", "cerebras", "cerebras/alcf_bert_large_bs512_r2x/mytest.log",
-               "Exploring floorplans"),
+               "Compiling kernels"),
     TextFormat("cerebras-fit-log", "cerebras", "cerebras/gnn_graphsage_arxiv_client1.1.0/arxiv_wse_cache.log",
                "Train Device=CSX, Step=40,"),
     TextFormat("edgetpu-oplog", "edgetpu", "edgetpu/goalbuddy_yolov8_v16/yolov8n_full_integer_quant_edgetpu.log",

@@ -33,6 +33,7 @@ Timestamps carry no zone; they are read as UTC (the cszoo logs' own Kubernetes e
 
 from __future__ import annotations
 
+import bisect
 import calendar
 import re
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from typing import Any, ClassVar
 from dfit_mlir.adapters.lines import (
     DECORATION,
     Line,
+    RecordSet,
     Rule,
     Scopes,
     apply_rules,
@@ -171,6 +173,8 @@ class _Phase:
     start_s: float
     line: int
     attributes: dict[str, Any]
+    #: The same phase record read again right after (a line repeated): counted here.
+    repeats: int = 1
 
 
 @dataclass
@@ -187,6 +191,21 @@ class _Compile:
     trial: int | None = None
     trial_passes: set[str] = field(default_factory=set)
     attributes: dict[str, Any] = field(default_factory=dict)
+
+    def add_phase(self, phase: _Phase) -> None:
+        """A phase, or one more read of the last one when its record is repeated (same
+        level, name, time, attributes): a log repeating a line is kept in the memory
+        of one phase."""
+        last = self.phases[-1] if self.phases else None
+        if last is not None and (last.level, last.name, last.start_s, last.attributes) == (
+                phase.level, phase.name, phase.start_s, phase.attributes):
+            last.repeats += 1
+        else:
+            self.phases.append(phase)
+
+    def end_phases(self, time_s: float, level: int) -> None:
+        if not self.phase_ends or self.phase_ends[-1] != (time_s, level):
+            self.phase_ends.append((time_s, level))
 
 
 class ConsoleLogReader:
@@ -209,7 +228,8 @@ class ConsoleLogReader:
 class _LogParser:
     def __init__(self, path: Path):
         self.path = path
-        self.measurements: list[Measurement] = []
+        #: Each distinct figure once (a line repeated is counted, not kept again).
+        self.measurements = RecordSet()
         self.attributes: dict[str, Any] = {
             "compile_hashes": [],
             "cached_compile_hashes": [],
@@ -245,7 +265,7 @@ class _LogParser:
 
     def add(self, measurement: Measurement) -> None:
         """Every measurement carries its run scope."""
-        self.measurements.append(self.scopes.tagged(measurement))
+        self.measurements.add(self.scopes.tagged(measurement))
 
     def feed(self, line: Line) -> bool:
         match = _RECORD_RE.match(line.text)
@@ -275,7 +295,7 @@ class _LogParser:
         return Recovery(
             backend=BACKEND,
             sources=(source_artifact(self.path, ConsoleLogReader.format, lines=self.lines),),
-            measurements=tuple(self.measurements),
+            measurements=self.measurements.records(),
             coverage=self.coverage(),
             attributes=self.attributes,
         )
@@ -503,24 +523,24 @@ class _LogParser:
             self.finish_compile(record, "failed")
         elif text in COMPILE_PHASES:
             compile_.trial = None
-            compile_.phases.append(_Phase(0, text, record.time_s, record.line, {}))
+            compile_.add_phase(_Phase(0, text, record.time_s, record.line, {}))
         elif text in IMAGE_PHASES:
-            compile_.phases.append(_Phase(1, text, record.time_s, record.line, {}))
+            compile_.add_phase(_Phase(1, text, record.time_s, record.line, {}))
         elif match := _SUB_BATCH_RE.match(message):
             compile_.trial = int(match.group(1))
             compile_.trial_passes = set()
-            compile_.phases.append(
+            compile_.add_phase(
                 _Phase(1, text, record.time_s, record.line, {"sub_batch_size": compile_.trial})
             )
         elif text in EXPLORATION_PHASES:
             if compile_.trial is not None and text in compile_.trial_passes:
-                compile_.phase_ends.append((record.time_s, 1))
+                compile_.end_phases(record.time_s, 1)
                 compile_.trial = None
             attributes = {} if compile_.trial is None else {"sub_batch_size": compile_.trial}
             compile_.trial_passes.add(text)
-            compile_.phases.append(_Phase(2, text, record.time_s, record.line, attributes))
+            compile_.add_phase(_Phase(2, text, record.time_s, record.line, attributes))
         elif message.startswith("No benefit from gradient accumulation"):
-            compile_.phase_ends.append((record.time_s, 1))
+            compile_.end_phases(record.time_s, 1)
             compile_.trial = None
             match = _PER_BOX_RE.search(message)
             if match:
@@ -539,11 +559,13 @@ class _LogParser:
         phases_end = compile_.artifacts_written_s or end_s
         # A phase ends at the next record of its level or above (lower number), or
         # when the compile writes its artifacts.
-        boundaries = sorted([(p.start_s, p.level) for p in compile_.phases] + compile_.phase_ends)
+        boundaries = [(p.start_s, p.level) for p in compile_.phases] + compile_.phase_ends
+        ends = {level: sorted(t for t, other in boundaries if other <= level)
+                for level in {p.level for p in compile_.phases}}
         for phase in compile_.phases:
-            end = next(
-                (t for t, level in boundaries if t > phase.start_s and level <= phase.level), phases_end
-            )
+            later = ends[phase.level]
+            at = bisect.bisect_right(later, phase.start_s)  # the first boundary after its start
+            end = later[at] if at < len(later) else phases_end
             if end is None or end < phase.start_s:
                 end = None
             duration = None if end is None else round(end - phase.start_s, 3)
@@ -561,6 +583,7 @@ class _LogParser:
                         "level": phase.level,
                         "compile_hash": compile_.compile_hash,
                         **phase.attributes,
+                        **({"repeats": phase.repeats} if phase.repeats > 1 else {}),
                     },
                 )
             )
