@@ -37,7 +37,8 @@ sys.path.insert(0, str(REPO))
 
 BEGIN = "<!-- reconstruct_memory:begin -->"
 END = "<!-- reconstruct_memory:end -->"
-FIXTURES = Path(os.environ.get("DFIT_VENDOR_FIXTURES", "/work/shared/fixtures"))
+#: The real vendor artifacts (``../shared/fixtures`` of the checkout, as the tests find them).
+FIXTURES = Path(os.environ.get("DFIT_VENDOR_FIXTURES") or REPO.parent / "shared" / "fixtures")
 #: Peak RSS growth allowed, in multiples of the log's longest line.
 TARGET_LINES = 10
 
@@ -74,10 +75,10 @@ FORMATS = (
 BY_NAME = {text_format.name: text_format for text_format in FORMATS}
 
 
-def repeated_log(text_format: TextFormat, target: Path, size: int) -> dict[str, int]:
+def repeated_log(text_format: TextFormat, target: Path, size: int, fixtures: Path = FIXTURES) -> dict[str, int]:
     """Write the format's real file with its repeated line written again right after it
     until ``target`` has about ``size`` bytes (the real file when ``size`` is 0)."""
-    data = (FIXTURES / text_format.fixture).read_bytes()
+    data = (fixtures / text_format.fixture).read_bytes()
     lines = data.splitlines(keepends=True)
     at = next(i for i, line in enumerate(lines) if text_format.repeated.encode() in line)
     line = lines[at] if lines[at].endswith(b"\n") else lines[at] + b"\n"

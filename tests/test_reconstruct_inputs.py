@@ -19,13 +19,12 @@ file (marked slow: it reads 20 MB, it is not timed).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import vendor_fixture
+from tests.conftest import VENDOR_FIXTURES, vendor_fixture
 from tests.test_bad_input import invoke, tree
 
 FRANCO = "edgetpu/franco_fc_v15"
@@ -234,11 +233,10 @@ def test_a_20mb_repeated_log_is_read_in_bounded_memory(text_format: str, tmp_pat
 
     chosen = BY_NAME[text_format]
     vendor_fixture(chosen.fixture)
-    os.environ.setdefault("DFIT_VENDOR_FIXTURES", str(vendor_fixture(".")))
     path = tmp_path / Path(chosen.fixture).name
-    repeated_log(chosen, path, 0)
+    repeated_log(chosen, path, 0, VENDOR_FIXTURES)
     real = peak_rss_of(path, chosen.backend)
-    shape = repeated_log(chosen, path, 20 << 20)
+    shape = repeated_log(chosen, path, 20 << 20, VENDOR_FIXTURES)
     assert shape["bytes"] >= 20 << 20 and shape["copies"] > 10_000
     big = peak_rss_of(path, chosen.backend)
     growth_mib = (big["peak_rss_kib"] - real["peak_rss_kib"]) / 1024
@@ -246,3 +244,61 @@ def test_a_20mb_repeated_log_is_read_in_bounded_memory(text_format: str, tmp_pat
     assert big["lines"] > real["lines"] + 10_000
     # The repeated records are kept once: the same model and measurement count.
     assert big["recovered"] == real["recovered"]
+
+
+@pytest.mark.parametrize("text_format", ["cerebras-run-log", "sambanova-run-log"])
+def test_a_repeated_record_is_kept_once_and_counted(text_format: str, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reproduction of the memory case, small: every copy of the repeated line used
+    to be one more record (what made a 50 MB log take 2.7 GB); now the record is kept
+    once, with how many times it was read and where the last one is."""
+    from benchmarks.reconstruct_memory import BY_NAME, repeated_log
+    from dfit_mlir.adapters import registry
+    from dfit_mlir.adapters.lines import RecordSet
+
+    chosen = BY_NAME[text_format]
+    vendor_fixture(chosen.fixture)
+    path = tmp_path / Path(chosen.fixture).name
+    repeated_log(chosen, path, 0, VENDOR_FIXTURES)
+    real = registry.get(chosen.backend).collect([path])
+    copies = repeated_log(chosen, path, 400_000, VENDOR_FIXTURES)["copies"]
+    assert copies > 200
+    kept = registry.get(chosen.backend).collect([path])
+    with monkeypatch.context() as patch:  # every record its own: what the readers did
+        patch.setattr(RecordSet, "identity", staticmethod(lambda record: str(id(record))))
+        every = registry.get(chosen.backend).collect([path])
+    per_line = (len(every.measurements) - len(real.measurements)) // copies
+    assert per_line >= 1 and len(every.measurements) == len(real.measurements) + per_line * copies
+    assert len(kept.measurements) == len(real.measurements)
+    repeated = [m for m in kept.measurements if m.attributes.get("repeats")]
+    assert len(repeated) == per_line and {m.attributes["repeats"] for m in repeated} == {copies + 1}
+    first_line = 1 + path.read_bytes().split(b"\n").index(
+        next(line for line in path.read_bytes().split(b"\n") if chosen.repeated.encode() in line))
+    assert all(m.origin == f"{path}:{first_line}" for m in repeated)
+    assert all(m.attributes["last_origin"] == f"{path}:{first_line + copies}" for m in repeated)
+    def figures(measurements: tuple) -> list[tuple]:  # line numbers move with the copies
+        return [(m.kind, m.name, m.value, m.unit, m.start_s, m.duration_s, m.step, m.partition,
+                 m.attributes.get("run_scope")) for m in measurements]
+
+    assert figures(kept.measurements) == figures(real.measurements)
+
+
+def test_a_repeated_operation_log_row_is_kept_once_and_counted(tmp_path: Path) -> None:
+    """An Edge TPU operation log repeating one row: the row is kept once with its
+    repeats; the log's figures still count every row read (as they did, one record per
+    row), so nothing the log says is lost."""
+    from benchmarks.reconstruct_memory import BY_NAME, repeated_log
+    from dfit_mlir.adapters.edgetpu.oplog import OperationLogReader
+
+    chosen = BY_NAME["edgetpu-oplog"]
+    vendor_fixture(chosen.fixture)
+    path = tmp_path / Path(chosen.fixture).name
+    repeated_log(chosen, path, 0, VENDOR_FIXTURES)
+    [real] = OperationLogReader(path).logs()
+    copies = repeated_log(chosen, path, 200_000, VENDOR_FIXTURES)["copies"]
+    [kept] = OperationLogReader(path).logs()
+    assert copies > 1000 and len(kept.rows) == len(real.rows)
+    [row] = [row for row in kept.rows if row.repeats > 1]
+    assert row.repeats == copies + 1 and (row.op_type, row.status) == ("CONV_2D", "Mapped to Edge TPU")
+    assert kept.total == real.total + copies * row.count
+    assert kept.counts()["CONV_2D"]["Mapped to Edge TPU"] == row.count * (copies + 1)
