@@ -259,6 +259,8 @@ class _LogParser:
         self.steps_start_s: float | None = None
         self.last_window_step: int | None = None
         self.user_prints: dict[str, list[str]] = {}
+        #: "LEVEL: message" -> [position in attributes["warnings"], times read, last line].
+        self.warning_repeats: dict[str, list[int]] = {}
 
     def origin(self, record: LogRecord) -> str:
         return f"{self.path}:{record.line}"
@@ -283,6 +285,9 @@ class _LogParser:
         if self.compile is not None:
             self.finish_compile(None, "unfinished")
         self.attributes["runs"] = self.scopes.as_attribute()
+        for at, times, last in self.warning_repeats.values():
+            if times > 1:
+                self.attributes["warnings"][at] += f" (read {times} times, the last at line {last})"
         if self.user_prints:
             self.attributes["user_prints"] = self.user_prints
         for attribute in ("compile_hashes", "cached_compile_hashes", "workflow_ids"):
@@ -329,12 +334,24 @@ class _LogParser:
 
     # -- records ---------------------------------------------------------------------
 
+    def warn(self, record: LogRecord, message: str) -> None:
+        """A warning, kept once however often it is repeated (its count and last line
+        are added to it at the end)."""
+        key = f"{record.level}: {message}"
+        seen = self.warning_repeats.get(key)
+        if seen is None:
+            self.warning_repeats[key] = [len(self.attributes["warnings"]), 1, record.line]
+            self.attributes["warnings"].append(f"{record.line}: {key}")
+        else:
+            seen[1] += 1
+            seen[2] = record.line
+
     def handle(self, record: LogRecord) -> bool:
         """Whether the record was taken by a rule (a warning is always kept)."""
         message = record.message
         warned = record.level in ("WARNING", "ERROR", "CRITICAL")
         if warned:
-            self.attributes["warnings"].append(f"{record.line}: {record.level}: {message[:1000]}")
+            self.warn(record, message[:1000])
         if self.in_fit_summary:
             self.fit_summary_line(record)
             return True
@@ -873,7 +890,9 @@ class _LogParser:
         )
 
     def user_note(self, found: re.Match[str], line: Line) -> None:
-        self.user_prints.setdefault(found["who"], []).append(line.text[:500])
+        prints = self.user_prints.setdefault(found["who"], [])
+        if not prints or prints[-1] != line.text[:500]:  # a print repeated is kept once
+            prints.append(line.text[:500])
 
 
 def _as_line(record: LogRecord) -> Line:
