@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dfit_mlir.adapters.recovery import HEAD_BYTES, Recovery, read_head
+from dfit_mlir.adapters.recovery import HEAD_BYTES, Recovery, files_of, readers_of
 from dfit_mlir.errors import DfitError
 
 #: The lifecycle, in order.
@@ -90,12 +90,7 @@ class ReconstructionAdapter(Adapter):
 
     def recognised(self, paths: Sequence[Path]) -> list[Path]:
         readers = self._backend().READERS
-        found = []
-        for path in expand(paths):
-            head = read_head(path)
-            if any(reader.recognises(path, head) for reader in readers):
-                found.append(path)
-        return found
+        return [path for path in files_of(paths, readers) if readers_of(readers, path)]
 
 
 def expand(paths: Sequence[Path]) -> list[Path]:

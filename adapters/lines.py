@@ -24,7 +24,10 @@ does the rest once, the same way for every format:
 * **line accounting**: :class:`LineAccount`: every line is consumed or listed unparsed;
   ``dfit reconstruct`` writes it into ``coverage.json``;
 * **scopes**: :class:`Scopes`, one per run/compile/task in a file holding several, so
-  every record can carry ``run_scope``.
+  every record can carry ``run_scope``;
+* **repeated records**: :class:`RecordSet` keeps each distinct record once with the
+  number of times it was read, so a log that repeats a line a million times is read in
+  the memory of one record.
 
 Lines longer than :data:`MAX_LINE_BYTES` are not handed to the rules (no real record is
 that long; they are listed unparsed) and are read in bounded pieces, so a file is read
@@ -82,6 +85,8 @@ class Line:
     overwritten: str = ""
     #: Longer than :data:`MAX_LINE_BYTES`: ``text`` is empty and no rule sees it.
     oversized: bool = False
+    #: The raw line held NUL bytes (dropped from ``text``; see :class:`LineAccount`).
+    nul: bool = False
 
 
 def clean(text: str) -> tuple[str, str]:
@@ -129,7 +134,7 @@ def iter_lines(path: Path) -> Iterator[Line]:
                 text = text[1:]
             text = text.rstrip("\n").rstrip("\r")
             shown, overwritten = clean(text)
-            yield Line(number, shown, overwritten)
+            yield Line(number, shown, overwritten, nul=b"\0" in raw)
 
 
 # --- rules --------------------------------------------------------------------------
@@ -226,6 +231,15 @@ class _Tally:
     examples: list[tuple[int, str]] = field(default_factory=list)
     problems: list[tuple[int, str]] = field(default_factory=list)
     problem_count: int = 0
+    nul_lines: int = 0
+    first_nul_line: int | None = None
+
+    def saw(self, line: Line) -> None:
+        self.total += 1
+        if line.nul:
+            self.nul_lines += 1
+            if self.first_nul_line is None:
+                self.first_nul_line = line.number
 
     def unparsed_line(self, line: Line, why: str | None = None) -> None:
         ranges = self.unparsed
@@ -251,6 +265,8 @@ class _Tally:
             problems=tuple(self.problems),
             problem_count=self.problem_count,
             unparsed_ranges=tuple(self.unparsed),
+            nul_lines=self.nul_lines,
+            first_nul_line=self.first_nul_line,
         )
 
 
@@ -281,7 +297,7 @@ def read_file(path: Path, feed: Feed, *, blank_consumed: bool = True, required: 
                 tally.problems.append((job.first.number, _reason(error)))
 
     for line in iter_lines(path):
-        tally.total += 1
+        tally.saw(line)
         if pending is not None:
             if pending.belongs(line) and len(joined) < MAX_CONTINUATION_LINES and joined_chars < MAX_CONTINUATION_CHARS:
                 joined.append(line.text)
@@ -365,6 +381,51 @@ class Scopes:
         """``record`` (a dataclass with ``attributes``) carrying the current run's id as
         ``run_scope``."""
         return replace(record, attributes={**record.attributes, "run_scope": self.current.id})
+
+
+# --- repeated records ---------------------------------------------------------------
+
+
+class RecordSet:
+    """The records (:class:`~.recovery.Measurement`) a reader builds, each distinct one
+    kept once: a record equal to one kept before in everything but its ``origin`` (the
+    same line written again: a retry loop, a logger attached twice, a paste) is counted
+    on the kept one, so memory follows the distinct records, not the file's length.
+    :meth:`records` gives them in first-seen order; a repeated one carries
+    ``attributes["repeats"]`` (times read) and ``attributes["last_origin"]``."""
+
+    def __init__(self) -> None:
+        self._kept: list[Any] = []
+        self._index: dict[str, int] = {}
+        #: position -> (times read, origin of the last one), for repeated records only.
+        self._repeats: dict[int, tuple[int, str | None]] = {}
+
+    @staticmethod
+    def identity(record: Any) -> str:
+        return repr(replace(record, origin=None))
+
+    def add(self, record: Any) -> None:
+        key = self.identity(record)
+        at = self._index.get(key)
+        if at is None:
+            self._index[key] = len(self._kept)
+            self._kept.append(record)
+            return
+        times, _ = self._repeats.get(at, (1, None))
+        self._repeats[at] = (times + 1, record.origin)
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._kept)
+
+    def records(self) -> tuple[Any, ...]:
+        found = list(self._kept)
+        for at, (times, last) in self._repeats.items():
+            record = found[at]
+            found[at] = replace(record, attributes={**record.attributes, "repeats": times, "last_origin": last})
+        return tuple(found)
 
 
 # --- numbers ------------------------------------------------------------------------

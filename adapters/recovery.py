@@ -179,15 +179,23 @@ class LineAccount:
     problems: tuple[tuple[int, str], ...] = ()
     problem_count: int = 0
     unparsed_ranges: tuple[tuple[int, int], ...] = ()
+    #: Lines that held NUL bytes (dropped before the rules saw the line): what a writer
+    #: that crashed or preallocated its file leaves; the first such line's number.
+    nul_lines: int = 0
+    first_nul_line: int | None = None
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        found = {
             "total": self.total,
             "consumed": self.consumed,
             "unparsed": self.unparsed,
             "examples": [[number, text] for number, text in self.examples],
             "problems": [[number, text] for number, text in self.problems],
         }
+        if self.nul_lines:
+            found["nul_lines"] = self.nul_lines
+            found["first_nul_line"] = self.first_nul_line
+        return found
 
     @staticmethod
     def merged(accounts: Sequence[LineAccount]) -> LineAccount:
@@ -200,8 +208,10 @@ class LineAccount:
         problems = sorted({p for a in accounts for p in a.problems if inside(p[0])})
         count = sum(last - first + 1 for first, last in unparsed)
         total = max(a.total for a in accounts)
+        nul_lines = max(a.nul_lines for a in accounts)
+        first_nul = min((a.first_nul_line for a in accounts if a.first_nul_line is not None), default=None)
         return LineAccount(total, total - count, count, tuple(examples[:8]), tuple(problems[:8]),
-                           len(problems), tuple(unparsed))
+                           len(problems), tuple(unparsed), nul_lines, first_nul)
 
 
 def _intersect(range_lists: Sequence[tuple[tuple[int, int], ...]]) -> tuple[tuple[int, int], ...]:
@@ -279,9 +289,80 @@ class ArtifactReader(Protocol):
 HEAD_BYTES = 8192
 
 
+#: How far a text file's head is read when NUL bytes fill its first :data:`HEAD_BYTES`.
+NUL_SCAN_BYTES = 64 * HEAD_BYTES
+
+
 def read_head(path: Path) -> bytes:
     with path.open("rb") as stream:
         return stream.read(HEAD_BYTES)
+
+
+def text_head(path: Path, head: bytes) -> bytes:
+    """The head a text format is recognised by: the file's first :data:`HEAD_BYTES`
+    without NUL bytes. A writer that crashed (or preallocated its file) leaves runs of
+    NULs that the line engine drops when it reads the file; they must not push the
+    lines that name the format out of the head either."""
+    if b"\0" not in head:
+        return head
+    with path.open("rb") as stream:
+        return stream.read(NUL_SCAN_BYTES).replace(b"\0", b"")[:HEAD_BYTES]
+
+
+def readers_of(readers: Sequence[Any], path: Path) -> list[Any]:
+    """The readers (most specific first) that recognise the file ``path``.
+
+    A reader may *claim* a file by its name (``refuses(path, head)``: a ``.tflite`` is a
+    TFLite model whatever else it holds) and say why its bytes are not that format; such
+    a file is refused (:class:`ArtifactError` naming it and what is wrong) instead of
+    being passed over, which would leave a smaller model and no word said. Readers of
+    binary formats (``binary = True``) see the raw head; text readers the head without
+    NUL bytes (:func:`text_head`)."""
+    try:
+        head = read_head(path)
+    except OSError as error:
+        raise ArtifactError.at(path, None, f"cannot read: {error.strerror or error}") from None
+    for reader in readers:
+        refuses = getattr(reader, "refuses", None)
+        why = refuses(path, head) if refuses is not None else None
+        if why:
+            raise ArtifactError.at(path, None, why)
+    text: bytes | None = None
+    found = []
+    for reader in readers:
+        if getattr(reader, "binary", False):
+            seen = head
+        else:
+            text = text_head(path, head) if text is None else text
+            seen = text
+        if reader.recognises(path, seen):
+            found.append(reader)
+    return found
+
+
+def files_of(paths: Sequence[Path | str], readers: Sequence[Any] = ()) -> list[Path]:
+    """The files of ``paths`` (directories searched recursively), in a stable order and
+    each once. A path that does not exist is an error; so is a directory one of
+    ``readers`` claims by its name (a folder called ``model.tflite``)."""
+    found: dict[Path, None] = {}
+    for given in map(Path, paths):
+        if given.is_dir():
+            for directory in (given, *sorted(p for p in given.rglob("*") if p.is_dir())):
+                for reader in readers:
+                    refuses = getattr(reader, "refuses", None)
+                    why = refuses(directory, b"") if refuses is not None else None
+                    if why:
+                        raise ArtifactError.at(directory, None, why)
+            for item in sorted(given.rglob("*")):
+                if item.is_file():
+                    found.setdefault(item, None)
+        elif given.is_file():
+            found.setdefault(given, None)
+        elif given.exists():  # a FIFO or a device: reading it could block forever
+            raise ArtifactError.at(given, None, "not a regular file")
+        else:
+            raise ArtifactError.at(given, None, "no such file or directory")
+    return list(found)
 
 
 def sha256_of(path: Path) -> str:

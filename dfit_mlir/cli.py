@@ -497,6 +497,8 @@ def reconstruct(dumps: tuple[Path, ...], backend: str, output: Path, force: bool
         raise InvalidInputError(f"{missing[0]}: no such file or directory")
     output = outputs.check(output, "bundle", inputs=dumps, force=force)
     summary = reconstruct_bundle(list(dumps), output, backend)
+    for warning in summary.get("warnings", []):
+        click.echo(f"dfit: warning: {warning}", err=True)
     recovered = summary["recovered"]
     groups = f" (in {recovered['partition_groups']} groups)" if recovered.get("partition_groups") else ""
     click.echo(f"wrote {output}: {summary['backend']} ({'detected' if summary['detected'] else 'given'}), "

@@ -78,6 +78,9 @@ def reconstruct_bundle(paths: Sequence[Path], bundle: Path, backend: str | Adapt
                       "measurements": len(recovery.measurements)},
         "coverage": coverage["aspects"],
     }
+    warnings = input_warnings(recovery)
+    if warnings:
+        summary["warnings"] = warnings
     scopes = scope_counts(recovery)
     if scopes:
         summary["recovered"]["scopes"] = scopes
@@ -263,11 +266,25 @@ def line_accounts(sources: Sequence[SourceArtifact]) -> dict[str, LineAccount]:
     return {path: LineAccount.merged(accounts) for path, accounts in by_path.items()}
 
 
+def input_warnings(recovery: Recovery) -> list[str]:
+    """What the readers read past and the user must hear of (the CLI prints each as a
+    ``dfit: warning:`` line): text files that held NUL bytes."""
+    return [nul_warning(path, account) for path, account in line_accounts(recovery.sources).items()
+            if account.nul_lines]
+
+
+def nul_warning(path: str, account: LineAccount) -> str:
+    return (f"{path}:{account.first_nul_line}: {account.nul_lines} line(s) held NUL bytes (what a writer that "
+            "crashed or preallocated the file leaves); they were dropped and the text around them read")
+
+
 def _with_line_notes(recovery: Recovery) -> Recovery:
     """One ``lines`` coverage note per text file with unparsed lines, naming the first
-    lines a rule recognised but could not read."""
+    lines a rule recognised but could not read; one per file that held NUL bytes."""
     notes = []
     for path, account in line_accounts(recovery.sources).items():
+        if account.nul_lines:
+            notes.append(CoverageNote("lines", Coverage.PARTIAL, nul_warning(path, account)))
         if not account.unparsed:
             continue
         detail = f"{path}: {account.unparsed} of {account.total} lines not parsed"

@@ -649,9 +649,37 @@ def reconstruct_cases() -> list[Case]:
                                                         "--backend", "sambanova", "-o", "b"], 2, "dump"),
         Case("reconstruct-a-bundle", lambda w, a: ["reconstruct", put(a.bundle, w, "run"), "-o", "b"], 2, "run"),
         Case("reconstruct-unrelated-tflite-pair", _unrelated_pair, 2, "model_edgetpu.tflite"),
+        # issue 17: a .tflite it cannot read was passed over (a smaller model, exit 0).
+        Case("reconstruct-vmfb-as-tflite", _spoiled_original(lambda d, a: d.write_bytes(a.vmfb.read_bytes())), 2,
+             "dump/model.tflite: not a TFLite model"),
+        Case("reconstruct-zero-byte-tflite", _spoiled_original(lambda d, a: d.write_bytes(b"")), 2,
+             "dump/model.tflite: not a TFLite model"),
+        Case("reconstruct-folder-named-tflite", _spoiled_original(lambda d, a: (d.unlink(), d.mkdir())), 2,
+             "dump/model.tflite: is a directory"),
+        Case("reconstruct-tflite-identifier-swapped",
+             _spoiled_original(lambda d, a: d.write_bytes(d.read_bytes()[:4] + b"3LFT" + d.read_bytes()[8:])), 2,
+             "dump/model.tflite: not a TFLite model"),
+        Case("reconstruct-tflite-pair-swapped", _spoiled_original(_swap_pair), 2, "looks swapped"),
         Case("analyze-second-tool-fails", _analysis_fails_late, 2, "bad.yaml"),
     ]
     return cases
+
+
+def _spoiled_original(spoil: Callable[[Path, Artifacts], Any]) -> Callable[[Path, Artifacts], list[str]]:
+    """franco's dump with its original ``model.tflite`` spoiled by ``spoil(path, art)``."""
+    def build(work: Path, art: Artifacts) -> list[str]:
+        put(art.edgetpu_dump, work, "dump")
+        spoil(work / "dump" / "model.tflite", art)
+        return ["reconstruct", "dump", "-o", "b"]
+
+    return build
+
+
+def _swap_pair(original: Path, art: Artifacts) -> None:
+    compiled = original.with_name("model_edgetpu.tflite")
+    data = original.read_bytes()
+    original.write_bytes(compiled.read_bytes())
+    compiled.write_bytes(data)
 
 
 def _unrelated_pair(work: Path, art: Artifacts) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ def convnet_text() -> str:
 
 
 #: Real vendor artifacts (``../shared/fixtures/<backend>/...``, listed in its SOURCES.md).
-VENDOR_FIXTURES = REPO.parent / "shared" / "fixtures"
+#: ``DFIT_VENDOR_FIXTURES`` points elsewhere (a worktree beside the checkout that holds ``shared``).
+VENDOR_FIXTURES = Path(os.environ.get("DFIT_VENDOR_FIXTURES") or REPO.parent / "shared" / "fixtures")
 
 
 def vendor_fixture(relative: str) -> Path:

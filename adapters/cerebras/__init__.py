@@ -31,7 +31,8 @@ from dfit_mlir.adapters.recovery import (
     Measurement,
     RecoveredPartition,
     Recovery,
-    read_head,
+    files_of,
+    readers_of,
 )
 from dfit_mlir.perf import paused_gc
 
@@ -82,15 +83,6 @@ def capabilities() -> dict[str, Any]:
     }
 
 
-def _files(paths: Sequence[Path]) -> list[Path]:
-    files: list[Path] = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            files += sorted(item for item in path.rglob("*") if item.is_file())
-        else:
-            files.append(path)
-    return files
-
 
 @paused_gc()
 def reconstruct(paths: Sequence[Path]) -> Recovery:
@@ -98,9 +90,8 @@ def reconstruct(paths: Sequence[Path]) -> Recovery:
     the others are listed in ``attributes["ignored_files"]``."""
     parts: list[tuple[type, Path, Recovery]] = []
     ignored: list[str] = []
-    for path in _files(paths):
-        head = read_head(path)
-        reader = next((reader for reader in READERS if reader.recognises(path, head)), None)
+    for path in files_of(paths, READERS):
+        reader = next(iter(readers_of(READERS, path)), None)
         if reader is None:
             ignored.append(str(path))
             continue

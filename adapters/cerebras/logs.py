@@ -33,6 +33,7 @@ Timestamps carry no zone; they are read as UTC (the cszoo logs' own Kubernetes e
 
 from __future__ import annotations
 
+import bisect
 import calendar
 import re
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from typing import Any, ClassVar
 from dfit_mlir.adapters.lines import (
     DECORATION,
     Line,
+    RecordSet,
     Rule,
     Scopes,
     apply_rules,
@@ -171,6 +173,8 @@ class _Phase:
     start_s: float
     line: int
     attributes: dict[str, Any]
+    #: The same phase record read again right after (a line repeated): counted here.
+    repeats: int = 1
 
 
 @dataclass
@@ -187,6 +191,21 @@ class _Compile:
     trial: int | None = None
     trial_passes: set[str] = field(default_factory=set)
     attributes: dict[str, Any] = field(default_factory=dict)
+
+    def add_phase(self, phase: _Phase) -> None:
+        """A phase, or one more read of the last one when its record is repeated (same
+        level, name, time, attributes): a log repeating a line is kept in the memory
+        of one phase."""
+        last = self.phases[-1] if self.phases else None
+        if last is not None and (last.level, last.name, last.start_s, last.attributes) == (
+                phase.level, phase.name, phase.start_s, phase.attributes):
+            last.repeats += 1
+        else:
+            self.phases.append(phase)
+
+    def end_phases(self, time_s: float, level: int) -> None:
+        if not self.phase_ends or self.phase_ends[-1] != (time_s, level):
+            self.phase_ends.append((time_s, level))
 
 
 class ConsoleLogReader:
@@ -209,7 +228,8 @@ class ConsoleLogReader:
 class _LogParser:
     def __init__(self, path: Path):
         self.path = path
-        self.measurements: list[Measurement] = []
+        #: Each distinct figure once (a line repeated is counted, not kept again).
+        self.measurements = RecordSet()
         self.attributes: dict[str, Any] = {
             "compile_hashes": [],
             "cached_compile_hashes": [],
@@ -239,13 +259,15 @@ class _LogParser:
         self.steps_start_s: float | None = None
         self.last_window_step: int | None = None
         self.user_prints: dict[str, list[str]] = {}
+        #: "LEVEL: message" -> [position in attributes["warnings"], times read, last line].
+        self.warning_repeats: dict[str, list[int]] = {}
 
     def origin(self, record: LogRecord) -> str:
         return f"{self.path}:{record.line}"
 
     def add(self, measurement: Measurement) -> None:
         """Every measurement carries its run scope."""
-        self.measurements.append(self.scopes.tagged(measurement))
+        self.measurements.add(self.scopes.tagged(measurement))
 
     def feed(self, line: Line) -> bool:
         match = _RECORD_RE.match(line.text)
@@ -263,6 +285,9 @@ class _LogParser:
         if self.compile is not None:
             self.finish_compile(None, "unfinished")
         self.attributes["runs"] = self.scopes.as_attribute()
+        for at, times, last in self.warning_repeats.values():
+            if times > 1:
+                self.attributes["warnings"][at] += f" (read {times} times, the last at line {last})"
         if self.user_prints:
             self.attributes["user_prints"] = self.user_prints
         for attribute in ("compile_hashes", "cached_compile_hashes", "workflow_ids"):
@@ -275,7 +300,7 @@ class _LogParser:
         return Recovery(
             backend=BACKEND,
             sources=(source_artifact(self.path, ConsoleLogReader.format, lines=self.lines),),
-            measurements=tuple(self.measurements),
+            measurements=self.measurements.records(),
             coverage=self.coverage(),
             attributes=self.attributes,
         )
@@ -309,12 +334,24 @@ class _LogParser:
 
     # -- records ---------------------------------------------------------------------
 
+    def warn(self, record: LogRecord, message: str) -> None:
+        """A warning, kept once however often it is repeated (its count and last line
+        are added to it at the end)."""
+        key = f"{record.level}: {message}"
+        seen = self.warning_repeats.get(key)
+        if seen is None:
+            self.warning_repeats[key] = [len(self.attributes["warnings"]), 1, record.line]
+            self.attributes["warnings"].append(f"{record.line}: {key}")
+        else:
+            seen[1] += 1
+            seen[2] = record.line
+
     def handle(self, record: LogRecord) -> bool:
         """Whether the record was taken by a rule (a warning is always kept)."""
         message = record.message
         warned = record.level in ("WARNING", "ERROR", "CRITICAL")
         if warned:
-            self.attributes["warnings"].append(f"{record.line}: {record.level}: {message[:1000]}")
+            self.warn(record, message[:1000])
         if self.in_fit_summary:
             self.fit_summary_line(record)
             return True
@@ -503,24 +540,24 @@ class _LogParser:
             self.finish_compile(record, "failed")
         elif text in COMPILE_PHASES:
             compile_.trial = None
-            compile_.phases.append(_Phase(0, text, record.time_s, record.line, {}))
+            compile_.add_phase(_Phase(0, text, record.time_s, record.line, {}))
         elif text in IMAGE_PHASES:
-            compile_.phases.append(_Phase(1, text, record.time_s, record.line, {}))
+            compile_.add_phase(_Phase(1, text, record.time_s, record.line, {}))
         elif match := _SUB_BATCH_RE.match(message):
             compile_.trial = int(match.group(1))
             compile_.trial_passes = set()
-            compile_.phases.append(
+            compile_.add_phase(
                 _Phase(1, text, record.time_s, record.line, {"sub_batch_size": compile_.trial})
             )
         elif text in EXPLORATION_PHASES:
             if compile_.trial is not None and text in compile_.trial_passes:
-                compile_.phase_ends.append((record.time_s, 1))
+                compile_.end_phases(record.time_s, 1)
                 compile_.trial = None
             attributes = {} if compile_.trial is None else {"sub_batch_size": compile_.trial}
             compile_.trial_passes.add(text)
-            compile_.phases.append(_Phase(2, text, record.time_s, record.line, attributes))
+            compile_.add_phase(_Phase(2, text, record.time_s, record.line, attributes))
         elif message.startswith("No benefit from gradient accumulation"):
-            compile_.phase_ends.append((record.time_s, 1))
+            compile_.end_phases(record.time_s, 1)
             compile_.trial = None
             match = _PER_BOX_RE.search(message)
             if match:
@@ -539,11 +576,13 @@ class _LogParser:
         phases_end = compile_.artifacts_written_s or end_s
         # A phase ends at the next record of its level or above (lower number), or
         # when the compile writes its artifacts.
-        boundaries = sorted([(p.start_s, p.level) for p in compile_.phases] + compile_.phase_ends)
+        boundaries = [(p.start_s, p.level) for p in compile_.phases] + compile_.phase_ends
+        ends = {level: sorted(t for t, other in boundaries if other <= level)
+                for level in {p.level for p in compile_.phases}}
         for phase in compile_.phases:
-            end = next(
-                (t for t, level in boundaries if t > phase.start_s and level <= phase.level), phases_end
-            )
+            later = ends[phase.level]
+            at = bisect.bisect_right(later, phase.start_s)  # the first boundary after its start
+            end = later[at] if at < len(later) else phases_end
             if end is None or end < phase.start_s:
                 end = None
             duration = None if end is None else round(end - phase.start_s, 3)
@@ -561,6 +600,7 @@ class _LogParser:
                         "level": phase.level,
                         "compile_hash": compile_.compile_hash,
                         **phase.attributes,
+                        **({"repeats": phase.repeats} if phase.repeats > 1 else {}),
                     },
                 )
             )
@@ -850,7 +890,9 @@ class _LogParser:
         )
 
     def user_note(self, found: re.Match[str], line: Line) -> None:
-        self.user_prints.setdefault(found["who"], []).append(line.text[:500])
+        prints = self.user_prints.setdefault(found["who"], [])
+        if not prints or prints[-1] != line.text[:500]:  # a print repeated is kept once
+            prints.append(line.text[:500])
 
 
 def _as_line(record: LogRecord) -> Line:

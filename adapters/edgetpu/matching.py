@@ -57,7 +57,8 @@ from dfit_mlir.adapters.recovery import (
     RecoveredTensor,
     Recovery,
     SourceArtifact,
-    read_head,
+    files_of,
+    readers_of,
     source_artifact,
 )
 
@@ -291,31 +292,13 @@ class _Inputs:
     ignored: list[str] = field(default_factory=list)
 
 
-def _files(paths: Iterable[Path | str]) -> list[Path]:
-    found: dict[Path, None] = {}
-    for given in paths:
-        path = Path(given)
-        if path.is_dir():
-            for item in sorted(path.rglob("*")):
-                if item.is_file():
-                    found.setdefault(item, None)
-        elif path.is_file():
-            found.setdefault(path, None)
-        else:
-            raise ArtifactError.at(path, None, "no such file or directory")
-    return list(found)
-
 
 def _read_all(paths: Iterable[Path | str]) -> _Inputs:
     from . import READERS
 
     inputs = _Inputs()
-    for path in _files(paths):
-        try:
-            head = read_head(path)
-        except OSError as error:
-            raise ArtifactError.at(path, None, f"cannot read: {error.strerror}") from error
-        reader = next((r for r in READERS if r.recognises(path, head)), None)
+    for path in files_of(paths, READERS):
+        reader = next(iter(readers_of(READERS, path)), None)
         if reader is None:
             inputs.ignored.append(str(path))
         elif reader is TFLiteModelReader:
@@ -329,6 +312,25 @@ def _read_all(paths: Iterable[Path | str]) -> _Inputs:
             inputs.consoles.append(ConsoleSummaryReader(path).summary())
             inputs.sources.append(source_artifact(path, reader.format, lines=inputs.consoles[-1].lines))
     return inputs
+
+
+def check_roles(models: Sequence[TFLiteModel]) -> None:
+    """Refuse a pair whose names contradict their contents: ``edgetpu_compiler`` writes
+    ``X_edgetpu.tflite`` (holding an ``edgetpu-custom-op``) from ``X.tflite``, and even a
+    compile that maps nothing keeps the custom op of a model compiled before. So a
+    compiled ``X.tflite`` beside an uncompiled ``X_edgetpu.tflite`` is a swapped pair;
+    matched by name it would give the wrong ops on the wrong side, read apart two models."""
+    by_place = {(m.path.parent, m.path.name): m for m in models}
+    for model in models:
+        if not model.is_compiled or model.path.stem.endswith("_edgetpu"):
+            continue
+        partner = by_place.get((model.path.parent, f"{model.path.stem}_edgetpu{model.path.suffix}"))
+        if partner is not None and not partner.is_compiled:
+            raise ArtifactError.at(
+                model.path, None,
+                f"holds an Edge TPU compiled model (edgetpu-custom-op) while {partner.path.name} beside it holds "
+                "an uncompiled one: the original/compiled pair looks swapped (edgetpu_compiler writes "
+                f"{partner.path.name} from {model.path.name}); give each file its own name back")
 
 
 def _group(inputs: _Inputs, scopes: dict[Path, str]) -> tuple[list[ModelGroup], list[str]]:
@@ -734,6 +736,7 @@ def _group_attributes(group: ModelGroup, scopes: dict[Path, str]) -> dict[str, A
 def reconstruct(paths: Sequence[Path | str]) -> Recovery:
     """See :func:`dfit_mlir.adapters.edgetpu.reconstruct`."""
     inputs = _read_all(paths)
+    check_roles(inputs.models)
     scopes = _scopes(inputs.models)
     groups, unattached = _group(inputs, scopes)
     parts = _Parts()

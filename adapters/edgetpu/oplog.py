@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -55,8 +55,11 @@ class OperationRow:
     op_type: str
     count: int
     status: str
-    #: 1-based line of the row in the log.
+    #: 1-based line of the row in the log (its first, when the row is repeated).
     line: int
+    #: Times the same row (type, count, status) was read in this log: a repeated row is
+    #: kept once and counted, so a log of a million copies is read in bounded memory.
+    repeats: int = 1
 
     @property
     def mapped(self) -> bool:
@@ -113,18 +116,18 @@ class OperationLog:
 
     @property
     def total(self) -> int:
-        return sum(row.count for row in self.rows)
+        return sum(row.count * row.repeats for row in self.rows)
 
     @property
     def mapped(self) -> int:
-        return sum(row.count for row in self.rows if row.mapped)
+        return sum(row.count * row.repeats for row in self.rows if row.mapped)
 
     def counts(self) -> dict[str, dict[str, int]]:
         """``{op type: {status: count}}`` in the log's order."""
         table: dict[str, dict[str, int]] = {}
         for row in self.rows:
             by_status = table.setdefault(row.op_type, {})
-            by_status[row.status] = by_status.get(row.status, 0) + row.count
+            by_status[row.status] = by_status.get(row.status, 0) + row.count * row.repeats
         return table
 
     def counts_by_type(self) -> dict[str, int]:
@@ -234,6 +237,7 @@ def log_measurements(log: OperationLog, links: RowLinks | None = None) -> tuple[
                 "status": row.status,
                 "mapped": row.mapped,
                 "run_scope": log.run_scope,
+                **({"repeats": row.repeats} if row.repeats > 1 else {}),
             },
         )
         for row in log.rows
@@ -296,6 +300,17 @@ class _LogPart:
     paths: dict[str, str] = field(default_factory=dict)
     rows: list[OperationRow] = field(default_factory=list)
     in_table: bool = False
+    #: (op type, count, status) -> position in ``rows``.
+    seen: dict[tuple[str, int, str], int] = field(default_factory=dict)
+
+    def add_row(self, row: OperationRow) -> None:
+        key = (row.op_type, row.count, row.status)
+        at = self.seen.get(key)
+        if at is None:
+            self.seen[key] = len(self.rows)
+            self.rows.append(row)
+        else:
+            self.rows[at] = replace(self.rows[at], repeats=self.rows[at].repeats + 1)
 
 
 @dataclass
@@ -331,7 +346,7 @@ class _OpLogState:
 
     def feed(self, line: Line) -> bool:
         if self.part.in_table and not _HEADER_RE.match(line.text) and not _VERSION_RE.match(line.text):
-            self.part.rows.append(parse_table_row(self.path, line.number, line.text))
+            self.part.add_row(parse_table_row(self.path, line.number, line.text))
             return True
         return apply_rules(_OPLOG_RULES, self, line)
 

@@ -208,9 +208,26 @@ class TFLiteModelReader:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
 
+    #: A flatbuffer: recognised on its raw bytes (NUL bytes are part of the format).
+    binary: ClassVar[bool] = True
+
     @classmethod
     def recognises(cls, path: Path, head: bytes) -> bool:
         return head[4:8] == TFLITE_IDENTIFIER
+
+    @classmethod
+    def refuses(cls, path: Path, head: bytes) -> str | None:
+        """Why a path named like a TFLite model (``*.tflite``) is not one, or None. Such
+        a file is the user's model: one that is empty, a folder or another format is an
+        error, never a file to pass over (the rest of the dump would give a smaller
+        model and no word said)."""
+        if path.suffix.lower() != ".tflite":
+            return None
+        if path.is_dir():
+            return "is a directory; a .tflite model is one flatbuffer file"
+        if head[4:8] == TFLITE_IDENTIFIER:
+            return None
+        return f"not a TFLite model: {_what_it_is(path, head)}"
 
     def model(self) -> TFLiteModel:
         try:
@@ -218,7 +235,7 @@ class TFLiteModelReader:
         except OSError as error:
             raise ArtifactError.at(self.path, None, f"cannot read: {error.strerror}") from error
         if data[4:8] != TFLITE_IDENTIFIER:
-            raise ArtifactError.at(self.path, None, "not a TFLite model (no 'TFL3' identifier at bytes 4..8)")
+            raise ArtifactError.at(self.path, None, f"not a TFLite model: {_what_it_is(self.path, data[:8])}")
         # A truncated or corrupt flatbuffer surfaces as struct/numpy errors from the
         # generated accessors when an offset points past the end; name the record at fault.
         where = ["model header"]
@@ -236,6 +253,30 @@ class TFLiteModelReader:
 
     def read(self) -> Recovery:
         return to_recovery(self.model(), format=self.format, parser=self.parser)
+
+
+#: First bytes of formats a misnamed ``.tflite`` is often found to be.
+_OTHER_FORMATS = (
+    (b"PK\x03\x04", "a ZIP archive (an IREE .vmfb is one)"),
+    (b"\x89HDF", "an HDF5 file (a Keras .h5 model)"),
+    (b"ML\xefR", "an MLIR bytecode file"),
+)
+
+
+def _what_it_is(path: Path, head: bytes) -> str:
+    """What a file that should be a TFLite flatbuffer holds instead, in words."""
+    if not head:
+        return "the file is empty (0 bytes)"
+    if len(head) < 8:
+        return f"the file has {len(head)} bytes; a TFLite flatbuffer starts with 8 (a root offset and 'TFL3')"
+    found = head[4:8]
+    if sorted(found) == sorted(TFLITE_IDENTIFIER):
+        return (f"bytes 4..8 are {found!r}, not the identifier b'TFL3' (its bytes are there in another "
+                "order: the file was altered)")
+    for magic, what in _OTHER_FORMATS:
+        if head.startswith(magic):
+            return f"it is {what}, without the identifier b'TFL3' at bytes 4..8"
+    return f"bytes 4..8 are {found!r}, not the identifier b'TFL3'"
 
 
 def _parse_model(path: Path, data: bytes, where: list[str]) -> TFLiteModel:

@@ -22,7 +22,8 @@ from dfit_mlir.adapters.recovery import (
     RecoveredOperator,
     RecoveredPartition,
     Recovery,
-    read_head,
+    files_of,
+    readers_of,
 )
 
 from .compile_log import BACKEND, SambaFlowCompileLogReader
@@ -77,15 +78,6 @@ def capabilities() -> dict[str, Any]:
         },
     }
 
-
-def _files(paths: Sequence[Path]) -> list[Path]:
-    files: list[Path] = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            files.extend(sorted(p for p in path.rglob("*") if p.is_file()))
-        else:
-            files.append(path)
-    return files
 
 
 def _holds_records(part: Recovery) -> bool:
@@ -173,12 +165,8 @@ def reconstruct(paths: Sequence[Path]) -> Recovery:
     ``attributes["artifacts"]``, so two logs' ``pef_path`` cannot overwrite each other."""
     parts: list[Recovery] = []
     ignored: list[str] = []
-    for path in _files(paths):
-        head = read_head(path)
-        found = [
-            part
-            for part in (reader(path).read() for reader in READERS if reader.recognises(path, head))
-        ]
+    for path in files_of(paths, READERS):
+        found = [reader(path).read() for reader in readers_of(READERS, path)]
         kept = [part for part in found if _holds_records(part) and not part.attributes.get("job_script_only")]
         if not kept:
             # A job log whose compile step was skipped: its job facts, when that is all.

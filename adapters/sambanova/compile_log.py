@@ -37,6 +37,7 @@ from dfit_mlir.adapters.lines import (
     PROGRESS_BAR,
     Continue,
     Line,
+    RecordSet,
     Scopes,
     balanced,
     count,
@@ -522,7 +523,9 @@ class _CompileLogParse:
         self.log_ids: list[str] = []
         #: (stamp, pid, message, line, compile scope).
         self.app_stamps: list[tuple[str, int, str, int, str]] = []
-        self.measurements: list[Measurement] = []
+        #: Each distinct figure once (a line repeated is counted, not kept again); a
+        #: tuple of them once the compile is finished.
+        self.measurements: RecordSet | tuple[Measurement, ...] = RecordSet()
         #: (compile scope, START|END) → (job-script seconds, line).
         self.script_marks: dict[tuple[str, str], tuple[int, int]] = {}
         #: The job-script header of each compile (a pasted second job log has its own
@@ -602,7 +605,8 @@ class _CompileLogParse:
     def add(self, measurement: Measurement) -> None:
         """Every record carries the compile (scope) of the file it belongs to."""
         scope = measurement.attributes.get("run_scope") or (self.scopes.current.id if self.scopes.all else "compile0")
-        self.measurements.append(replace(measurement, attributes={**measurement.attributes, "run_scope": scope}))
+        assert isinstance(self.measurements, RecordSet)
+        self.measurements.add(replace(measurement, attributes={**measurement.attributes, "run_scope": scope}))
 
     def compile_scope(self, number: int, fact: str, value: Any) -> None:
         """A fact every compile states once: seen again, it starts the next compile of
@@ -948,7 +952,7 @@ class _CompileLogParse:
             return Recovery(
                 backend=BACKEND,
                 sources=(source,),
-                measurements=tuple(self.measurements),
+                measurements=self.finished_measurements(),
                 coverage=(note,),
                 attributes={
                     **self.header.facts,
@@ -962,12 +966,13 @@ class _CompileLogParse:
         partitions = self.build_partitions(operators)
         self.compile_timing()
         self.compile_outcomes(failure)
+        self.measurements = self.finished_measurements()
         if len(self.scopes.all) > 1:
             # Resource estimates name their partition as the compile printed it.
-            self.measurements = [
+            self.measurements = tuple(
                 m if m.partition is None else replace(m, partition=self.scoped(m.attributes["run_scope"], m.partition))
                 for m in self.measurements
-            ]
+            )
         attributes: dict[str, Any] = {
             **self.header.facts,
             **self.facts,
@@ -1007,6 +1012,10 @@ class _CompileLogParse:
             coverage=self.coverage(operators, partitions, failure),
             attributes=attributes,
         )
+
+    def finished_measurements(self) -> tuple[Measurement, ...]:
+        found = self.measurements
+        return found.records() if isinstance(found, RecordSet) else found
 
     def compiles_attribute(
         self, operators: tuple[RecoveredOperator, ...], partitions: tuple[RecoveredPartition, ...]

@@ -30,6 +30,7 @@ from dfit_mlir.adapters.lines import (
     MAX_MAGNITUDE,
     Continue,
     Line,
+    RecordSet,
     Scopes,
     count,
     echo,
@@ -143,7 +144,8 @@ class _RunLogParse:
         self.facts: dict[str, Any] = {}
         self.evidence = False
         self.slurm: dict[str, str] = {}
-        self.measurements: list[Measurement] = []
+        #: Each distinct figure once (a line repeated is counted, not kept again).
+        self.measurements = RecordSet()
         self.pids: set[int] = set()
         self.ranks: dict[int, int] = {}
         self.log_ids: list[str] = []
@@ -174,7 +176,7 @@ class _RunLogParse:
 
     def add(self, measurement: Measurement) -> None:
         """Every record carries the run it belongs to."""
-        self.measurements.append(self.scopes.tagged(measurement))
+        self.measurements.add(self.scopes.tagged(measurement))
 
     def feed_line(self, line: Line) -> bool | Continue:
         if line.overwritten and _TQDM.match(line.overwritten.rsplit("\r", 1)[-1]) is not None:
@@ -509,7 +511,7 @@ class _RunLogParse:
         return Recovery(
             backend=BACKEND,
             sources=(source,),
-            measurements=tuple(self.measurements),
+            measurements=self.measurements.records(),
             coverage=tuple(notes),
             attributes=attributes,
         )

@@ -103,6 +103,12 @@ class _Step:
     outcome: str | None = None
     name: str | None = None
     messages: list[str] = field(default_factory=list)
+    #: The same step line read again right after this one (kept once, counted).
+    repeats: int = 1
+
+    def same(self, other: _Step) -> bool:
+        return (self.day, self.month, self.time, self.level, self.text, self.messages) == (
+            other.day, other.month, other.time, other.level, other.text, other.messages)
 
 
 @dataclass
@@ -212,6 +218,9 @@ class _SambaTuneParse:
             datetime(2000, month, step.day, *(int(part) for part in step.time.split(":")), tzinfo=UTC)
         except ValueError:
             raise ArtifactError.at(self.path, number, f"step stamp {echo(found.group(0)[:30])} is no date") from None
+        if self.steps and self.steps[-1].same(step):
+            self.steps[-1].repeats += 1  # a line repeated: counted, not kept again
+            return True
         outcome = _OUTCOME.match(found["text"])
         if outcome is not None:
             step.outcome, step.name = outcome["outcome"], outcome["step"].strip()
@@ -399,7 +408,8 @@ class _SambaTuneParse:
         attributes: dict[str, Any] = {
             **self.facts,
             "steps": [
-                {"line": s.line, "level": s.level, "outcome": s.outcome, "step": s.name or s.text}
+                {"line": s.line, "level": s.level, "outcome": s.outcome, "step": s.name or s.text,
+                 **({"repeats": s.repeats} if s.repeats > 1 else {})}
                 for s in self.steps
             ],
             "failures": failures,
