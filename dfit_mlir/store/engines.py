@@ -349,7 +349,12 @@ class DuckDBEngine:
         return reader.schema, batches()
 
     def close(self) -> None:
-        self.connection.close()
+        import duckdb
+
+        try:
+            self.connection.close()
+        except duckdb.Error:  # a query cancelled by a signal that has not stopped yet: dfit exits anyway
+            pass
 
 
 def _missing_extension(message: str, location: str) -> None:

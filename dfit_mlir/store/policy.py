@@ -29,6 +29,7 @@ import json
 import os
 import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -116,6 +117,7 @@ def limits(threads: int | None = None, memory_limit: str | int | None = None) ->
 
 #: Seconds a cancelled query gets to stop before dfit exits without it.
 CANCEL_WAIT_S: Final = 10.0
+CANCEL_POLL_S: Final = 0.05
 
 
 def interruptible(work: Callable[[], Any], cancel: Callable[[], Any]) -> Any:
@@ -142,10 +144,15 @@ def interruptible(work: Callable[[], Any], cancel: Callable[[], Any]) -> Any:
         while not finished.wait(1.0):
             pass
     except KeyboardInterrupt:
-        try:
-            cancel()
-        finally:
-            finished.wait(CANCEL_WAIT_S)
+        # Again and again: a cancel that lands between two engine calls stops nothing.
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                cancel()
+            except Exception:  # noqa: BLE001 — the engine may be gone already; we exit anyway
+                break
+            if finished.wait(CANCEL_POLL_S):
+                break
         raise
     if "error" in outcome:
         raise outcome["error"]
@@ -226,6 +233,7 @@ def check_duckdb(text: str) -> None:
     check_not_empty(text)
     try:
         statements = duckdb.extract_statements(text)
+        kinds = [statement.type.name for statement in statements]
     except duckdb.Error as error:
         raise QueryError(f"query failed (duckdb): {str(error).splitlines()[0]}") from None
     except ValueError:  # a statement type the Python client has no name for (UPDATE EXTENSIONS)
@@ -234,8 +242,8 @@ def check_duckdb(text: str) -> None:
         check_not_empty("")
     if len(statements) > 1:
         raise QueryRefused(f"{len(statements)} statements in one text (one statement per query)")
-    [statement] = statements
-    kind, keyword = statement.type.name, first_keyword(statement.query)
+    [statement], [kind] = statements, kinds
+    keyword = first_keyword(statement.query)
     if kind == "SELECT" or (kind == "MULTI" and keyword in ("PIVOT", "UNPIVOT")):
         return
     if kind == "EXPLAIN":
@@ -352,6 +360,9 @@ SPARK_TABLE_FUNCTIONS: Final = frozenset({
     "range", "explode", "explode_outer", "inline", "inline_outer", "json_tuple", "posexplode", "posexplode_outer",
     "stack", "variant_explode", "variant_explode_outer", "sql_keywords", "collations",
 })
+#: Statements named otherwise than by their first keyword.
+SPARK_STATEMENTS: Final = {"ScriptTransformation": "TRANSFORM … USING", "InsertIntoDir": "INSERT OVERWRITE DIRECTORY",
+                           "UnresolvedExecuteImmediate": "EXECUTE IMMEDIATE", "PlanWithUnresolvedIdentifier": "IDENTIFIER(…)"}
 #: Plan nodes refused with a reason a user can read (others: "<keyword> is not a query").
 SPARK_REFUSED: Final = {
     "InsertIntoDir": ("writes files", _SAVE_HINT), "InsertIntoStatement": ("writes tables", _SAVE_HINT),
@@ -363,11 +374,11 @@ SPARK_REFUSED: Final = {
     "ResetCommand": ("changes the session's settings", _SETTINGS_HINT),
     "CreateVariable": ("changes the session", ""), "SetVariable": ("changes the session", ""),
     "AddJarsCommand": ("loads code", ""), "AddFilesCommand": ("adds files", ""),
-    "AddArchivesCommand": ("adds files", ""), "ScriptTransformation": ("runs a program (TRANSFORM … USING)", ""),
+    "AddArchivesCommand": ("adds files", ""), "ScriptTransformation": ("runs a program", ""),
     "CacheTable": ("caches a table", ""), "CacheTableAsSelect": ("caches a table", ""),
     "LoadData": ("reads a file into a table", _RAW_HINT),
     "UnresolvedExecuteImmediate": ("runs text that cannot be checked first", ""),
-    "PlanWithUnresolvedIdentifier": ("names a table computed when it runs (IDENTIFIER)", ""),
+    "PlanWithUnresolvedIdentifier": ("names a table computed when it runs", ""),
 }
 
 
@@ -384,6 +395,9 @@ def check_spark(parser: Any, text: str, scope: SparkScope) -> None:
     """``text`` parsed by Spark's own parser (``sessionState().sqlParser()``): one
     read-only query reading the store's views, or files under the store, else refused."""
     check_not_empty(text, backslash_escapes=True)
+    statements = [part for part in _code(text, True).split(";") if part.strip()]
+    if len(statements) > 1:
+        raise QueryRefused(f"{len(statements)} statements in one text (one statement per query)")
     plan = json.loads(parser.parsePlan(text).toJSON())
     nodes = list(_spark_nodes(plan))
     ctes = {str(entry.get("_1")).lower() for node in nodes if _simple(node) == "UnresolvedWith"
@@ -436,7 +450,7 @@ def _check_spark_node(node: dict[str, Any], keyword: str, scope: SparkScope, cte
             _check_spark_relation(_parts(node.get("multipartIdentifier")), scope, ctes)
         return
     why, hint = SPARK_REFUSED.get(name, ("is not a query", ""))
-    said = keyword or name
+    said = SPARK_STATEMENTS.get(name, keyword or name)
     if name not in SPARK_REFUSED:
         said = f"{keyword} (Spark plan {name})" if keyword else name
     raise QueryRefused(f"{said} {why}", hint)
@@ -452,9 +466,9 @@ def _check_spark_relation(parts: list[str], scope: SparkScope, ctes: set[str]) -
         if table in scope.tables or table in ctes:
             return
         raise QueryRefused(f"it reads table {parts[0]!r}, not one of the store's ({', '.join(sorted(scope.tables))})")
-    if len(parts) != 2:
-        raise QueryRefused(f"it reads {'.'.join(parts)}, a catalog table, not the store's")
-    path = parts[1]
+    path = parts[-1]
+    if len(parts) != 2 or not re.search(r"[/:]", path):
+        raise QueryRefused(f"it reads table {'.'.join(parts)} of a catalog, not one of the store's")
     if not under_store(path, scope.location):
         raise QueryRefused(f"it reads {path}, outside the store", _RAW_HINT)
 
