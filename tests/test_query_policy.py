@@ -63,9 +63,14 @@ def small_store(tmp_path_factory: pytest.TempPathFactory, iree_bundles: dict[str
 
 
 @pytest.fixture
-def scene(tmp_path: Path, small_store: Path, monkeypatch: pytest.MonkeyPatch) -> Scene:
+def scene(tmp_path: Path, small_store: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Scene:
     import shutil
     import tempfile
+
+    if getattr(request.node, "callspec", None) and request.node.callspec.params.get("engine") == S:
+        from dfit_mlir.store import engines
+
+        engines.spark_session()  # started (its own scratch folder made) before the watch begins
 
     root = tmp_path / "root"
     root.mkdir()
@@ -160,15 +165,15 @@ HOSTILE: list[tuple[str, str, str]] = [
     (S, "CREATE TABLE t (a INT) USING csv LOCATION '{USER}/t2'", "CREATE defines a table"),
     (S, "CREATE TEMPORARY VIEW v AS SELECT 1", "CREATE defines a view"),
     (S, "INSERT INTO events SELECT * FROM events", "INSERT writes tables"),
-    (S, "DROP VIEW events", "DROP (Spark plan DropTable) is not a query"),
-    (S, "ALTER VIEW events AS SELECT 1", "is not a query"),
+    (S, "DROP VIEW events", "DROP (Spark plan DropView) drops objects"),
+    (S, "ALTER VIEW events AS SELECT 1", "alters objects"),
     (S, "LOAD DATA LOCAL INPATH '{SECRET}' INTO TABLE events", "LOAD reads a file into a table"),
     (S, "CACHE TABLE events", "CACHE caches a table"),
-    (S, "CLEAR CACHE", "is not a query"),
+    (S, "CLEAR CACHE", "changes the cache"),
     (S, "CACHE TABLE c AS SELECT * FROM events", "CACHE caches a table"),
-    (S, "REFRESH TABLE events", "is not a query"),
-    (S, "MSCK REPAIR TABLE events", "is not a query"),
-    (S, "ANALYZE TABLE events COMPUTE STATISTICS", "is not a query"),
+    (S, "REFRESH TABLE events", "changes the catalog"),
+    (S, "MSCK REPAIR TABLE events", "changes the catalog"),
+    (S, "ANALYZE TABLE events COMPUTE STATISTICS", "changes the catalog"),
     # Spark: settings, code
     (S, "SET spark.sql.shuffle.partitions = 100000", "SET changes the session's settings"),
     (S, "RESET spark.sql.shuffle.partitions", "RESET changes the session's settings"),
@@ -176,7 +181,7 @@ HOSTILE: list[tuple[str, str, str]] = [
     (S, "ADD FILE '{SECRET}'", "ADD adds files"),
     (S, "CREATE FUNCTION f AS 'com.example.F'", "CREATE loads code"),
     (S, "DECLARE v = 1", "DECLARE changes the session"),
-    (S, "USE other", "is not a query"),
+    (S, "USE other", "changes the session"),
     (S, "SELECT reflect('java.lang.System', 'getenv', 'HOME')", "reflect() calls Java methods"),
     (S, "SELECT java_method('java.lang.System', 'exit', 0)", "java_method() calls Java methods"),
     (S, "SELECT TRANSFORM(kind) USING 'cat {SECRET}' FROM events", "TRANSFORM … USING runs a program"),

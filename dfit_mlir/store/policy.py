@@ -449,11 +449,23 @@ def _check_spark_node(node: dict[str, Any], keyword: str, scope: SparkScope, cte
         elif name in ("UnresolvedRelation", "UnresolvedTableOrView"):
             _check_spark_relation(_parts(node.get("multipartIdentifier")), scope, ctes)
         return
-    why, hint = SPARK_REFUSED.get(name, ("is not a query", ""))
     said = SPARK_STATEMENTS.get(name, keyword or name)
-    if name not in SPARK_REFUSED:
+    if name in SPARK_REFUSED:
+        why, hint = SPARK_REFUSED[name]
+    else:
+        why, hint = next((why for prefix, why in _SPARK_KINDS if name.startswith(prefix)), "is not a query"), ""
         said = f"{keyword} (Spark plan {name})" if keyword else name
     raise QueryRefused(f"{said} {why}", hint)
+
+
+#: Families of plan nodes by their class names' prefix.
+_SPARK_KINDS: Final = (("Drop", "drops objects"), ("Alter", "alters objects"), ("Rename", "alters objects"),
+                       ("Create", "defines objects"), ("Replace", "defines objects"), ("Refresh", "changes the catalog"),
+                       ("Repair", "changes the catalog"), ("Analyze", "changes the catalog"),
+                       ("Truncate", "writes tables"), ("Delete", "writes tables"), ("Update", "writes tables"),
+                       ("Merge", "writes tables"), ("Insert", "writes tables"), ("Uncache", "changes the cache"),
+                       ("ClearCache", "changes the cache"), ("SetCatalog", "changes the session"),
+                       ("Set", "changes the session"))
 
 
 _GLOB: Final = re.compile(r"[{}\[\]*?\\,]")
