@@ -680,7 +680,7 @@ def collect(bundles: tuple[Path, ...], store_path: Path, label: str | None, host
 @click.argument("store_path", metavar="STORE")
 @click.argument("sql_or_report", metavar="SQL|REPORT")
 @click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True)
-@click.option("--master", default=None, help="Spark master URL (--engine spark; default local[2] or $DFIT_SPARK_MASTER).")
+@click.option("--master", default=None, help="Spark master URL (--engine spark; default local[--threads] or $DFIT_SPARK_MASTER).")
 @click.option("--baseline", default=None, help="regressions: label of the baseline runs.")
 @click.option("--candidate", default=None, help="regressions: label of the candidate runs.")
 @click.option("--min-runs", type=click.IntRange(min=1), default=None, help="regressions: runs needed per side (2).")
