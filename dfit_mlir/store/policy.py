@@ -290,7 +290,7 @@ def duckdb_connection(location: str, limits_: Limits, prelude: tuple[str, ...] =
         connection.execute("SET parquet_metadata_cache = true")  # footers read once per connection
         for statement in prelude:
             connection.execute(statement)
-        if "://" in location:
+        if "://" in location and not location.lower().startswith("file://"):
             connection.execute("LOAD httpfs")
         allowed = store_prefixes(location)
         connection.execute("SET allowed_directories = " + "[" + ", ".join(_quoted(p) for p in allowed) + "]")
@@ -309,6 +309,8 @@ def _quoted(text: str) -> str:
 def store_prefixes(location: str) -> list[str]:
     """The store as directory prefixes (``/…/store/``): as given, absolute, and with
     symlinks resolved (an engine may be handed any of them)."""
+    if location.lower().startswith("file://"):  # DuckDB reads it as the local path too
+        return [location.rstrip("/") + "/", *store_prefixes(location[len("file://"):] or "/")]
     if "://" in location:
         return [location.rstrip("/") + "/"]
     found = [os.path.abspath(location), os.path.realpath(location)]
