@@ -432,3 +432,54 @@ def test_sigint_during_a_long_query_exits_130_and_leaves_nothing(engine: str, sm
     assert tree(store) == before, shown
     if engine == D:
         assert not list(scratch.iterdir()), shown
+
+
+# --- the policy's own pieces (no engine) ---------------------------------------------------
+
+def test_sizes_and_limits_are_checked_before_an_engine_starts() -> None:
+    from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.store import policy
+
+    assert policy.parse_size("4GB") == 4 * 1000**3 and policy.parse_size("512MiB") == 512 << 20
+    assert policy.parse_size("2g") == 2 * 1000**3 and policy.parse_size(" 1.5 GiB ") == int(1.5 * (1 << 30))
+    for bad in ("lots", "-1GB", "1e9", "4 PB", ""):
+        with pytest.raises(InvalidInputError, match="--memory-limit"):
+            policy.parse_size(bad)
+    default = policy.limits()
+    assert default.threads == policy.machine_cores() and default.memory_bytes == policy.machine_memory() // 2
+    assert policy.limits(1, "100MB") == policy.Limits(1, 100 * 1000**2)
+    for threads, memory in ((0, None), (policy.machine_cores() + 1, None), (None, "1KB"),
+                            (None, policy.machine_memory() + 1)):
+        with pytest.raises(InvalidInputError):
+            policy.limits(threads, memory)
+
+
+def test_a_path_under_the_store_is_one_that_stays_there(tmp_path: Path) -> None:
+    """Spark's ``FORMAT.`PATH``` check: ``..``, globs, other schemes and symlinks out of
+    the store are outside it (SYNTHETIC folders)."""
+    from dfit_mlir.store import policy
+
+    store = tmp_path / "store"
+    (store / "bundles").mkdir(parents=True)
+    (tmp_path / "outside.txt").write_text("x")
+    (store / "bundles" / "link").symlink_to(tmp_path / "outside.txt")
+    inside = [f"{store}/bundles", str(store), f"file:{store}/bundles", f"file://{store}/bundles"]
+    outside = [f"{store}/../outside.txt", f"{store}/bundles/link", f"{store}/{{bundles,..}}", f"{store}/b*",
+               f"{store}-other/x", "/etc/passwd", "s3://bucket/x", f"hdfs://{store}", "outside.txt"]
+    assert all(policy.under_store(path, str(store)) for path in inside)
+    assert not any(policy.under_store(path, str(store)) for path in outside)
+    assert policy.under_store("s3a://b/store/bundles", "s3a://b/store")
+    assert not policy.under_store("s3a://b/store-2/x", "s3a://b/store")
+
+
+def test_comments_and_strings_do_not_hide_or_fake_statements() -> None:
+    from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.store import policy
+
+    assert policy.first_keyword("/* a */ -- b\n  copy t to 'x'") == "COPY"
+    policy.check_duckdb("SELECT ';' AS a, '--' AS b /* ; */")
+    with pytest.raises(policy.QueryRefused, match="2 statements"):
+        policy.check_duckdb("SELECT 1; /* x */ SELECT 2")
+    for empty in ("", "  ", "-- c", "/* c */", ";", "; -- c\n ;"):
+        with pytest.raises(InvalidInputError, match="empty query"):
+            policy.check_duckdb(empty)

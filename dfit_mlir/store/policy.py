@@ -498,10 +498,8 @@ def under_store(path: str, location: str) -> bool:
         path = re.sub(r"^file:(//)?", "", path)
     if "://" in path or ":" in path.split("/", 1)[0]:
         return False
-    resolved = os.path.realpath(os.path.abspath(path))
-    roots = [prefix.rstrip("/") for prefix in store_prefixes(location)]
-    return any(resolved == root or resolved.startswith(root + "/") for root in roots) and \
-        os.path.realpath(resolved).startswith(os.path.realpath(location).rstrip("/") + "/")
+    resolved, root = os.path.realpath(path), os.path.realpath(location).rstrip("/")
+    return resolved == root or resolved.startswith(root + "/")
 
 
 def spark_syntax_error(message: str) -> str:
