@@ -349,6 +349,12 @@ def test_reports_and_analyst_queries_on_spark_answer_as_duckdb_without_the_polic
     [file] = sorted(store.glob("bundles/*/*/*/runs.parquet"))[:1]
     assert bundle_store.query(store, f"SELECT count(*) AS n FROM parquet.`{file}`", engine="spark").to_pylist() == \
         [{"n": 1}]
+    # A syntax error names the token and where it is (Spark's message starts with a blank line).
+    from dfit_mlir.store.engines import QueryError
+
+    with pytest.raises(QueryError, match=r"^query failed \(spark\): \[PARSE_SYNTAX_ERROR\] Syntax error at or near "
+                                         r"'events'.*\(line 1, pos 17\)$"):
+        bundle_store.query(store, "SELECT selct frm events where", engine="spark")
 
 
 # --- resources ------------------------------------------------------------------------------
