@@ -41,7 +41,7 @@ def real_store(root: Path, runs: int) -> Path:
     from dfit_mlir.runtime_hooks.run import run_bundle
     from dfit_mlir.store import Placement, collect
 
-    compiled = compile_instrumented(REPO / "examples" / "convnet.mlir", root / "convnet.vmfb", mode="full")
+    compiled = compile_instrumented(REPO / "examples" / "models" / "convnet.mlir", root / "convnet.vmfb", mode="full")
     bundles = [run_bundle(compiled.vmfb, compiled.manifest_path, root / f"run{k}", mode="full", repeat=3,
                           warmup=1).bundle for k in range(runs)]
     store = root / "store"
