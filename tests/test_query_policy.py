@@ -489,3 +489,22 @@ def test_comments_and_strings_do_not_hide_or_fake_statements() -> None:
     for empty in ("", "  ", "-- c", "/* c */", ";", "; -- c\n ;"):
         with pytest.raises(InvalidInputError, match="empty query"):
             policy.check_duckdb(empty)
+
+
+def test_spark_is_refused_a_store_its_scratch_folder_lies_in(small_store: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The warehouse and local directories must stay outside the store: a $TMPDIR inside
+    it is refused (exit 2) before any query (the session itself stubbed: no JVM)."""
+    import shutil
+
+    from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.store import engines
+
+    store = tmp_path / "store"
+    shutil.copytree(small_store, store)
+    monkeypatch.setattr(engines, "spark_session", lambda master=None, limits=None: object())
+    monkeypatch.setattr(engines, "_SPARK_SCRATCH", store / "tmp" / "dfit-spark-x")
+    with pytest.raises(InvalidInputError, match="scratch folder .* lies in the store; set TMPDIR"):
+        engines.SparkEngine(str(store))
+    monkeypatch.setattr(engines, "_SPARK_SCRATCH", tmp_path / "elsewhere")
+    assert engines.SparkEngine(str(store)).scope.location == str(store)

@@ -395,6 +395,8 @@ def check_master(master: str) -> None:
 
 
 _SPARK_SESSION: Any = None
+#: The session's warehouse and local directories' parent (:func:`_spark_scratch`).
+_SPARK_SCRATCH: Path | None = None
 #: (store, table) → the bundle listing and rollup use its view was registered for (one
 #: SparkSession per process).
 _SPARK_VIEWS: dict[tuple[str, str], tuple[tuple[str, ...] | None, bool]] = {}
@@ -446,13 +448,15 @@ def spark_session(master: str | None = None, limits: policy.Limits | None = None
 
 def _spark_scratch() -> Path:
     """A temporary folder for Spark's warehouse and local files, removed when dfit exits
-    (outside any store: the temporary directory itself is refused if it lies in one)."""
+    (a store it lies in is refused: :meth:`SparkEngine.__init__`)."""
     import atexit
     import shutil
     import tempfile
 
+    global _SPARK_SCRATCH
     scratch = Path(tempfile.mkdtemp(prefix="dfit-spark-"))
     atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    _SPARK_SCRATCH = scratch
     return scratch
 
 
@@ -496,6 +500,9 @@ class SparkEngine:
         limits = policy.limits(threads, memory_limit)
         self.files = _StoreFiles(store, use_rollups=use_rollups)
         self.session = spark_session(master, limits)
+        if self.files.local and _SPARK_SCRATCH is not None and policy.under_store(str(_SPARK_SCRATCH), store):
+            raise InvalidInputError(f"{store}: Spark's scratch folder {_SPARK_SCRATCH} (under $TMPDIR) lies in the "
+                                    "store; set TMPDIR to a folder outside it")
         self.scope = policy.SparkScope(self.files.location, frozenset(
             [*layout.TABLES, *(f"{table}_files" for table in layout.ROLLUP_TABLES)]))
         if not self.files.local:
