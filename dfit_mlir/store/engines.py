@@ -497,7 +497,7 @@ class SparkEngine:
 
     def __init__(self, store: str, *, master: str | None = None, threads: int | None = None,
                  memory_limit: str | int | None = None, use_rollups: bool = True):
-        limits = policy.limits(threads, memory_limit)
+        self.limits = limits = policy.limits(threads, memory_limit)
         self.files = _StoreFiles(store, use_rollups=use_rollups)
         self.session = spark_session(master, limits)
         if self.files.local and _SPARK_SCRATCH is not None and policy.under_store(str(_SPARK_SCRATCH), store):
@@ -625,6 +625,9 @@ class SparkEngine:
         if _storage_failure(str(error)):
             return EngineError(f"{self.files.location}: spark cannot read it: {_first_line(error)}"
                                f"{_storage_hint(str(error))}")
+        if "OutOfMemoryError" in str(error):
+            return policy.ResourceError(f"query failed (spark): it needs more memory than the driver's "
+                                        f"{self.limits.memory_text} (--memory-limit) gives it")
         if isinstance(error, PySparkException):
             return QueryError(f"query failed (spark): {policy.spark_syntax_error(str(error))}")
         # A Java failure PySpark has no class for (a lost executor, the gateway gone).
