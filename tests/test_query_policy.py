@@ -82,6 +82,7 @@ def scene(tmp_path: Path, small_store: Path, monkeypatch: pytest.MonkeyPatch, re
     token = f"DFIT-SECRET-{uuid.uuid4().hex}"
     secret = user / "secret.txt"
     secret.write_text(f"{token}\n{token},{token}\n")
+    (store / "link.txt").symlink_to(secret)  # planted in the store, pointing out of it
     other = root / "other-store"
     shutil.copytree(small_store, other)
     scratch = tmp_path / "scratch"
@@ -152,6 +153,7 @@ HOSTILE: list[tuple[str, str, str]] = [
     (D, "DESCRIBE SELECT * FROM read_csv('{SECRET}')", "outside the store"),
     (D, "SUMMARIZE SELECT * FROM read_text('{SECRET}')", "outside the store"),
     (D, "SELECT (SELECT content FROM read_text('{SECRET}')) AS c, * FROM events", "outside the store"),
+    (D, "SELECT * FROM read_text('{STORE}/link.txt')", "outside the store"),
     # DuckDB: hidden inside another statement, several statements, none
     (D, "EXPLAIN ANALYZE COPY (SELECT 1) TO '{USER}/x.csv'", "EXPLAIN of COPY writes files"),
     (D, "SELECT 1; COPY (SELECT 1) TO '{USER}/x.csv'", "2 statements in one text"),
@@ -196,6 +198,7 @@ HOSTILE: list[tuple[str, str, str]] = [
     (S, "SELECT * FROM parquet.`{STORE}/{{bundles,../other-store}}`", "outside the store"),
     (S, "SELECT * FROM parquet.`file://{OTHER}`", "outside the store"),
     (S, "SELECT * FROM orc.`{USER}`", "outside the store"),
+    (S, "SELECT * FROM text.`{STORE}/link.txt`", "outside the store"),
     (S, "SELECT * FROM identifier('text.`{SECRET}`')", "outside the store"),
     (S, "SELECT * FROM identifier(concat('text.', '`{SECRET}`'))", "IDENTIFIER(…) names a table computed"),
     (S, "SELECT (SELECT max(value) FROM text.`{SECRET}`) AS v", "outside the store"),
