@@ -715,7 +715,7 @@ def collect(bundles: tuple[Path, ...], store_path: Path, label: str | None, host
 @click.argument("store_path", metavar="STORE")
 @click.argument("sql_or_report", metavar="SQL|REPORT")
 @click.option("--engine", type=click.Choice(["duckdb", "spark"]), default="duckdb", show_default=True)
-@click.option("--master", default=None, help="Spark master URL (--engine spark; default local[2] or $DFIT_SPARK_MASTER).")
+@click.option("--master", default=None, help="Spark master URL (--engine spark; default local[--threads] or $DFIT_SPARK_MASTER).")
 @click.option("--baseline", default=None, help="regressions: label of the baseline runs.")
 @click.option("--candidate", default=None, help="regressions: label of the candidate runs.")
 @click.option("--min-runs", type=click.IntRange(min=1), default=None, help="regressions: runs needed per side (2).")
@@ -725,18 +725,25 @@ def collect(bundles: tuple[Path, ...], store_path: Path, label: str | None, host
 @click.option("--trace", "trace_path", type=click.Path(path_type=Path), default=None,
               help="Write the selected events (rows with start_ns and kind) as a Perfetto trace.")
 @click.option("--rows", "shown", type=click.IntRange(0, MAX_ROWS), default=50, show_default=True, help="Rows printed.")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="Threads the query runs on (default: every CPU dfit may use; Spark: local[N]).")
+@click.option("--memory-limit", default=None, metavar="SIZE",
+              help="Memory the query may use, e.g. 4GB (default: half the machine's); past it the query fails, exit 3.")
 @_force_option
 @_user_errors
 def query(store_path: str, sql_or_report: str, engine: str, master: str | None, baseline: str | None,
           candidate: str | None, min_runs: int | None, threshold: float | None, limit: int | None,
-          output: Path | None, trace_path: Path | None, shown: int, force: bool) -> None:
-    """Run SQL or a named report over a bundle store. Reports: top-sites, regressions,
-    rank-skew, coverage. Tables: events, sites, operators, partitions, coverage, runs, op_totals."""
+          output: Path | None, trace_path: Path | None, shown: int, threads: int | None, memory_limit: str | None,
+          force: bool) -> None:
+    """Run SQL or a named report over a bundle store, read-only: one query statement that
+    reads the store (no writes, other files, extensions or settings). Reports: top-sites,
+    regressions, rank-skew, coverage. Tables: events, sites, operators, partitions,
+    coverage, runs, op_totals."""
     import re
 
     from dfit_mlir import store
     from dfit_mlir.errors import InvalidInputError
-    from dfit_mlir.store import layout, reports
+    from dfit_mlir.store import layout, policy, reports
     from dfit_mlir.store import output as outputs
 
     parameters = {"baseline": baseline, "candidate": candidate, "min_runs": min_runs, "threshold": threshold,
@@ -754,9 +761,11 @@ def query(store_path: str, sql_or_report: str, engine: str, master: str | None, 
         raise InvalidInputError("--baseline/--candidate/--min-runs/--threshold/--limit go with a named report")
     # Before the query: a refused output must not cost a cluster job, and writes nothing.
     outputs.check_paths(store_path, output, trace_path, force=force)
+    resources = policy.limits(threads, memory_limit)
     with store.prepare(store_path, None if is_report else text, report=text if is_report else None,
                        parameters={k: v for k, v in parameters.items() if v is not None},
-                       engine=engine, master=master) as prepared:
+                       engine=engine, master=master, threads=resources.threads,
+                       memory_limit=resources.memory_bytes) as prepared:
         if output is None and trace_path is None:
             # Only what is printed is read (a count would be a scan of every row).
             head = prepared.head(shown + 1)

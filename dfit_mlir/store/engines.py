@@ -9,6 +9,10 @@ compacted parts the index lists (:mod:`dfit_mlir.store.compact`; a run is read f
 or the other, never both); the rollup ``op_totals`` adds the rows computed from
 ``events`` for bundles that have no such file (layout 1.0), or is computed from
 ``events`` entirely with ``use_rollups=False``.
+
+Every query either engine runs — the user's text, a named report, the checks dfit makes
+— goes through the read-only policy of :mod:`dfit_mlir.store.policy` first, and runs
+where SIGINT / SIGTERM cancel it.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from dfit_mlir.errors import DfitError, InvalidInputError, ToolchainError
-from dfit_mlir.store import dialects, layout, rollup
+from dfit_mlir.store import dialects, layout, policy, rollup
 
 
 class QueryError(DfitError):
@@ -191,31 +195,28 @@ class DuckDBEngine:
 
     dialect = dialects.DUCKDB
 
-    def __init__(self, store: str, *, threads: int | None = None, memory_limit: str | None = None,
+    def __init__(self, store: str, *, threads: int | None = None, memory_limit: str | int | None = None,
                  use_rollups: bool = True):
         duckdb = layout.require("duckdb")
 
-        config: dict[str, Any] = {}
-        if threads:
-            config["threads"] = threads
-        if memory_limit:
-            config["memory_limit"] = memory_limit
+        self.limits = policy.limits(threads, memory_limit)
         self.files = _StoreFiles(store, use_rollups=use_rollups)
-        self.connection = duckdb.connect(config=config)
-        # Footers are read once per connection, not at every bind of a view.
-        self.connection.execute("SET parquet_metadata_cache = true")
-        # Nothing is downloaded at run time: an extension a URL needs (httpfs for s3://)
-        # loads when it is installed already, else the query fails with one line.
-        self.connection.execute("SET autoinstall_known_extensions = false")
-        for statement in self.dialect.prelude:
-            self.connection.execute(statement)
+        try:
+            # The store's files and nothing else; nothing downloaded or loaded on its own
+            # (a URL store needs httpfs installed beforehand).
+            self.connection = policy.duckdb_connection(self.files.location, self.limits, self.dialect.prelude)
+        except duckdb.Error as error:
+            _missing_extension(str(error), self.files.location)
+            raise EngineError(f"{store}: duckdb cannot open it: {str(error).splitlines()[0]}") from None
         self.views: set[str] = set()
         if not self.files.local:
             self.files.read_remote_index(self._read_text)
 
     def _read_text(self, location: str) -> str | None:
         try:
-            rows = self.connection.execute("SELECT content FROM read_text(?)", [location]).fetchall()
+            text = "SELECT content FROM read_text(?)"
+            policy.check_duckdb(text)
+            rows = self.connection.execute(text, [location]).fetchall()
         except self.errors():
             return None
         return rows[0][0] if rows else None
@@ -230,6 +231,7 @@ class DuckDBEngine:
         self.views.add(table)
 
     def _rows(self, text: str) -> list[tuple[Any, ...]]:
+        policy.check_duckdb(text)
         return self.connection.execute(text).fetchall()
 
     @staticmethod
@@ -272,6 +274,7 @@ class DuckDBEngine:
     def _relation(self, text: str) -> Any:
         import duckdb
 
+        policy.check_duckdb(text)
         for table in tables_named(text):
             self._register(table)
         while True:
@@ -293,12 +296,22 @@ class DuckDBEngine:
         return relation.to_arrow_reader(rows)
 
     def _run(self, produce: Any) -> Any:
+        """``produce()`` where a signal cancels it, DuckDB's errors as dfit's lines."""
         import duckdb
 
         try:
-            return produce()
+            return policy.interruptible(produce, self.connection.interrupt)
+        except duckdb.InterruptException:
+            raise KeyboardInterrupt from None
+        except duckdb.OutOfMemoryException as error:
+            raise policy.ResourceError(f"query failed (duckdb): it needs more memory than --memory-limit "
+                                       f"{self.limits.memory_text} gives it ({str(error).splitlines()[0]})") from None
         except duckdb.Error as error:
-            _missing_extension(str(error), self.files.location)
+            refused = policy.duckdb_refusal(error)
+            if refused is not None:
+                raise refused from None
+            if not self.files.local:
+                _missing_extension(str(error), self.files.location)
             raise QueryError(f"query failed (duckdb): {str(error).splitlines()[0]}") from None
 
     def sql(self, text: str) -> Any:
@@ -336,7 +349,12 @@ class DuckDBEngine:
         return reader.schema, batches()
 
     def close(self) -> None:
-        self.connection.close()
+        import duckdb
+
+        try:
+            self.connection.close()
+        except duckdb.Error:  # a query cancelled by a signal that has not stopped yet: dfit exits anyway
+            pass
 
 
 def _missing_extension(message: str, location: str) -> None:
@@ -377,14 +395,19 @@ def check_master(master: str) -> None:
 
 
 _SPARK_SESSION: Any = None
+#: The session's warehouse and local directories' parent (:func:`_spark_scratch`).
+_SPARK_SCRATCH: Path | None = None
 #: (store, table) → the bundle listing and rollup use its view was registered for (one
 #: SparkSession per process).
 _SPARK_VIEWS: dict[tuple[str, str], tuple[tuple[str, ...] | None, bool]] = {}
 
 
-def spark_session(master: str | None = None) -> Any:
+def spark_session(master: str | None = None, limits: policy.Limits | None = None) -> Any:
     """One SparkSession per process (Spark allows one active context); quiet, UTC, with
-    partition values read as strings like DuckDB reads them."""
+    partition values read as strings like DuckDB reads them. Locally it runs with
+    ``limits`` (cores, driver memory: fixed when the JVM starts, so the first session's
+    stand); its warehouse and scratch directories are a temporary folder of dfit's, never
+    the store nor the working directory."""
     global _SPARK_SESSION
     if _SPARK_SESSION is not None:
         return _SPARK_SESSION
@@ -397,10 +420,16 @@ def spark_session(master: str | None = None) -> Any:
 
     log_config = resources.files("dfit_mlir.store").joinpath("log4j2.properties")
 
-    master = master or os.environ.get("DFIT_SPARK_MASTER", "local[2]")
+    limits = limits or policy.limits()
+    master = master or os.environ.get("DFIT_SPARK_MASTER", f"local[{limits.threads}]")
     check_master(master)
+    scratch = _spark_scratch()
     builder = (SparkSession.builder.appName("dfit-query")
                .master(master)
+               .config("spark.driver.memory", f"{max(limits.memory_bytes >> 20, 512)}m")
+               .config("spark.sql.warehouse.dir", str(scratch / "warehouse"))
+               .config("spark.local.dir", str(scratch / "local"))
+               .config("spark.sql.catalogImplementation", "in-memory")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.session.timeZone", "UTC")
@@ -415,6 +444,20 @@ def spark_session(master: str | None = None) -> Any:
     session.sparkContext.setLogLevel("ERROR")
     _SPARK_SESSION = session
     return session
+
+
+def _spark_scratch() -> Path:
+    """A temporary folder for Spark's warehouse and local files, removed when dfit exits
+    (a store it lies in is refused: :meth:`SparkEngine.__init__`)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    global _SPARK_SCRATCH
+    scratch = Path(tempfile.mkdtemp(prefix="dfit-spark-"))
+    atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+    _SPARK_SCRATCH = scratch
+    return scratch
 
 
 def _first_line(error: BaseException) -> str:
@@ -432,6 +475,14 @@ def _first_line(error: BaseException) -> str:
     return (lines[0] if lines else type(error).__name__)[:300]
 
 
+def _java_message(error: BaseException) -> str:
+    java = getattr(error, "java_exception", None)
+    try:
+        return str(java.getMessage()) if java is not None else str(error)
+    except Exception:  # noqa: BLE001 — the gateway itself may be gone
+        return str(error)
+
+
 def _python() -> str:
     import sys
 
@@ -444,9 +495,16 @@ class SparkEngine:
 
     dialect = dialects.SPARK
 
-    def __init__(self, store: str, *, master: str | None = None, use_rollups: bool = True):
+    def __init__(self, store: str, *, master: str | None = None, threads: int | None = None,
+                 memory_limit: str | int | None = None, use_rollups: bool = True):
+        self.limits = limits = policy.limits(threads, memory_limit)
         self.files = _StoreFiles(store, use_rollups=use_rollups)
-        self.session = spark_session(master)
+        self.session = spark_session(master, limits)
+        if self.files.local and _SPARK_SCRATCH is not None and policy.under_store(str(_SPARK_SCRATCH), store):
+            raise InvalidInputError(f"{store}: Spark's scratch folder {_SPARK_SCRATCH} (under $TMPDIR) lies in the "
+                                    "store; set TMPDIR to a folder outside it")
+        self.scope = policy.SparkScope(self.files.location, frozenset(
+            [*layout.TABLES, *(f"{table}_files" for table in layout.ROLLUP_TABLES)]))
         if not self.files.local:
             self.files.read_remote_index(self._read_text)
 
@@ -463,7 +521,26 @@ class SparkEngine:
         _SPARK_VIEWS[(store, table)] = registered
 
     def _rows(self, text: str) -> list[tuple[Any, ...]]:
+        self._check(text)
         return [tuple(row) for row in self.session.sql(text).collect()]
+
+    def _check(self, text: str) -> None:
+        """The policy's check, Spark's syntax errors as one line naming the token."""
+        from pyspark.errors import ParseException
+
+        try:
+            policy.check_spark(self.session._jsparkSession.sessionState().sqlParser(), text, self.scope)
+        except ParseException as error:
+            raise QueryError(f"query failed (spark): {policy.spark_syntax_error(str(error))}") from None
+        except Exception as error:
+            # py4j hands the parser's exception over as a Py4JJavaError
+            if "ParseException" in type(error).__name__ or "ParseException" in _first_line(error):
+                raise QueryError(f"query failed (spark): {policy.spark_syntax_error(_java_message(error))}") \
+                    from None
+            raise
+
+    def _cancel(self) -> None:
+        self.session.sparkContext.cancelAllJobs()
 
     def _register_files(self, table: str, name: str) -> bool:
         """Temp view ``name``: ``table``'s rows in bundle files and compacted parts; False
@@ -518,6 +595,10 @@ class SparkEngine:
         return rows[0][0] if rows else None
 
     def _frame(self, text: str, finish: Any) -> Any:
+        self._check(text)
+        return policy.interruptible(lambda: self._finish(text, finish), self._cancel)
+
+    def _finish(self, text: str, finish: Any) -> Any:
         from py4j.protocol import Py4JError
         from pyspark.errors import PySparkException
 
@@ -544,8 +625,11 @@ class SparkEngine:
         if _storage_failure(str(error)):
             return EngineError(f"{self.files.location}: spark cannot read it: {_first_line(error)}"
                                f"{_storage_hint(str(error))}")
+        if "OutOfMemoryError" in str(error):
+            return policy.ResourceError(f"query failed (spark): it needs more memory than the driver's "
+                                        f"{self.limits.memory_text} (--memory-limit) gives it")
         if isinstance(error, PySparkException):
-            return QueryError(f"query failed (spark): {str(error).splitlines()[0]}")
+            return QueryError(f"query failed (spark): {policy.spark_syntax_error(str(error))}")
         # A Java failure PySpark has no class for (a lost executor, the gateway gone).
         return EngineError(f"spark failed on {self.files.location}: {_first_line(error)}")
 
@@ -566,17 +650,23 @@ class SparkEngine:
             from py4j.protocol import Py4JError
             from pyspark.errors import PySparkException
 
-            rows: list[dict[str, Any]] = []
             iterator = self._frame(text, lambda frame: frame.toLocalIterator(prefetchPartitions=False))
-            try:
+
+            def next_rows() -> list[dict[str, Any]]:
+                rows = []
                 for row in iterator:
                     rows.append(row.asDict(recursive=True))
                     if len(rows) >= SPARK_STREAM_ROWS:
-                        yield pa.RecordBatch.from_pylist(rows, schema=schema)
-                        rows = []
-            except (PySparkException, Py4JError) as error:
-                raise self._failure(error) from None
-            if rows:
+                        break
+                return rows
+
+            while True:
+                try:
+                    rows = policy.interruptible(next_rows, self._cancel)
+                except (PySparkException, Py4JError) as error:
+                    raise self._failure(error) from None
+                if not rows:
+                    return
                 yield pa.RecordBatch.from_pylist(rows, schema=schema)
 
         return schema, batches()
