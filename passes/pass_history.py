@@ -14,11 +14,13 @@ How it observes (read-only: nothing here changes the IR or the pipeline IREE run
   per process, so they cannot be set on the in-process session: this mode always uses the
   subprocess phase driver. The files are printed in the generic op form with local-scope
   locations, read one at a time and deleted.
-* Function-scope passes that MLIR runs in parallel write to different IR units' files;
-  the pipeline position (``9_8_…``: adaptor 9 of the module pipeline, pass 8 of the
-  function's) orders them per IR unit, and a module-level pass after its nested ones.
-  Passes on different IR units touch disjoint ops, so the order between them does not
-  change any class: no single-threading is needed.
+* Function-scope passes that MLIR runs in parallel write to different IR units' files.
+  MLIR names a dump ``<c_1>_…_<c_n>_<pass>``: ``c_n`` counts the unit's own dumps, each
+  ``c_i`` before it its ancestor's dumps so far, which orders every dump against its
+  ancestors' (:func:`ordered_dumps`). Passes on different IR units touch disjoint ops, so
+  the order between them does not change any class: no single-threading is needed.
+* Besides class changes, a row records when a pass puts an ID into a dispatch region
+  (``flow.dispatch.region`` / ``workgroups``): the region's root IDs, in ``dispatch``.
 * The state is the per-phase snapshot's: for every op, the source IDs its location names
   (:func:`dfit_mlir.locations.dfit_ids`), kept per IR unit. A dump of unit ``U`` replaces
   the ops of ``U`` and of every unit inside it. After each dump the classes of the IDs it
@@ -27,7 +29,7 @@ How it observes (read-only: nothing here changes the IR or the pipeline IREE run
 * The state at a phase's start is read from the module dfit holds between phases (printed
   the same way), so dfit's own insertions between phases never show as a pass's change.
 
-Records are one row per (ID, pass that changed its class): see :class:`PassChange` and the
+Records are one row per (ID, pass that changed its class or region): see :class:`PassChange` and the
 manifest's ``pass_history`` table (:func:`to_table`). Agreement with the per-phase classes
 is checked on every compile: the last change of an ID within a phase gives its class at
 that phase (:func:`check_against_stages`).
