@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from dfit_mlir import outputs
 from dfit_mlir.errors import OutputRefusedError
 
 #: Temporary files and directories of writes in progress; the CLI removes what is left
@@ -29,8 +30,6 @@ def atomic_path(target: str | os.PathLike[str], kind: str | None = None) -> Iter
     """Yield a temporary path beside ``target``; on success it replaces ``target``.
     ``kind``: a user-named output (``vmfb``, ``manifest``, ``mlir``, ...): an existing
     ``target`` dfit did not write is refused, and the new one is recorded as dfit's."""
-    from dfit_mlir import outputs
-
     target = outputs.resolve(target) if kind is not None else Path(target)
     if kind is not None:
         _require(target, kind, directory=False)
@@ -73,8 +72,6 @@ def atomic_directory(target: str | os.PathLike[str], kind: str = "output") -> It
     :class:`OutputRefusedError`); it is moved aside first and removed only once the new
     one is in place. On failure or interrupt the temporary directory is removed and
     ``target`` is left as it was."""
-    from dfit_mlir import outputs
-
     target = outputs.resolve(target)  # `-o .` names the directory itself, not "" in it
     _require(target, kind, directory=True)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -202,8 +199,6 @@ def remove_temporaries() -> None:
 
 
 def _require(target: Path, kind: str, *, directory: bool) -> None:
-    from dfit_mlir import outputs
-
     reason = outputs.refusal(target, kind, directory=directory)
     if reason is not None:
         raise OutputRefusedError(f"{target}: refusing to overwrite: {reason} (use --force to replace it)")

@@ -102,7 +102,7 @@ def _save_traceback(command: str) -> str:
     import time
     import traceback
 
-    from dfit_mlir.tools.calibration import CACHE_DIR_ENV
+    from dfit_mlir.paths import CACHE_DIR_ENV
 
     base = os.environ.get(CACHE_DIR_ENV) or os.path.join(tempfile.gettempdir(), f"dfit-{os.getuid()}")
     folder = Path(base) / "tracebacks"

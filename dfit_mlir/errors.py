@@ -64,6 +64,13 @@ class UnresolvedRecordError(DfitError):
     explain; the message shows the record and the candidates. Never dropped silently."""
 
 
+class QueryError(DfitError):
+    """The SQL did not run (syntax, unknown column, a statement the query policy
+    refuses): bad input."""
+
+    exit_code = 2
+
+
 class OutputRefusedError(DfitError):
     """An output path dfit will not write: it is, contains or lies inside one of the
     command's inputs, or it exists and dfit did not write it (``--force`` overrides the

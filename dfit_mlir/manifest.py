@@ -15,6 +15,7 @@ from typing import Any
 
 from dfit_mlir import atomic
 from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.paths import manifest_path
 
 SCHEMA_NAME = "dfit.manifest"
 MANIFEST_VERSION = "1.2"
@@ -113,8 +114,7 @@ def save(manifest: dict[str, Any], path: str | Path, *, check: bool = False, kin
 
 def default_path(vmfb: str | Path) -> Path:
     """``out/model.vmfb`` → ``out/model.manifest.json``."""
-    vmfb = Path(vmfb)
-    return vmfb.with_name(vmfb.stem + ".manifest.json")
+    return manifest_path(vmfb)
 
 
 def check_belongs(manifest: dict[str, Any], vmfb: str | Path, source: str = "the manifest") -> None:

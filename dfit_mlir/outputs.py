@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from dfit_mlir.errors import OutputRefusedError
+from dfit_mlir.paths import CACHE_DIR_ENV, manifest_path
 
 #: The marker inside every directory dfit writes.
 MARKER = ".dfit-output.json"
@@ -183,16 +184,17 @@ def record_file(path: str | os.PathLike[str], kind: str, content: Path | None = 
         folder = _ledger_dir()
         folder.mkdir(parents=True, exist_ok=True)
         entry = {"path": str(path), "kind": kind, "sha256": _sha256(content or path)}
-        from dfit_mlir import atomic
-
-        atomic.write_text(folder / _ledger_name(path), json.dumps(entry) + "\n")
+        # Written whole and renamed into place, as atomic.write_text would (which uses this
+        # module: calling it here would make the two import each other).
+        target = folder / _ledger_name(path)
+        partial = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        partial.write_text(json.dumps(entry) + "\n", encoding="utf-8")
+        os.replace(partial, target)
     except OSError:
         pass
 
 
 def _ledger_dir() -> Path:
-    from dfit_mlir.tools.calibration import CACHE_DIR_ENV
-
     base = os.environ.get(CACHE_DIR_ENV) or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "dfit-mlir")
     return Path(base) / "outputs"
@@ -223,9 +225,7 @@ def _sha256(path: Path) -> str | None:
 
 
 def _vmfb_of_manifest(vmfb: Path) -> bool:
-    from dfit_mlir.manifest import default_path
-
-    manifest = default_path(vmfb)
+    manifest = manifest_path(vmfb)
     try:
         document = json.loads(manifest.read_text(encoding="utf-8"))
         recorded = document["compile"]["vmfb_sha256"]

@@ -22,14 +22,8 @@ import re
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-from dfit_mlir.errors import DfitError, InvalidInputError, ToolchainError
+from dfit_mlir.errors import DfitError, InvalidInputError, QueryError, ToolchainError
 from dfit_mlir.store import dialects, layout, policy, rollup
-
-
-class QueryError(DfitError):
-    """The SQL did not run (syntax, unknown column): bad input."""
-
-    exit_code = 2
 
 
 class EngineError(ToolchainError):

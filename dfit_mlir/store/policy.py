@@ -228,7 +228,7 @@ def check_duckdb(text: str) -> None:
     DESCRIBE, SHOW, SUMMARIZE, PIVOT / UNPIVOT, EXPLAIN of one of these), else refused."""
     import duckdb
 
-    from dfit_mlir.store.engines import QueryError
+    from dfit_mlir.errors import QueryError
 
     check_not_empty(text)
     try:

@@ -35,12 +35,12 @@ from typing import Any
 
 from dfit_mlir import atomic
 from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.paths import CACHE_DIR_ENV
 
 SCHEMA = "dfit.calibration"
 #: Version 2 records the thread count; an older default cache is measured again.
 VERSION = 2
 #: Environment variable naming the cache folder (tests point it at a temporary one).
-CACHE_DIR_ENV = "DFIT_CACHE_DIR"
 #: The matmul's side for one thread; with N threads it grows by N^(1/3) (rounded up to a
 #: multiple of 128) so every thread still has a 512^3 share of work.
 MATMUL_SIZE = 512
