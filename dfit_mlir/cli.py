@@ -225,8 +225,9 @@ def main() -> None:
               help="Manifest path (default: OUTPUT with .manifest.json).")
 @click.option("--driver", type=click.Choice(["in-process", "subprocess"]), default=None,
               help="Phase driver (default: in-process when the toolchain gate passes).")
-@click.option("--model-factory", default="make_model", show_default=True,
-              help="For a PyTorch model file (SOURCE.py): the function returning (nn.Module, example args).")
+@click.option("--model-factory", default=None,
+              help="For a model file (SOURCE.py): the function returning (nn.Module, example args) (PyTorch) or "
+                   "(function, example args) (JAX) [default: make_model, else make_step].")
 @_force_option
 @click.pass_context
 @_user_errors
@@ -235,19 +236,22 @@ def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool
     """Compile with iree-compile; with --dfit-tag also write the manifest. Any other
     option is passed to iree-compile. SOURCE may be a PyTorch model file (.py defining
     make_model() -> (nn.Module, example args)): it is exported with iree-turbine, each op
-    keeping its nn.Module path, to OUTPUT with .mlir first. SOURCE may be an ONNX model
+    keeping its nn.Module path, to OUTPUT with .mlir first; or a JAX file (.py defining
+    make_step() -> (function, example args)): it is lowered with jax.jit, each op keeping
+    its name stack, to OUTPUT with .mlir first. SOURCE may be an ONNX model
     (.onnx): it is imported with node names as locations (opset upgraded to 17, dynamic
     input dims pinned to 1) to OUTPUT with .mlir first."""
     from dfit_mlir.errors import InvalidInputError
 
     flags = list(ctx.args)
     if source.suffix == ".py":
-        from dfit_mlir.frontends import torch as torch_frontend
+        from dfit_mlir.frontends.model_file import export_model_file
 
-        source = _write_frontend_mlir(source, output, force, lambda: torch_frontend.export_mlir(
-            *torch_frontend.load_module_file(source, model_factory)))
+        exported: list[Any] = []  # the export runs after the output check, inside the writer
+        source = _write_frontend_mlir(source, output, force, lambda: exported.append(
+            export_model_file(source, model_factory)) or exported[0].text)
         if not any(flag.startswith("--iree-hal-target-device") for flag in flags):
-            flags += list(torch_frontend.DEFAULT_FLAGS)
+            flags += list(exported[0].default_flags)
     elif source.suffix.lower() == ".onnx":
         from dfit_mlir.frontends import onnx as onnx_frontend
 
