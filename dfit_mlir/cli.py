@@ -457,6 +457,9 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
     dropped = result.summary["dropped_events"]
     click.echo(f"wrote {result.bundle}: {counts['kept']} events of {counts['seen']} seen, {dropped} dropped"
                f"{median} ({result.summary['trace_slices']} trace slices; open trace.pftrace in the Perfetto UI)")
+    for made in result.summary.get("inputs", ()):
+        if made.get("dynamic"):
+            click.echo(f"note: {made['dynamic']}", err=True)
     if mode == "lite" and not result.summary.get("module_has_probes"):
         click.echo("note: the module has no function probes (compile it with --mode lite or --probes): "
                    "program events only", err=True)
