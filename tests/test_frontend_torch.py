@@ -24,7 +24,7 @@ from dfit_mlir.frontends import CodeRules
 from dfit_mlir.lineage import is_constant
 from dfit_mlir.tools.session import analyze
 from tests import frontend_models
-from tests.conftest import read_csv, tag_text
+from tests.conftest import REPO, read_csv, tag_text
 
 pytestmark = [
     pytest.mark.frontends,
@@ -371,3 +371,42 @@ def test_model_explorer_keys_each_torch_op_by_its_id(bert: dict[str, Any]) -> No
     assert not [key for key in (*flops, *modules) if key.startswith("nn.Module:")]
     # Nothing lost or counted twice.
     assert sum(entry["value"] for entry in flops.values()) == sum(with_flops.values())
+
+
+def test_batchnorm_cnn_compiles_to_the_executables_of_a_plain_turbine_export(tmp_path: Path) -> None:
+    """A transformers ResNet (BatchNorm after every conv) through ``dfit compile
+    model.py``: the BatchNorms are decomposed as iree-turbine's own ``aot.export``
+    decomposes them, so the executables are those of a plain ``aot.export(model, x)`` +
+    ``iree-compile`` byte for byte (both without DWARF: dfit's locations move hoisted
+    weights to their users' lines, which only the debug line tables record), and every
+    BatchNorm module keeps its ops, path and class."""
+    import torch
+    from click.testing import CliRunner
+    from iree.turbine import aot
+
+    from dfit_mlir.cli import main
+    from dfit_mlir.frontends import torch as torch_frontend
+    from dfit_mlir.frontends.model_file import default_factory
+    from dfit_mlir.manifest import load
+    from dfit_mlir.passes.plain_compile import plain_compile
+    from dfit_mlir.vmfb import read_module
+
+    source = REPO / "examples" / "zoo" / "resnet.py"
+    no_dwarf = "--iree-llvmcpu-debug-symbols=false"
+    result = CliRunner().invoke(main, ["compile", str(source), "--dfit-tag", "-o", str(tmp_path / "dfit.vmfb"),
+                                       no_dwarf])
+    assert result.exit_code == 0, result.output
+    model, args = torch_frontend.load_module_file(source, default_factory(source))
+    with torch_frontend.quiet_export():
+        exported = aot.export(model, args=args)
+    (tmp_path / "plain.mlir").write_text(exported.mlir_module.operation.get_asm(enable_debug_info=True))
+    plain_compile(tmp_path / "plain.mlir", tmp_path / "plain.vmfb", [*torch_frontend.DEFAULT_FLAGS, no_dwarf])
+    plain, tagged = read_module(tmp_path / "plain.vmfb"), read_module(tmp_path / "dfit.vmfb")
+    assert tagged.executables == plain.executables and plain.executables
+    assert tagged.embedded_strings == plain.embedded_strings  # export names, so dispatch count too
+    assert sum("_dispatch_" in s for s in plain.embedded_strings) > 5
+    manifest = load(tmp_path / "dfit.manifest.json")
+    assert not any("batch_norm" in op["op"] for op in manifest["operators"])
+    norms = {path for path, module in model.named_modules() if isinstance(module, torch.nn.BatchNorm2d)}
+    placed = {op["module_path"] for op in manifest["operators"] if op["module_class"] == "BatchNorm2d"}
+    assert len(norms) > 3 and placed == norms

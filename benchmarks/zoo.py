@@ -1,0 +1,142 @@
+"""The model zoo (``tests/zoo_models.py``): 16 real models of different families from four
+frontends, each through ``dfit compile --dfit-tag``, ``dfit run --mode full --repeat 5``
+on default inputs and ``dfit analyze --tool all``.
+
+Per model: the compile time of ``dfit compile --dfit-tag`` over plain ``iree-compile`` of
+the same frontend MLIR (what dfit's frontend wrote: the iree-turbine export, the JAX
+lowering, the ONNX import, the TFLite TOSA bytecode; the export itself is timed apart),
+the dispatch events resolved to a call site and ID, the share of non-constant ops with a
+module path and with a model-code source line (ONNX and TFLite carry no source lines),
+and the top-3 sites of ``sites.csv`` by measured time.
+
+    .venv/bin/python -m benchmarks.zoo [--out build/zoo] [--only gpt2,resnet] [--results benchmarks/RESULTS.md]
+
+Prints the Markdown table and, with ``--results``, replaces the zoo section of that file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+from tests import realmodels, zoo_models
+
+SECTION = "## Model zoo: 16 models through the front door"
+COMMAND = ".venv/bin/python -m benchmarks.zoo --results benchmarks/RESULTS.md"
+
+
+def frontend_mlir(model: zoo_models.ZooModel, workdir: Path) -> tuple[Path, float]:
+    """The MLIR dfit's frontend makes of the model's source, and the seconds it took."""
+    source = model.source(workdir)
+    started = time.perf_counter()
+    if source.suffix == ".py":
+        from dfit_mlir.frontends.model_file import export_model_file
+
+        target = workdir / f"{model.name}.mlir"
+        target.write_text(export_model_file(source).text)
+    elif source.suffix == ".onnx":
+        target = realmodels.import_onnx(source, workdir / f"{model.name}.mlir")
+    else:
+        target = source
+    return target, time.perf_counter() - started
+
+
+def measure(model: zoo_models.ZooModel, workdir: Path, trials: int) -> dict[str, Any]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    mlir, export_s = frontend_mlir(model, workdir)
+    plain_s, dfit_s = [], []
+    vmfb = workdir / f"{model.name}.vmfb"
+    compile_output = ""
+    for _ in range(trials):  # alternate: the machine's speed drifts
+        started = time.perf_counter()
+        plain = realmodels.iree_compile(mlir, workdir / "plain.vmfb")
+        plain_s.append(time.perf_counter() - started)
+        if plain.returncode != 0:
+            raise zoo_models.ZooCommandFailed(f"iree-compile failed on {mlir}:\n{plain.stderr[-2000:]}")
+        started = time.perf_counter()
+        compile_output = zoo_models.dfit("compile", str(mlir), "--dfit-tag", "-o", str(vmfb), "--force",
+                                         *realmodels.IREE_CPU_FLAGS)
+        dfit_s.append(time.perf_counter() - started)
+    result = zoo_models.run_and_analyze(model, vmfb, workdir, compile_output, statistics.median(dfit_s))
+    events = result.dispatch_events()
+    resolved = sum(1 for event in events if event["site"] is not None and event["root_id"])
+    shares = zoo_models.attribution_shares(result.manifest)
+    sites = result.sites[:3]
+    return {"model": model.name, "frontend": model.frontend, "family": model.family,
+            "export_s": round(export_s, 1), "plain_s": round(statistics.median(plain_s), 1),
+            "dfit_s": round(statistics.median(dfit_s), 1),
+            "ratio": round(statistics.median(dfit_s) / statistics.median(plain_s), 2),
+            "dispatch_events": len(events), "resolved": resolved,
+            "invocations": len({event["invocation"] for event in events}),
+            "ops": shares["ops"], "module_pct": round(100 * shares["module"], 2),
+            "line_pct": round(100 * shares["line"], 2),
+            "top_sites": [_short_site(row) for row in sites]}
+
+
+def _short_site(row: dict[str, str]) -> str:
+    """``modeling_gpt2.py:245 (41%)``: the site without its directory, and its time share."""
+    site = row["site"]
+    if row["site_kind"] == "source":
+        site = re.sub(r"^.*/", "", site)
+    share = float(row["time_share"] or 0)
+    return f"`{site}` ({100 * share:.0f}%)"
+
+
+def markdown(rows: list[dict[str, Any]], failures: dict[str, str]) -> str:
+    lines = ["| model | frontend | family | export s | plain iree-compile s | dfit compile s | ratio | "
+             "dispatch events resolved | module path % | model-code line % | top-3 sites (time share) |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for row in rows:
+        lines.append(f"| {row['model']} | {row['frontend']} | {row['family']} | {row['export_s']} | "
+                     f"{row['plain_s']} | {row['dfit_s']} | {row['ratio']} | "
+                     f"{row['resolved']}/{row['dispatch_events']} ({row['invocations']} inv.) | "
+                     f"{row['module_pct']} | {row['line_pct']} | {'; '.join(row['top_sites'])} |")
+    for name, reason in failures.items():
+        lines.append(f"| {name} | failed: {reason} |||||||||")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(results: Path, table: str) -> None:
+    """Replace (or append) the zoo section of ``results``."""
+    text = results.read_text() if results.is_file() else ""
+    section = f"{SECTION}\n\nCommand: `{COMMAND}`\n\n{table}"
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    text = pattern.sub(section + "\n", text) if pattern.search(text) else text.rstrip("\n") + "\n\n" + section
+    results.write_text(text)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("build/zoo"))
+    parser.add_argument("--only", default="", help="comma-separated model names")
+    parser.add_argument("--trials", type=int, default=1, help="compiles of each kind per model (median)")
+    parser.add_argument("--results", type=Path, default=None, help="RESULTS.md to update")
+    args = parser.parse_args()
+    warnings.simplefilter("ignore")
+    rows, failures = [], {}
+    for model in zoo_models.MODELS:
+        if args.only and model.name not in args.only.split(","):
+            continue
+        try:
+            row = measure(model, args.out / model.name, args.trials)
+        except (realmodels.FixtureUnavailable, zoo_models.ZooCommandFailed) as error:
+            failures[model.name] = str(error).splitlines()[0]
+            print(f"{model.name}: {failures[model.name]}", flush=True)
+            continue
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    (args.out / "zoo.json").write_text(json.dumps({"rows": rows, "failures": failures}, indent=1) + "\n")
+    table = markdown(rows, failures)
+    print(table)
+    if args.results:
+        write_results(args.results, table)
+
+
+if __name__ == "__main__":
+    main()
