@@ -410,3 +410,34 @@ def test_batchnorm_cnn_compiles_to_the_executables_of_a_plain_turbine_export(tmp
     norms = {path for path, module in model.named_modules() if isinstance(module, torch.nn.BatchNorm2d)}
     placed = {op["module_path"] for op in manifest["operators"] if op["module_class"] == "BatchNorm2d"}
     assert len(norms) > 3 and placed == norms
+
+
+def test_an_op_iree_cannot_lower_stops_the_export_with_its_module(tmp_path: Path) -> None:
+    """An op torch-mlir does not know (``torch.operator``) is refused before compiling,
+    in one line naming it, the module it is in and a workaround (exit 3)."""
+    import subprocess
+    import sys
+
+    source = tmp_path / "odd.py"
+    source.write_text(
+        "import torch\n\n"
+        "class Odd(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return torch.special.bessel_j0(x)\n\n"
+        "class Net(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.odd = Odd()\n\n"
+        "    def forward(self, x):\n"
+        "        return self.odd(x) + 1\n\n"
+        "def make_model():\n"
+        "    return Net(), (torch.ones(2, 4),)\n")
+    dfit = Path(sys.executable).parent / "dfit"
+    result = subprocess.run([str(dfit), "compile", str(source), "--dfit-tag", "-o", str(tmp_path / "odd.vmfb")],
+                            capture_output=True, text=True)
+    assert result.returncode == 3, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert "torch.aten.special_bessel_j0" in lines[0] and "in odd: Odd of Net" in lines[0]
+    assert "extend_aot_decompositions" in lines[0]
+    assert not (tmp_path / "odd.vmfb").exists()

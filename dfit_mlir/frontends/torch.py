@@ -273,7 +273,35 @@ def _export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | Non
             raise CompileError(f"iree-turbine could not import {type(model).__name__}: {type(error).__name__}: "
                                f"{str(error).splitlines()[0] if str(error) else ''}") from error
         relocate_scaffolding(output.mlir_module)
+        unknown_operator(output.mlir_module, type(model).__name__)
         return output.mlir_module.operation.get_asm(enable_debug_info=True)
+
+
+def unknown_operator(module: Any, model_name: str) -> None:
+    """Stop at the first ``torch.operator`` (an op torch-mlir does not know, which IREE
+    3.13 always rejects with ``failed to legalize operation 'torch.operator'`` after
+    minutes of compiling) with one line naming the op, its module and a workaround."""
+    operation = getattr(module, "operation", module)
+    for function in operation.regions[0].blocks[0].operations:
+        for op in _block_ops(function):
+            if _op_name(op) != "torch.operator":
+                continue
+            name = str(op.attributes["name"]).strip('"')
+            if not name.startswith(("torch.aten.", "torch.prim.")):
+                continue  # other namespaces (custom ops) may have their own lowering
+            stack = parse_module_name(_location_name(op.location) or "") or [("", model_name)]
+            path, module_class = stack[-1]
+            raise UnloweredOpError(
+                f"IREE 3.13 cannot lower {name} (in {path or '<root>'}: {module_class} of {model_name}); "
+                f"workaround: decompose it before the export (add its decomposition to "
+                f"iree.turbine.aot.extend_aot_decompositions(add_ops=[...]) around the compile) or replace "
+                f"that module's code")
+
+
+class UnloweredOpError(DfitError):
+    """The export holds an op IREE cannot lower: the model's toolchain fails (exit 3)."""
+
+    exit_code = EXIT_TOOLCHAIN_FAILED
 
 
 def export_decompositions() -> dict[Any, Any]:
