@@ -23,11 +23,13 @@ def test_the_factory_name_is_read_before_the_file_runs(tmp_path: Path, text: str
     assert default_factory(source) == expected
 
 
-def test_a_file_with_neither_factory_names_both(tmp_path: Path) -> None:
+def test_a_file_with_neither_factory_runs_as_a_pytorch_file(tmp_path: Path) -> None:
+    """The factory may be made at run time; the file runs and the loader names what is missing."""
     source = tmp_path / "model.py"
+    source.write_text("def build():\n    pass\n\nmake_step = build\n")
+    assert default_factory(source) == "make_step"
     source.write_text("def build():\n    pass\n")
-    with pytest.raises(InvalidInputError, match=r"neither make_model\(\).*nor make_step\(\).*--model-factory"):
-        default_factory(source)
+    assert default_factory(source) == "make_model"
 
 
 def test_a_syntax_error_names_its_line(tmp_path: Path) -> None:

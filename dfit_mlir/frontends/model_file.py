@@ -40,8 +40,8 @@ class ExportedFile:
 
 
 def default_factory(path: Path) -> str:
-    """``make_model`` or ``make_step``, whichever the file defines at top level (see the
-    module docstring); a file with neither is refused, naming both."""
+    """``make_model`` or ``make_step``, whichever the file defines (or assigns) at top
+    level (see the module docstring); ``make_model`` when it has neither."""
     from dfit_mlir.errors import InvalidInputError
 
     try:
@@ -55,12 +55,14 @@ def default_factory(path: Path) -> str:
     except ValueError as error:  # NUL bytes and the like
         raise InvalidInputError(f"{path}: not a Python file ({error})") from None
     defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+    defined |= {target.id for node in tree.body if isinstance(node, ast.Assign)
+                for target in node.targets if isinstance(target, ast.Name)}  # make_step = build
     for name, _ in FACTORIES:
         if name in defined:
             return name
-    raise InvalidInputError(f"{path}: defines neither make_model() -> (nn.Module, example args) (PyTorch) "
-                            "nor make_step() -> (function, example args) (JAX); or name the factory with "
-                            "--model-factory")
+    # Neither at top level: the file runs (its own errors come first, exit 3) and the
+    # loader names the missing make_model().
+    return FACTORIES[0][0]
 
 
 def _is_torch_module(value: Any) -> bool:
