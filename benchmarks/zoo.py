@@ -2,9 +2,10 @@
 frontends, each through ``dfit compile --dfit-tag``, ``dfit run --mode full --repeat 5``
 on default inputs and ``dfit analyze --tool all``.
 
-Per model: the compile time of ``dfit compile --dfit-tag`` over plain ``iree-compile`` of
-the same frontend MLIR (what dfit's frontend wrote: the iree-turbine export, the JAX
-lowering, the ONNX import, the TFLite TOSA bytecode; the export itself is timed apart),
+Per model: the wall time of the front-door ``dfit compile --dfit-tag`` (for ``.py`` and
+``.onnx`` sources the export or import is included) over plain ``iree-compile`` of the
+MLIR it compiled (the iree-turbine export, the JAX lowering, the ONNX import, the TFLite
+TOSA bytecode), so the ratio overstates the instrumentation's own cost by the export,
 the dispatch events resolved to a call site and ID, the share of non-constant ops with a
 module path and with a model-code source line (ONNX and TFLite carry no source lines),
 and the top-3 sites of ``sites.csv`` by measured time.
@@ -19,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import time
 import warnings
 from pathlib import Path
@@ -31,52 +31,27 @@ SECTION = "## Model zoo: 16 models through the front door"
 COMMAND = ".venv/bin/python -m benchmarks.zoo --results benchmarks/RESULTS.md"
 
 
-def frontend_mlir(model: zoo_models.ZooModel, workdir: Path) -> tuple[Path, float]:
-    """The MLIR dfit's frontend makes of the model's source, and the seconds it took."""
-    source = model.source(workdir)
+def measure(model: zoo_models.ZooModel, workdir: Path) -> dict[str, Any]:
+    """The front door (:func:`tests.zoo_models.run_zoo_model`), then plain
+    ``iree-compile`` of the MLIR it compiled, and the figures of the module docstring."""
+    result = zoo_models.run_zoo_model(model, workdir)
+    mlir = result.frontend_mlir or model.source(workdir)
     started = time.perf_counter()
-    if source.suffix == ".py":
-        from dfit_mlir.frontends.model_file import export_model_file
-
-        target = workdir / f"{model.name}.mlir"
-        target.write_text(export_model_file(source).text)
-    elif source.suffix == ".onnx":
-        target = realmodels.import_onnx(source, workdir / f"{model.name}.mlir")
-    else:
-        target = source
-    return target, time.perf_counter() - started
-
-
-def measure(model: zoo_models.ZooModel, workdir: Path, trials: int) -> dict[str, Any]:
-    workdir.mkdir(parents=True, exist_ok=True)
-    mlir, export_s = frontend_mlir(model, workdir)
-    plain_s, dfit_s = [], []
-    vmfb = workdir / f"{model.name}.vmfb"
-    compile_output = ""
-    for _ in range(trials):  # alternate: the machine's speed drifts
-        started = time.perf_counter()
-        plain = realmodels.iree_compile(mlir, workdir / "plain.vmfb")
-        plain_s.append(time.perf_counter() - started)
-        if plain.returncode != 0:
-            raise zoo_models.ZooCommandFailed(f"iree-compile failed on {mlir}:\n{plain.stderr[-2000:]}")
-        started = time.perf_counter()
-        compile_output = zoo_models.dfit("compile", str(mlir), "--dfit-tag", "-o", str(vmfb), "--force",
-                                         *realmodels.IREE_CPU_FLAGS)
-        dfit_s.append(time.perf_counter() - started)
-    result = zoo_models.run_and_analyze(model, vmfb, workdir, compile_output, statistics.median(dfit_s))
+    plain = realmodels.iree_compile(mlir, workdir / "plain.vmfb")
+    plain_s = time.perf_counter() - started
+    if plain.returncode != 0:
+        raise zoo_models.ZooCommandFailed(f"iree-compile failed on {mlir}:\n{plain.stderr[-2000:]}")
     events = result.dispatch_events()
     resolved = sum(1 for event in events if event["site"] is not None and event["root_id"])
     shares = zoo_models.attribution_shares(result.manifest)
-    sites = result.sites[:3]
     return {"model": model.name, "frontend": model.frontend, "family": model.family,
-            "export_s": round(export_s, 1), "plain_s": round(statistics.median(plain_s), 1),
-            "dfit_s": round(statistics.median(dfit_s), 1),
-            "ratio": round(statistics.median(dfit_s) / statistics.median(plain_s), 2),
+            "plain_s": round(plain_s, 1), "dfit_s": round(result.compile_s, 1),
+            "ratio": round(result.compile_s / plain_s, 2),
             "dispatch_events": len(events), "resolved": resolved,
             "invocations": len({event["invocation"] for event in events}),
             "ops": shares["ops"], "module_pct": round(100 * shares["module"], 2),
             "line_pct": round(100 * shares["line"], 2),
-            "top_sites": [_short_site(row) for row in sites]}
+            "top_sites": [_short_site(row) for row in result.sites[:3]]}
 
 
 def _short_site(row: dict[str, str]) -> str:
@@ -89,16 +64,16 @@ def _short_site(row: dict[str, str]) -> str:
 
 
 def markdown(rows: list[dict[str, Any]], failures: dict[str, str]) -> str:
-    lines = ["| model | frontend | family | export s | plain iree-compile s | dfit compile s | ratio | "
+    lines = ["| model | frontend | family | plain iree-compile s | dfit compile --dfit-tag s | ratio | "
              "dispatch events resolved | module path % | model-code line % | top-3 sites (time share) |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for row in rows:
-        lines.append(f"| {row['model']} | {row['frontend']} | {row['family']} | {row['export_s']} | "
+        lines.append(f"| {row['model']} | {row['frontend']} | {row['family']} | "
                      f"{row['plain_s']} | {row['dfit_s']} | {row['ratio']} | "
                      f"{row['resolved']}/{row['dispatch_events']} ({row['invocations']} inv.) | "
                      f"{row['module_pct']} | {row['line_pct']} | {'; '.join(row['top_sites'])} |")
     for name, reason in failures.items():
-        lines.append(f"| {name} | failed: {reason} |||||||||")
+        lines.append(f"| {name} | failed: {reason} ||||||||")
     return "\n".join(lines) + "\n"
 
 
@@ -115,7 +90,6 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("build/zoo"))
     parser.add_argument("--only", default="", help="comma-separated model names")
-    parser.add_argument("--trials", type=int, default=1, help="compiles of each kind per model (median)")
     parser.add_argument("--results", type=Path, default=None, help="RESULTS.md to update")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
@@ -124,7 +98,7 @@ def main() -> None:
         if args.only and model.name not in args.only.split(","):
             continue
         try:
-            row = measure(model, args.out / model.name, args.trials)
+            row = measure(model, args.out / model.name)
         except (realmodels.FixtureUnavailable, zoo_models.ZooCommandFailed) as error:
             failures[model.name] = str(error).splitlines()[0]
             print(f"{model.name}: {failures[model.name]}", flush=True)
