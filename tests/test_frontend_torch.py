@@ -441,3 +441,33 @@ def test_an_op_iree_cannot_lower_stops_the_export_with_its_module(tmp_path: Path
     assert "torch.aten.special_bessel_j0" in lines[0] and "in odd: Odd of Net" in lines[0]
     assert "extend_aot_decompositions" in lines[0]
     assert not (tmp_path / "odd.vmfb").exists()
+
+
+def test_gpt2_with_a_2d_attention_mask_compiles_to_torch_logits(tmp_path: Path) -> None:
+    """transformers 5.x GPT-2 called with token ids and a 2-D padding mask (the
+    ``dense<true> : tensor<i1>`` literal and boolean ``__and__`` IREE 3.13 rejects are
+    rewritten away): it compiles, and IREE's logits equal eager PyTorch's."""
+    import importlib.util
+
+    import numpy as np
+    import torch
+    from iree import runtime
+
+    from dfit_mlir.frontends import torch as torch_frontend
+
+    spec = importlib.util.spec_from_file_location("zoo_gpt2", REPO / "examples" / "zoo" / "gpt2.py")
+    assert spec is not None and spec.loader is not None
+    gpt2 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpt2)
+    model, (ids,) = gpt2.make_model()
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0  # two padding tokens on the left
+    compiled = torch_frontend.compile(model, (ids,), kwargs={"attention_mask": mask}, output=tmp_path / "m.vmfb",
+                                      mode="ids")
+    assert not any(op["op"] == "torch.vtensor.literal" and op["results"] and op["results"][0]["dtype"] == "i1"
+                   for op in compiled.manifest["operators"])
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask).logits.numpy()
+    module = runtime.load_vm_flatbuffer_file(str(compiled.vmfb), driver="local-sync")
+    got = np.asarray(module.main(ids.numpy(), mask.numpy()))
+    assert np.allclose(got[0, 2:], expected[0, 2:], atol=1e-4), float(np.abs(got - expected)[0, 2:].max())
