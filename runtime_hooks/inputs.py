@@ -211,8 +211,8 @@ def check_indices(inputs: Sequence[str], manifest: dict[str, Any] | None, functi
         if not sized or index >= len(inputs):
             continue
         tightest = min(sized, key=lambda use: use.size or 0)
-        values = load_input(inputs[index])
-        if not isinstance(values, np.ndarray) or values.size == 0 or values.dtype.kind not in "iub":
+        values = _integer_values(inputs[index])
+        if values is None or values.size == 0:
             continue
         largest, smallest = int(values.max()), int(values.min())
         negative_ok = "select" in tightest.reason or smallest >= 0
@@ -220,6 +220,21 @@ def check_indices(inputs: Sequence[str], manifest: dict[str, Any] | None, functi
             bad = largest if largest >= (tightest.size or 0) else smallest
             raise InvalidInputError(f"input {index} holds the index {bad}, outside the table: {tightest.reason} "
                                     f"(valid indices 0..{(tightest.size or 0) - 1})")
+
+
+def _integer_values(text: str) -> np.ndarray | None:
+    """The integers of an input (``@x.npy``, a splat, or ``1x4xi64=3,1,4,1``); ``None``
+    for any other form, which the runtime checks."""
+    match = INPUT_RE.match(text)
+    if match is not None and re.fullmatch(r"[-+]?\d+(?:[,\s]+[-+]?\d+)+", match["value"].strip()):
+        return np.array([int(v) for v in re.split(r"[,\s]+", match["value"].strip())])
+    try:
+        values = load_input(text)
+    except InvalidInputError:
+        return None
+    if not isinstance(values, np.ndarray) or values.dtype.kind not in "iub":
+        return None
+    return values
 
 
 def index_uses(manifest: dict[str, Any] | None, function: str) -> dict[int, list[IndexUse]]:
