@@ -170,3 +170,12 @@ def test_index_outside_the_vocabulary_is_refused_with_its_size(zoo: Any, tmp_pat
     assert refused.exit_code == 2
     assert "holds the index 64" in refused.output and "valid indices 0..63" in refused.output
     assert not (tmp_path / "run").exists()
+
+
+def test_jax_token_ids_reaching_a_gather_through_a_select_index_the_table(zoo: Any) -> None:
+    """``params["embed"][ids]`` lowers to ``select(ids < 0, ids + V, ids)`` before the
+    gather: the default ids are drawn below the table's size, not left at zeros."""
+    result = zoo("jax_scan_transformer")
+    ids = json.loads((result.bundle / "summary.json").read_text())["inputs"][-1]
+    assert ids["made"] == "integers-below" and "through a select" in ids["reason"], ids
+    assert 0 < ids["bound"] <= 64
