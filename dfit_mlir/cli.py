@@ -231,44 +231,48 @@ def main() -> None:
               help="Manifest path (default: OUTPUT with .manifest.json).")
 @click.option("--driver", type=click.Choice(["in-process", "subprocess"]), default=None,
               help="Phase driver (default: in-process when the toolchain gate passes).")
-@click.option("--model-factory", default="make_model", show_default=True,
-              help="For a PyTorch model file (SOURCE.py): the function returning (nn.Module, example args).")
+@click.option("--model-factory", default=None,
+              help="For a model file (SOURCE.py): the function returning (nn.Module, example args) (PyTorch) or "
+                   "(function, example args) (JAX) [default: make_model, else make_step].")
 @click.option("--lineage", "lineage_detail", type=click.Choice(["phases", "passes"]), default="phases",
               show_default=True, help="passes: also record which compiler pass changed each ID's lineage class "
-                                      "(--mode full; iree-compile per phase, single-threaded; see `dfit show --passes`).")
+                                      "(--mode full; iree-compile per phase; see `dfit show --passes`).")
 @_force_option
 @click.pass_context
 @_user_errors
 def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool | None, tensor_filter: str | None,
-            output: Path, manifest_path: Path | None, driver: str | None, model_factory: str, lineage_detail: str,
+            output: Path, manifest_path: Path | None, driver: str | None, model_factory: str | None, lineage_detail: str,
             force: bool) -> None:
     """Compile with iree-compile; with --dfit-tag also write the manifest. Any other
     option is passed to iree-compile. SOURCE may be a PyTorch model file (.py defining
     make_model() -> (nn.Module, example args)): it is exported with iree-turbine, each op
-    keeping its nn.Module path, to OUTPUT with .mlir first. SOURCE may be an ONNX model
+    keeping its nn.Module path, to OUTPUT with .mlir first; or a JAX file (.py defining
+    make_step() -> (function, example args)): it is lowered with jax.jit, each op keeping
+    its name stack, to OUTPUT with .mlir first. SOURCE may be an ONNX model
     (.onnx): it is imported with node names as locations (opset upgraded to 17, dynamic
     input dims pinned to 1) to OUTPUT with .mlir first."""
     from dfit_mlir.errors import InvalidInputError
 
     flags = list(ctx.args)
+    if lineage_detail == "passes" and not tag:
+        raise InvalidInputError("--lineage passes needs --dfit-tag (the history is kept per dfit ID)")
+    if lineage_detail == "passes" and driver == "in-process":
+        raise InvalidInputError("--lineage passes runs iree-compile per phase: it cannot use --driver in-process "
+                                "(the compiler library parses its IR-printing options once per process)")
     if source.suffix == ".py":
-        from dfit_mlir.frontends import torch as torch_frontend
+        from dfit_mlir.frontends.model_file import export_model_file
 
-        source = _write_frontend_mlir(source, output, force, lambda: torch_frontend.export_mlir(
-            *torch_frontend.load_module_file(source, model_factory)))
+        exported: list[Any] = []  # the export runs after the output check, inside the writer
+        source = _write_frontend_mlir(source, output, force, lambda: exported.append(
+            export_model_file(source, model_factory)) or exported[0].text)
         if not any(flag.startswith("--iree-hal-target-device") for flag in flags):
-            flags += list(torch_frontend.DEFAULT_FLAGS)
+            flags += list(exported[0].default_flags)
     elif source.suffix.lower() == ".onnx":
         from dfit_mlir.frontends import onnx as onnx_frontend
 
         source = _write_frontend_mlir(source, output, force, lambda: onnx_frontend.import_model(source))
     if tensor_filter is not None and not tag:
         raise InvalidInputError("--tensors needs --dfit-tag (traces are keyed by dfit IDs)")
-    if lineage_detail == "passes" and not tag:
-        raise InvalidInputError("--lineage passes needs --dfit-tag (the history is kept per dfit ID)")
-    if lineage_detail == "passes" and driver == "in-process":
-        raise InvalidInputError("--lineage passes runs iree-compile per phase: it cannot use --driver in-process "
-                                "(the compiler library parses its IR-printing options once per process)")
     _check_compile_paths(source, output, manifest_path if tag else None, force, tag)
     if not tag:
         from dfit_mlir.passes.plain_compile import plain_compile
@@ -473,6 +477,9 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
     dropped = result.summary["dropped_events"]
     click.echo(f"wrote {result.bundle}: {counts['kept']} events of {counts['seen']} seen, {dropped} dropped"
                f"{median} ({result.summary['trace_slices']} trace slices; open trace.pftrace in the Perfetto UI)")
+    for made in result.summary.get("inputs", ()):
+        if made.get("dynamic"):
+            click.echo(f"note: {made['dynamic']}", err=True)
     if mode == "lite" and not result.summary.get("module_has_probes"):
         click.echo("note: the module has no function probes (compile it with --mode lite or --probes): "
                    "program events only", err=True)

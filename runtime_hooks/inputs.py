@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -140,18 +140,40 @@ GATHER_OPS = {
 }
 #: Op name fragments that pass an integer tensor on unchanged in value (casts, shape ops).
 PASS_THROUGH = ("cast", "convert", "reshape", "view", "squeeze", "expand", "broadcast", "slice", "transpose",
-                "to.dtype", "flatten", "clone", "contiguous", "collapse", "tosa.identity", "extsi", "trunci")
+                "to.dtype", "flatten", "clone", "contiguous", "collapse", "tosa.identity", "extsi", "trunci",
+                # Index normalisation before a gather: JAX's ``select(i < 0, i + n, i)`` (the
+                # index itself is select's false operand), ``clip`` and ``mode="wrap"``
+                # (remainder), ONNX/torch ``Where``/``Clip``: an index in range stays as it is.
+                "select", "clamp", "clip", "where", "remainder", "remsi", "remui", "minimum", "maximum",
+                "minsi", "maxsi")
 
 
 @dataclass(frozen=True)
 class InputPlan:
     """How a default input is made: ``random-normal`` (floats), ``integers-below``
     (``bound``: a table the input indexes, named by ``reason``), ``zeros`` (integers
-    that index nothing the manifest shows)."""
+    that index nothing the manifest shows). ``shape``: the size used, dynamic dims
+    included (as 1); ``dynamic``: how to choose them, when the argument has any."""
 
     made: str
     bound: int | None = None
     reason: str | None = None
+    shape: tuple[int, ...] | None = None
+    dynamic: str | None = None
+
+    def summary_entry(self, argument: dict[str, Any], text: str) -> dict[str, Any]:
+        """The argument's line in ``summary.json``'s ``inputs``: the shape *used*
+        (``declared_shape`` keeps ``null`` for a dynamic dim), how it was made, why."""
+        entry: dict[str, Any] = {"shape": argument["shape"], "dtype": argument["dtype"]}
+        if argument.get("scalar"):
+            entry.update(scalar=True, value=text)
+        if self.shape is not None and list(self.shape) != list(argument["shape"]):
+            entry.update(shape=list(self.shape), declared_shape=argument["shape"])
+        entry["made"] = self.made
+        for key in ("bound", "reason", "dynamic"):
+            if getattr(self, key) is not None:
+                entry[key] = getattr(self, key)
+        return entry
 
 
 #: Comparisons that make a one-hot against an iota (JAX's ``one_hot``).
@@ -159,11 +181,66 @@ COMPARE_OPS = ("stablehlo.compare", "mhlo.compare", "arith.cmpi", "onnx.Equal", 
 CALL_OPS = ("func.call", "util.call")
 
 
+@dataclass(frozen=True, slots=True)
+class IndexUse:
+    """One place an integer input indexes something: ``bound``, below which a made-up
+    index is valid (a gather's smallest table dim, an embedding's rows, a one-hot's
+    length); ``size``, at or past which a given index is outside the table for certain
+    (an embedding's rows, a gather's largest table dim; ``None`` for a one-hot, where an
+    index out of range is a row of zeros, not a fault)."""
+
+    bound: int
+    size: int | None
+    reason: str
+
+
 def integer_bounds(manifest: dict[str, Any] | None, function: str) -> dict[int, tuple[int, str]]:
     """Argument index -> (exclusive bound, why) for integer inputs that reach a gather,
-    embedding or one-hot through casts, shape ops and calls: the smallest dimension of
-    every table they index (an embedding: its row count), or the length of the iota a
-    one-hot compares them with."""
+    embedding or one-hot through casts, shape ops, index normalisation (select, clamp,
+    remainder) and calls: the smallest dimension of every table they index (an
+    embedding: its row count), or the length of the iota a one-hot compares them with."""
+    return {index: min((use.bound, use.reason) for use in uses)
+            for index, uses in index_uses(manifest, function).items()}
+
+
+def check_indices(inputs: Sequence[str], manifest: dict[str, Any] | None, function: str) -> None:
+    """A given integer input that indexes a table must lie inside it: one line naming the
+    input, the value, the op and the table's size if not (a module would read past the
+    table, or fault)."""
+    for index, uses in index_uses(manifest, function).items():
+        sized = [use for use in uses if use.size is not None]
+        if not sized or index >= len(inputs):
+            continue
+        tightest = min(sized, key=lambda use: use.size or 0)
+        values = _integer_values(inputs[index])
+        if values is None or values.size == 0:
+            continue
+        largest, smallest = int(values.max()), int(values.min())
+        negative_ok = "select" in tightest.reason or smallest >= 0
+        if largest >= (tightest.size or 0) or (not negative_ok and smallest < 0):
+            bad = largest if largest >= (tightest.size or 0) else smallest
+            raise InvalidInputError(f"input {index} holds the index {bad}, outside the table: {tightest.reason} "
+                                    f"(valid indices 0..{(tightest.size or 0) - 1})")
+
+
+def _integer_values(text: str) -> np.ndarray | None:
+    """The integers of an input (``@x.npy``, a splat, or ``1x4xi64=3,1,4,1``); ``None``
+    for any other form, which the runtime checks."""
+    match = INPUT_RE.match(text)
+    if match is not None and re.fullmatch(r"[-+]?\d+(?:[,\s]+[-+]?\d+)+", match["value"].strip()):
+        return np.array([int(v) for v in re.split(r"[,\s]+", match["value"].strip())])
+    try:
+        values = load_input(text)
+    except InvalidInputError:
+        return None
+    if not isinstance(values, np.ndarray) or values.dtype.kind not in "iub":
+        return None
+    return values
+
+
+def index_uses(manifest: dict[str, Any] | None, function: str) -> dict[int, list[IndexUse]]:
+    """Argument index -> every :class:`IndexUse` of that integer input (see
+    :func:`integer_bounds` for what it follows)."""
     if not manifest:
         return {}
     operators = {op["id"]: op for op in manifest.get("operators", [])}
@@ -207,16 +284,16 @@ def integer_bounds(manifest: dict[str, Any] | None, function: str) -> dict[int, 
                 current = upstream[0]
         return None
 
-    bounds: dict[int, tuple[int, str]] = {}
+    bounds: dict[int, list[IndexUse]] = {}
     for argument in signature(manifest, function):
         if argument["dtype"] not in DTYPES or np.dtype(DTYPES[argument["dtype"]][1]).kind == "f":
             continue
         index = int(argument["id"].rsplit("arg", 1)[1])
         seen: set[str] = set()
-        frontier = [argument]
-        found: list[tuple[int, str]] = []
+        frontier = [(argument, False)]  # (tensor, reached through a select: negatives wrap)
+        found: list[IndexUse] = []
         while frontier:
-            tensor = frontier.pop()
+            tensor, via_select = frontier.pop()
             for consumer in tensor.get("consumers", ()):
                 if consumer in seen or consumer not in operators:
                     continue
@@ -226,18 +303,23 @@ def integer_bounds(manifest: dict[str, Any] | None, function: str) -> dict[int, 
                     table = (op.get("operands") or [{}])[GATHER_OPS[op["op"]]]
                     shape = table.get("shape") or []
                     if shape and table.get("shape") != tensor.get("shape") and all(d for d in shape):
-                        rows = shape[0] if op["op"] == "torch.aten.embedding" else min(shape)
-                        found.append((rows, f"{consumer} indexes a {'x'.join(map(str, shape))} table"))
+                        embedding = op["op"] == "torch.aten.embedding"
+                        rows = shape[0] if embedding else min(shape)
+                        found.append(IndexUse(rows, shape[0] if embedding else max(shape),
+                                              f"{consumer} indexes a {'x'.join(map(str, shape))} table"
+                                              + (" (through a select)" if via_select else "")))
                 elif op["op"] in COMPARE_OPS:
                     length = iota_length(consumer, tensor)
                     if length:
-                        found.append((length, f"{consumer} compares it with a {length}-long iota (one-hot)"))
+                        found.append(IndexUse(length, None,
+                                              f"{consumer} compares it with a {length}-long iota (one-hot)"))
                 elif op["op"] in CALL_OPS:
-                    frontier.extend(callee_arguments(op, tensor))
+                    frontier.extend((a, via_select) for a in callee_arguments(op, tensor))
                 elif any(fragment in op["op"] for fragment in PASS_THROUGH):
-                    frontier.extend(results.get(consumer, ()))
+                    wraps = via_select or "select" in op["op"] or "where" in op["op"].lower()
+                    frontier.extend((result, wraps) for result in results.get(consumer, ()))
         if found:
-            bounds[index] = min(found)
+            bounds[index] = found
     return bounds
 
 
@@ -270,6 +352,7 @@ def default_inputs(arguments: list[dict[str, Any]], workdir: Path, *, manifest: 
             plans.append(plan)
             continue
         dtype, shape = _array_spec(argument, "default")
+        dynamic = dynamic_note(index, argument, shape)
         if dtype.kind == "f":
             values, plan = generator.standard_normal(shape).astype(dtype), InputPlan("random-normal")
         elif index in bounds:
@@ -279,8 +362,19 @@ def default_inputs(arguments: list[dict[str, Any]], workdir: Path, *, manifest: 
         else:
             values, plan = np.zeros(shape, dtype=dtype), InputPlan("zeros")
         inputs.append(_saved_input(workdir, index, values))
-        plans.append(plan)
+        plans.append(replace(plan, shape=tuple(shape), dynamic=dynamic))
     return inputs, plans
+
+
+def dynamic_note(index: int, argument: dict[str, Any], shape: list[int]) -> str | None:
+    """``input 0 (?x64xi64) has a dynamic dimension: ran with 1x64; ...`` for an argument
+    with dynamic dims (made up as 1), else ``None``."""
+    if all(dim is not None for dim in argument["shape"]):
+        return None
+    used = "x".join(map(str, shape))
+    element = DTYPES.get(argument["dtype"], (argument["dtype"], None))[0]
+    return (f"input {index} ({argument_type(argument)}) has a dynamic dimension: ran with {used}; "
+            f"choose the size with --input {used}x{element}=VALUE or --input @file.npy")
 
 
 def default_scalar(argument: dict[str, Any]) -> tuple[str, InputPlan]:

@@ -37,7 +37,13 @@ from dfit_mlir.errors import DfitError, InvalidInputError, ModuleFaultError
 from dfit_mlir.event_pipeline import EventPipeline, EventRow, Policy
 from dfit_mlir.runtime_hooks import hal_profile
 from dfit_mlir.runtime_hooks.bundle import BUNDLE_KIND, write_bundle
-from dfit_mlir.runtime_hooks.inputs import check_inputs, default_inputs, load_input, signature
+from dfit_mlir.runtime_hooks.inputs import (
+    check_indices,
+    check_inputs,
+    default_inputs,
+    load_input,
+    signature,
+)
 from dfit_mlir.runtime_hooks.instrument import InstrumentedModule, duration_stats
 from dfit_mlir.runtime_hooks.tensors import TensorPolicy
 from dfit_mlir.vmfb import exported_functions
@@ -97,14 +103,12 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
     with atomic.scratch_directory("dfit-run-") as scratch:
         if inputs:
             inputs = check_inputs(inputs, arguments)
+            check_indices(inputs, manifest, function)
             made = [{**_argument_entry(a), "made": "given", "value": text}
                     for a, text in zip(arguments, inputs, strict=True)]
         else:
             inputs, plans = default_inputs(arguments, Path(scratch), manifest=manifest, function=function)
-            made = [{**_argument_entry(a), "made": plan.made, **({"value": text} if a.get("scalar") else {}),
-                     **({"bound": plan.bound} if plan.bound is not None else {}),
-                     **({"reason": plan.reason} if plan.reason is not None else {})}
-                    for a, plan, text in zip(arguments, plans, inputs, strict=True)]
+            made = [plan.summary_entry(a, text) for a, plan, text in zip(arguments, plans, inputs, strict=True)]
         vmfb_sha256 = manifest["compile"]["vmfb_sha256"] if manifest else _sha256(vmfb)
         summary = {
             "mode": mode, "driver": driver, "function": function, "repeat": repeat, "warmup": warmup,

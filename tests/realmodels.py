@@ -31,7 +31,7 @@ from dfit_mlir.frontends.onnx import IMPORT_OPSET
 REPO_ROOT = Path(__file__).resolve().parents[1]
 #: The project's shared directory (``../shared`` next to the repository); real TFLite
 #: models live in its ``fixtures/edgetpu``.
-SHARED_FIXTURES = REPO_ROOT.parent / "shared"
+SHARED_FIXTURES = Path(os.environ.get("DFIT_SHARED_DIR") or REPO_ROOT.parent / "shared")  # a worktree elsewhere
 EDGETPU_FIXTURES = SHARED_FIXTURES / "fixtures" / "edgetpu"
 
 #: Models chosen for the tests and the benchmark. Plain ``iree-compile`` (llvm-cpu, host)

@@ -257,10 +257,12 @@ def _export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | Non
     try:
         program = torch.export.export(model, tuple(args), kwargs or None, strict=strict)
         # torch.export gives training IR, with in-place ops (``x += residual``) that the
-        # importer rejects; an empty decomposition table only functionalizes. (IREE 3.13
-        # does not legalize the eval-mode BatchNorm this leaves, so a transformers ResNet
-        # fails in iree-compile; ConvNext, BERT and other LayerNorm models compile.)
-        program = program.run_decompositions({})
+        # importer rejects, and ops IREE 3.13 does not legalize (the eval-mode
+        # ``_native_batch_norm_legit_no_training`` of every BatchNorm): decompose with the
+        # table iree-turbine's own ``aot.export(nn.Module)`` applies, which also
+        # functionalizes. Decomposed nodes keep their ``nn_module_stack`` and stack trace.
+        program = program.run_decompositions(export_decompositions())
+        drop_true_conjunctions(program.graph_module)
     except Exception as error:  # torch.export raises many kinds; say which model failed
         raise CompileError(f"torch.export failed on {type(model).__name__}: {type(error).__name__}: "
                            f"{str(error).splitlines()[0] if str(error) else ''}") from error
@@ -271,7 +273,120 @@ def _export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | Non
             raise CompileError(f"iree-turbine could not import {type(model).__name__}: {type(error).__name__}: "
                                f"{str(error).splitlines()[0] if str(error) else ''}") from error
         relocate_scaffolding(output.mlir_module)
+        unknown_operator(output.mlir_module, type(model).__name__)
         return output.mlir_module.operation.get_asm(enable_debug_info=True)
+
+
+def unknown_operator(module: Any, model_name: str) -> None:
+    """Stop at the first ``torch.operator`` (an op torch-mlir does not know, which IREE
+    3.13 always rejects with ``failed to legalize operation 'torch.operator'`` after
+    minutes of compiling) with one line naming the op, its module and a workaround."""
+    operation = getattr(module, "operation", module)
+    for function in operation.regions[0].blocks[0].operations:
+        for op in _block_ops(function):
+            if _op_name(op) != "torch.operator":
+                continue
+            name = str(op.attributes["name"]).strip('"')
+            if not name.startswith(("torch.aten.", "torch.prim.")):
+                continue  # other namespaces (custom ops) may have their own lowering
+            stack = parse_module_name(_location_name(op.location) or "") or [("", model_name)]
+            path, module_class = stack[-1]
+            raise UnloweredOpError(
+                f"IREE 3.13 cannot lower {name} (in {path or '<root>'}: {module_class} of {model_name}); "
+                f"workaround: decompose it before the export (add its decomposition to "
+                f"iree.turbine.aot.extend_aot_decompositions(add_ops=[...]) around the compile) or replace "
+                f"that module's code")
+
+
+class UnloweredOpError(DfitError):
+    """The export holds an op IREE cannot lower: the model's toolchain fails (exit 3)."""
+
+    exit_code = EXIT_TOOLCHAIN_FAILED
+
+
+def export_decompositions() -> dict[Any, Any]:
+    """The decomposition table iree-turbine's ``aot.export`` applies to an ``nn.Module``
+    (``iree.turbine.aot.current_aot_decompositions()``: BatchNorm, layer/group norm,
+    ``addmm``, ``_to_copy``, ``masked_fill`` …), so that an exported program reaches IREE
+    in the same ops as a plain turbine export of the module; plus the ops of transformers
+    5.x decoders' mask code IREE 3.13 does not lower: ``aten.diff`` (the packed-sequence
+    check, ``masking_utils.find_packed_sequence_indices``, with token ids only) and
+    ``aten.__and__``/``__or__`` of boolean masks."""
+    import torch
+    from iree.turbine.aot import current_aot_decompositions
+
+    table = current_aot_decompositions()
+    aten = torch.ops.aten
+    table.setdefault(aten.diff.default, _diff)
+    # ``mask_a & mask_b`` (transformers' ``and_masks``/``or_masks``) exports as
+    # ``aten.__and__``/``__or__``, which IREE 3.13 does not legalize; the bitwise ops are
+    # the same function and lower.
+    table.setdefault(aten.__and__.Tensor, aten.bitwise_and.Tensor)
+    table.setdefault(aten.__or__.Tensor, aten.bitwise_or.Tensor)
+    return table
+
+
+def drop_true_conjunctions(graph_module: Any) -> int:
+    """Rewrite ``ones(bool) & mask`` to ``mask`` in place; the number rewritten.
+
+    transformers 5.x builds every attention mask by and-ing mask functions onto a 0-d
+    ``new_ones(..., dtype=bool)``; torch-mlir folds that to ``torch.vtensor.literal
+    dense<true> : tensor<i1>``, which IREE 3.13 fails to legalize (GPT-2, Llama, any
+    decoder with or without a 2-D attention mask). ``True & m`` is ``m`` when ``m`` has the
+    result's shape, so the rewrite changes no value and leaves the other ops (and their
+    module paths) as they were."""
+    import torch
+
+    aten = torch.ops.aten
+    conjunctions = (aten.__and__.Tensor, aten.bitwise_and.Tensor, aten.logical_and.default)
+    rewritten = 0
+    for node in list(graph_module.graph.nodes):
+        if node.op != "call_function" or node.target not in conjunctions or len(node.args) != 2:
+            continue
+        for constant, other in (node.args, node.args[::-1]):
+            if _is_true_scalar(constant) and _same_shape(other, node):
+                node.replace_all_uses_with(other)
+                graph_module.graph.erase_node(node)
+                rewritten += 1
+                break
+    if rewritten:
+        graph_module.graph.eliminate_dead_code()
+        graph_module.recompile()
+    return rewritten
+
+
+def _is_true_scalar(node: Any) -> bool:
+    """A 0-d (or one-element) boolean ``ones``/``new_ones``/``full(True)`` FX node."""
+    import torch
+
+    aten = torch.ops.aten
+    if getattr(node, "op", None) != "call_function":
+        return False
+    value = node.meta.get("val")
+    if value is None or value.dtype != torch.bool or value.numel() != 1:
+        return False
+    if node.target in (aten.new_ones.default, aten.ones.default):
+        return True
+    return node.target in (aten.full.default, aten.new_full.default) and node.args[-1] is True
+
+
+def _same_shape(node: Any, result: Any) -> bool:
+    value, expected = getattr(node, "meta", {}).get("val"), result.meta.get("val")
+    return value is not None and expected is not None and tuple(value.shape) == tuple(expected.shape) \
+        and value.dtype == expected.dtype
+
+
+def _diff(x: Any, n: int = 1, dim: int = -1, prepend: Any = None, append: Any = None) -> Any:
+    """``aten.diff`` in slices and a subtraction (``!=`` for booleans), which IREE lowers."""
+    import torch
+
+    parts = [part for part in (prepend, x, append) if part is not None]
+    x = torch.cat(parts, dim) if len(parts) > 1 else x
+    for _ in range(n):
+        length = x.shape[dim] - 1
+        later, earlier = x.narrow(dim, 1, length), x.narrow(dim, 0, length)
+        x = later != earlier if x.dtype == torch.bool else later - earlier
+    return x
 
 
 def compile(model: Any, args: tuple[Any, ...] | Any, *, output: str | Path, mode: str = "full",

@@ -69,7 +69,7 @@ class MemoryProxy(Tool):
         budget = profile.on_chip_memory if profile is not None else None
         if budget is None:
             ctx.note(f"no on-chip memory figure for the {ctx.backend} backend (give profile=PATH): no verdict")
-        walks = liveness(ctx.model)
+        walks = {name: walk for name, walk in liveness(ctx.model).items() if is_entry_point(ctx.model, name)}
         compiler = ctx.state["compiler"]
         limit = budget.value if budget is not None else None
         steps, models = [], []
@@ -116,6 +116,22 @@ def model_of_operators(model: SemanticModel) -> dict[str, str]:
     by_op = {op_id: by_partition[p.id] for p in model.partitions if p.id in by_partition for op_id in p.operator_ids}
     return {op.id: by_op.get(op.id) or by_partition.get(op.partition or "") or op.id.split("/", 1)[0]
             for op in model.operators.values()}
+
+
+def is_entry_point(model: SemanticModel, name: str) -> bool:
+    """Whether a walk's model is something a user runs: not a private function of a
+    compiled module (JAX emits ``log_softmax``, ``_one_hot``, ``_where`` … as private
+    helpers, dozens in a training step; IREE inlines them into their callers, so they
+    are no program of their own). Which functions are public comes from the compiled
+    host program (``partitions.host_functions``); without it, every model is kept."""
+    host = (model.manifest.get("partitions") or {}).get("host_functions")
+    if not host:
+        return True
+    functions = {op["id"] for op in model.manifest.get("operators", ())
+                 if op.get("parent") is None and op.get("op") in ("func.func", "util.func")}
+    if name not in functions and name not in host:
+        return True  # not a function: a reconstructed model, a partition's own name
+    return bool(host.get(name, {}).get("public"))
 
 
 def liveness(model: SemanticModel) -> dict[str, dict[str, Any]]:
