@@ -11,14 +11,17 @@ the HTTP API the web app uses (``/api/v1/send_command``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import shutil
 import signal
 import subprocess
 import sys
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -187,12 +190,12 @@ def wait_until_up(process: subprocess.Popen, base: str, log: Path, deadline_s: f
     pytest.fail(f"Model Explorer did not answer within {deadline_s} s:\n{log.read_text()[-3000:]}")
 
 
-@pytest.mark.slow
-def test_real_server_converts_the_bundle(iree_bundles: dict[str, Path], tmp_path: Path) -> None:
-    bundle = iree_bundles["full"]
+@contextlib.contextmanager
+def served(bundle: Path, log: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``explorer_adapter.serve(bundle)`` in a subprocess on a free 127.0.0.1 port:
+    yields (base URL, the ``data`` of the page URL it prints); always stopped."""
     port = explorer_adapter.free_port("127.0.0.1")
     base = f"http://127.0.0.1:{port}"
-    log = tmp_path / "model-explorer.log"
     script = ("import sys; from dfit_mlir.views.explorer_adapter import serve; "
               "serve(sys.argv[1], port=int(sys.argv[2]), open_browser=False)")
     with log.open("w") as out:
@@ -200,31 +203,9 @@ def test_real_server_converts_the_bundle(iree_bundles: dict[str, Path], tmp_path
                                    stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_until_up(process, base, log)
-        extensions = http_json(f"{base}/api/v1/get_extensions")
-        assert explorer_adapter.ADAPTER_ID in {e["id"] for e in extensions}
-        # The page URL the server prints: the model goes to dfit's adapter, with the overlays.
         url = next(line for line in log.read_text().splitlines() if line.startswith(base))
-        data = json.loads(urllib.parse.unquote(urllib.parse.parse_qs(urllib.parse.urlparse(url).query)["data"][0]))
-        assert data["models"] == [{"url": str((bundle / "manifest.json").resolve()),
-                                   "adapterId": explorer_adapter.ADAPTER_ID}]
-        command = {"extensionId": explorer_adapter.ADAPTER_ID, "cmdId": "convert",
-                   "modelPath": data["models"][0]["url"], "settings": {}, "deleteAfterConversion": False}
-        answer = http_json(f"{base}/api/v1/send_command?" + urllib.parse.urlencode({"json": json.dumps(command)}))
-        assert "error" not in answer, answer
-        graph = answer["graphs"][0]
-        check_graph(graph, bundle, bundle / "manifest.json", timed=True)
-        nodes = {n["id"] for n in graph["nodes"]}
-        rollup, _, _ = ledger_by_op(bundle)
-        served = [json.loads(http_json(f"{base}/api/v1/load_node_data?node_data_index={i}")["content"])
-                  for i in range(len(data["nodeData"]))]
-        by_name = {document["name"]: document for document in served}
-        time_overlay = by_name[explorer_adapter.OVERLAYS["time_ns"]]["results"]
-        assert time_overlay and set(time_overlay) <= nodes
-        for op_id, result in time_overlay.items():
-            assert math.isclose(result["value"], rollup[op_id]["time_ns"], abs_tol=0.051)
-        macs_overlay = by_name[explorer_adapter.OVERLAYS["macs"]]["results"]
-        assert {k: v["value"] for k, v in macs_overlay.items()} == {
-            k: r["macs"] for k, r in rollup.items() if r["macs"] is not None and k in nodes}
+        query = urllib.parse.parse_qs(urllib.parse.urlparse(url).query)
+        yield base, json.loads(urllib.parse.unquote(query["data"][0]))
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
@@ -233,3 +214,81 @@ def test_real_server_converts_the_bundle(iree_bundles: dict[str, Path], tmp_path
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=15)
+
+
+@pytest.mark.slow
+def test_real_server_converts_the_bundle(iree_bundles: dict[str, Path], tmp_path: Path) -> None:
+    bundle = iree_bundles["full"]
+    with served(bundle, tmp_path / "model-explorer.log") as (base, data):
+        extensions = http_json(f"{base}/api/v1/get_extensions")
+        assert explorer_adapter.ADAPTER_ID in {e["id"] for e in extensions}
+        # The page URL the server prints: the model goes to dfit's adapter, with the overlays.
+        assert data["models"] == [{"url": str((bundle / "manifest.json").resolve()),
+                                   "adapterId": explorer_adapter.ADAPTER_ID}]
+        # What the web app sends to convert a model with an adapter extension.
+        command = {"extensionId": explorer_adapter.ADAPTER_ID, "cmdId": "convert",
+                   "modelPath": data["models"][0]["url"], "settings": {}, "deleteAfterConversion": False}
+        answer = http_json(f"{base}/api/v1/send_command?" + urllib.parse.urlencode({"json": json.dumps(command)}))
+        assert "error" not in answer, answer
+        graph = answer["graphs"][0]
+        check_graph(graph, bundle, bundle / "manifest.json", timed=True)
+        nodes = {n["id"] for n in graph["nodes"]}
+        rollup, _, _ = ledger_by_op(bundle)
+        served_data = [json.loads(http_json(f"{base}/api/v1/load_node_data?node_data_index={i}")["content"])
+                       for i in range(len(data["nodeData"]))]
+        by_name = {document["name"]: document for document in served_data}
+        time_overlay = by_name[explorer_adapter.OVERLAYS["time_ns"]]["results"]
+        assert time_overlay and set(time_overlay) <= nodes
+        for op_id, result in time_overlay.items():
+            assert math.isclose(result["value"], rollup[op_id]["time_ns"], abs_tol=0.051)
+        macs_overlay = by_name[explorer_adapter.OVERLAYS["macs"]]["results"]
+        assert {k: v["value"] for k, v in macs_overlay.items()} == {
+            k: r["macs"] for k, r in rollup.items() if r["macs"] is not None and k in nodes}
+
+
+def headless_chromium() -> Any:
+    """Debian's chromium through its chromedriver (skips, saying why, where absent)."""
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+    from selenium.webdriver.chrome.service import Service
+
+    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if binary is None or driver is None:
+        pytest.skip("Debian's chromium and chromium-driver are not installed")
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--use-angle=swiftshader",
+                     "--enable-unsafe-swiftshader", "--window-size=1400,900"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(driver), options=options)
+
+
+@pytest.mark.slow
+def test_web_app_draws_the_bundle_with_its_node_data(iree_bundles: dict[str, Path], tmp_path: Path) -> None:
+    """Model Explorer's own web app, in headless Chromium: the graph's op count and the
+    time overlay's sum over the nodes (its aggregated stats table) are the ledger's."""
+    bundle = iree_bundles["full"]
+    expected = len(expected_nodes(json.loads((bundle / "manifest.json").read_text()), SemanticModel.open(bundle)))
+    rollup, _, _ = ledger_by_op(bundle)
+    time_sum = sum(row["time_ns"] for row in rollup.values())
+    with served(bundle, tmp_path / "model-explorer.log") as (base, data):
+        browser = headless_chromium()
+        try:
+            browser.get(f"{base}/?data={urllib.parse.quote(json.dumps(data))}")
+            deadline, text = time.monotonic() + 90, ""
+            while time.monotonic() < deadline and not ("op node count" in text and "Aggregated stats" in text):
+                time.sleep(1)
+                text = browser.find_element("tag name", "body").text
+            browser.save_screenshot(str(tmp_path / "model-explorer.png"))
+            print(f"screenshot: {tmp_path / 'model-explorer.png'}")
+            lines = text.splitlines()
+            assert lines[lines.index("op node count") + 1] == str(expected)
+            assert f"{expected} nodes" in lines
+            sums = next(line for line in lines if line.startswith("Sum "))
+            assert math.isclose(float(sums.split()[1]), time_sum, abs_tol=1)
+            # The only console errors allowed: the web app's Google Fonts, which this machine cannot reach.
+            errors = [e["message"] for e in browser.get_log("browser")
+                      if e["level"] == "SEVERE" and "fonts.gstatic.com" not in e["message"]]
+            assert not errors, errors
+        finally:
+            browser.quit()
