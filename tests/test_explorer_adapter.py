@@ -89,7 +89,8 @@ def check_graph(graph: dict[str, Any], opened: Path, manifest_path: Path, timed:
     pairs = {(t["producer"], c) for t in manifest.get("tensors", []) for c in t.get("consumers") or ()
              if t.get("producer") in nodes and c in nodes}
     drawn = {(e["sourceNodeId"], n["id"]) for n in graph["nodes"] for e in n["incomingEdges"]}
-    assert drawn == pairs and pairs
+    assert drawn == pairs
+    assert pairs or not manifest.get("tensors")  # a backend without a tensor graph has no edges
     tensors = {(t["producer"], t.get("name") or t["id"]): t for t in manifest["tensors"]}
     for node in graph["nodes"]:
         for edge in node["incomingEdges"]:
@@ -114,7 +115,7 @@ def check_graph(graph: dict[str, Any], opened: Path, manifest_path: Path, timed:
             assert "time_ns" not in attrs
     if timed:  # the ops' times add up to what the run attributed
         total = sum(float(attrs_of(n).get("time_ns", 0)) for n in graph["nodes"])
-        assert total > 0 and math.isclose(total, book.totals.attributed_ns, rel_tol=1e-4)
+        assert math.isclose(total, book.totals.attributed_ns, rel_tol=1e-4, abs_tol=1)
 
 
 def test_iree_run_bundle(iree_bundles: dict[str, Path]) -> None:
@@ -123,6 +124,7 @@ def test_iree_run_bundle(iree_bundles: dict[str, Path]) -> None:
     graph = answer["graphs"][0]
     check_graph(graph, bundle, bundle / "manifest.json", timed=True)
     assert graph["id"] == bundle.name
+    assert any(float(attrs_of(n).get("time_ns", 0)) > 0 for n in graph["nodes"])
     namespaces = {n["namespace"] for n in graph["nodes"]}
     assert len(namespaces) > 1  # the convnet's location names are its modules
 
@@ -139,6 +141,28 @@ def test_edgetpu_bundle(edgetpu_bundle: Path) -> None:
     # The 256 ops of the original .tflite are drawn; the custom op standing for 233 of them is not.
     assert len(graph["nodes"]) == 256
     assert not any("edgetpu-custom-op" in n["id"] for n in graph["nodes"])
+
+
+@pytest.mark.parametrize("backend", ["sambanova", "cerebras"])
+def test_other_reconstructed_bundles(request: pytest.FixtureRequest, backend: str) -> None:
+    bundle = request.getfixturevalue(f"{backend}_bundle")
+    graph = converted(bundle / "manifest.json")["graphs"][0]
+    check_graph(graph, bundle, bundle / "manifest.json",
+                timed=ledger.of(SemanticModel.open(bundle)).totals.measured_ns > 0)
+    assert len({n["namespace"] for n in graph["nodes"]}) > 10  # BERT's module tree
+
+
+def test_not_a_dfit_model(tmp_path: Path) -> None:
+    """Another JSON file given to the adapter, or a path that is not there: one message
+    naming the file (Model Explorer shows an adapter's error in the page)."""
+    from dfit_mlir.errors import InvalidInputError
+
+    other = tmp_path / "graphs.json"
+    other.write_text(json.dumps({"label": "not dfit", "subgraphs": []}))
+    with pytest.raises(InvalidInputError, match="graphs.json"):
+        converted(other)
+    with pytest.raises(InvalidInputError, match="nowhere"):
+        explorer_adapter.serve(tmp_path / "nowhere", open_browser=False)
 
 
 def test_node_data_keyed_by_node_id(iree_bundles: dict[str, Path]) -> None:
