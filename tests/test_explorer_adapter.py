@@ -16,6 +16,7 @@ import json
 import math
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -192,6 +193,12 @@ def test_serve_refuses_a_host_other_machines_reach(iree_bundles: dict[str, Path]
 
     with pytest.raises(InvalidInputError, match="127.0.0.1"):
         explorer_adapter.serve(iree_bundles["full"], host="0.0.0.0")
+    with socket.socket() as taken:  # a port in use: refused before Model Explorer starts
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(InvalidInputError, match=f"--port {port}"):
+            explorer_adapter.serve(iree_bundles["full"], port=port, open_browser=False)
 
 
 def http_json(url: str) -> Any:

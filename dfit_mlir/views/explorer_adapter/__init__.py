@@ -123,7 +123,7 @@ def _sum(values: Iterable[int | None]) -> int | None:
     return sum(known) if known else None
 
 
-def namespace(model: SemanticModel, op: Operator) -> str:
+def namespace(op: Operator) -> str:
     """The op's module path as Model Explorer's ``/``-separated namespace."""
     if op.module_path is not None:
         return op.module_path.replace(".", "/")
@@ -173,7 +173,7 @@ def build_graph(model: SemanticModel) -> Any:
         if (source := model.source_of(op.id)) is not None:
             attrs["source"] = source
         nodes.append(gb.GraphNode(
-            id=op.id, label=op.source_op or op.op, namespace=namespace(model, op),
+            id=op.id, label=op.source_op or op.op, namespace=namespace(op),
             attrs=[gb.KeyValue(key=k, value=v) for k, v in attrs.items()], incomingEdges=incoming[op.id],
             outputsMetadata=[gb.MetadataItem(id=str(i), attrs=_tensor_attrs(gb, t))
                              for i, t in enumerate(outputs[op.id])]))
@@ -220,9 +220,13 @@ def _graph_builder() -> Any:
     return graph_builder
 
 
-def free_port(host: str) -> int:
+def free_port(host: str, port: int = 0) -> int:
+    """``port`` if it is free on ``host`` (any free port for 0); an input error if taken."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            raise InvalidInputError(f"--port {port}: cannot serve on {host} ({error.strerror})") from None
         return probe.getsockname()[1]
 
 
@@ -237,9 +241,7 @@ def serve(path: str | Path, port: int | None = None, host: str = "127.0.0.1", op
     from model_explorer import server
     from model_explorer.config import ModelExplorerConfig
 
-    chosen = free_port(host) if port is None else port
-    if port is not None and server._is_port_in_use(host, port):
-        raise InvalidInputError(f"--port {port}: already in use on {host}")
+    chosen = free_port(host, port or 0)
     config = ModelExplorerConfig()
     config.add_model_from_path(str(model_file(path).resolve()), adapterId=ADAPTER_ID)
     for document in node_data(model).values():
