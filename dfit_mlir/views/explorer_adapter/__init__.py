@@ -49,9 +49,10 @@ FUNCTION_OPS = frozenset({"func.func", "util.func", "builtin.module"})
 #: Host names :func:`serve` binds to: the adapter reads any path a request names, so the
 #: server must not be reachable from another machine.
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
-#: Node data overlays :func:`serve` adds: figure → title. Text figures get one colour per value.
-OVERLAYS = {"time_ns": "dfit time (ns, whole run)", "flops": "dfit flops", "macs": "dfit macs",
-            "bytes": "dfit bytes (read + written)", "phase": "dfit phase", "dispatch": "dfit dispatch"}
+#: Node data overlays :func:`serve` adds: figure → title. Text figures get one colour per
+#: value. Model Explorer colours the graph by the last one: time.
+OVERLAYS = {"dispatch": "dfit dispatch", "phase": "dfit phase", "bytes": "dfit bytes (read + written)",
+            "macs": "dfit macs", "flops": "dfit flops", "time_ns": "dfit time (ns, whole run)"}
 TEXT_FIGURES = frozenset({"phase", "dispatch", "role"})
 
 
