@@ -255,9 +255,11 @@ def test_collect_given_a_model_file_names_it_and_creates_no_store(iree_bundles: 
 
 # --- QA #1-#4: outputs over inputs and over other kinds of dfit output ---------------------------------
 
-def test_merge_does_not_replace_a_run_bundle_without_force(store_art: StoreArt, tmp_path: Path) -> None:  # noqa: F811
-    for name in ("a", "b", "c"):
+def test_merge_does_not_replace_a_run_bundle_without_force(store_art: StoreArt, iree_bundles: dict[str, Path],  # noqa: F811
+                                                          tmp_path: Path) -> None:
+    for name in ("a", "c"):
         put(store_art.run, tmp_path, name)
+    put(iree_bundles["ids"], tmp_path, "b")  # another run of the vmfb: merge refuses a bundle and its copy
     line = refused(["merge", "a", "b", "-o", "c"], tmp_path)
     assert line == ("dfit: c: refusing to overwrite: it is a dfit run (full) bundle, not a merged bundle "
                     "(use --force to replace it)")
