@@ -239,3 +239,22 @@ def test_browser_edgetpu_reconstruction(browser: Any, edgetpu_bundle: Path, tmp_
     assert members and highlighted(browser, "#source [data-line]", "data-line") == lines_of(model, members)
     browser.save_screenshot(str(tmp_path / "edgetpu.png"))
     no_console_errors(browser)
+
+
+@pytest.mark.parametrize("name", ["sambanova", "cerebras", "iree-lite"])
+def test_browser_other_bundles_link_and_log_no_error(browser: Any, request: pytest.FixtureRequest, name: str,
+                                                     tmp_path: Path) -> None:
+    """Reconstructed SambaNova / Cerebras bundles and a lite run: whatever each has is
+    shown and linked; nothing the bundle lacks breaks the page."""
+    from selenium.webdriver.common.by import By
+
+    from tests.conftest import bundle_path
+
+    bundle = bundle_path(request, name)
+    model = SemanticModel.open(bundle)
+    open_view(browser, bundle, tmp_path)
+    assert check_lines_light_their_dispatches(browser, model) > 0
+    check_dispatches_light_their_lines(browser, model)
+    assert browser.find_elements(By.CSS_SELECTOR, "#icicle .mod")  # op counts where nothing is timed
+    browser.save_screenshot(str(tmp_path / f"{name}.png"))
+    no_console_errors(browser)
