@@ -258,3 +258,41 @@ def test_browser_other_bundles_link_and_log_no_error(browser: Any, request: pyte
     assert browser.find_elements(By.CSS_SELECTOR, "#icicle .mod")  # op counts where nothing is timed
     browser.save_screenshot(str(tmp_path / f"{name}.png"))
     no_console_errors(browser)
+
+
+@pytest.mark.frontends
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+@pytest.mark.filterwarnings("ignore:While compiling, we found certain side effects:UserWarning")
+def test_browser_bert_run_with_pass_history(browser: Any, tmp_path: Path) -> None:
+    """A transformers BERT (random weights) compiled with pass-level lineage and run:
+    its modeling_bert.py lines link to the dispatches carrying their ops, and the stages
+    panel names the passes the manifest's pass_history records for the selected op."""
+    from selenium.webdriver.common.by import By
+
+    from dfit_mlir.frontends import torch as torch_frontend
+    from dfit_mlir.passes.pass_history import from_table
+    from dfit_mlir.runtime_hooks.run import run_bundle
+    from tests import frontend_models
+
+    torch_model, args = frontend_models.bert()
+    compiled = torch_frontend.compile(torch_model, args, output=tmp_path / "bert.vmfb", mode="full",
+                                      lineage_detail="passes")
+    ids = f"1x{frontend_models.BERT_SEQ}xi64=" + ",".join(str(int(v)) for v in args[0].flatten())
+    bundle = run_bundle(compiled.vmfb, compiled.manifest_path, tmp_path / "run", mode="full", inputs=(ids,),
+                        repeat=2, warmup=1).bundle
+    model = SemanticModel.open(bundle)
+    open_view(browser, bundle, tmp_path)
+    assert any(name.endswith("modeling_bert.py") for name in
+               (e.text for e in browser.find_elements(By.CSS_SELECTOR, ".src-file")))
+    assert check_lines_light_their_dispatches(browser, model) > 10
+    check_dispatches_light_their_lines(browser, model)
+    changes = from_table(model.manifest["pass_history"])
+    gelu = next(op.id for op in model.operators.values() if op.op == "torch.aten.gelu")
+    open_view(browser, bundle, tmp_path, "#op=" + _quoted(gelu))
+    shown = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "tr.stage-row td.cell .pass")]
+    expected = [f"{c.pass_name}: {c.before}→{c.after}" for c in changes if c.id == gelu
+                and c.phase in model.manifest["lineage"]["stages"]]
+    assert expected and sorted(shown) == sorted(expected)
+    browser.save_screenshot(str(tmp_path / "bert.png"))
+    no_console_errors(browser)
