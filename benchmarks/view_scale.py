@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", type=int, default=5000)
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args(argv)
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(prefix="dfit-view-scale-") as scratch:
         bundle = build_bundle(Path(scratch), args.ops)
         manifest = json.loads((bundle / "manifest.json").read_text())
@@ -119,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [BEGIN, "## dfit view: writing view.html and opening it in headless Chromium", "",
              f"`{command_line(__file__, argv)}`", "",
              f"Model: the Cerebras reconstruction of a synthetic CIRH dump: {len(manifest['operators'])} ops, "
-             f"{len(manifest['partitions'].get('groups', []))} partitions.", "",
+             f"{len(manifest['partitions'].get('groups', []))} partitions. Load average {load:.1f} on "
+             f"{os.cpu_count()} cores at the start (a shared machine).", "",
              "| measure | median | runs |", "|---|---|---|",
              f"| `dfit view` wall time (one process) | {statistics.median(writes):.2f} s | "
              f"{', '.join(f'{w:.2f}' for w in writes)} |",
