@@ -237,6 +237,13 @@ def test_browser_edgetpu_reconstruction(browser: Any, edgetpu_bundle: Path, tmp_
     members = {op.id for op in model.operators.values()
                if model.module_path(op.id) is not None and path in flamegraph.ancestry(model.module_path(op.id))}
     assert members and highlighted(browser, "#source [data-line]", "data-line") == lines_of(model, members)
+    # Double-click zooms the icicle into the module: it becomes the first, full-width box.
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(browser).double_click(module).perform()
+    boxes = browser.find_elements(By.CSS_SELECTOR, ".mod")
+    assert boxes[0].get_attribute("data-module") == path
+    assert all(path in flamegraph.ancestry(box.get_attribute("data-module")) for box in boxes)
     browser.save_screenshot(str(tmp_path / "edgetpu.png"))
     no_console_errors(browser)
 
