@@ -1,2 +1,1 @@
-"""Views of a bundle for people: ``dfit view`` (one self-contained HTML file,
-:mod:`dfit_mlir.views.html`) and the Model Explorer adapter (``explorer_adapter``)."""
+"""Ways to look at a dfit bundle: the self-contained HTML view and Model Explorer."""
