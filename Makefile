@@ -25,10 +25,12 @@ demo: $(STAMP)  ## the main job on the bundled model: tagged compile, runs, ever
 	$(VENV)/bin/dfit run build/demo/convnet.vmfb --mode none --repeat 20 --warmup 2 -o build/demo/run-none
 	$(VENV)/bin/dfit run build/demo/convnet.vmfb --mode full --repeat 20 --warmup 2 -o build/demo/run
 	$(VENV)/bin/dfit analyze build/demo/run --tool all --option overhead.compare=build/demo/run-none --out build/demo/analysis
+	$(VENV)/bin/dfit view build/demo/run -o build/demo/view.html
 	@echo
 	@echo "Perfetto trace (open in ui.perfetto.dev): build/demo/run/trace.pftrace  (Chrome JSON: build/demo/run/trace.json)"
 	@echo "Events: build/demo/run/events.parquet; tables: build/demo/run/*.csv, build/demo/analysis/*/*.csv"
 	@echo "Roofline plot: build/demo/analysis/program-analyzer/roofline.png"
+	@echo "Provenance view (open in a browser): build/demo/view.html"
 
 test: $(STAMP)  ## run the whole test suite (unit, golden IR, real models)
 	$(VENV)/bin/pytest -q

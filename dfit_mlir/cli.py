@@ -684,6 +684,36 @@ def export_explorer(bundle: Path, output: Path, metrics: str, key: str, force: b
 
 
 @main.command()
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
+              help="The HTML file to write (self-contained: opens from disk, no network).")
+@click.option("--model-explorer", "model_explorer", is_flag=True,
+              help="Start Model Explorer on the bundle with dfit's extension instead of writing HTML.")
+@_force_option
+@_user_errors
+def view(bundle: Path, output: Path | None, model_explorer: bool, force: bool) -> None:
+    """One HTML page linking source lines, module tree, IREE phases and dispatches of a
+    run/reconstruct bundle or a compile manifest (figures from the ledger)."""
+    from dfit_mlir import outputs
+    from dfit_mlir.errors import InvalidInputError
+
+    if model_explorer:
+        try:
+            from dfit_mlir.views import explorer_adapter
+        except ImportError as error:
+            raise InvalidInputError(f"--model-explorer: not available ({error})") from error
+        explorer_adapter.serve(bundle)
+        return
+    if output is None:
+        raise InvalidInputError("view: give -o FILE.html (or --model-explorer)")
+    from dfit_mlir.views import html
+
+    outputs.check(output, html.OUTPUT_KIND, inputs=[bundle], force=force, directory=False)
+    atomic.write_text(output, html.render(bundle), kind=html.OUTPUT_KIND)
+    click.echo(f"wrote {output}")
+
+
+@main.command()
 @click.argument("bundles", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("-o", "--output", "store_path", type=click.Path(path_type=Path), required=True,
               help="Store directory (created when absent).")

@@ -179,6 +179,7 @@ MANIFEST_COMMANDS: dict[str, Callable[[Path, Artifacts, str], list[str]]] = {
     "diff-a": lambda work, art, m: ["diff", m, put(art.manifest, work, "good.manifest.json")],
     "diff-b": lambda work, art, m: ["diff", put(art.manifest, work, "good.manifest.json"), m, "-o", "d"],
     "export-explorer": lambda work, art, m: ["export-explorer", m, "-o", "nodes.json"],
+    "view": lambda work, art, m: ["view", m, "-o", "view.html"],
     "run": lambda work, art, m: ["run", put(art.vmfb, work, "m.vmfb"), "--manifest", m, "--mode", "ids",
                                  "-o", "b"],
 }
@@ -270,6 +271,7 @@ BUNDLE_COMMANDS: dict[str, Callable[[Path, Artifacts, str], list[str]]] = {
     "analyze": lambda work, art, b: ["analyze", b, "--tool", "semantic-attribution", "--out", "out"],
     "diff": lambda work, art, b: ["diff", put(art.bundle, work, "good"), b],
     "export-explorer": lambda work, art, b: ["export-explorer", b, "--metric", "time", "-o", "nodes.json"],
+    "view": lambda work, art, b: ["view", b, "-o", "view.html"],
 }
 
 
@@ -300,6 +302,7 @@ WRITERS: dict[str, tuple[list[str], Callable[[Path, Artifacts], str]]] = {
                 lambda w, a: put(a.bundle, w, "run")),
     "diff": (["diff", "{IN}", "{IN}", "-o", "{OUT}"], lambda w, a: put(a.bundle, w, "run")),
     "export-explorer": (["export-explorer", "{IN}", "-o", "{OUT}"], lambda w, a: put(a.bundle, w, "run")),
+    "view": (["view", "{IN}", "-o", "{OUT}"], lambda w, a: put(a.bundle, w, "run")),
 }
 DIRECTORY_WRITERS = {"run", "reconstruct", "analyze", "diff"}
 

@@ -1,0 +1,251 @@
+"""``dfit view``: one self-contained HTML file that links a model's source lines, module
+tree, IREE phases and dispatches (all script and style inline, no network, opens from disk).
+
+Figures come only from the ledger (:mod:`dfit_mlir.ledger`): per-op rollups for source
+lines and modules, per-partition rollups for dispatches; the gutter figure of a line is
+its ops' ledger time over the ledger's measured union (``Totals.measured_ns``), or their
+FLOPs over the ledger's total FLOPs when nothing was run. Per-invocation min/median/max
+of a dispatch are its events summed per invocation. An op's *site* is
+:func:`~dfit_mlir.tools.builtin.semantic_attribution.op_site`: a model-code line whose
+file exists is shown in its file's text; anything else (ONNX/TFLite node names,
+reconstructions) is a row of the node-name tree.
+
+The page data is a set of column tables; every string is stored once in ``strings`` and
+referred to by index (see :class:`Interner`), so repeated module paths, op kinds and
+export names cost one entry each.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from dfit_mlir import flamegraph, ledger
+from dfit_mlir.frontends import CodeRules
+from dfit_mlir.tools.builtin.semantic_attribution import op_site
+from dfit_mlir.tools.model import SemanticModel
+
+OUTPUT_KIND = "view"
+#: Files above this size are not embedded (a generated file is not the model's code).
+MAX_SOURCE_BYTES = 2_000_000
+TEMPLATE = "view_template.html"
+DATA_MARK = "/*DFIT_VIEW_DATA*/null"
+
+
+@dataclass
+class Interner:
+    """Strings stored once; tables hold their indices (``-1``: none)."""
+
+    strings: list[str] = field(default_factory=list)
+    index: dict[str, int] = field(default_factory=dict)
+
+    def __call__(self, text: str | None) -> int:
+        if text is None:
+            return -1
+        found = self.index.get(text)
+        if found is None:
+            found = self.index[text] = len(self.strings)
+            self.strings.append(text)
+        return found
+
+
+def render(path: str | Path, rules: CodeRules | None = None) -> str:
+    """The HTML text of the view of a bundle or manifest at ``path``."""
+    model = SemanticModel.open(path)
+    data = view_data(model, rules)
+    page = resources.files("dfit_mlir.views").joinpath(TEMPLATE).read_text(encoding="utf-8")
+    # `</` inside a JSON string would end the <script> element early.
+    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
+    return page.replace(DATA_MARK, payload, 1)
+
+
+def view_data(model: SemanticModel, rules: CodeRules | None = None) -> dict[str, Any]:
+    """The page's tables (see the module doc); every figure from ``ledger.of(model)``."""
+    book = ledger.of(model)
+    strings = Interner()
+    ops = list(model.operators.values())
+    op_index = {op.id: n for n, op in enumerate(ops)}
+    by_op = _rollup(book, "op_id")
+    measured = book.totals.measured_ns
+    weight = "time" if measured else "flops"
+    sites = _sites(model, ops, rules or CodeRules.default())
+    files, site_rows, op_site_index = _site_table(model, ops, sites, strings)
+    modules, op_module = _module_table(model, ops, strings)
+    lineage = model.manifest.get("lineage") or {}
+    data: dict[str, Any] = {
+        "title": str(model.manifest.get("input", {}).get("path") or model.source),
+        "source": model.source, "backend": model.backend,
+        "mode": model.manifest.get("compile", {}).get("mode"), "run": model.events_path is not None,
+        "measured_ns": measured, "attributed_pct": book.totals.attributed_pct,
+        "time_model": book.time_model.label, "weight": weight,
+        "stages": list(lineage.get("stages") or []),
+        "legend": {letter: name for name, letter in (lineage.get("legend") or
+                   {"preserved": "p", "fused": "f", "split": "s", "erased": "e"}).items()},
+        "ops": {
+            "id": [strings(op.id) for op in ops], "kind": [strings(op.op) for op in ops],
+            "module": op_module, "phase": [strings(op.phase) for op in ops], "site": op_site_index,
+            "time": [_num(by_op.get(op.id, {}).get("time_ns")) for op in ops],
+            "flops": [_num(by_op.get(op.id, {}).get("flops")) for op in ops],
+            "bytes": [_bytes(by_op.get(op.id, {})) for op in ops],
+            "lineage": [strings((lineage.get("classes") or {}).get(op.id, "")) for op in ops],
+        },
+        "files": files, "sites": site_rows, "modules": modules,
+        "dispatches": _dispatch_table(model, book, op_index, strings),
+        "passes": _pass_table(model, op_index, strings),
+    }
+    data["total_flops"] = _num(sum(row.get("flops") or 0 for row in by_op.values()))
+    data["strings"] = strings.strings
+    return data
+
+
+def _num(value: Any) -> float:
+    return 0 if value is None else round(float(value), 3)
+
+
+def _bytes(row: dict[str, Any]) -> float:
+    return _num((row.get("bytes_read") or 0) + (row.get("bytes_written") or 0))
+
+
+def _rollup(book: ledger.Ledger, key: str) -> dict[Any, dict[str, Any]]:
+    table = book.rollup(key)
+    return {row[key]: row for row in table.to_pylist()}
+
+
+def _sites(model: SemanticModel, ops: list, rules: CodeRules) -> list[tuple[str, str] | None]:
+    return [op_site(model, op, rules) for op in ops]
+
+
+def _source_file(model: SemanticModel, name: str) -> Path | None:
+    """The file a location names, read at view time: absolute, else under the working
+    directory, the bundle's parent or the manifest's folder."""
+    path = Path(name)
+    bases = [Path.cwd()] + ([model.bundle.parent, model.bundle] if model.bundle else [Path(model.source).parent])
+    for candidate in [path] if path.is_absolute() else [base / path for base in bases]:
+        if candidate.is_file() and candidate.stat().st_size <= MAX_SOURCE_BYTES:
+            return candidate
+    return None
+
+
+def _site_table(model: SemanticModel, ops: list, sites: list, strings: Interner) -> tuple[list, dict, list[int]]:
+    """(files, site rows, op → site row): a site is a line of an embedded file
+    (``file`` ≥ 0, ``line``) or a node-name row (``file`` -1, ``name``)."""
+    files: list[dict[str, Any]] = []
+    file_index: dict[str, int] = {}
+    rows: dict[tuple[int, int | str], int] = {}
+    table: dict[str, list] = {"file": [], "line": [], "name": []}
+    op_site_index: list[int] = []
+    for site in sites:
+        key: tuple[int, int | str] | None = None
+        if site is not None and site[1] == "source":
+            name, line = site[0].rsplit(":", 1)
+            if name not in file_index:
+                found = _source_file(model, name)
+                file_index[name] = -1 if found is None else len(files)
+                if found is not None:
+                    text = found.read_text(encoding="utf-8", errors="replace")
+                    files.append({"name": strings(name), "text": text})
+            key = (file_index[name], int(line)) if file_index[name] >= 0 else (-1, site[0])
+        elif site is not None:
+            key = (-1, site[0])
+        if key is None:
+            op_site_index.append(-1)
+            continue
+        if key not in rows:
+            rows[key] = len(table["file"])
+            table["file"].append(key[0])
+            table["line"].append(key[1] if key[0] >= 0 else 0)
+            table["name"].append(strings(key[1]) if key[0] < 0 else -1)
+        op_site_index.append(rows[key])
+    return files, table, op_site_index
+
+
+def _module_table(model: SemanticModel, ops: list, strings: Interner) -> tuple[dict[str, list], list[int]]:
+    """Every module path and its ancestors (``parent`` index, -1 for the root) and each
+    op's own module (-1: none said)."""
+    index: dict[str, int] = {}
+    table: dict[str, list] = {"path": [], "name": [], "parent": []}
+
+    def add(path: str) -> int:
+        found = index.get(path)
+        if found is None:
+            chain = flamegraph.ancestry(path)
+            parent = add(chain[-2]) if len(chain) > 1 else -1
+            found = index[path] = len(table["path"])
+            table["path"].append(strings(path))
+            table["name"].append(strings(flamegraph.leaf_name(path)))
+            table["parent"].append(parent)
+        return found
+
+    op_module = []
+    for op in ops:
+        path = model.module_path(op.id)
+        op_module.append(-1 if path is None else add(path))
+    return table, op_module
+
+
+def _dispatch_table(model: SemanticModel, book: ledger.Ledger, op_index: dict[str, int],
+                    strings: Interner) -> dict[str, list]:
+    by_part = _rollup(book, "partition")
+    per_call = _invocation_times(model)
+    table: dict[str, list] = {key: [] for key in ("name", "export", "kind", "root", "ops", "calls", "time", "flops",
+                                                  "bytes", "min", "median", "max")}
+    for part in model.partitions:
+        row = by_part.get(part.id, {})
+        times = per_call.get(part.id, [])
+        table["name"].append(strings(part.id))
+        table["export"].append(strings(part.attributes.get("export")))
+        table["kind"].append(strings(part.kind))
+        table["root"].append(op_index.get(part.root_id or "", -1))
+        table["ops"].append([op_index[i] for i in part.operator_ids if i in op_index])
+        table["calls"].append(book.calls(part.id))
+        table["time"].append(_num(book.partition_ns(part.id)))
+        table["flops"].append(_num(row.get("flops")))
+        table["bytes"].append(_bytes(row))
+        for key, value in (("min", min), ("median", statistics.median), ("max", max)):
+            table[key].append(_num(value(times)) if times else None)
+    return table
+
+
+def _invocation_times(model: SemanticModel) -> dict[str, list[int]]:
+    """Partition → its dispatch events' summed duration per invocation (one figure per
+    run of the program: a site inside a loop sums its trips)."""
+    events = model.events()
+    if events is None or events.num_rows == 0:
+        return {}
+    import pyarrow.compute as pc
+
+    timed = events.filter(pc.equal(events["kind"].cast("string"), "dispatch"))
+    columns = timed.select(["site", "partition", "invocation", "duration_ns"]).to_pydict()
+    sums: dict[tuple[str, int], int] = defaultdict(int)
+    for site, name, invocation, duration in zip(columns["site"], columns["partition"], columns["invocation"],
+                                                columns["duration_ns"], strict=True):
+        part = model.partition_of_event({"kind": "dispatch", "site": site, "partition": name})
+        if part is not None and duration is not None:
+            sums[(part.id, invocation if invocation is not None else -1)] += duration
+    found: dict[str, list[int]] = defaultdict(list)
+    for (part_id, _), total in sums.items():
+        found[part_id].append(total)
+    return found
+
+
+def _pass_table(model: SemanticModel, op_index: dict[str, int], strings: Interner) -> dict[str, list]:
+    """The passes that changed an op's lineage class, where the compile recorded them."""
+    table: dict[str, list] = {"op": [], "phase": [], "pass": [], "from": [], "to": []}
+    history = model.manifest.get("pass_history")
+    if not history:
+        return table
+    from dfit_mlir.passes.pass_history import from_table
+
+    for change in from_table(history):
+        if change.id in op_index:
+            table["op"].append(op_index[change.id])
+            table["phase"].append(strings(change.phase))
+            table["pass"].append(strings(change.pass_name))
+            table["from"].append(change.before)
+            table["to"].append(change.after)
+    return table

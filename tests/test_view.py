@@ -1,0 +1,305 @@
+"""``dfit view``: the page's tables on real bundles (the convnet compiled and run, the
+reconstructed Edge TPU yolov8n) and the page itself driven in headless Chromium.
+
+Expected highlights are derived here from the manifest (its partitions' member IDs) and
+the project's site rule (``op_site``), never from the page's own data."""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from dfit_mlir import flamegraph, ledger
+from dfit_mlir.cli import main
+from dfit_mlir.tools.builtin.semantic_attribution import op_site
+from dfit_mlir.tools.model import SemanticModel
+from dfit_mlir.views import html
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+
+
+# --- expectations from the manifest ------------------------------------------------------
+
+def manifest_partitions(model: SemanticModel) -> list[set[str]]:
+    """Member IDs of every partition, in the manifest's order (dispatch sites, then groups)."""
+    parts = model.manifest["partitions"]
+    found = [set(site["fused_ids"] or site["ids"]) for site in parts.get("dispatch_sites", [])]
+    return found + [set(group["operator_ids"]) for group in parts.get("groups", [])]
+
+
+def site_ops(model: SemanticModel) -> dict[str, set[str]]:
+    """Site key (``file:line`` or node name) → its op IDs, by the project's site rule."""
+    found: dict[str, set[str]] = defaultdict(set)
+    for op in model.operators.values():
+        site = op_site(model, op)
+        if site is not None:
+            found[site[0]].add(op.id)
+    return found
+
+
+def dispatches_of(model: SemanticModel, ids: set[str]) -> set[str]:
+    return {str(n) for n, members in enumerate(manifest_partitions(model)) if members & ids}
+
+
+def lines_of(model: SemanticModel, members: set[str]) -> set[str]:
+    return {site for site, ids in site_ops(model).items() if ids & members}
+
+
+# --- the tables -----------------------------------------------------------------------------
+
+def test_tables_of_the_convnet_run_agree_with_its_events(iree_bundles: dict[str, Path]) -> None:
+    import pyarrow.parquet as pq
+
+    model = SemanticModel.open(iree_bundles["full"])
+    data = html.view_data(model)
+    book = ledger.of(model)
+    assert data["weight"] == "time" and data["measured_ns"] == book.totals.measured_ns > 0
+    assert len(set(data["strings"])) == len(data["strings"]), "strings are interned once"
+    # The convnet's own source file is embedded verbatim.
+    [embedded] = data["files"]
+    source = Path(model.operators["main"].source["file"])
+    assert embedded["text"] == (source if source.is_absolute() else Path.cwd() / source).read_text()
+    # Per-invocation figures: recounted from events.parquet, summed per (site, invocation).
+    events = pq.read_table(iree_bundles["full"] / "events.parquet").to_pylist()
+    per_call: dict[tuple[int, int], int] = defaultdict(int)
+    for event in events:
+        if event["kind"] == "dispatch" and event["site"] is not None:
+            per_call[(event["site"], event["invocation"])] += event["duration_ns"]
+    table = data["dispatches"]
+    for site in range(len(table["name"])):
+        times = [ns for (s, _), ns in per_call.items() if s == site]
+        assert table["min"][site] == min(times) and table["max"][site] == max(times)
+        assert table["median"][site] == statistics.median(times)
+        assert table["time"][site] == pytest.approx(sum(times))
+    # Gutter figures: op times are the ledger's; their sum is what the ledger attributed.
+    assert sum(data["ops"]["time"]) == pytest.approx(book.totals.attributed_ns, rel=1e-6)
+    assert sum(data["dispatches"]["flops"]) == pytest.approx(data["total_flops"])
+
+
+def test_compile_manifest_without_a_run_weighs_by_flops(iree_bundles: dict[str, Path]) -> None:
+    model = SemanticModel.open(iree_bundles["manifest"])
+    data = html.view_data(model)
+    assert data["weight"] == "flops" and data["measured_ns"] == 0
+    assert data["dispatches"]["median"] == [None] * len(model.partitions)
+    assert data["total_flops"] == sum(op.flops or 0 for op in model.operators.values()
+                                      if any(op.id in m for m in manifest_partitions(model)))
+
+
+def test_lite_bundle_and_edgetpu_reconstruction_render(iree_bundles: dict[str, Path], edgetpu_bundle: Path) -> None:
+    for bundle in (iree_bundles["lite"], edgetpu_bundle):
+        text = html.render(bundle)
+        assert "/*DFIT_VIEW_DATA*/null" not in text
+        assert "<script src" not in text and "<link" not in text and "http://" not in text.split("<script>")[0]
+    data = html.view_data(SemanticModel.open(edgetpu_bundle))
+    assert data["files"] == []  # TFLite: no source files, a node-name tree
+    names = {data["strings"][i] for i in data["sites"]["name"]}
+    assert names == set(site_ops(SemanticModel.open(edgetpu_bundle)))
+
+
+def test_cli_writes_atomically_and_refuses_what_it_did_not_write(iree_bundles: dict[str, Path],
+                                                                 tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "view.html"
+    first = runner.invoke(main, ["view", str(iree_bundles["full"]), "-o", str(out)])
+    assert first.exit_code == 0, first.output
+    again = runner.invoke(main, ["view", str(iree_bundles["full"]), "-o", str(out)])
+    assert again.exit_code == 0, again.output  # dfit's own output: replaced
+    mine = tmp_path / "mine.html"
+    mine.write_text("my notes")
+    refused = runner.invoke(main, ["view", str(iree_bundles["full"]), "-o", str(mine)])
+    assert refused.exit_code == 2 and "refusing to overwrite" in refused.output
+    assert mine.read_text() == "my notes"
+    missing = runner.invoke(main, ["view", str(tmp_path / "nothing"), "-o", str(tmp_path / "x.html")])
+    assert missing.exit_code == 2 and missing.output.startswith("dfit: ") and "Traceback" not in missing.output
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_model_explorer_flag_says_when_the_adapter_is_missing(iree_bundles: dict[str, Path],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "dfit_mlir.views.explorer_adapter", None)  # import raises ImportError
+    result = CliRunner().invoke(main, ["view", "--model-explorer", str(iree_bundles["full"])])
+    assert result.exit_code == 2 and "not available" in result.output
+
+
+# --- in a real browser ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def browser() -> Any:
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+    if not CHROMIUM.is_file() or not CHROMEDRIVER.is_file():
+        pytest.skip(f"{CHROMIUM} / {CHROMEDRIVER} absent (Debian packages chromium, chromium-driver)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=str(CHROMEDRIVER)), options=options)
+    yield driver
+    driver.quit()
+
+
+def open_view(browser: Any, bundle: Path, tmp_path: Path, fragment: str = "") -> Path:
+    page = tmp_path / "view.html"
+    page.write_text(html.render(bundle), encoding="utf-8")
+    browser.get_log("browser")  # drop what earlier pages logged
+    browser.get(page.as_uri() + fragment)
+    return page
+
+
+def click(browser: Any, element: Any) -> None:
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
+    element.click()
+
+
+def highlighted(browser: Any, selector: str, attribute: str) -> set[str]:
+    from selenium.webdriver.common.by import By
+
+    return {e.get_attribute(attribute) for e in browser.find_elements(By.CSS_SELECTOR, selector + ".hl")}
+
+
+def no_console_errors(browser: Any) -> None:
+    errors = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+    assert not errors, errors
+
+
+def check_lines_light_their_dispatches(browser: Any, model: SemanticModel) -> int:
+    from selenium.webdriver.common.by import By
+
+    sites = site_ops(model)
+    rows = browser.find_elements(By.CSS_SELECTOR, "#source .line.has")
+    assert {row.get_attribute("data-line") for row in rows} == set(sites)
+    for row in rows:
+        key = row.get_attribute("data-line")
+        click(browser, row)
+        assert highlighted(browser, "tr.dispatch", "data-dispatch") == dispatches_of(model, sites[key]), key
+        assert browser.current_url.endswith("#line=" + _quoted(key))
+    return len(rows)
+
+
+def check_dispatches_light_their_lines(browser: Any, model: SemanticModel) -> None:
+    from selenium.webdriver.common.by import By
+
+    parts = manifest_partitions(model)
+    for row in browser.find_elements(By.CSS_SELECTOR, "tr.dispatch"):
+        index = int(row.get_attribute("data-dispatch"))
+        click(browser, row)
+        assert highlighted(browser, "#source [data-line]", "data-line") == lines_of(model, parts[index]), index
+
+
+def _quoted(text: str) -> str:
+    from urllib.parse import quote
+
+    return quote(text, safe="-_.!~*'()")  # what encodeURIComponent leaves alone
+
+
+def test_browser_convnet_run(browser: Any, iree_bundles: dict[str, Path], tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    model = SemanticModel.open(iree_bundles["full"])
+    open_view(browser, iree_bundles["full"], tmp_path)
+    assert check_lines_light_their_dispatches(browser, model) > 5
+    check_dispatches_light_their_lines(browser, model)
+    browser.save_screenshot(str(tmp_path / "convnet-dispatch.png"))
+    # A shared link: the fragment selects the op; the stages panel has one row per phase.
+    conv = next(op.id for op in model.operators.values() if op.kind.startswith("conv_2d"))
+    open_view(browser, iree_bundles["full"], tmp_path, "#op=" + _quoted(conv))
+    stages = [row.get_attribute("data-stage") for row in browser.find_elements(By.CSS_SELECTOR, "tr.stage-row")]
+    assert stages == model.manifest["lineage"]["stages"] and len(stages) == 13
+    cells = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "tr.stage-row td.cell")]
+    assert cells == list(model.lineage(conv).values())
+    assert highlighted(browser, "tr.dispatch", "data-dispatch") == dispatches_of(model, {conv})
+    browser.save_screenshot(str(tmp_path / "convnet-op.png"))
+    assert (tmp_path / "convnet-op.png").stat().st_size > 10_000
+    no_console_errors(browser)
+
+
+def test_browser_edgetpu_reconstruction(browser: Any, edgetpu_bundle: Path, tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+
+    model = SemanticModel.open(edgetpu_bundle)
+    open_view(browser, edgetpu_bundle, tmp_path)
+    assert check_lines_light_their_dispatches(browser, model) > 20
+    check_dispatches_light_their_lines(browser, model)
+    stages = [row.get_attribute("data-stage") for row in browser.find_elements(By.CSS_SELECTOR, "tr.stage-row")]
+    assert stages == model.manifest["lineage"]["stages"]
+    # The module icicle: clicking a module lights the node rows of its ops.
+    module = browser.find_elements(By.CSS_SELECTOR, ".mod")[1]
+    click(browser, module)
+    path = module.get_attribute("data-module")
+    members = {op.id for op in model.operators.values()
+               if model.module_path(op.id) is not None and path in flamegraph.ancestry(model.module_path(op.id))}
+    assert members and highlighted(browser, "#source [data-line]", "data-line") == lines_of(model, members)
+    # Double-click zooms the icicle into the module: it becomes the first, full-width box.
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(browser).double_click(module).perform()
+    boxes = browser.find_elements(By.CSS_SELECTOR, ".mod")
+    assert boxes[0].get_attribute("data-module") == path
+    assert all(path in flamegraph.ancestry(box.get_attribute("data-module")) for box in boxes)
+    browser.save_screenshot(str(tmp_path / "edgetpu.png"))
+    no_console_errors(browser)
+
+
+@pytest.mark.parametrize("name", ["sambanova", "cerebras", "iree-lite"])
+def test_browser_other_bundles_link_and_log_no_error(browser: Any, request: pytest.FixtureRequest, name: str,
+                                                     tmp_path: Path) -> None:
+    """Reconstructed SambaNova / Cerebras bundles and a lite run: whatever each has is
+    shown and linked; nothing the bundle lacks breaks the page."""
+    from selenium.webdriver.common.by import By
+
+    from tests.conftest import bundle_path
+
+    bundle = bundle_path(request, name)
+    model = SemanticModel.open(bundle)
+    open_view(browser, bundle, tmp_path)
+    assert check_lines_light_their_dispatches(browser, model) > 0
+    check_dispatches_light_their_lines(browser, model)
+    assert browser.find_elements(By.CSS_SELECTOR, "#icicle .mod")  # op counts where nothing is timed
+    browser.save_screenshot(str(tmp_path / f"{name}.png"))
+    no_console_errors(browser)
+
+
+@pytest.mark.frontends
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+@pytest.mark.filterwarnings("ignore:While compiling, we found certain side effects:UserWarning")
+def test_browser_bert_run_with_pass_history(browser: Any, tmp_path: Path) -> None:
+    """A transformers BERT (random weights) compiled with pass-level lineage and run:
+    its modeling_bert.py lines link to the dispatches carrying their ops, and the stages
+    panel names the passes the manifest's pass_history records for the selected op."""
+    from selenium.webdriver.common.by import By
+
+    from dfit_mlir.frontends import torch as torch_frontend
+    from dfit_mlir.passes.pass_history import from_table
+    from dfit_mlir.runtime_hooks.run import run_bundle
+    from tests import frontend_models
+
+    torch_model, args = frontend_models.bert()
+    compiled = torch_frontend.compile(torch_model, args, output=tmp_path / "bert.vmfb", mode="full",
+                                      lineage_detail="passes")
+    ids = f"1x{frontend_models.BERT_SEQ}xi64=" + ",".join(str(int(v)) for v in args[0].flatten())
+    bundle = run_bundle(compiled.vmfb, compiled.manifest_path, tmp_path / "run", mode="full", inputs=(ids,),
+                        repeat=2, warmup=1).bundle
+    model = SemanticModel.open(bundle)
+    open_view(browser, bundle, tmp_path)
+    assert any(name.endswith("modeling_bert.py") for name in
+               (e.text for e in browser.find_elements(By.CSS_SELECTOR, ".src-file")))
+    assert check_lines_light_their_dispatches(browser, model) > 10
+    check_dispatches_light_their_lines(browser, model)
+    changes = from_table(model.manifest["pass_history"])
+    gelu = next(op.id for op in model.operators.values() if op.op == "torch.aten.gelu")
+    open_view(browser, bundle, tmp_path, "#op=" + _quoted(gelu))
+    shown = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "tr.stage-row td.cell .pass")]
+    expected = [f"{c.pass_name}: {c.before}→{c.after}" for c in changes if c.id == gelu
+                and c.phase in model.manifest["lineage"]["stages"]]
+    assert expected and sorted(shown) == sorted(expected)
+    browser.save_screenshot(str(tmp_path / "bert.png"))
+    no_console_errors(browser)
