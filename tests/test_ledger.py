@@ -286,7 +286,7 @@ GPT2_SEQ = 8
 @pytest.mark.filterwarnings("ignore:While compiling, we found certain side effects:UserWarning")
 def test_gpt2_c_fc_dispatch_gives_the_matmul_the_large_share(tmp_path: Path) -> None:
     """GPT-2 (transformers config, random weights, 2 layers of 64): each c_fc dispatch
-    fuses the addmm and the 8 elementwise ops of its GELU; the GELU gets < 20 % of the
+    fuses the projection (addmm: mm + bias) and the 8 elementwise ops of its GELU; the GELU gets < 20 % of the
     dispatch's measured time, and the GELU line no longer outranks the matmul's."""
     import torch
     from transformers import GPT2Config, GPT2Model
@@ -317,11 +317,12 @@ def test_gpt2_c_fc_dispatch_gives_the_matmul_the_large_share(tmp_path: Path) -> 
         (root,) = c_fc
         dispatch = [r for r in rows if r["partition"] == root["partition"]]
         gelu = [r for r in dispatch if r["module_path"] == f"h.{layer}.mlp.act"]
-        assert root["op"] == "torch.aten.addmm" and len(gelu) >= 6, [r["op"] for r in dispatch]
+        # HF Conv1D's addmm reaches IREE as mm + bias (the export's decomposition table).
+        assert root["op"] in ("torch.aten.addmm", "torch.aten.mm") and len(gelu) >= 6, [r["op"] for r in dispatch]
         assert root["time_ns"] > 0 and root["time_model"].startswith("roofline")
         gelu_share = sum(r["time_ns"] for r in gelu) / sum(r["time_ns"] for r in dispatch)
         assert gelu_share < 0.20, gelu_share
-        print(f"h.{layer} c_fc dispatch: addmm share {root['share']:.4f}, GELU {gelu_share:.4f} ({len(gelu)} ops)")
+        print(f"h.{layer} c_fc dispatch: matmul share {root['share']:.4f}, GELU {gelu_share:.4f} ({len(gelu)} ops)")
         assert root["share"] > 0.75
     by_module = book.column_by("module_path", "time_ns")
     assert by_module["h.0.mlp.c_fc"] > by_module["h.0.mlp.act"]

@@ -317,6 +317,10 @@ def export_decompositions() -> dict[Any, Any]:
 
     table = current_aot_decompositions()
     aten = torch.ops.aten
+    # turbine's table (torch's reference) writes ``addmm`` as ``beta * bias + alpha * mm``
+    # even where beta = alpha = 1: two multiplications by one that IREE folds away, but
+    # that the source program would count as FLOPs no dispatch performs.
+    table[aten.addmm.default] = _addmm
     table.setdefault(aten.diff.default, _diff)
     # ``mask_a & mask_b`` (transformers' ``and_masks``/``or_masks``) exports as
     # ``aten.__and__``/``__or__``, which IREE 3.13 does not legalize; the bitwise ops are
@@ -374,6 +378,18 @@ def _same_shape(node: Any, result: Any) -> bool:
     value, expected = getattr(node, "meta", {}).get("val"), result.meta.get("val")
     return value is not None and expected is not None and tuple(value.shape) == tuple(expected.shape) \
         and value.dtype == expected.dtype
+
+
+def _addmm(bias: Any, mat1: Any, mat2: Any, *, beta: Any = 1, alpha: Any = 1) -> Any:
+    """``aten.addmm`` as ``mm`` plus the bias, scaled only where a factor is not one."""
+    import torch
+
+    product = torch.mm(mat1, mat2)
+    if alpha != 1:
+        product = product * alpha
+    if beta == 0:
+        return product
+    return product + (bias if beta == 1 else bias * beta)
 
 
 def _diff(x: Any, n: int = 1, dim: int = -1, prepend: Any = None, append: Any = None) -> Any:

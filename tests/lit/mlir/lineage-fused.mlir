@@ -21,7 +21,7 @@
 // CHECK-NEXT: vm
 // CHECK-NEXT: dispatches: 1/1 call sites and 1/1 exports attributed to source IDs
 // CHECK-NEXT: dispatch call sites in program order:
-// CHECK-NEXT: #0 dense_dispatch_0_matmul_4x32x16_f32 {{ *}} root dense/linalg.matmul#0; fused: dense/linalg.fill#0, dense/linalg.generic#0, dense/tensor.empty#0
+// CHECK-NEXT: #0 dense_dispatch_0_matmul_4x32x16_f32 {{ *}} root dense/linalg.matmul#0; fused: dense/linalg.fill#0, dense/linalg.generic#0{{$}}
 
 #map = affine_map<(d0, d1) -> (d0, d1)>
 #bias = affine_map<(d0, d1) -> (d1)>
