@@ -698,10 +698,8 @@ def view(bundle: Path, output: Path | None, model_explorer: bool, force: bool) -
     from dfit_mlir.errors import InvalidInputError
 
     if model_explorer:
-        try:
-            from dfit_mlir.views import explorer_adapter
-        except ImportError as error:
-            raise InvalidInputError(f"--model-explorer: not available ({error})") from error
+        from dfit_mlir.views import explorer_adapter
+
         explorer_adapter.serve(bundle)
         return
     if output is None:

@@ -120,13 +120,34 @@ def test_cli_writes_atomically_and_refuses_what_it_did_not_write(iree_bundles: d
     assert not (tmp_path / "x.html").exists()
 
 
-def test_model_explorer_flag_says_when_the_adapter_is_missing(iree_bundles: dict[str, Path],
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_model_explorer_flag_serves_the_bundle(iree_bundles: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--model-explorer`` hands the bundle to the adapter's server (stood in for here:
+    the real server is tested in tests/test_explorer_adapter.py); without Model Explorer
+    installed it says how to install it (exit 3)."""
+    import builtins
     import sys
 
-    monkeypatch.setitem(sys.modules, "dfit_mlir.views.explorer_adapter", None)  # import raises ImportError
+    from dfit_mlir.views import explorer_adapter
+
+    served: list[Path] = []
+    monkeypatch.setattr(explorer_adapter, "serve", served.append)
     result = CliRunner().invoke(main, ["view", "--model-explorer", str(iree_bundles["full"])])
-    assert result.exit_code == 2 and "not available" in result.output
+    assert result.exit_code == 0, result.output
+    assert served == [iree_bundles["full"]]
+    monkeypatch.undo()
+
+    real_import = builtins.__import__
+
+    def no_model_explorer(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name.split(".")[0] == "model_explorer":
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_model_explorer)
+    for name in [m for m in sys.modules if m.split(".")[0] == "model_explorer"]:
+        monkeypatch.delitem(sys.modules, name)
+    result = CliRunner().invoke(main, ["view", "--model-explorer", str(iree_bundles["full"])])
+    assert result.exit_code == 3 and "Model Explorer is not installed (pip install ai-edge-model-explorer" in result.output, result.output
 
 
 # --- in a real browser ------------------------------------------------------------------

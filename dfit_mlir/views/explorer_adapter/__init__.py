@@ -238,7 +238,7 @@ def serve(path: str | Path, port: int | None = None, host: str = "127.0.0.1", op
         raise InvalidInputError(f"--host {host}: Model Explorer serves only on this machine (127.0.0.1): "
                                 "its adapters read any file a request names")
     model = open_model(path)
-    _graph_builder()
+    _graph_builder()  # says how to install Model Explorer when it is absent
     from model_explorer import server
     from model_explorer.config import ModelExplorerConfig
 
