@@ -396,8 +396,6 @@ class PassHistory:
                         return tuple(other for other in ids if other != item)
         return ()
 
-    def letters(self, source_ids: Iterable[str]) -> dict[str, str]:
-        return {item: self.totals.letter(item) for item in source_ids}
 
 
 def ordered_dumps(tree: Path) -> list[tuple[Path, str]]:
@@ -479,10 +477,6 @@ def from_table(table: dict[str, Any]) -> list[PassChange]:
                                   tuple(values["kinds_before"]), tuple(values["kinds_after"]),
                                   tuple(values.get("dispatch", ()))))
     return changes
-
-
-def history_of(table: dict[str, Any], source_id: str) -> list[PassChange]:
-    return [change for change in from_table(table) if change.id == source_id]
 
 
 def class_name(letter: str) -> str:
