@@ -16,23 +16,11 @@ from dfit_mlir.adapters.base import Adapter
 
 
 def capabilities() -> dict[str, Any]:
-    """Capability descriptor of the IREE backend."""
-    return {
-        "backend": "iree",
-        "path": "compiler-visible",
-        "exposes": {
-            "compiler_ir": "full (every IREE phase)",
-            "lineage": "per-op, every phase",
-            "source_locations": "file:line:col, name and call-site locations",
-            "tensor_shapes": "full",
-            "partitions": "dispatches (exports and call sites)",
-            "static_cost": "MACs / FLOPs / bytes derived from op types",
-            "per_op_timing": "per dispatch (HAL host-execution profiling)",
-            "per_partition_timing": "per dispatch",
-            "per_program_timing": "per invocation and per function (probes)",
-            "memory": "tensor sizes (static); allocations (HAL memory events)",
-        },
-    }
+    """Capability descriptor of the IREE backend (the compiler writes it into every
+    manifest, so it lives with the compiler; this adapter reads it from there)."""
+    from dfit_mlir.passes.instrumented_compile import capabilities as compiler_capabilities
+
+    return compiler_capabilities()
 
 
 class IreeAdapter(Adapter):

@@ -26,12 +26,13 @@ from typing import Any
 from dfit_mlir.adapters.recovery import Recovery
 
 from .console import ConsoleSummaryReader
+from .matching import READERS
+from .matching import reconstruct as match_and_merge
 from .oplog import OperationLogReader
 from .tflite_model import TFLiteModelReader
 
 BACKEND = "edgetpu"
 
-READERS = (TFLiteModelReader, OperationLogReader, ConsoleSummaryReader)
 
 
 def capabilities() -> dict[str, Any]:
@@ -59,8 +60,6 @@ def reconstruct(paths: Sequence[Path | str]) -> Recovery:
     original model, compiled model, operation log and console summary of each model, and
     return one :class:`Recovery`; unrecognised files are listed in
     ``attributes["ignored_files"]``."""
-    from .matching import reconstruct as match_and_merge
-
     return match_and_merge(paths)
 
 

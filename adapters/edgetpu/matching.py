@@ -97,6 +97,9 @@ from .tflite_model import (
 #: Status of a CPU op when the log does not say which of its type's statuses it got.
 CPU = "cpu"
 
+#: One reader per format, the most specific first.
+READERS = (TFLiteModelReader, OperationLogReader, ConsoleSummaryReader)
+
 
 def original_stem(compiled_stem: str) -> str:
     """``x_edgetpu`` -> ``x``; ``a_cocompiled_with_b_edgetpu`` -> ``a``."""
@@ -294,8 +297,6 @@ class _Inputs:
 
 
 def _read_all(paths: Iterable[Path | str]) -> _Inputs:
-    from . import READERS
-
     inputs = _Inputs()
     for path in files_of(paths, READERS):
         reader = next(iter(readers_of(READERS, path)), None)
