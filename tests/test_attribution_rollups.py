@@ -52,6 +52,10 @@ SITE = "/work/main/.venv/lib/python3.11/site-packages"
     ("tests/frontend_models.py", True),
     ("cerebras/pytorch/optim/AdamW.py", False),
     ("<frozen runpy>", False),
+    # Launchers pip writes: the outermost frames of `dfit compile model.py`.
+    ("/home/me/.venv/bin/dfit", False),
+    ("/opt/elsewhere/bin/dfit", False),  # a bundle made on another machine
+    ("/home/me/proj/bin/train.py", True),  # a user's bin/ folder is no environment
 ])
 def test_code_rules(path: str, model_code: bool) -> None:
     assert CodeRules.default().is_model_code(path) is model_code
@@ -70,6 +74,15 @@ def test_framework_rules_see_package_relative_paths_only(monkeypatch: pytest.Mon
     monkeypatch.setattr(frontends, "installed_framework_roots", lambda: ("/opt/src/pytorch/torch/",))
     assert not CodeRules.default().is_model_code("/opt/src/pytorch/torch/nn/functional.py")
     assert CodeRules.default().is_model_code("/opt/src/pytorch/examples/torch/model.py")
+
+
+def test_console_scripts_of_an_environment_are_not_model_code(tmp_path: Path) -> None:
+    environment = tmp_path / "venv"
+    (environment / "bin").mkdir(parents=True)
+    (environment / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert CodeRules.default().explain(str(environment / "bin" / "pytest")) == frontends.CodeDecision(
+        False, "framework (a Python environment's console script)")
+    assert CodeRules.default().is_model_code(str(tmp_path / "bin" / "pytest"))  # no pyvenv.cfg
 
 
 def test_user_rules_come_first() -> None:

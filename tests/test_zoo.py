@@ -1,4 +1,4 @@
-"""The model zoo through the front door (``tests/zoo_models.py``): 16 real models of
+"""The model zoo through the front door (``tests/zoo_models.py``): 17 real models of
 different families from the four frontends, each compiled with ``dfit compile
 --dfit-tag``, run with ``dfit run --mode full --repeat 5`` on default inputs and
 analyzed with ``dfit analyze --tool all``, once per session (every test of a model reads

@@ -73,6 +73,8 @@ MODELS = (
     ZooModel("jax_scan_transformer", "JAX", "transformer layers under lax.scan", _example("jax_scan_transformer")),
     ZooModel("jax_greedy_decode", "JAX", "greedy decode under lax.while_loop", _example("jax_greedy_decode")),
     ZooModel("jax_mlp_mixer", "JAX", "Flax MLP-Mixer", _example("jax_mlp_mixer")),
+    ZooModel("keras_cnn_train", "JAX", "Keras 3 CNN training step: BatchNorm state, plain SGD",
+             _example("keras_cnn_train")),
     ZooModel("onnx_squeezenet", "ONNX", "SqueezeNet (onnx wheel light model)", _onnx("squeezenet")),
     ZooModel("onnx_shufflenet", "ONNX", "ShuffleNet (onnx wheel light model)", _onnx("shufflenet")),
     ZooModel("tflite_mobilenet_v1", "TFLite", "MobileNet v1 0.25 quantized (fixtures)",

@@ -176,6 +176,10 @@ class CodeRules:
         if path.startswith(self._dfit_roots) or f"/{DFIT_PACKAGE}/" in path:
             # Also another checkout's (a bundle made elsewhere): dfit is never the model.
             return CodeDecision(False, "framework (dfit's own code)")
+        if is_console_script(path):
+            # The outermost frames of `dfit compile model.py` (or `pytest`, `jupyter`):
+            # a launcher pip wrote, not the model author's code.
+            return CodeDecision(False, "framework (a Python environment's console script)")
         relative = package_relative(path)
         # dfit's rules see package-relative paths only: a file under site-packages,
         # dist-packages, the standard library or an installed framework package's
@@ -195,6 +199,25 @@ class CodeRules:
 
     def is_framework(self, path: str) -> bool:
         return not self.is_model_code(path)
+
+
+def is_console_script(path: str) -> bool:
+    """A launcher an installer wrote into an environment's ``bin/`` (``Scripts\\`` on
+    Windows): ``.venv/bin/dfit``. dfit's own script is one wherever the bundle was made;
+    another ``bin/`` file is one when its folder's parent is a Python environment
+    (it holds ``pyvenv.cfg``, or it is this interpreter's prefix)."""
+    import sys
+    from pathlib import PurePath
+
+    file = PurePath(path)
+    if file.parent.name not in ("bin", "Scripts"):
+        return False
+    if file.name in ("dfit", "dfit.exe", "dfit-script.py"):
+        return True
+    from pathlib import Path
+
+    environment = Path(str(file.parent.parent))
+    return str(environment) in (sys.prefix, sys.base_prefix) or (environment / "pyvenv.cfg").is_file()
 
 
 def _user_glob_matches(pattern: str, path: str, relative: str) -> bool:
