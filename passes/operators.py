@@ -174,7 +174,7 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
                 }
             )
     loop_trips.through_calls(operators, callees)
-    frontends.annotate(operators, callees)
+    frontends.annotate(operators, callees, tensors=tensors)
     return operators, tensors
 
 

@@ -344,7 +344,7 @@ def module_classes(frontend: str | None, op: dict[str, Any]) -> dict[str, str]:
 
 
 def annotate(operators: list[dict[str, Any]], callees: dict[str, str] | None = None,
-             frontend: Frontend | None = None) -> Frontend:
+             frontend: Frontend | None = None, tensors: Sequence[dict[str, Any]] = ()) -> Frontend:
     """Fill :data:`FIELDS` on every operator record, in place; returns the frontend used.
 
     ``callees``: call op ID → callee symbol. Ops of a private function whose own
@@ -352,6 +352,8 @@ def annotate(operators: list[dict[str, Any]], callees: dict[str, str] | None = N
     take the module path and phase of the function's call sites when those agree, and
     their call stack (as IREE's inliner gives them ``callsite(op at call)``).
     Initial values (``util.global`` and initializer bodies) are ``initializer``.
+    ``tensors`` (producer → consumers, the manifest's table) let an update nothing names
+    be told by what it is made from (:func:`_updates_of_gradients`).
     """
     frontend = frontend or detect(operators)
     by_id = {op["id"]: op for op in operators}
@@ -364,7 +366,39 @@ def annotate(operators: list[dict[str, Any]], callees: dict[str, str] | None = N
             op["phase"] = "initializer"
     frontend.finish(operators)
     _inherit_from_call_sites(operators, by_id, function_of, callees or {}, getattr(frontend, "nested_path", None))
+    _updates_of_gradients(operators, tensors)
     return frontend
+
+
+def _updates_of_gradients(operators: Sequence[dict[str, Any]], tensors: Sequence[dict[str, Any]]) -> None:
+    """A training step's update that no scope names (``w - lr * g`` written by hand, a
+    Keras ``stateless_call`` step) is told by its data flow: an op nothing gave a phase
+    that consumes a gradient (a ``backward`` op's result), or the result of such an op,
+    is ``optimizer``, and so is an op that feeds nothing but such updates (the learning
+    rate's broadcast). Ops that never see a gradient (a metric of the forward outputs)
+    and constants keep ``None``; terminators only pass values on."""
+    if not any(op.get("phase") == "backward" for op in operators):
+        return
+    producers: dict[str, set[str]] = {}
+    for tensor in tensors:
+        for consumer in tensor.get("consumers") or ():
+            producers.setdefault(consumer, set()).add(tensor["producer"])
+    from_gradients = {op["id"] for op in operators if op.get("phase") == "backward"}
+    for op in operators:  # program order: a value's producer comes before its consumers
+        if op.get("phase") is not None or op["op"] in FUNCTION_OPS or op["op"].endswith((".return", ".yield")):
+            continue
+        if producers.get(op["id"], set()) & from_gradients:
+            op["phase"] = "optimizer"
+            from_gradients.add(op["id"])
+    consumers: dict[str, set[str]] = {}
+    for tensor in tensors:
+        consumers.setdefault(tensor["producer"], set()).update(tensor.get("consumers") or ())
+    phase_of = {op["id"]: op.get("phase") for op in operators}
+    for op in reversed(operators):  # consumers first
+        used_by = consumers.get(op["id"])
+        if op.get("phase") is None and op["id"] in producers and used_by \
+                and all(phase_of.get(user) == "optimizer" for user in used_by):
+            op["phase"] = phase_of[op["id"]] = "optimizer"
 
 
 def common_module(paths: Iterable[str | None]) -> str | None:
