@@ -23,6 +23,7 @@ import pytest
 from tests import realmodels, zoo_models
 
 pytestmark = [
+    pytest.mark.zoo,
     pytest.mark.frontends,
     pytest.mark.slow,
     pytest.mark.filterwarnings("ignore:While compiling, we found certain side effects:UserWarning"),
