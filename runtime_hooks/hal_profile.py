@@ -2,7 +2,10 @@
 
 Capture goes through the shipped ``iree-run-module`` (the Python runtime bindings cannot
 capture a profile, RUNTIME-NOTES.md) with ``--device_profiling_mode=host-execution``,
-and decoding through ``iree-profile dispatch --dispatch_events --format=jsonl``.
+and decoding through ``iree-profile dispatch --dispatch_events --format=jsonl``: a run
+decodes the dispatch records straight to columns (:func:`decode_columns`, Arrow's JSON
+reader over the tool's output, a block at a time) and joins those, with no Python
+object per record; :func:`decode` gives the same records as objects (the reference).
 
 The join is structural (:func:`join_structural`): each runtime command buffer's
 records are matched to the one command-buffer recording of the ``hal``-phase host code
@@ -10,7 +13,7 @@ that explains them (``partitions.recordings``, ``passes/recordings.py``), and ea
 record to the command of that recording — hence to the call site that issued it,
 however often the recording runs (loops), whether it runs at all (branches), and
 whichever call site of a deduplicated export it is. Submissions are split into
-invocations by the host code's structure too (:func:`invocation_starts`) or, for a
+invocations by the host code's structure too (``join_records.invocation_starts``) or, for a
 function with no command-buffer execution in its entry block, by the benchmark tool's
 per-invocation profile flushes (:mod:`profile_flushes`) — never by time. A record
 nothing explains, or that two recordings explain equally, is an error that shows the
@@ -234,7 +237,8 @@ def non_model_operations(records: Sequence[dict[str, Any]]) -> list[dict[str, An
 
 
 def decode(profile: Path) -> list[DispatchEvent]:
-    """The dispatch events of a raw HAL profile, in the order the runtime executed them."""
+    """The dispatch events of a raw HAL profile, in the order the runtime executed them,
+    one object per record (the reference for :func:`decode_columns`, which a run uses)."""
     lines = _profile_jsonl(profile, "dispatch", "--dispatch_events")
     events = [_event(json.loads(line)) for line in lines if '"host_dispatch_event"' in line]
     # local-task numbers commands (dispatches and barriers alternate: 0, 2, 4, ...);

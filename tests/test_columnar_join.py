@@ -120,8 +120,12 @@ def test_decode_columns_keeps_every_field(programs: dict[str, CompileResult], tm
 @pytest.mark.parametrize("mode", ["full", "lite"])
 def test_dfit_run_joins_decoded_columns(iree_bundles: dict[str, Path], mode: str, tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    """``dfit run`` (full, and lite's queue pass) of the convnet hands the join the
-    decoded columns, and the join it gets is the per-record join of the same records."""
+    """``dfit run --mode full`` of the convnet, and the profiled pass of a lite run (it
+    runs in the module's child process there, so it is called here as the lite run calls
+    it), hand the join the decoded columns, and the join they get is the per-record join
+    of the same records."""
+    from dfit_mlir.runtime_hooks import run
+
     seen: list[tuple[Any, tuple[Any, ...], hal_profile.Join]] = []
     original = hal_profile.join_structural
 
@@ -132,16 +136,37 @@ def test_dfit_run_joins_decoded_columns(iree_bundles: dict[str, Path], mode: str
 
     monkeypatch.setattr(hal_profile, "join_structural", spy)
     vmfb = iree_bundles["manifest"].parent / f"{mode}.vmfb"
-    result = run_bundle(vmfb, manifest_io.default_path(vmfb), tmp_path / "run", mode=mode, repeat=2, warmup=1)
+    if mode == "full":
+        bundle = run_bundle(vmfb, manifest_io.default_path(vmfb), tmp_path / "run", mode=mode, repeat=2,
+                            warmup=1).bundle
+    else:
+        lite_manifest = json.loads(manifest_io.default_path(vmfb).read_text())
+        profiled = run._profiled_run(vmfb, lite_manifest, ["1x32x32x3xf32=0.1"], "local-task", "main", 2, 1,
+                                     run.LITE_QUEUE_FAMILIES)
+        assert profiled.queue_rows and {row.invocation for row in profiled.queue_rows} >= {0, 1}
     assert len(seen) == 1
     records, (manifest, function, invocations, executions, flushes), joined = seen[0]
     assert isinstance(records, DispatchColumns) and invocations == 3 and len(records) > 0
     assert_same_join(joined, hal_profile._join_per_record(records.events(), manifest, function, invocations,
                                                           executions, flushes))
     if mode == "full":  # the bundle's dispatch events are the joined records past the warmup
-        events = pq.read_table(result.bundle / "events.parquet", columns=["kind", "site", "invocation"]).to_pylist()
+        events = pq.read_table(bundle / "events.parquet", columns=["kind", "site", "invocation"]).to_pylist()
         written = Counter((e["site"], e["invocation"]) for e in events if e["kind"] == "dispatch")
         kept = joined.columns.invocation >= 1
         expected = Counter(zip(joined.columns.site[kept].tolist(), (joined.columns.invocation[kept] - 1).tolist(),
                                strict=True))
         assert written == expected and sum(written.values()) > 0
+
+
+def test_a_file_that_is_no_profile_is_one_error_line(tmp_path: Path) -> None:
+    """Both decoders say the same about a damaged profile: the file and iree-profile's reason."""
+    damaged = tmp_path / "profile.bin"
+    damaged.write_bytes(b"IRPF not a profile")
+    messages = []
+    for decoder in (hal_profile.decode_columns, hal_profile.decode):
+        with pytest.raises(hal_profile.ProfileError) as raised:
+            decoder(damaged)
+        assert raised.value.exit_code == 3
+        messages.append(str(raised.value))
+    assert messages[0] == messages[1] and "\n" not in messages[0]
+    assert messages[0].startswith(f"iree-profile dispatch could not decode {damaged}: ")
