@@ -261,7 +261,7 @@ def _event(record: dict[str, Any]) -> DispatchEvent:
 
 
 #: Bytes of iree-profile's JSONL per Arrow block: the decode holds one block at a time.
-DECODE_BLOCK_BYTES = 16 << 20
+DECODE_BLOCK_BYTES = 4 << 20
 #: The fields of a ``host_dispatch_event`` line the join reads.
 _DISPATCH_FIELDS = (("type", "string"), ("key", "string"), ("submission_id", "int64"),
                     ("command_buffer_id", "int64"), ("command_index", "int64"), ("start_host_time_ns", "int64"),
