@@ -170,3 +170,14 @@ def test_a_file_that_is_no_profile_is_one_error_line(tmp_path: Path) -> None:
         messages.append(str(raised.value))
     assert messages[0] == messages[1] and "\n" not in messages[0]
     assert messages[0].startswith(f"iree-profile dispatch could not decode {damaged}: ")
+
+
+def test_columnar_join_imports_nothing_of_hal_profile() -> None:
+    """The join's shared records and rules live in ``join_records``: no import cycle."""
+    import subprocess
+    import sys
+
+    code = ("import sys, dfit_mlir.runtime_hooks.columnar_join; "
+            "print(sorted(m for m in sys.modules if m.startswith('dfit_mlir.runtime_hooks.')))")
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert shown.strip() == "['dfit_mlir.runtime_hooks.columnar_join', 'dfit_mlir.runtime_hooks.join_records']"
