@@ -1,132 +1,185 @@
-"""Time of the structural runtime join (``hal_profile.join_structural``) plus the ledger
-(``dfit_mlir.ledger``: per-site time, per-op split, leaf-interval totals) per 1M dispatch
-records. The join runs after the run (on the decoded profile), so it adds nothing to
-the module's timing; this measures what it adds to ``dfit run``'s wall time, and the
-ledger what every analysis tool pays once per bundle. The per-record join (the
-fallback for ambiguous blocks) is timed on the same records in the same process, so
-that its ratio to the columnar one does not depend on the machine's load.
+"""What ``dfit run --mode full`` does with a profile's dispatch records, per 1M records:
+decode them to columns (``hal_profile.decode_columns``: ``iree-profile``'s JSONL through
+Arrow, no Python object per record), join them to call sites (``hal_profile.join_structural``
+on the columns) and build the ledger over them (``dfit_mlir.ledger``: per-site time, per-op
+split, leaf-interval totals). The join runs after the run, so it adds to ``dfit run``'s
+wall time, not to the module's; the ledger is what every analysis tool pays once per
+bundle. The decode is reported on its own: ``iree-profile``'s CPU (a child process) and
+the parse in this process. The per-record join (the reference, and the fallback for
+ambiguous blocks) is timed on the same records in the same process, so its ratio to the
+columnar route does not depend on the machine's load.
 
-Records: a real profile of ``tests/inputs/shapes/loop.mlir`` (trip count from the input)
-captured on local-task, and SYNTHETIC records shaped like it (same recordings, export
-names, command indices and workgroup counts; fresh submission ids), replicated to 1M and
-2M records in invocations of ``TRIPS`` loop trips. The result replaces this benchmark's
-section of ``benchmarks/RESULTS.md``.
+Records: REAL. ``tests/inputs/shapes/loop.mlir`` (trip count ``TRIPS``: 100 dispatch
+records per call) is profiled on local-task by ``iree-benchmark-module`` for as many
+calls as the size needs, as ``dfit run --repeat`` would. Each size is measured in a
+fresh process, so its max RSS is its own: it is read after the ledger, before the
+per-record join builds its objects. The result replaces this benchmark's section of
+``benchmarks/RESULTS.md``.
 
     python benchmarks/runtime_join.py
 """
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
+import json
 import os
 import shlex
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.compile_overhead import publish  # noqa: E402
 from dfit_mlir import event_schema, ledger  # noqa: E402
-from dfit_mlir.passes.instrumented_compile import compile_instrumented  # noqa: E402
 from dfit_mlir.runtime_hooks import hal_profile  # noqa: E402
-from dfit_mlir.runtime_hooks.hal_profile import DispatchEvent  # noqa: E402
 
 BEGIN = "<!-- runtime_join:begin -->"
 END = "<!-- runtime_join:end -->"
 SOURCE = REPO / "tests" / "inputs" / "shapes" / "loop.mlir"
 TRIPS = 98  # dispatch records per invocation: 1 + TRIPS + 1 = 100
+PER_INVOCATION = TRIPS + 2
+SIZES = (1_000_000, 2_000_000)
 
 
-def synthetic(real: list[DispatchEvent], invocations: int) -> list[DispatchEvent]:
-    """``real`` (one invocation) repeated: each command-buffer execution gets a fresh
-    submission id, as a longer run would give it (SYNTHETIC)."""
-    per_invocation = max(e.submission_id for e in real) - min(e.submission_id for e in real) + 1
-    first = min(e.submission_id for e in real)
-    events = []
-    for k in range(invocations):
-        shift = k * per_invocation
-        events.extend(DispatchEvent(e.key, e.submission_id + shift, e.command_buffer_id, e.command_index,
-                                    e.start_ns + shift, e.end_ns + shift, e.workgroup_count, e.tile_count)
-                      for e in real)
-    assert events[0].submission_id == first
-    return events
-
-
-def dispatch_batch(columns: hal_profile.JoinColumns) -> object:
+def dispatch_batch(columns: hal_profile.JoinColumns) -> Any:
     """The joined records as the event pipeline hands them on: an Arrow batch of
     ``dispatch`` events in the event schema."""
     import pyarrow as pa
 
     schema = event_schema.arrow_schema()
     count = len(columns.site)
-    given = {"kind": pa.array(["dispatch"] * count).dictionary_encode(), "site": pa.array(columns.site),
-             "invocation": pa.array(columns.invocation), "start_ns": pa.array(columns.start_ns),
-             "duration_ns": pa.array(columns.duration_ns)}
+    given = {"kind": pa.DictionaryArray.from_arrays(pa.array([0] * count, pa.int32()), ["dispatch"]),
+             "site": pa.array(columns.site), "invocation": pa.array(columns.invocation),
+             "start_ns": pa.array(columns.start_ns), "duration_ns": pa.array(columns.duration_ns)}
     arrays = [given[f.name].cast(f.type) if f.name in given else pa.nulls(count, f.type) for f in schema]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def main() -> None:
+def cpu_of_children() -> float:
     import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(profile: Path, manifest_path: Path, invocations: int) -> dict[str, Any]:
+    """One size, in this (fresh) process: decode → join → ledger, then the reference."""
+    import resource
+
+    import numpy as np
 
     from dfit_mlir.tools.model import SemanticModel
 
+    manifest = json.loads(manifest_path.read_text())
+    model = SemanticModel(manifest)  # loaded once per bundle by any tool: not per record
+    ledger.Ledger(model, [])  # imports and the time model, outside the timed spans
+    cpu, child = time.process_time(), cpu_of_children()
+    records = hal_profile.decode_columns(profile)
+    decode_cpu, profile_cpu = time.process_time() - cpu, cpu_of_children() - child
+    cpu = time.process_time()
+    joined = hal_profile.join_structural(records, manifest, "main", invocations)
+    join_cpu = time.process_time() - cpu
+    assert len(joined.columns.site) == len(records) == invocations * PER_INVOCATION
+    batch = dispatch_batch(joined.columns)
+    cpu = time.process_time()
+    book = ledger.Ledger(model, [batch])
+    entries = book.entries.num_rows
+    ledger_cpu = time.process_time() - cpu
+    assert entries and book.totals.attributed_ns == int(joined.columns.duration_ns.sum())
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    profile_rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    events = records.events()  # the reference reads objects (built untimed)
+    cpu = time.process_time()
+    slow = hal_profile._join_per_record(events, manifest, "main", invocations, ())
+    per_record_cpu = time.process_time() - cpu
+    for field in ("event", "site", "invocation", "start_ns", "duration_ns", "workgroups", "tiles"):
+        assert np.array_equal(getattr(slow.columns, field), getattr(joined.columns, field)), field
+    return {"records": len(records), "invocations": invocations, "decode_cpu": decode_cpu,
+            "profile_cpu": profile_cpu, "join_cpu": join_cpu, "ledger_cpu": ledger_cpu,
+            "per_record_cpu": per_record_cpu, "rss": rss, "profile_rss": profile_rss,
+            "profile_bytes": profile.stat().st_size}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, nargs="+", default=list(SIZES), help="sizes (default 1M 2M)")
+    parser.add_argument("--measure", nargs=3, metavar=("PROFILE", "MANIFEST", "INVOCATIONS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure(Path(args.measure[0]), Path(args.measure[1]), int(args.measure[2]))))
+        return
+    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
         compiled = compile_instrumented(SOURCE, Path(tmp) / "loop.vmfb", mode="ids")
-        real = hal_profile.capture(compiled.vmfb, ["16x16xf32=0.01", f"i32={TRIPS}"], driver="local-task")
-    manifest = compiled.manifest
-    rows = []
-    for total in (1_000_000, 2_000_000):
-        invocations = total // len(real)
-        events = synthetic(real, invocations)
-        cpu = time.process_time()
-        result = hal_profile.join_structural(events, manifest, "main", invocations)
-        join_cpu = time.process_time() - cpu
-        assert len(result.columns.site) == len(events)
-        batch = dispatch_batch(result.columns)
-        cpu = time.process_time()
-        book = ledger.Ledger(SemanticModel(manifest), [batch])
-        assert book.entries.num_rows and book.totals.attributed_ns == int(result.columns.duration_ns.sum())
-        ledger_cpu = time.process_time() - cpu
-        cpu = time.process_time()
-        slow = hal_profile._join_per_record(events, manifest, "main", invocations, ())
-        per_record_cpu = time.process_time() - cpu
-        assert (slow.columns.site == result.columns.site).all()
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        rows.append((len(events), invocations, join_cpu, ledger_cpu, per_record_cpu, rss))
-        print(f"{len(events):,} records: join {join_cpu:.2f} s CPU + ledger {ledger_cpu:.2f} s CPU "
-              f"(per-record join {per_record_cpu:.2f} s CPU), max RSS {rss:.0f} MiB", flush=True)
-        del events, result, batch, book, slow
-    load = os.getloadavg()[0]
+        for total in args.records:
+            invocations = total // PER_INVOCATION
+            profile = Path(tmp) / "profile.bin"
+            hal_profile.record_profile(compiled.vmfb, ["16x16xf32=0.01", f"i32={TRIPS}"], profile,
+                                       driver="local-task", function="main", invocations=invocations,
+                                       families=("host-execution",))
+            child = subprocess.run([sys.executable, __file__, "--measure", str(profile),
+                                    str(compiled.manifest_path), str(invocations)],
+                                   capture_output=True, text=True)
+            if child.returncode != 0:
+                raise SystemExit(f"runtime_join: measuring {total:,} records failed:\n{child.stderr[-3000:]}")
+            row = json.loads(child.stdout.splitlines()[-1])
+            profile.unlink()
+            rows.append(row)
+            print(f"{row['records']:,} records: decode {row['decode_cpu']:.2f} s CPU (+ iree-profile "
+                  f"{row['profile_cpu']:.2f} s), join {row['join_cpu']:.2f} s + ledger {row['ledger_cpu']:.2f} s CPU "
+                  f"(per-record join {row['per_record_cpu']:.2f} s), max RSS {row['rss']:.0f} MiB "
+                  f"(iree-profile {row['profile_rss']:.0f} MiB)", flush=True)
+    publish(section(rows), begin=BEGIN, end=END)
+
+
+def section(rows: list[dict[str, Any]]) -> list[str]:
+    load = os.getloadavg()
     when = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    lines = [
+    rate = [r["records"] / (r["join_cpu"] + r["ledger_cpu"]) for r in rows]
+    return [
         BEGIN,
         "## Runtime join + ledger: dispatch records → call sites → per-op time (structural join)",
         "",
-        f"Measured {when}; {len(real)} real local-task records of `tests/inputs/shapes/loop.mlir` "
-        f"(trip count {TRIPS}) replicated with fresh submission ids (SYNTHETIC beyond the first invocation). "
-        "The join runs after the run, on the decoded profile: it adds to `dfit run`'s wall time, not to the "
-        f"module's. CPU time is this process's (the machine is shared: load average {load:.1f} on "
-        f"{os.cpu_count()} cores at the end). Command:",
+        f"Measured {when}, under load (other helpers running: load average {load[0]:.1f} / {load[1]:.1f} / "
+        f"{load[2]:.1f} over 1 / 5 / 15 min at the end, on {os.cpu_count()} cores). REAL records: "
+        f"`tests/inputs/shapes/loop.mlir` (trip count {TRIPS}, {PER_INVOCATION} dispatch records per call) profiled "
+        "on local-task by `iree-benchmark-module` (host-execution) for as many calls as each size needs. What "
+        "`dfit run --mode full` does with them: `decode_columns` (iree-profile's JSONL through Arrow's JSON reader, "
+        "no Python object per record) → `join_structural` on the columns → the ledger over the joined batch. "
+        "CPU time is the measuring process's (iree-profile's, a child process, on its own); the join + ledger "
+        "rate leaves the decode out. The ledger column excludes loading the bundle's model (once per bundle, "
+        "whatever the record count). Command:",
         "",
         "```",
         f"python benchmarks/{Path(__file__).name}" + (" " + shlex.join(sys.argv[1:]) if sys.argv[1:] else ""),
         "```",
         "",
-        "Max RSS is the process's peak so far (it holds the records as Python objects, as the decoder "
-        "hands them over, plus the per-record join's own copies); the columnar join and the ledger keep "
-        "O(records) int64 columns (≈ 60 B per record), no per-record Python objects.",
+        "Each size runs in a fresh process; max RSS is that process's peak after decode, join and ledger "
+        "(before the per-record reference builds its objects). It grows with the records although no Python "
+        "object is made per record: the decoded columns, the join's output columns and its temporaries, and the "
+        "ledger's event batch (every column of the event schema) are numpy / Arrow arrays of one entry per "
+        "record. `iree-profile` reads the whole profile file into memory (its RSS is the file's size). The "
+        "per-record join is timed on the same records in the same process; both joins give every record the "
+        "same site, invocation, times, workgroups and tiles (checked).",
         "",
-        "| records | invocations | join CPU (s) | ledger CPU (s) | join + ledger: records/s (CPU) "
-        "| per-record join CPU (s) | speed-up | max RSS (MiB) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-        *(f"| {n:,} | {k:,} | {j:.2f} | {g:.2f} | {n / (j + g):,.0f} | {p:.2f} | {p / j:.1f}x | {r:.0f} |"
-          for n, k, j, g, p, r in rows),
+        "| records | invocations | decode: parse CPU (s) | decode: iree-profile CPU (s) | join CPU (s) "
+        "| ledger CPU (s) | join + ledger: records/s (CPU) | per-record join CPU (s) | speed-up "
+        "| max RSS (MiB) | iree-profile max RSS (MiB) | profile file (MiB) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        *(f"| {r['records']:,} | {r['invocations']:,} | {r['decode_cpu']:.2f} | {r['profile_cpu']:.2f} "
+          f"| {r['join_cpu']:.2f} | {r['ledger_cpu']:.2f} | {k:,.0f} | {r['per_record_cpu']:.2f} "
+          f"| {r['per_record_cpu'] / r['join_cpu']:.1f}x | {r['rss']:.0f} | {r['profile_rss']:.0f} "
+          f"| {r['profile_bytes'] / 2**20:.0f} |" for r, k in zip(rows, rate, strict=True)),
     ]
-    publish(lines, begin=BEGIN, end=END)
 
 
 if __name__ == "__main__":

@@ -472,14 +472,21 @@ def _collect(np: Any, dispatches: list[Partition], site_ns: Any, site_calls: Any
         else:
             rest_ns[(event.kind, event.partition)] += event.duration_ns
             rest_count[(event.kind, event.partition)] += 1
-    spans = leaf[order]
-    sorted_start, sorted_end, sorted_done = start[order][spans], end[order][spans], done[order][spans]
-    names, counts = np.unique(kind[leaf], return_counts=True)
-    totals = Totals(measured_ns=_union_sorted(np, sorted_start, sorted_end),
+    # A run's events usually come timed, sorted and all leaves: then no copy in sorted order.
+    in_order = len(order) == len(start) and bool((order == np.arange(len(start))).all())
+    spans = leaf if in_order else leaf[order]
+    if in_order and spans.all():
+        sorted_start, sorted_end, sorted_done = start, end, done
+    else:
+        sorted_start, sorted_end, sorted_done = start[order][spans], end[order][spans], done[order][spans]
+    measured = _union_sorted(np, sorted_start, sorted_end)
+    counts = np.bincount(kind[leaf], minlength=len(KINDS)).tolist()
+    totals = Totals(measured_ns=measured,
                     leaf_sum_ns=int((sorted_end - sorted_start).sum()),
-                    attributed_union_ns=_union_sorted(np, sorted_start[sorted_done], sorted_end[sorted_done]),
+                    attributed_union_ns=measured if sorted_done.all() else
+                    _union_sorted(np, sorted_start[sorted_done], sorted_end[sorted_done]),
                     attributed_ns=int(site_ns.sum()) + sum(root_ns.values()),
-                    kinds={KINDS[n]: int(c) for n, c in zip(names.tolist(), counts.tolist(), strict=True)},
+                    kinds={KINDS[n]: count for n, count in enumerate(counts) if count},
                     invocations=invocations)
     rest = tuple(Unattributed(k, p, rest_count[(k, p)], ns) for (k, p), ns in rest_ns.most_common())
     return _Timing({p.id: int(site_ns[i]) for i, p in enumerate(dispatches) if site_calls[i]},

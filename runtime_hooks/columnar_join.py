@@ -1,12 +1,14 @@
 """The structural join (:func:`dfit_mlir.runtime_hooks.hal_profile.join_structural`)
-over columns: the same rule, with the per-record work done by numpy.
+over columns: the same rule, with the per-record work done by numpy, on the records as
+``hal_profile.decode_columns`` gives them (:class:`join_records.DispatchColumns`: no
+Python object per record).
 
 A run repeats a few command buffers many times (every invocation, every loop trip), so
 the join matches each *distinct* command-buffer execution once and spreads the answer
 over its repeats: records are sorted into blocks (one per submission and command buffer),
 each record gets a code for what it is (command index, export, workgroups), blocks with
 the same buffer and codes share a signature, and only one block per signature goes
-through the per-record matcher (:func:`hal_profile._explains`). Grouping by signature
+through the per-record matcher (:func:`join_records.explains`). Grouping by signature
 uses a 64-bit hash of the codes and is then checked exactly (every record against its
 signature's first block), so the result is the per-record join's, not a likely one.
 
@@ -18,68 +20,19 @@ per-record join runs instead and decides or raises its error with the record sho
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
-
-@dataclass(frozen=True)
-class JoinColumns:
-    """One row per dispatch record, in runtime order (blocks in submission order, each
-    in command order): the record's index in the input, its call site and invocation
-    (``-1``: load time), its times, workgroup count product (``-1``: none) and tiles."""
-
-    event: np.ndarray
-    site: np.ndarray
-    invocation: np.ndarray
-    start_ns: np.ndarray
-    duration_ns: np.ndarray
-    workgroups: np.ndarray
-    tiles: np.ndarray
-
-
-@dataclass(frozen=True)
-class _Records:
-    sub: np.ndarray
-    buffer: np.ndarray
-    index: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    key: np.ndarray
-    groups: np.ndarray
-    group_sizes: np.ndarray
-    tiles: np.ndarray
-    numbered: bool
-
-
-def _records(events: Sequence[Any]) -> _Records:
-    """The records' fields as arrays; one C-level pass per field (``map`` over an
-    ``attrgetter``), strings and workgroup tuples as codes of their distinct values."""
-    count = len(events)
-
-    def integers(name: str) -> np.ndarray:
-        return np.fromiter(map(attrgetter(name), events), np.int64, count)
-
-    def optional(name: str) -> np.ndarray:
-        values = list(map(attrgetter(name), events))
-        if None in values:
-            return np.fromiter((-1 if v is None else v for v in values), np.int64, count)
-        return np.fromiter(values, np.int64, count)
-
-    def coded(name: str) -> tuple[np.ndarray, list[Any]]:
-        values = list(map(attrgetter(name), events))
-        distinct = {value: code for code, value in enumerate(dict.fromkeys(values))}
-        return np.fromiter(map(distinct.__getitem__, values), np.int64, count), list(distinct)
-
-    index = optional("command_index")
-    key, _ = coded("key")
-    groups, distinct_groups = coded("workgroup_count")
-    return _Records(sub=integers("submission_id"), buffer=integers("command_buffer_id"), index=index,
-                    start=integers("start_ns"), end=integers("end_ns"), key=key, groups=groups,
-                    group_sizes=np.array([int(np.prod(g)) if g else -1 for g in distinct_groups], dtype=np.int64),
-                    tiles=optional("tile_count"), numbered=bool((index >= 0).any()))
+from dfit_mlir.runtime_hooks.join_records import (
+    DispatchColumns,
+    Executions,
+    JoinColumns,
+    candidate_recordings,
+    explains,
+    invocation_starts,
+    runtime_order,
+)
 
 
 def _signatures(codes: np.ndarray, buffer: np.ndarray, first: np.ndarray, length: np.ndarray,
@@ -106,41 +59,26 @@ def _signatures(codes: np.ndarray, buffer: np.ndarray, first: np.ndarray, length
     return signature, representative
 
 
-def _runtime_order(*keys: np.ndarray) -> np.ndarray:
-    """Indices sorting the records by ``keys`` (most significant first); decoded profiles
-    come sorted so already, which one vectorised comparison confirms."""
-    ahead = np.zeros(len(keys[0]) - 1, dtype=bool)  # record i+1 sorts strictly after record i
-    tied = np.ones(len(keys[0]) - 1, dtype=bool)
-    for key in keys:
-        ahead |= tied & (key[1:] > key[:-1])
-        tied &= key[1:] == key[:-1]
-    if (ahead | tied).all():
-        return np.arange(len(keys[0]))
-    return np.lexsort(keys[::-1])
-
-
-def join_columns(events: Sequence[Any], manifest: dict[str, Any], function: str, invocations: int,
-                 execute_submissions: Sequence[tuple[int, int]],
+def join_columns(records: DispatchColumns, manifest: dict[str, Any], function: str, invocations: int,
+                 execute_submissions: Executions | Sequence[tuple[int, int]],
                  flush_starts: Sequence[int] | None = None) -> tuple[JoinColumns, list[int], dict[int, int]] | None:
     """(columns, invocation starts, buffer → recording) or ``None`` (see the module doc)."""
-    from dfit_mlir.runtime_hooks import hal_profile
-
-    if not events:
+    if not len(records):
         return None
     partitions = manifest["partitions"]
     recordings, sites = partitions["recordings"], partitions["dispatch_sites"]
-    invocation_ids, load_ids = hal_profile.candidate_recordings(manifest, function)
-    records = _records(events)
-    within = records.index if records.numbered else np.zeros_like(records.index)
-    order = _runtime_order(records.sub, records.buffer, within, records.start)
-    sub, buffer = records.sub[order], records.buffer[order]
+    invocation_ids, load_ids = candidate_recordings(manifest, function)
+    numbered = records.numbered
+    within = records.command_index if numbered else np.zeros_like(records.command_index)
+    order = runtime_order(records.submission_id, records.command_buffer_id, within, records.start_ns)
+    ordered = records if order is None else records.take(order)
+    sub, buffer = ordered.submission_id, ordered.command_buffer_id
     first = np.flatnonzero(np.concatenate(([True], (sub[1:] != sub[:-1]) | (buffer[1:] != buffer[:-1]))))
-    length = np.diff(np.append(first, len(order)))
+    length = np.diff(np.append(first, len(sub)))
     block_of = np.repeat(np.arange(len(first)), length)
-    position = np.arange(len(order)) - first[block_of]
-    groups = int(records.groups.max()) + 1
-    codes = ((records.index[order] + 1) * (int(records.key.max()) + 1) + records.key[order]) * groups \
-        + records.groups[order]
+    position = np.arange(len(sub)) - first[block_of]
+    codes = ((ordered.command_index + 1) * len(records.keys) + ordered.key) * len(records.workgroup_counts) \
+        + ordered.workgroup
     found = _signatures(codes, buffer, first, length, position, block_of)
     if found is None:
         return None
@@ -148,11 +86,11 @@ def join_columns(events: Sequence[Any], manifest: dict[str, Any], function: str,
     recording_of_buffer: dict[int, int] = {}
     fit_of: list[tuple[int, list[int]]] = []
     for block in representative.tolist():
-        chunk = [events[i] for i in order[first[block]:first[block] + length[block]].tolist()]
+        chunk = [ordered.event(row) for row in range(first[block], first[block] + length[block])]
         known = recording_of_buffer.get(int(buffer[first[block]]))
         pool = [known] if known is not None else load_ids + invocation_ids
         fits = [(index, positions) for index in pool
-                if (positions := hal_profile._explains(recordings[index], chunk, records.numbered)) is not None]
+                if (positions := explains(recordings[index], chunk, numbered)) is not None]
         if len(fits) != 1:
             return None  # ambiguous or unexplained: the per-record join decides or says why
         fit_of.append(fits[0])
@@ -161,8 +99,8 @@ def join_columns(events: Sequence[Any], manifest: dict[str, Any], function: str,
                   for r in recordings for p, c in enumerate(r["commands"]) if c.get("site") is not None}
     offsets = np.cumsum([0] + [len(positions) for _, positions in fit_of])
     flat = np.array([site_index[index, p] for index, positions in fit_of for p in positions], dtype=np.int32)
-    keys = execute_submissions or list(zip(sub[first].tolist(), buffer[first].tolist(), strict=True))
-    starts = hal_profile.invocation_starts(manifest, function, invocations, recording_of_buffer, keys, flush_starts)
+    executions = execute_submissions if len(execute_submissions) else Executions(sub[first], buffer[first])
+    starts = invocation_starts(manifest, function, invocations, recording_of_buffer, executions, flush_starts)
     block_recording = np.array([index for index, _ in fit_of], dtype=np.int64)[signature]
     invocation = np.searchsorted(np.array(starts, dtype=np.int64), sub[first], side="right") - 1
     load = np.isin(block_recording, np.array(load_ids, dtype=np.int64))
@@ -170,8 +108,9 @@ def join_columns(events: Sequence[Any], manifest: dict[str, Any], function: str,
         return None  # a record in the wrong phase: the per-record join names it
     invocation = np.where(load, -1, invocation)
     site = flat[offsets[signature][block_of] + position]
-    start = records.start[order]
-    columns = JoinColumns(event=order, site=site, invocation=invocation[block_of].astype(np.int32), start_ns=start,
-                          duration_ns=records.end[order] - start, workgroups=records.group_sizes[records.groups[order]],
-                          tiles=records.tiles[order])
+    products = np.array([int(np.prod(g)) if g else -1 for g in records.workgroup_counts], dtype=np.int64)
+    columns = JoinColumns(event=np.arange(len(sub)) if order is None else order, site=site,
+                          invocation=invocation[block_of].astype(np.int32), start_ns=ordered.start_ns,
+                          duration_ns=ordered.end_ns - ordered.start_ns, workgroups=products[ordered.workgroup],
+                          tiles=ordered.tile_count)
     return columns, starts, recording_of_buffer

@@ -2,7 +2,10 @@
 
 Capture goes through the shipped ``iree-run-module`` (the Python runtime bindings cannot
 capture a profile, RUNTIME-NOTES.md) with ``--device_profiling_mode=host-execution``,
-and decoding through ``iree-profile dispatch --dispatch_events --format=jsonl``.
+and decoding through ``iree-profile dispatch --dispatch_events --format=jsonl``: a run
+decodes the dispatch records straight to columns (:func:`decode_columns`, Arrow's JSON
+reader over the tool's output, a block at a time) and joins those, with no Python
+object per record; :func:`decode` gives the same records as objects (the reference).
 
 The join is structural (:func:`join_structural`): each runtime command buffer's
 records are matched to the one command-buffer recording of the ``hal``-phase host code
@@ -10,7 +13,7 @@ that explains them (``partitions.recordings``, ``passes/recordings.py``), and ea
 record to the command of that recording — hence to the call site that issued it,
 however often the recording runs (loops), whether it runs at all (branches), and
 whichever call site of a deduplicated export it is. Submissions are split into
-invocations by the host code's structure too (:func:`invocation_starts`) or, for a
+invocations by the host code's structure too (``join_records.invocation_starts``) or, for a
 function with no command-buffer execution in its entry block, by the benchmark tool's
 per-invocation profile flushes (:mod:`profile_flushes`) — never by time. A record
 nothing explains, or that two recordings explain equally, is an error that shows the
@@ -28,13 +31,21 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dfit_mlir import atomic
-from dfit_mlir.errors import EXIT_TOOLCHAIN_FAILED, DfitError, UnresolvedRecordError
+from dfit_mlir.errors import EXIT_TOOLCHAIN_FAILED, DfitError
 from dfit_mlir.perf import paused_gc
-from dfit_mlir.runtime_hooks.columnar_join import JoinColumns, join_columns
+from dfit_mlir.runtime_hooks.columnar_join import join_columns
+from dfit_mlir.runtime_hooks.join_records import (
+    NO_COMMAND_INDEX,
+    DispatchColumns,
+    DispatchEvent,
+    JoinColumns,
+    UnresolvedDispatchError,
+    candidate_recordings,
+    explains,
+    invocation_starts,
+)
 from dfit_mlir.toolchain import runtime_tool
 
-#: ``command_index`` value when the driver does not number commands (local-sync).
-NO_COMMAND_INDEX = 0xFFFFFFFF
 DRIVERS = ("local-sync", "local-task")
 #: HAL profiling families a ``full`` run records (all cheap on the CPU drivers,
 #: RUNTIME-NOTES.md); ``dispatch-events`` is unimplemented on ``local-*``.
@@ -61,36 +72,14 @@ class ToolFault(ProfileError):
         self.tool, self.returncode, self.stderr = tool, returncode, stderr
 
 
-class UnresolvedDispatchError(UnresolvedRecordError):
-    """A runtime dispatch record that no manifest call site explains."""
-
-
-@dataclass(frozen=True, slots=True)
-class DispatchEvent:
-    """One dispatch as HAL host-execution profiling saw it."""
-
-    key: str
-    """The export name (``main_dispatch_3_matmul_1x32x3136_f32``)."""
-    submission_id: int
-    command_buffer_id: int
-    command_index: int | None
-    start_ns: int
-    end_ns: int
-    workgroup_count: tuple[int, ...]
-    tile_count: int | None
-
-    @property
-    def duration_ns(self) -> int:
-        return self.end_ns - self.start_ns
-
-
 @dataclass(frozen=True)
 class Profile:
     """What one profiled run recorded, decoded."""
 
     #: ``iree-benchmark-module``'s real time per invocation (``None`` for one invocation).
     wall_ns_per_invocation: float | None
-    dispatches: list[DispatchEvent]
+    #: The dispatch records as columns, in runtime order (:func:`decode_columns`).
+    dispatch_records: DispatchColumns
     #: Non-dispatch host-execution records (``op`` in :data:`NON_MODEL_OPERATIONS`).
     host_operations: list[dict[str, Any]]
     queue_events: list[dict[str, Any]]
@@ -99,6 +88,12 @@ class Profile:
     #: per-invocation flushes (:mod:`profile_flushes`); ``None`` when not read (one
     #: invocation, or no queue-events family).
     flush_starts: tuple[int, ...] | None = None
+
+    @cached_property
+    def dispatches(self) -> list[DispatchEvent]:
+        """The dispatch records as objects (tests, the per-record join); the run's route
+        reads :attr:`dispatch_records`."""
+        return self.dispatch_records.events()
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,46 +116,55 @@ def capture(vmfb: Path, inputs: Sequence[str], *, driver: str = "local-sync",
 def capture_profile(vmfb: Path, inputs: Sequence[str], *, driver: str = "local-sync",
                     function: str | None = None, invocations: int = 1,
                     families: Sequence[str] = FULL_FAMILIES) -> Profile:
-    """Run ``vmfb`` under HAL profiling of ``families``; inputs in ``iree-run-module``
-    form (``1x3xf32=0.5``, ``@x.npy``). One invocation runs ``iree-run-module``; several
-    run ``iree-benchmark-module``, which records exactly its timed iterations (it needs
-    ``function``)."""
-    if driver not in DRIVERS:
-        raise ProfileError(f"driver {driver!r} is not one of {', '.join(DRIVERS)}")
+    """Run ``vmfb`` under HAL profiling of ``families`` (:func:`record_profile`) and
+    decode what it recorded."""
     with atomic.scratch_directory("dfit-profile-") as tmp:
         profile = Path(tmp) / "profile.bin"
-        if invocations == 1:
-            tool, extra = "iree-run-module", []
-        else:
-            if not function:
-                raise ProfileError("profiling several invocations needs the function to run")
-            tool, extra = "iree-benchmark-module", [f"--benchmark_min_time={invocations}x",
-                                                    "--benchmark_format=json"]
-        command = [
-            runtime_tool(tool),
-            f"--module={vmfb}",
-            f"--device={driver}",
-            f"--device_profiling_mode={','.join(families)}",
-            f"--device_profiling_output={profile}",
-            *(f"--input={value}" for value in inputs),
-            *extra,
-        ]
-        if function:
-            command.append(f"--function={function}")
-        run = subprocess.run(command, capture_output=True, text=True)
-        if run.returncode != 0:
-            reason = run.stderr.strip().splitlines()
-            message = f"{tool} failed on {vmfb}: {reason[-1] if reason else f'exit {run.returncode}'}"
-            raise ToolFault(message, tool, run.returncode, run.stderr)
+        tool, stdout = record_profile(vmfb, inputs, profile, driver=driver, function=function,
+                                      invocations=invocations, families=families)
         queue_events = decode_records(profile, "queue", "queue_event") if "queue-events" in families else []
         return Profile(
-            wall_ns_per_invocation=_benchmark_real_time_ns(run.stdout) if tool == "iree-benchmark-module" else None,
-            dispatches=decode(profile),
+            wall_ns_per_invocation=_benchmark_real_time_ns(stdout) if tool == "iree-benchmark-module" else None,
+            dispatch_records=decode_columns(profile),
             host_operations=decode_host_operations(profile) if "queue-events" in families else [],
             queue_events=queue_events,
             memory_events=decode_records(profile, "memory", "memory_event") if "memory-events" in families else [],
             flush_starts=_flush_starts(profile, queue_events, invocations, "queue-events" in families),
         )
+
+
+def record_profile(vmfb: Path, inputs: Sequence[str], profile: Path, *, driver: str = "local-sync",
+                   function: str | None = None, invocations: int = 1,
+                   families: Sequence[str] = FULL_FAMILIES) -> tuple[str, str]:
+    """Run ``vmfb`` under HAL profiling of ``families``, the raw profile written to
+    ``profile``; inputs in ``iree-run-module`` form (``1x3xf32=0.5``, ``@x.npy``). One
+    invocation runs ``iree-run-module``; several run ``iree-benchmark-module``, which
+    records exactly its timed iterations (it needs ``function``). (The tool, its stdout.)"""
+    if driver not in DRIVERS:
+        raise ProfileError(f"driver {driver!r} is not one of {', '.join(DRIVERS)}")
+    if invocations == 1:
+        tool, extra = "iree-run-module", []
+    else:
+        if not function:
+            raise ProfileError("profiling several invocations needs the function to run")
+        tool, extra = "iree-benchmark-module", [f"--benchmark_min_time={invocations}x", "--benchmark_format=json"]
+    command = [
+        runtime_tool(tool),
+        f"--module={vmfb}",
+        f"--device={driver}",
+        f"--device_profiling_mode={','.join(families)}",
+        f"--device_profiling_output={profile}",
+        *(f"--input={value}" for value in inputs),
+        *extra,
+    ]
+    if function:
+        command.append(f"--function={function}")
+    run = subprocess.run(command, capture_output=True, text=True)
+    if run.returncode != 0:
+        reason = run.stderr.strip().splitlines()
+        message = f"{tool} failed on {vmfb}: {reason[-1] if reason else f'exit {run.returncode}'}"
+        raise ToolFault(message, tool, run.returncode, run.stderr)
+    return tool, run.stdout
 
 
 def _flush_starts(profile: Path, queue_events: list[dict[str, Any]], invocations: int,
@@ -233,7 +237,8 @@ def non_model_operations(records: Sequence[dict[str, Any]]) -> list[dict[str, An
 
 
 def decode(profile: Path) -> list[DispatchEvent]:
-    """The dispatch events of a raw HAL profile, in the order the runtime executed them."""
+    """The dispatch events of a raw HAL profile, in the order the runtime executed them,
+    one object per record (the reference for :func:`decode_columns`, which a run uses)."""
     lines = _profile_jsonl(profile, "dispatch", "--dispatch_events")
     events = [_event(json.loads(line)) for line in lines if '"host_dispatch_event"' in line]
     # local-task numbers commands (dispatches and barriers alternate: 0, 2, 4, ...);
@@ -255,6 +260,125 @@ def _event(record: dict[str, Any]) -> DispatchEvent:
     )
 
 
+#: Bytes of iree-profile's JSONL per Arrow block: the decode holds one block at a time.
+DECODE_BLOCK_BYTES = 4 << 20
+#: The fields of a ``host_dispatch_event`` line the join reads.
+_DISPATCH_FIELDS = (("type", "string"), ("key", "string"), ("submission_id", "int64"),
+                    ("command_buffer_id", "int64"), ("command_index", "int64"), ("start_host_time_ns", "int64"),
+                    ("end_host_time_ns", "int64"), ("workgroup_count", "list<int64>"), ("tile_count", "int64"))
+
+
+def decode_columns(profile: Path) -> DispatchColumns:
+    """What :func:`decode` gives, as columns: ``iree-profile``'s JSONL is streamed through
+    Arrow's JSON reader a block at a time (:data:`DECODE_BLOCK_BYTES`), so neither the
+    text nor a Python object per record is ever held; rows in runtime order."""
+    import tempfile
+
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    types = {"string": pa.string(), "int64": pa.int64(), "list<int64>": pa.list_(pa.int64())}
+    schema = pa.schema([(name, types[kind]) for name, kind in _DISPATCH_FIELDS])
+    command = [runtime_tool("iree-profile"), "dispatch", "--dispatch_events", "--format=jsonl", str(profile)]
+    found = _DispatchBatches()
+    with tempfile.TemporaryFile() as stderr:
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr)
+        try:
+            reader = pj.open_json(child.stdout, read_options=pj.ReadOptions(block_size=DECODE_BLOCK_BYTES),
+                                  parse_options=pj.ParseOptions(explicit_schema=schema,
+                                                                unexpected_field_behavior="ignore"))
+            for batch in reader:
+                found.add(batch)
+        except pa.ArrowInvalid as error:
+            failed: str | None = str(error).splitlines()[0]
+        else:
+            failed = None
+        finally:
+            child.stdout.close()  # type: ignore[union-attr]
+            returncode = child.wait()
+        if returncode != 0:
+            stderr.seek(0)
+            raise ProfileError(f"iree-profile dispatch could not decode {profile}: "
+                               f"{stderr.read().decode(errors='replace').strip()}")
+    if failed is not None:
+        raise ProfileError(f"iree-profile dispatch printed records of {profile} this reader cannot read: {failed}")
+    return found.columns().in_runtime_order()
+
+
+class _DispatchBatches:
+    """The ``host_dispatch_event`` rows of Arrow batches, gathered as numpy columns;
+    export names and workgroup counts coded over all batches."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[Any]] = {name: [] for name in (
+            "key", "submission_id", "command_buffer_id", "command_index", "start_ns", "end_ns", "workgroup",
+            "tile_count")}
+        self.keys: dict[str, int] = {}
+        self.groups: dict[tuple[int, ...], int] = {}
+
+    def add(self, batch: Any) -> None:
+        import numpy as np
+        import pyarrow.compute as pc
+
+        batch = batch.filter(pc.equal(batch.column("type"), "host_dispatch_event"))
+        if not batch.num_rows:
+            return
+        if batch.column("key").null_count or batch.column("submission_id").null_count:
+            raise ProfileError("iree-profile printed a host_dispatch_event without its export key or submission")
+
+        def integers(name: str, missing: int = -1) -> np.ndarray:
+            return pc.fill_null(batch.column(name), missing).to_numpy()
+
+        keys = pc.dictionary_encode(batch.column("key"))
+        lookup = np.array([self.keys.setdefault(k, len(self.keys)) for k in keys.dictionary.to_pylist()],
+                          dtype=np.int32)
+        index = integers("command_index")
+        parts = self.parts
+        parts["key"].append(lookup[keys.indices.to_numpy()])
+        parts["submission_id"].append(integers("submission_id"))
+        parts["command_buffer_id"].append(integers("command_buffer_id"))
+        parts["command_index"].append(np.where(index == NO_COMMAND_INDEX, -1, index))
+        parts["start_ns"].append(integers("start_host_time_ns"))
+        parts["end_ns"].append(integers("end_host_time_ns"))
+        parts["workgroup"].append(self._workgroups(batch.column("workgroup_count")))
+        parts["tile_count"].append(integers("tile_count"))
+
+    def _workgroups(self, counts: Any) -> Any:
+        """Each row's workgroup count as a code of its distinct tuple (``()``: none)."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        lengths = pc.fill_null(pc.list_value_length(counts), 0).to_numpy()
+        values = pc.list_flatten(counts).to_numpy()
+        if len(values) and (lengths == 3).all() and values.min() >= 0 and values.max() < 1 << 21:
+            # The usual x, y, z: one int64 each, so numpy finds the distinct ones.
+            grid = values.reshape(-1, 3)
+            packed = (grid[:, 0] << 42) | (grid[:, 1] << 21) | grid[:, 2]
+            distinct, inverse = np.unique(packed, return_inverse=True)
+            triples = [(int(v >> 42), int((v >> 21) & 0x1FFFFF), int(v & 0x1FFFFF)) for v in distinct.tolist()]
+        else:
+            rows = [tuple(v) if v else () for v in counts.to_pylist()]
+            code = {row: k for k, row in enumerate(dict.fromkeys(rows))}
+            triples = list(code)
+            inverse = np.fromiter(map(code.__getitem__, rows), np.int64, len(rows))
+        lookup = np.array([self.groups.setdefault(g, len(self.groups)) for g in triples], dtype=np.int32)
+        return lookup[inverse.ravel()] if len(lookup) else np.zeros(0, np.int32)
+
+    def columns(self) -> DispatchColumns:
+        import numpy as np
+
+        def joined(name: str, dtype: Any) -> np.ndarray:
+            return np.concatenate(self.parts[name]).astype(dtype, copy=False) if self.parts[name] \
+                else np.zeros(0, dtype)
+
+        return DispatchColumns(
+            key=joined("key", np.int32), keys=tuple(self.keys), submission_id=joined("submission_id", np.int64),
+            command_buffer_id=joined("command_buffer_id", np.int64),
+            command_index=joined("command_index", np.int64), start_ns=joined("start_ns", np.int64),
+            end_ns=joined("end_ns", np.int64), workgroup=joined("workgroup", np.int32),
+            workgroup_counts=tuple(self.groups), tile_count=joined("tile_count", np.int64))
+
+
 @dataclass(frozen=True)
 class Join:
     """Where each invocation starts (its first submission id), the buffers' recordings,
@@ -265,7 +389,8 @@ class Join:
     #: command_buffer_id -> recording index, as matched.
     recording_of_buffer: dict[int, int]
     columns: JoinColumns
-    events: Sequence[DispatchEvent]
+    #: The records joined (``columns.event`` indexes them): objects, or columns as decoded.
+    events: Sequence[DispatchEvent] | DispatchColumns
     sites: Sequence[dict[str, Any]]
     count: int
 
@@ -292,67 +417,23 @@ class Join:
 
     def _record(self, event: int, site: int, phase: str) -> JoinedDispatch:
         found = self._site_by_index[site]
-        return JoinedDispatch(self.events[event], found["index"], found["root_id"], tuple(found["fused_ids"]), phase)
+        records = self.events
+        record = records.event(event) if isinstance(records, DispatchColumns) else records[event]
+        return JoinedDispatch(record, found["index"], found["root_id"], tuple(found["fused_ids"]), phase)
 
     def invocation_of_submission(self, submission_id: int) -> int:
         """Index of the invocation a submission belongs to; -1 for load time."""
         return bisect.bisect_right(self.starts, submission_id) - 1
 
 
-def candidate_recordings(manifest: dict[str, Any], function: str) -> tuple[list[int], list[int]]:
-    """(recordings an invocation of ``function`` may execute, load-time recordings).
-    Only the function run — and what it calls — executes; initializers run at load."""
-    from dfit_mlir.passes.recordings import reachable
-
-    partitions = manifest["partitions"]
-    functions = partitions.get("host_functions") or {}
-    if function not in functions:
-        raise UnresolvedDispatchError(
-            f"the manifest's host program has no function {function!r} "
-            f"(it has {', '.join(n for n, f in functions.items() if f['public']) or 'none'})")
-    reach = reachable([function], {name: f["calls"] for name, f in functions.items()})
-    invocation, load = [], []
-    for recording in partitions["recordings"]:
-        if recording["load_time"]:
-            load.append(recording["index"])
-        elif reach.intersection(recording["executors"]):
-            invocation.append(recording["index"])
-    return invocation, load
-
-
-def _explains(recording: dict[str, Any], block: Sequence[DispatchEvent], numbered: bool) -> list[int] | None:
-    """Command positions of ``recording`` that issued ``block`` (one command buffer's
-    dispatch records, in order), or ``None`` if the recording cannot have issued them.
-
-    ``numbered`` (local-task): each record's ``command_index`` is its command's position.
-    Otherwise (local-sync) the records are the recording's dispatches in order."""
-    commands = recording["commands"]
-    dispatches = [i for i, c in enumerate(commands) if c["op"].startswith("dispatch")]
-    if numbered:
-        positions = [e.command_index for e in block]
-        if any(p is None or p >= len(commands) for p in positions) or len(set(positions)) != len(positions):
-            return None
-    else:
-        if len(block) != len(dispatches):
-            return None
-        positions = dispatches
-    for position, event in zip(positions, block, strict=True):
-        command = commands[position]  # type: ignore[index]
-        if not command["op"].startswith("dispatch") or command.get("export") != event.key:
-            return None
-        wanted = command.get("workgroups")
-        if wanted is not None and event.workgroup_count and tuple(wanted) != tuple(event.workgroup_count):
-            return None
-    return positions  # type: ignore[return-value]
-
-
 @paused_gc()
-def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], function: str,
+def join_structural(events: Sequence[DispatchEvent] | DispatchColumns, manifest: dict[str, Any], function: str,
                     invocations: int, execute_submissions: Sequence[tuple[int, int]] = (),
                     flush_starts: Sequence[int] | None = None) -> Join:
     """Give every dispatch record the call site that issued it (see the module doc).
 
-    ``events``: the dispatch records of a run of ``invocations`` calls of ``function``;
+    ``events``: the dispatch records of a run of ``invocations`` calls of ``function``,
+    as columns (:func:`decode_columns`: the run's route) or objects (:func:`decode`);
     ``execute_submissions``: (submission_id, command_buffer_id) of every command-buffer
     execution (host-execution ``execute`` records), which places the invocations of a
     function whose anchor recording issued no dispatch record; ``flush_starts``: each
@@ -363,11 +444,14 @@ def join_structural(events: Sequence[DispatchEvent], manifest: dict[str, Any], f
         raise UnresolvedDispatchError(
             "the manifest has no command-buffer recordings (it predates the structural join): recompile with "
             "`dfit compile --dfit-tag`")
-    fast = join_columns(events, manifest, function, invocations, execute_submissions, flush_starts)
+    records = events if isinstance(events, DispatchColumns) else DispatchColumns.from_events(events)
+    fast = join_columns(records, manifest, function, invocations, execute_submissions, flush_starts)
     if fast is not None:
         columns, starts, recording_of_buffer = fast
         return Join(starts, recording_of_buffer, columns, events, partitions["dispatch_sites"], invocations)
-    return _join_per_record(events, manifest, function, invocations, execute_submissions, flush_starts)
+    # The fallback reads records as objects: the columns' rows keep their indices.
+    objects = events.events() if isinstance(events, DispatchColumns) else events
+    return _join_per_record(objects, manifest, function, invocations, execute_submissions, flush_starts)
 
 
 def _join_per_record(events: Sequence[DispatchEvent], manifest: dict[str, Any], function: str, invocations: int,
@@ -411,7 +495,7 @@ def _join_per_record(events: Sequence[DispatchEvent], manifest: dict[str, Any], 
             known = recording_of_buffer.get(buffer)
             pool = [known] if known is not None else load_ids + invocation_ids
             fits = [(index, positions) for index in pool
-                    if (positions := _explains(recordings[index], block, numbered)) is not None]
+                    if (positions := explains(recordings[index], block, numbered)) is not None]
             if len(fits) > 1 and all(recordings[index].get("global_name") for index, _ in fits):
                 pending.setdefault(buffer, []).append((key, fits, pool))  # decided by creation order
                 continue
@@ -501,98 +585,6 @@ def _by_creation_order(pending: dict[int, list[tuple[tuple[int, int], list[tuple
             if len(chosen) != 1:
                 raise UnresolvedDispatchError(_unresolved(blocks[key], fits, pool, recordings, function))
             placed[key] = chosen[0]
-
-
-def invocation_starts(manifest: dict[str, Any], function: str, invocations: int,
-                      recording_of_buffer: dict[int, int], executions: Sequence[tuple[int, int]],
-                      flush_starts: Sequence[int] | None = None) -> list[int]:
-    """First submission id of each invocation, from the host code's structure.
-
-    The anchor of ``function`` is the first command-buffer execution in its entry block:
-    it runs exactly once per call, after a fixed number of queue operations (one
-    submission each). So the k-th execution of the anchor's recording is submission
-    ``a_k``, and invocation k starts at ``a_k - queue_ops_before``. Without an anchor
-    (every execution under control flow: a loop or an ``scf.if`` first) the invocations
-    are the benchmark tool's iterations: it flushes the profile after each call, and
-    ``flush_starts`` holds the first submission of each flush (:func:`flush_invocation_starts`).
-    One invocation starts after the load-time work."""
-    from dfit_mlir.passes.recordings import anchor as entry_anchor
-
-    functions = manifest["partitions"]["host_functions"]
-    found = entry_anchor(functions, function)
-    if found is not None:
-        wanted, issued_before = set(found[0]), found[1]
-        # The anchor's recordings must run nowhere else in the function, or their
-        # executions would not count calls.
-        others = [e for e in _executions_reachable(manifest, function) if e is None or wanted.intersection(e)]
-        if len(others) == 1:
-            buffers = {buffer for buffer, index in recording_of_buffer.items() if index in wanted}
-            anchored = sorted(s for s, buffer in executions if buffer in buffers)
-            if not anchored:
-                anchored = _dispatchless_anchor(manifest, wanted, invocations, recording_of_buffer, executions)
-            if len(anchored) == invocations:
-                return [s - issued_before for s in anchored]
-            if anchored:
-                raise UnresolvedDispatchError(
-                    f"{len(anchored)} executions of {function}'s first command buffer (recording "
-                    f"{'/'.join(map(str, sorted(wanted)))}) for {invocations} invocation(s)")
-    if invocations == 1:
-        return [_first_after_load(manifest, recording_of_buffer, executions)]
-    return flush_invocation_starts(function, invocations, flush_starts)
-
-
-def flush_invocation_starts(function: str, invocations: int, flush_starts: Sequence[int] | None) -> list[int]:
-    """Invocation starts of a function without an anchor, from the profile's flushes:
-    one per invocation, each the first submission of its call. A call that issues no
-    submission (a loop that ran no trip, a branch with no work) writes no flush, so the
-    flushes no longer say which call was which: that is the error, naming the shape."""
-    shape = "its entry block executes no command buffer (every execution sits under control flow)"
-    if flush_starts is None:
-        raise UnresolvedDispatchError(
-            f"cannot split {invocations} invocations of {function}: {shape}, and this profile has no queue events "
-            f"to split by (they come with the queue-events family of iree-benchmark-module); run it with --repeat 1")
-    if not flush_starts:  # no call issued anything: every invocation is empty
-        return [0] * invocations
-    if len(flush_starts) != invocations:
-        raise UnresolvedDispatchError(
-            f"cannot split {invocations} invocations of {function}: {shape}, and only {len(flush_starts)} of the "
-            f"{invocations} calls issued a queue operation (a loop that ran no trip or a branch with no device work "
-            f"issues none), so which calls did the work cannot be told; run it with --repeat 1")
-    return list(flush_starts)
-
-
-def _dispatchless_anchor(manifest: dict[str, Any], wanted: set[int], invocations: int,
-                         recording_of_buffer: dict[int, int], executions: Sequence[tuple[int, int]]) -> list[int]:
-    """Executions of an anchor recording that issues no dispatch (copies, fills): no
-    dispatch record names its buffer. A memoized one is the only buffer no dispatch
-    explains that runs exactly once per invocation; else none is found."""
-    recordings = manifest["partitions"]["recordings"]
-    if any(c["op"].startswith("dispatch") for index in wanted for c in recordings[index]["commands"]) or \
-            not all(recordings[index].get("global_name") for index in wanted):
-        return []
-    counts: dict[int, list[int]] = {}
-    for submission, buffer in executions:
-        if buffer not in recording_of_buffer:
-            counts.setdefault(buffer, []).append(submission)
-    fitting = [sorted(subs) for subs in counts.values() if len(subs) == invocations]
-    return fitting[0] if len(fitting) == 1 else []
-
-
-def _executions_reachable(manifest: dict[str, Any], function: str) -> list[list[int] | None]:
-    from dfit_mlir.passes.recordings import reachable
-
-    functions = manifest["partitions"]["host_functions"]
-    reach = reachable([function], {name: f["calls"] for name, f in functions.items()})
-    return [executed for name in sorted(reach) if name in functions for executed in functions[name]["executes"]]
-
-
-def _first_after_load(manifest: dict[str, Any], recording_of_buffer: dict[int, int],
-                      executions: Sequence[tuple[int, int]]) -> int:
-    """The submission after the last load-time execution (1 when there is none)."""
-    recordings = manifest["partitions"]["recordings"]
-    load = [s for s, buffer in executions
-            if buffer in recording_of_buffer and recordings[recording_of_buffer[buffer]]["load_time"]]
-    return max(load) + 1 if load else 0
 
 
 def _describe(event: DispatchEvent) -> str:

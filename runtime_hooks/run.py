@@ -425,7 +425,7 @@ def _profiled_run(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], d
         raise
     executions = [(r["submission_id"], r["command_buffer_id"]) for r in profile.host_operations
                   if r.get("op") == "execute"]
-    joined = hal_profile.join_structural(profile.dispatches, manifest, function, invocations, executions,
+    joined = hal_profile.join_structural(profile.dispatch_records, manifest, function, invocations, executions,
                                          profile.flush_starts)
 
     def submission(record: dict[str, Any], k: int | None) -> EventRow:

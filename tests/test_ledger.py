@@ -339,11 +339,12 @@ def test_columnar_join_is_the_per_record_join(name: str, driver: str, tmp_path: 
     from dfit_mlir.passes.instrumented_compile import compile_instrumented
     from dfit_mlir.runtime_hooks import hal_profile
     from dfit_mlir.runtime_hooks.columnar_join import join_columns
+    from dfit_mlir.runtime_hooks.join_records import DispatchColumns
 
     compiled = compile_instrumented(SHAPES / f"{name}.mlir", tmp_path / "m.vmfb", mode="ids")
     events = hal_profile.capture(compiled.vmfb, ["16x16xf32=0.01", "i32=5"], driver=driver, function="main",
                                 invocations=3)
-    fast = join_columns(events, compiled.manifest, "main", 3, ())
+    fast = join_columns(DispatchColumns.from_events(events), compiled.manifest, "main", 3, ())
     slow = hal_profile._join_per_record(events, compiled.manifest, "main", 3, ()).columns
     if fast is None:  # the per-record join decided (two recordings with the same commands)
         assert name == "loop_shared_export" and driver == "local-sync"
