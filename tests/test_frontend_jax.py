@@ -196,6 +196,45 @@ def test_a_function_that_does_not_trace_is_a_clear_error(tmp_path: Path) -> None
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+STEP_FILE = ("import jax\nimport jax.numpy as jnp\n\n"
+             "def double_then_sum(x):\n"
+             "    with jax.named_scope('scale'):\n"
+             "        y = x * 2.0\n"
+             "    return jnp.sum(jnp.tanh(y))\n\n"
+             "def make_step():\n"
+             "    return double_then_sum, (jnp.ones((4, 4)),)\n")
+
+
+@pytest.mark.frontends
+def test_python_api_prints_the_summary_dfit_compile_prints(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """``jax.compile`` prints what ``dfit compile step.py`` prints for the same function
+    (the files it wrote, the per-stage table, the dispatch line); ``quiet=True`` nothing."""
+    from click.testing import CliRunner
+
+    from dfit_mlir.cli import main
+    from dfit_mlir.frontends.torch import load_module_file
+
+    source = tmp_path / "step.py"
+    source.write_text(STEP_FILE)
+    (tmp_path / "cli").mkdir()
+    shell = CliRunner().invoke(main, ["compile", str(source), "--dfit-tag", "--mode", "ids",
+                                      "-o", str(tmp_path / "cli" / "step.vmfb")])
+    assert shell.exit_code == 0, shell.output
+    fn, args = load_module_file(source, "make_step")
+    capsys.readouterr()
+    result = jax_frontend.compile(fn, *args, output=tmp_path / "api" / "step.vmfb", mode="ids")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[:2] == [f"wrote {result.vmfb}", f"wrote {result.manifest_path}"]
+    table = printed[2:]
+    assert table[0].startswith("per-stage attribution (") and table[-1].startswith("dispatches: ")
+    assert [line.split()[0] for line in table[2:-1]][:1] == ["source"] and len(table) >= 5  # a row per stage
+    shell_lines = shell.output.splitlines()
+    assert table == shell_lines[shell_lines.index(table[0]):]  # the same figures as the shell's
+    jax_frontend.compile(fn, *args, output=tmp_path / "quiet" / "step.vmfb", mode="ids", quiet=True)
+    assert capsys.readouterr().out == ""
+
+
 @pytest.fixture(scope="module")
 def scan_step(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("jax-scan")

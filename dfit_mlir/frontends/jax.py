@@ -253,18 +253,15 @@ def lower_text(fn: Any, *args: Any, static_argnums: int | Sequence[int] = (), **
 def compile(fn: Any, *args: Any, output: str | Path, mode: str = "full", flags: Sequence[str] | None = None,
             manifest_path: str | Path | None = None, mlir_path: str | Path | None = None,
             static_argnums: int | Sequence[int] = (), trace_tensors: tuple[str, ...] = (),
-            lineage_detail: str = "phases", **kwargs: Any) -> Any:
+            lineage_detail: str = "phases", quiet: bool = False, **kwargs: Any) -> Any:
     """Lower ``jax.jit(fn)(*args, **kwargs)`` with debug info and compile it with dfit
     tags. Writes the StableHLO beside ``output`` (``<output stem>.mlir`` unless
-    ``mlir_path``), the vmfb and the manifest; returns the
+    ``mlir_path``), the vmfb and the manifest, and prints the per-stage summary
+    ``dfit compile`` prints (``quiet=True``: nothing); returns the
     :class:`~dfit_mlir.passes.instrumented_compile.CompileResult`."""
-    from dfit_mlir import atomic
-    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+    from dfit_mlir.frontends import compile_text
 
-    output = Path(output)
     text = lower_text(fn, *args, static_argnums=static_argnums, **kwargs)
-    source = Path(mlir_path) if mlir_path else output.with_suffix(".mlir")
-    atomic.write_text(source, text)
-    return compile_instrumented(source, output, mode=mode, flags=tuple(DEFAULT_FLAGS if flags is None else flags),
-                                manifest_path=Path(manifest_path) if manifest_path else None,
-                                trace_tensors=trace_tensors, lineage_detail=lineage_detail)
+    return compile_text(text, output, default_flags=DEFAULT_FLAGS, mode=mode, flags=flags,
+                        manifest_path=manifest_path, mlir_path=mlir_path, trace_tensors=trace_tensors,
+                        lineage_detail=lineage_detail, quiet=quiet)
