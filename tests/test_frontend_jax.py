@@ -275,6 +275,72 @@ def test_scan_body_ops_keep_their_own_module_path(scan_step: dict[str, Any]) -> 
     assert bogus == []
 
 
+def _calls_by_phase(text: str) -> dict[str, set[str]]:
+    """Private function -> the phases of its call sites, read with the frontend's rules."""
+    from iree.compiler import ir
+
+    from dfit_mlir.frontends import jax_helpers
+    from dfit_mlir.passes import phases
+
+    _, context = phases.compiler_context()
+    with context:
+        records, calls, _ = jax_helpers._call_site_records(ir.Module.parse(text))
+    phase_of = {record["id"]: record["phase"] for record in records}
+    found: dict[str, set[str]] = {}
+    for call_id, (callee, _) in calls.items():
+        if phase_of[call_id] is not None:
+            found.setdefault(callee, set()).add(phase_of[call_id])
+    return found
+
+
+@pytest.mark.frontends
+@pytest.mark.slow
+def test_helpers_shared_by_forward_and_backward_take_each_call_sites_phase(tmp_path: Path) -> None:
+    """JAX calls the scan's weight-slicing helpers from the forward and the backward
+    loop: each phase gets its own copy, so every op has a phase, the forward copy's ops
+    are forward and the backward copy's backward, in the manifest and in the ledger."""
+    import jax
+
+    from dfit_mlir import ledger
+    from dfit_mlir.tools.model import SemanticModel
+
+    step, args = frontend_models.jax_scan_layernorm_sgd_step()
+    raw = jax.jit(step).lower(*args).as_text(debug_info=True)
+    shared = {name: found for name, found in _calls_by_phase(raw).items() if len(found) > 1}
+    assert shared and all(found == {"forward", "backward"} for found in shared.values()), shared
+    assert any(name.startswith("dynamic_index_in_dim") for name in shared)
+    assert not [n for n, found in _calls_by_phase(jax_frontend.lower_text(step, *args)).items() if len(found) > 1]
+
+    compiled = jax_frontend.compile(step, *args, output=tmp_path / "step.vmfb", mode="ids", quiet=True)
+    ops = compiled.manifest["operators"]
+    computing = [op for op in ops if not is_constant(op["op"]) and op["op"] not in STRUCTURAL]
+    assert len(computing) > 100
+    assert [op["id"] for op in computing if op["phase"] is None] == []
+    assert sum(op["module_path"] is not None for op in computing) >= 0.995 * len(computing)
+    functions = {op["id"] for op in ops if op["op"] == "func.func"}
+    for name in shared:
+        assert f"{name}_backward" in functions
+        for copy, phase in ((name, "forward"), (f"{name}_backward", "backward")):
+            body = [op for op in computing if op["id"].startswith(f"{copy}/")]
+            assert body and {op["phase"] for op in body} == {phase}, (copy, body)
+            assert {op["module_path"] for op in body} == {"layers"}
+    # The layernorm: JAX emits its forward and its transpose as two functions.
+    norms = {op["id"].split("/")[0]: set() for op in computing if op["id"].startswith("layernorm")}
+    for op in computing:
+        if op["id"].split("/")[0] in norms:
+            norms[op["id"].split("/")[0]].add((op["module_path"], op["phase"]))
+    assert sorted(found.pop() for found in norms.values() if len(found) == 1) == [
+        ("layers/ln", "backward"), ("layers/ln", "forward")]
+    # The ledger (every tool's figures) has the same phase for every dispatch's ops.
+    # (The slicing helpers themselves land in no dispatch: IREE folds a slice into its
+    # consumer's operand, so they cost nothing there.)
+    entries = ledger.of(SemanticModel.open(compiled.manifest_path)).entries.to_pylist()
+    phase_of = {op["id"]: op["phase"] for op in ops}
+    assert entries and [e["op_id"] for e in entries if e["phase"] is None] == []
+    assert all(e["phase"] == phase_of[e["op_id"]] for e in entries)
+    assert {e["phase"] for e in entries} >= {"forward", "backward", "loss", "optimizer"}
+
+
 @pytest.mark.frontends
 def test_flax_scan_body_keeps_its_module_paths(tmp_path: Path) -> None:
     """``nn.scan(nn.remat(Block))``: the body's ops carry ``layers/attn/dot_general``

@@ -367,6 +367,9 @@ def annotate(operators: list[dict[str, Any]], callees: dict[str, str] | None = N
             op["phase"] = "initializer"
     frontend.finish(operators)
     _inherit_from_call_sites(operators, by_id, function_of, callees or {}, getattr(frontend, "nested_path", None))
+    settle = getattr(frontend, "settle", None)  # a frontend's last word, once every op has its context
+    if settle is not None:
+        settle(operators)
     return frontend
 
 

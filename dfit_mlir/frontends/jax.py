@@ -226,6 +226,19 @@ class JaxFrontend:
                 op["phase"] = "forward"
 
 
+    def settle(self, operators: Sequence[dict[str, Any]]) -> None:
+        """After the private functions took their call sites' module and phase: the
+        model's code that runs outside the transformations of a differentiated function
+        (``jnp.sqrt(width)`` in ``attn``: a value that does not depend on the
+        differentiated inputs is computed once, outside ``jvp``) is ``forward`` when its
+        scopes are all scopes of the forward or backward pass."""
+        differentiated = {scope for op in operators if op.get("phase") in ("backward", "forward")
+                          for scope in (op.get("module_path") or "").split("/") if scope}
+        for op in operators:
+            path = op.get("module_path")
+            if op.get("phase") is None and path and self._stack(op) and set(path.split("/")) <= differentiated:
+                op["phase"] = "forward"
+
     def module_classes(self, op: dict[str, Any]) -> dict[str, str]:
         return {}
 
@@ -234,7 +247,9 @@ FRONTEND = JaxFrontend()
 
 
 def lower_text(fn: Any, *args: Any, static_argnums: int | Sequence[int] = (), **kwargs: Any) -> str:
-    """StableHLO text of ``jax.jit(fn)`` at these arguments, with debug info."""
+    """StableHLO text of ``jax.jit(fn)`` at these arguments, with debug info; a private
+    helper called from several phases is copied once per phase
+    (:func:`dfit_mlir.frontends.jax_helpers.specialize_by_phase`)."""
     from dfit_mlir.errors import CompileError, ToolchainError
 
     try:
@@ -247,7 +262,9 @@ def lower_text(fn: Any, *args: Any, static_argnums: int | Sequence[int] = (), **
         name = getattr(fn, "__qualname__", type(fn).__name__)
         raise CompileError(f"jax could not lower {name}: {type(error).__name__}: "
                            f"{str(error).splitlines()[0] if str(error) else ''}") from error
-    return lowered.as_text(debug_info=True)
+    from dfit_mlir.frontends.jax_helpers import specialize_by_phase
+
+    return specialize_by_phase(lowered.as_text(debug_info=True))
 
 
 def compile(fn: Any, *args: Any, output: str | Path, mode: str = "full", flags: Sequence[str] | None = None,
