@@ -138,6 +138,9 @@ GATHER_OPS = {
     "onnx.Gather": 0, "onnx.GatherElements": 0, "onnx.GatherND": 0, "stablehlo.gather": 0, "mhlo.gather": 0,
     "stablehlo.torch_index_select": 0, "tosa.gather": 0, "tensor.extract": 0, "tensor.gather": 0,
 }
+#: Ops that read a window of their first operand at start indices given by the others
+#: (JAX's ``table[token]`` with a scalar token, ``lax.dynamic_index_in_dim``).
+DYNAMIC_SLICE_OPS = frozenset({"stablehlo.dynamic_slice", "mhlo.dynamic_slice"})
 #: Op name fragments that pass an integer tensor on unchanged in value (casts, shape ops).
 PASS_THROUGH = ("cast", "convert", "reshape", "view", "squeeze", "expand", "broadcast", "slice", "transpose",
                 "to.dtype", "flatten", "clone", "contiguous", "collapse", "tosa.identity", "extsi", "trunci",
@@ -179,6 +182,7 @@ class InputPlan:
 #: Comparisons that make a one-hot against an iota (JAX's ``one_hot``).
 COMPARE_OPS = ("stablehlo.compare", "mhlo.compare", "arith.cmpi", "onnx.Equal", "torch.aten.eq.Tensor", "tosa.equal")
 CALL_OPS = ("func.call", "util.call")
+RETURN_OPS = ("func.return", "util.return")
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,12 +258,22 @@ def index_uses(manifest: dict[str, Any] | None, function: str) -> dict[int, list
     by_id = {tensor["id"]: tensor for tensor in tensors}
     functions = [op["id"] for op in operators.values() if op.get("parent") is None and "func" in op.get("op", "")]
 
+    def enclosing_function(op: dict[str, Any]) -> str | None:
+        while op.get("parent") is not None and op["parent"] in operators:
+            op = operators[op["parent"]]
+        return op["id"]
+
     def callee_arguments(call: dict[str, Any], tensor: dict[str, Any]) -> list[dict[str, Any]]:
         """The callee's argument tensors ``tensor`` is passed as: the callee is the one
-        function whose argument types match the call's operands (calls keep no name)."""
+        function whose argument types match the call's operands (calls keep no name),
+        other than the caller (StableHLO functions do not recurse; ``jit(f)`` of a
+        function with main's own signature calls it)."""
         wanted = [(o.get("shape"), o.get("dtype")) for o in call.get("operands") or []]
         matches = []
+        caller = enclosing_function(call)
         for name in functions:
+            if name == caller:
+                continue
             arguments = [by_id.get(f"{name}/arg{i}") for i in range(len(wanted))]
             if all(arguments) and by_id.get(f"{name}/arg{len(wanted)}") is None and \
                     [(a["shape"], a["dtype"]) for a in arguments] == wanted:  # type: ignore[index]
@@ -284,43 +298,80 @@ def index_uses(manifest: dict[str, Any] | None, function: str) -> dict[int, list
                 current = upstream[0]
         return None
 
+    def follow(consumer: str, tensor: dict[str, Any], via_select: bool,
+               returns: tuple[str, ...]) -> tuple[IndexUse | None, list[tuple[dict[str, Any], bool, tuple[str, ...]]]]:
+        """What ``consumer`` does with the integer ``tensor``: index a table (the use),
+        or pass it on (the values it becomes). ``returns``: the calls whose callee the
+        walk is in, innermost last, so that a helper's result goes back to its call."""
+        op = operators[consumer]
+        if op["op"] in GATHER_OPS:
+            table = (op.get("operands") or [{}])[GATHER_OPS[op["op"]]]
+            shape = table.get("shape") or []
+            if shape and table.get("shape") != tensor.get("shape") and all(d for d in shape):
+                embedding = op["op"] == "torch.aten.embedding"
+                rows = shape[0] if embedding else min(shape)
+                return IndexUse(rows, shape[0] if embedding else max(shape),
+                                f"{consumer} indexes a {'x'.join(map(str, shape))} table"
+                                + (" (through a select)" if via_select else "")), []
+            return None, []
+        if op["op"] in COMPARE_OPS:
+            length = iota_length(consumer, tensor)
+            return (IndexUse(length, None, f"{consumer} compares it with a {length}-long iota (one-hot)")
+                    if length else None), []
+        if op["op"] in DYNAMIC_SLICE_OPS and tensor.get("shape") != (op.get("operands") or [{}])[0].get("shape"):
+            return _window_start_use(consumer, op, via_select), []
+        if op.get("carried"):  # into a loop: the loop state it becomes, inside
+            return None, [({"id": state["id"], "consumers": state["consumers"], "shape": tensor.get("shape"),
+                            "dtype": tensor.get("dtype")}, via_select, returns)
+                          for state in op["carried"] if state["operand"] == tensor["id"]]
+        if op["op"] in CALL_OPS:
+            return None, [(a, via_select, (*returns, consumer)) for a in callee_arguments(op, tensor)]
+        if op["op"] in RETURN_OPS and returns:  # a helper (``remainder``, ``_where``) hands it back
+            return None, [(result, via_select, returns[:-1]) for result in results.get(returns[-1], ())]
+        if any(fragment in op["op"] for fragment in PASS_THROUGH):
+            wraps = via_select or "select" in op["op"] or "where" in op["op"].lower()
+            return None, [(result, wraps, returns) for result in results.get(consumer, ())]
+        return None, []
+
     bounds: dict[int, list[IndexUse]] = {}
     for argument in signature(manifest, function):
         if argument["dtype"] not in DTYPES or np.dtype(DTYPES[argument["dtype"]][1]).kind == "f":
             continue
         index = int(argument["id"].rsplit("arg", 1)[1])
         seen: set[str] = set()
-        frontier = [(argument, False)]  # (tensor, reached through a select: negatives wrap)
+        # (tensor, reached through a select: negatives wrap, the calls it is inside)
+        frontier: list[tuple[dict[str, Any], bool, tuple[str, ...]]] = [(argument, False, ())]
         found: list[IndexUse] = []
         while frontier:
-            tensor, via_select = frontier.pop()
+            tensor, via_select, returns = frontier.pop()
             for consumer in tensor.get("consumers", ()):
                 if consumer in seen or consumer not in operators:
                     continue
                 seen.add(consumer)
-                op = operators[consumer]
-                if op["op"] in GATHER_OPS:
-                    table = (op.get("operands") or [{}])[GATHER_OPS[op["op"]]]
-                    shape = table.get("shape") or []
-                    if shape and table.get("shape") != tensor.get("shape") and all(d for d in shape):
-                        embedding = op["op"] == "torch.aten.embedding"
-                        rows = shape[0] if embedding else min(shape)
-                        found.append(IndexUse(rows, shape[0] if embedding else max(shape),
-                                              f"{consumer} indexes a {'x'.join(map(str, shape))} table"
-                                              + (" (through a select)" if via_select else "")))
-                elif op["op"] in COMPARE_OPS:
-                    length = iota_length(consumer, tensor)
-                    if length:
-                        found.append(IndexUse(length, None,
-                                              f"{consumer} compares it with a {length}-long iota (one-hot)"))
-                elif op["op"] in CALL_OPS:
-                    frontier.extend((a, via_select) for a in callee_arguments(op, tensor))
-                elif any(fragment in op["op"] for fragment in PASS_THROUGH):
-                    wraps = via_select or "select" in op["op"] or "where" in op["op"].lower()
-                    frontier.extend((result, wraps) for result in results.get(consumer, ()))
+                use, passed = follow(consumer, tensor, via_select, returns)
+                found.extend([use] if use is not None else [])
+                frontier.extend(passed)
         if found:
             bounds[index] = found
     return bounds
+
+
+def _window_start_use(consumer: str, op: dict[str, Any], via_select: bool) -> IndexUse | None:
+    """The start index of a dynamic slice: below ``dim - window + 1`` along the axes
+    the window moves on (where it is narrower than the table; the smallest such bound
+    when there are several, as the start operands are alike); ``None`` when the
+    window spans the whole table."""
+    operands = op.get("operands") or []
+    table = (operands[0] if operands else {}).get("shape") or []
+    window = ((op.get("results") or [{}])[0]).get("shape") or []
+    if len(table) != len(window) or not all(table) or not all(window):
+        return None
+    moving = [dim - size + 1 for dim, size in zip(table, window, strict=True) if size < dim]
+    if not moving:
+        return None
+    starts = min(moving)
+    return IndexUse(starts, starts, f"{consumer} reads a {'x'.join(map(str, window))} window of a "
+                                    f"{'x'.join(map(str, table))} table" + (" (through a select)" if via_select else ""))
 
 
 def _array_spec(argument: dict[str, Any], purpose: str) -> tuple[np.dtype, list[int]]:
