@@ -342,6 +342,43 @@ def test_helpers_shared_by_forward_and_backward_take_each_call_sites_phase(tmp_p
 
 
 @pytest.mark.frontends
+@pytest.mark.slow
+def test_per_phase_copies_compile_to_the_same_executables(tmp_path: Path) -> None:
+    """The copies only name the ops per phase: IREE inlines both, so plain compiles of
+    JAX's own text and of the specialized text hold the same executables (without
+    DWARF, which records source lines)."""
+    import jax
+
+    from dfit_mlir.passes.plain_compile import plain_compile
+    from dfit_mlir.vmfb import read_module
+
+    step, args = frontend_models.jax_scan_layernorm_sgd_step()
+    raw = jax.jit(step).lower(*args).as_text(debug_info=True)
+    specialized = jax_frontend.lower_text(step, *args)
+    assert specialized != raw and "_backward(" in specialized
+    modules = {}
+    for name, text in (("raw", raw), ("specialized", specialized)):
+        (tmp_path / f"{name}.mlir").write_text(text)
+        plain_compile(tmp_path / f"{name}.mlir", tmp_path / f"{name}.vmfb",
+                      [*jax_frontend.DEFAULT_FLAGS, "--iree-llvmcpu-debug-symbols=false"])
+        modules[name] = read_module(tmp_path / f"{name}.vmfb")
+    assert modules["raw"].executables and modules["specialized"].executables == modules["raw"].executables
+    assert modules["specialized"].embedded_strings == modules["raw"].embedded_strings
+
+
+@pytest.mark.frontends
+def test_helpers_called_from_one_phase_are_left_as_jax_wrote_them() -> None:
+    """Flax's relu is one helper called from both blocks, both forward: not copied, and
+    the text is JAX's own."""
+    import jax
+
+    apply, args = frontend_models.flax_mlp()
+    raw = jax.jit(apply).lower(*args).as_text(debug_info=True)
+    assert raw.count("call @relu(") == 2
+    assert jax_frontend.lower_text(apply, *args) == raw
+
+
+@pytest.mark.frontends
 def test_flax_scan_body_keeps_its_module_paths(tmp_path: Path) -> None:
     """``nn.scan(nn.remat(Block))``: the body's ops carry ``layers/attn/dot_general``
     (or ``checkpoint/rematted_computation/layers/…`` in the backward body) below the

@@ -27,8 +27,9 @@ import re
 from collections import defaultdict
 from typing import Any
 
-#: ``call @name(`` in StableHLO text (``func.call`` and the short ``call`` form).
-_CALL = re.compile(r"\bcall @([\w$.\-]+)\(")
+#: ``call @name(`` in StableHLO text (``func.call`` and the short ``call`` form; a quoted
+#: name such as ``@"<lambda>"`` too).
+_CALL = re.compile(r'\bcall @("[^"]+"|[\w$.\-]+)\(')
 #: Rounds of copying: a helper's helpers are split in the next round (nesting depth).
 MAX_ROUNDS = 16
 
