@@ -281,7 +281,7 @@ def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool
         return
     from dfit_mlir.passes.instrumented_compile import compile_instrumented
     from dfit_mlir.passes.tensor_traces import parse_filter
-    from dfit_mlir.report import attribution_summary
+    from dfit_mlir.report import compile_report
 
     try:
         tensors = parse_filter(tensor_filter) if tensor_filter is not None else ()
@@ -290,9 +290,7 @@ def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool
     result = compile_instrumented(source, output, mode=mode, flags=flags, manifest_path=manifest_path,
                                   driver_name=driver, trace_tensors=tensors, probes=probes,
                                   lineage_detail=lineage_detail)
-    click.echo(f"wrote {result.vmfb}")
-    click.echo(f"wrote {result.manifest_path}")
-    click.echo(attribution_summary(result.manifest))
+    click.echo(compile_report(result))
     if tensors:
         traced = result.manifest["tensor_traces"]
         skipped = result.manifest["tensor_traces_skipped"]

@@ -8,6 +8,12 @@ from dfit_mlir.ids import op_name_of
 from dfit_mlir.lineage import is_constant
 
 
+def compile_report(result: Any) -> str:
+    """What a tagged compile prints, whichever way it was started (``dfit compile``, the
+    frontends' ``compile``): the files written, then :func:`attribution_summary`."""
+    return f"wrote {result.vmfb}\nwrote {result.manifest_path}\n{attribution_summary(result.manifest)}"
+
+
 def attribution_summary(manifest: dict[str, Any]) -> str:
     """One row per stage: ops, tagged share of non-constant ops, lineage classes, and
     the most common compiler-materialised kinds."""

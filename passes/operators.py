@@ -95,6 +95,7 @@ def _dot_contraction(op: ir.Operation, operands: list[dict]) -> int | None:
 def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -> tuple[list[dict], list[dict]]:
     """Operators and tensors of the tagged source module."""
     id_of = {item.op: item.id for item in tagged}
+    value_ids = _value_ids(tagged)
     # Consumers from the operand side: ``value.uses`` hands out each user as an OpView,
     # and for a dialect without Python bindings (torch) every one retries the import.
     consumers_of: dict[ir.Value, set[str]] = {}
@@ -154,6 +155,8 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
                 **frontends.SourceModel().as_fields(),
             }
         )
+        if op.name in CARRYING_OPS:
+            operators[-1]["carried"] = _carried(item.id, op, value_ids, consumers_of)
         values = [(f"{item.id}:{number}", value, entry)
                   for number, (value, entry) in enumerate(zip(result_values, results, strict=True))]
         if mlir_engine.symbol_name(op) is not None and op.regions and op.regions[0].blocks:
@@ -176,6 +179,49 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
     loop_trips.through_calls(operators, callees)
     frontends.annotate(operators, callees, tensors=tensors)
     return operators, tensors
+
+
+#: Loops whose regions' entry blocks take the op's operands one for one (the loop state):
+#: their ``carried`` field says where each operand goes inside.
+CARRYING_OPS = frozenset({"stablehlo.while", "mhlo.while", "scf.while"})
+
+
+def _value_ids(tagged: list[TaggedOp[ir.Operation]]) -> dict[ir.Value, str]:
+    """Each value's name in the manifest: ``op:N`` results, ``fn/argN`` function
+    arguments, ``loop/carriedN`` the block arguments of a :data:`CARRYING_OPS` loop."""
+    names: dict[ir.Value, str] = {}
+    for item in tagged:
+        op = item.op
+        for number, value in enumerate(op.results):
+            names[value] = f"{item.id}:{number}"
+        if mlir_engine.symbol_name(op) is not None and op.regions and op.regions[0].blocks:
+            for index, argument in enumerate(op.regions[0].blocks[0].arguments):
+                names[argument] = ids.argument_id(item.id, index)
+        elif op.name in CARRYING_OPS:
+            for argument in _loop_arguments(op):
+                names[argument[1]] = f"{item.id}/carried{argument[0]}"
+    return names
+
+
+def _loop_arguments(op: ir.Operation) -> list[tuple[int, ir.Value]]:
+    """(operand index, block argument) of every region whose entry block takes the
+    loop's operands one for one."""
+    count = len(op.operands)
+    return [(index, argument) for region in op.regions if region.blocks
+            for index, argument in enumerate(region.blocks[0].arguments) if len(region.blocks[0].arguments) == count]
+
+
+def _carried(op_id: str, op: ir.Operation, value_ids: dict[ir.Value, str],
+             consumers_of: dict[ir.Value, set[str]]) -> list[dict[str, Any]]:
+    """Per operand of a loop: the value passed (``operand``: its manifest name), the
+    name of the loop state it becomes (``id``) and the ops inside that use it: the
+    edges the tensor table cannot hold, as block arguments are not tensors there
+    (inputs follow a token id through a decode loop with them)."""
+    uses: dict[int, set[str]] = {}
+    for index, argument in _loop_arguments(op):
+        uses.setdefault(index, set()).update(consumers_of.get(argument, ()))
+    return [{"id": f"{op_id}/carried{index}", "operand": value_ids.get(operand),
+             "consumers": sorted(uses.get(index, ()))} for index, operand in enumerate(op.operands)]
 
 
 def _file_loc(loc: locations.FileLoc | None) -> dict | None:

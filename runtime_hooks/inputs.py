@@ -138,6 +138,9 @@ GATHER_OPS = {
     "onnx.Gather": 0, "onnx.GatherElements": 0, "onnx.GatherND": 0, "stablehlo.gather": 0, "mhlo.gather": 0,
     "stablehlo.torch_index_select": 0, "tosa.gather": 0, "tensor.extract": 0, "tensor.gather": 0,
 }
+#: Ops that read a window of their first operand at start indices given by the others
+#: (JAX's ``table[token]`` with a scalar token, ``lax.dynamic_index_in_dim``).
+DYNAMIC_SLICE_OPS = frozenset({"stablehlo.dynamic_slice", "mhlo.dynamic_slice"})
 #: Op name fragments that pass an integer tensor on unchanged in value (casts, shape ops).
 PASS_THROUGH = ("cast", "convert", "reshape", "view", "squeeze", "expand", "broadcast", "slice", "transpose",
                 "to.dtype", "flatten", "clone", "contiguous", "collapse", "tosa.identity", "extsi", "trunci",
@@ -179,6 +182,7 @@ class InputPlan:
 #: Comparisons that make a one-hot against an iota (JAX's ``one_hot``).
 COMPARE_OPS = ("stablehlo.compare", "mhlo.compare", "arith.cmpi", "onnx.Equal", "torch.aten.eq.Tensor", "tosa.equal")
 CALL_OPS = ("func.call", "util.call")
+RETURN_OPS = ("func.return", "util.return")
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,84 +247,150 @@ def index_uses(manifest: dict[str, Any] | None, function: str) -> dict[int, list
     :func:`integer_bounds` for what it follows)."""
     if not manifest:
         return {}
-    operators = {op["id"]: op for op in manifest.get("operators", [])}
-    tensors = manifest.get("tensors", [])
-    results: dict[str, list[dict[str, Any]]] = {}
-    feeding: dict[str, list[dict[str, Any]]] = {}
-    for tensor in tensors:
-        results.setdefault(tensor["producer"], []).append(tensor)
-        for consumer in tensor.get("consumers", ()):
-            feeding.setdefault(consumer, []).append(tensor)
-    by_id = {tensor["id"]: tensor for tensor in tensors}
-    functions = [op["id"] for op in operators.values() if op.get("parent") is None and "func" in op.get("op", "")]
+    graph = _IndexGraph(manifest)
+    bounds: dict[int, list[IndexUse]] = {}
+    for argument in signature(manifest, function):
+        if argument["dtype"] not in DTYPES or np.dtype(DTYPES[argument["dtype"]][1]).kind == "f":
+            continue
+        found = graph.uses_of(argument)
+        if found:
+            bounds[int(argument["id"].rsplit("arg", 1)[1])] = found
+    return bounds
 
-    def callee_arguments(call: dict[str, Any], tensor: dict[str, Any]) -> list[dict[str, Any]]:
+
+#: A value the walk of :class:`_IndexGraph` reached: (tensor, reached through a select,
+#: so negatives wrap; the calls whose callee it is in, innermost last).
+_Reached = tuple[dict[str, Any], bool, tuple[str, ...]]
+
+
+class _IndexGraph:
+    """The manifest's operators and tensors, walked from an integer input to the tables
+    it indexes (:func:`integer_bounds`)."""
+
+    def __init__(self, manifest: dict[str, Any]):
+        self.operators = {op["id"]: op for op in manifest.get("operators", [])}
+        tensors = manifest.get("tensors", [])
+        self.results: dict[str, list[dict[str, Any]]] = {}
+        self.feeding: dict[str, list[dict[str, Any]]] = {}
+        for tensor in tensors:
+            self.results.setdefault(tensor["producer"], []).append(tensor)
+            for consumer in tensor.get("consumers", ()):
+                self.feeding.setdefault(consumer, []).append(tensor)
+        self.by_id = {tensor["id"]: tensor for tensor in tensors}
+        self.functions = [op["id"] for op in self.operators.values()
+                          if op.get("parent") is None and "func" in op.get("op", "")]
+
+    def uses_of(self, argument: dict[str, Any]) -> list[IndexUse]:
+        seen: set[str] = set()
+        frontier: list[_Reached] = [(argument, False, ())]
+        found: list[IndexUse] = []
+        while frontier:
+            tensor, via_select, returns = frontier.pop()
+            for consumer in tensor.get("consumers", ()):
+                if consumer in seen or consumer not in self.operators:
+                    continue
+                seen.add(consumer)
+                use, passed = self.follow(consumer, tensor, via_select, returns)
+                found.extend([use] if use is not None else [])
+                frontier.extend(passed)
+        return found
+
+    def follow(self, consumer: str, tensor: dict[str, Any], via_select: bool,
+               returns: tuple[str, ...]) -> tuple[IndexUse | None, list[_Reached]]:
+        """What ``consumer`` does with the integer ``tensor``: index a table (the use),
+        or pass it on (the values it becomes); a helper's result goes back to its call."""
+        op = self.operators[consumer]
+        if op["op"] in GATHER_OPS:
+            return _gather_use(consumer, op, tensor, via_select), []
+        if op["op"] in COMPARE_OPS:
+            length = self.iota_length(consumer)
+            return (IndexUse(length, None, f"{consumer} compares it with a {length}-long iota (one-hot)")
+                    if length else None), []
+        if op["op"] in DYNAMIC_SLICE_OPS and tensor.get("shape") != (op.get("operands") or [{}])[0].get("shape"):
+            return _window_start_use(consumer, op, via_select), []
+        if op.get("carried"):  # into a loop: the loop state it becomes, inside
+            return None, [({"id": state["id"], "consumers": state["consumers"], "shape": tensor.get("shape"),
+                            "dtype": tensor.get("dtype")}, via_select, returns)
+                          for state in op["carried"] if state["operand"] == tensor["id"]]
+        if op["op"] in CALL_OPS:
+            return None, [(a, via_select, (*returns, consumer)) for a in self.callee_arguments(op, tensor)]
+        if op["op"] in RETURN_OPS and returns:  # a helper (``remainder``, ``_where``) hands it back
+            return None, [(result, via_select, returns[:-1]) for result in self.results.get(returns[-1], ())]
+        if any(fragment in op["op"] for fragment in PASS_THROUGH):
+            wraps = via_select or "select" in op["op"] or "where" in op["op"].lower()
+            return None, [(result, wraps, returns) for result in self.results.get(consumer, ())]
+        return None, []
+
+    def enclosing_function(self, op: dict[str, Any]) -> str:
+        while op.get("parent") is not None and op["parent"] in self.operators:
+            op = self.operators[op["parent"]]
+        return op["id"]
+
+    def callee_arguments(self, call: dict[str, Any], tensor: dict[str, Any]) -> list[dict[str, Any]]:
         """The callee's argument tensors ``tensor`` is passed as: the callee is the one
-        function whose argument types match the call's operands (calls keep no name)."""
+        function whose argument types match the call's operands (calls keep no name),
+        other than the caller (StableHLO functions do not recurse; ``jit(f)`` of a
+        function with main's own signature calls it)."""
         wanted = [(o.get("shape"), o.get("dtype")) for o in call.get("operands") or []]
         matches = []
-        for name in functions:
-            arguments = [by_id.get(f"{name}/arg{i}") for i in range(len(wanted))]
-            if all(arguments) and by_id.get(f"{name}/arg{len(wanted)}") is None and \
+        caller = self.enclosing_function(call)
+        for name in self.functions:
+            if name == caller:
+                continue
+            arguments = [self.by_id.get(f"{name}/arg{i}") for i in range(len(wanted))]
+            if all(arguments) and self.by_id.get(f"{name}/arg{len(wanted)}") is None and \
                     [(a["shape"], a["dtype"]) for a in arguments] == wanted:  # type: ignore[index]
                 matches.append(arguments)
         if len(matches) != 1:
             return []
         return [a for a in matches[0] if (a["shape"], a["dtype"]) == (tensor.get("shape"), tensor.get("dtype"))]
 
-    def iota_length(compare: str, tensor: dict[str, Any]) -> int | None:
-        for other in feeding.get(compare, ()):
+    def iota_length(self, compare: str) -> int | None:
+        for other in self.feeding.get(compare, ()):
             current = other
             for _ in range(4):
-                producer = operators.get(current.get("producer", ""))
+                producer = self.operators.get(current.get("producer", ""))
                 if producer is None:
                     break
                 if "iota" in producer["op"]:
                     dims = [d for d in current.get("shape") or [] if d and d != 1]
                     return max(dims) if dims else None
-                upstream = feeding.get(producer["id"], [])
+                upstream = self.feeding.get(producer["id"], [])
                 if len(upstream) != 1:
                     break
                 current = upstream[0]
         return None
 
-    bounds: dict[int, list[IndexUse]] = {}
-    for argument in signature(manifest, function):
-        if argument["dtype"] not in DTYPES or np.dtype(DTYPES[argument["dtype"]][1]).kind == "f":
-            continue
-        index = int(argument["id"].rsplit("arg", 1)[1])
-        seen: set[str] = set()
-        frontier = [(argument, False)]  # (tensor, reached through a select: negatives wrap)
-        found: list[IndexUse] = []
-        while frontier:
-            tensor, via_select = frontier.pop()
-            for consumer in tensor.get("consumers", ()):
-                if consumer in seen or consumer not in operators:
-                    continue
-                seen.add(consumer)
-                op = operators[consumer]
-                if op["op"] in GATHER_OPS:
-                    table = (op.get("operands") or [{}])[GATHER_OPS[op["op"]]]
-                    shape = table.get("shape") or []
-                    if shape and table.get("shape") != tensor.get("shape") and all(d for d in shape):
-                        embedding = op["op"] == "torch.aten.embedding"
-                        rows = shape[0] if embedding else min(shape)
-                        found.append(IndexUse(rows, shape[0] if embedding else max(shape),
-                                              f"{consumer} indexes a {'x'.join(map(str, shape))} table"
-                                              + (" (through a select)" if via_select else "")))
-                elif op["op"] in COMPARE_OPS:
-                    length = iota_length(consumer, tensor)
-                    if length:
-                        found.append(IndexUse(length, None,
-                                              f"{consumer} compares it with a {length}-long iota (one-hot)"))
-                elif op["op"] in CALL_OPS:
-                    frontier.extend((a, via_select) for a in callee_arguments(op, tensor))
-                elif any(fragment in op["op"] for fragment in PASS_THROUGH):
-                    wraps = via_select or "select" in op["op"] or "where" in op["op"].lower()
-                    frontier.extend((result, wraps) for result in results.get(consumer, ()))
-        if found:
-            bounds[index] = found
-    return bounds
+
+def _gather_use(consumer: str, op: dict[str, Any], tensor: dict[str, Any], via_select: bool) -> IndexUse | None:
+    """A gather's index: below its table's smallest dimension (an embedding: its rows)."""
+    table = (op.get("operands") or [{}])[GATHER_OPS[op["op"]]]
+    shape = table.get("shape") or []
+    if not shape or table.get("shape") == tensor.get("shape") or not all(d for d in shape):
+        return None
+    embedding = op["op"] == "torch.aten.embedding"
+    rows = shape[0] if embedding else min(shape)
+    return IndexUse(rows, shape[0] if embedding else max(shape),
+                    f"{consumer} indexes a {'x'.join(map(str, shape))} table"
+                    + (" (through a select)" if via_select else ""))
+
+
+def _window_start_use(consumer: str, op: dict[str, Any], via_select: bool) -> IndexUse | None:
+    """The start index of a dynamic slice: below ``dim - window + 1`` along the axes
+    the window moves on (where it is narrower than the table; the smallest such bound
+    when there are several, as the start operands are alike); ``None`` when the
+    window spans the whole table."""
+    operands = op.get("operands") or []
+    table = (operands[0] if operands else {}).get("shape") or []
+    window = ((op.get("results") or [{}])[0]).get("shape") or []
+    if len(table) != len(window) or not all(table) or not all(window):
+        return None
+    moving = [dim - size + 1 for dim, size in zip(table, window, strict=True) if size < dim]
+    if not moving:
+        return None
+    starts = min(moving)
+    return IndexUse(starts, starts, f"{consumer} reads a {'x'.join(map(str, window))} window of a "
+                                    f"{'x'.join(map(str, table))} table" + (" (through a select)" if via_select else ""))
 
 
 def _array_spec(argument: dict[str, Any], purpose: str) -> tuple[np.dtype, list[int]]:

@@ -165,6 +165,46 @@ def jax_scan_transformer_step() -> tuple[Any, tuple[Any, ...]]:
     return train_step, (params, optimizer.init(params), x, y)
 
 
+def jax_scan_layernorm_sgd_step() -> tuple[Any, tuple[Any, ...]]:
+    """A training step whose 3 layers (``dense`` + a jitted ``layernorm`` helper + a
+    residual) run under ``lax.scan``: ``jax.value_and_grad`` of a squared error and a
+    manual SGD update under ``jax.named_scope("optimizer")``. JAX lowers the scan's
+    slicing of the stacked weights to private helpers it calls from both the forward
+    and the backward loop; the layernorm to one function per pass."""
+    import jax
+    import jax.numpy as jnp
+
+    @jax.jit
+    def layernorm(x: Any, scale: Any) -> Any:
+        centered = x - jnp.mean(x, -1, keepdims=True)
+        return scale * centered * jax.lax.rsqrt(jnp.mean(centered * centered, -1, keepdims=True) + 1e-5)
+
+    def layer(x: Any, p: dict) -> tuple[Any, None]:
+        with jax.named_scope("dense"):
+            h = jnp.tanh(x @ p["w"])
+        with jax.named_scope("ln"):
+            return x + layernorm(h, p["scale"]), None
+
+    def loss_fn(params: dict, x: Any, y: Any) -> Any:
+        with jax.named_scope("layers"):
+            x, _ = jax.lax.scan(layer, x, params["layers"])
+        with jax.named_scope("head"):
+            out = x @ params["head"]
+        with jax.named_scope("loss"):
+            return jnp.mean((out - y) ** 2)
+
+    def train_step(params: dict, x: Any, y: Any) -> tuple[Any, Any]:
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        with jax.named_scope("optimizer"):
+            params = jax.tree_util.tree_map(lambda p, g: p - 0.1 * g, params, grads)
+        return params, loss
+
+    k1, k2 = jax.random.split(jax.random.PRNGKey(0))
+    params = {"layers": {"w": jax.random.normal(k1, (3, 16, 16)) * 0.3, "scale": jnp.ones((3, 16))},
+              "head": jax.random.normal(k2, (16, 4)) * 0.3}
+    return train_step, (params, jnp.ones((4, 16)), jnp.zeros((4, 4)))
+
+
 GPT2_SEQ = 8
 
 

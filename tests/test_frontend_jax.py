@@ -196,6 +196,45 @@ def test_a_function_that_does_not_trace_is_a_clear_error(tmp_path: Path) -> None
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+STEP_FILE = ("import jax\nimport jax.numpy as jnp\n\n"
+             "def double_then_sum(x):\n"
+             "    with jax.named_scope('scale'):\n"
+             "        y = x * 2.0\n"
+             "    return jnp.sum(jnp.tanh(y))\n\n"
+             "def make_step():\n"
+             "    return double_then_sum, (jnp.ones((4, 4)),)\n")
+
+
+@pytest.mark.frontends
+def test_python_api_prints_the_summary_dfit_compile_prints(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """``jax.compile`` prints what ``dfit compile step.py`` prints for the same function
+    (the files it wrote, the per-stage table, the dispatch line); ``quiet=True`` nothing."""
+    from click.testing import CliRunner
+
+    from dfit_mlir.cli import main
+    from dfit_mlir.frontends.torch import load_module_file
+
+    source = tmp_path / "step.py"
+    source.write_text(STEP_FILE)
+    (tmp_path / "cli").mkdir()
+    shell = CliRunner().invoke(main, ["compile", str(source), "--dfit-tag", "--mode", "ids",
+                                      "-o", str(tmp_path / "cli" / "step.vmfb")])
+    assert shell.exit_code == 0, shell.output
+    fn, args = load_module_file(source, "make_step")
+    capsys.readouterr()
+    result = jax_frontend.compile(fn, *args, output=tmp_path / "api" / "step.vmfb", mode="ids")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[:2] == [f"wrote {result.vmfb}", f"wrote {result.manifest_path}"]
+    table = printed[2:]
+    assert table[0].startswith("per-stage attribution (") and table[-1].startswith("dispatches: ")
+    assert [line.split()[0] for line in table[2:-1]][:1] == ["source"] and len(table) >= 5  # a row per stage
+    shell_lines = shell.output.splitlines()
+    assert table == shell_lines[shell_lines.index(table[0]):]  # the same figures as the shell's
+    jax_frontend.compile(fn, *args, output=tmp_path / "quiet" / "step.vmfb", mode="ids", quiet=True)
+    assert capsys.readouterr().out == ""
+
+
 @pytest.fixture(scope="module")
 def scan_step(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("jax-scan")
@@ -234,6 +273,109 @@ def test_scan_body_ops_keep_their_own_module_path(scan_step: dict[str, Any]) -> 
     assert modules["layers"]["parent"] == ""
     bogus = [path for path in modules if any(word in path for word in ("jit", "closed_call", "while", "body", ":"))]
     assert bogus == []
+
+
+def _calls_by_phase(text: str) -> dict[str, set[str]]:
+    """Private function -> the phases of its call sites, read with the frontend's rules."""
+    from iree.compiler import ir
+
+    from dfit_mlir.frontends import jax_helpers
+    from dfit_mlir.passes import phases
+
+    _, context = phases.compiler_context()
+    with context:
+        records, calls, _ = jax_helpers._call_site_records(ir.Module.parse(text))
+    phase_of = {record["id"]: record["phase"] for record in records}
+    found: dict[str, set[str]] = {}
+    for call_id, (callee, _) in calls.items():
+        if phase_of[call_id] is not None:
+            found.setdefault(callee, set()).add(phase_of[call_id])
+    return found
+
+
+@pytest.mark.frontends
+@pytest.mark.slow
+def test_helpers_shared_by_forward_and_backward_take_each_call_sites_phase(tmp_path: Path) -> None:
+    """JAX calls the scan's weight-slicing helpers from the forward and the backward
+    loop: each phase gets its own copy, so every op has a phase, the forward copy's ops
+    are forward and the backward copy's backward, in the manifest and in the ledger."""
+    import jax
+
+    from dfit_mlir import ledger
+    from dfit_mlir.tools.model import SemanticModel
+
+    step, args = frontend_models.jax_scan_layernorm_sgd_step()
+    raw = jax.jit(step).lower(*args).as_text(debug_info=True)
+    shared = {name: found for name, found in _calls_by_phase(raw).items() if len(found) > 1}
+    assert shared and all(found == {"forward", "backward"} for found in shared.values()), shared
+    assert any(name.startswith("dynamic_index_in_dim") for name in shared)
+    assert not [n for n, found in _calls_by_phase(jax_frontend.lower_text(step, *args)).items() if len(found) > 1]
+
+    compiled = jax_frontend.compile(step, *args, output=tmp_path / "step.vmfb", mode="ids", quiet=True)
+    ops = compiled.manifest["operators"]
+    computing = [op for op in ops if not is_constant(op["op"]) and op["op"] not in STRUCTURAL]
+    assert len(computing) > 100
+    assert [op["id"] for op in computing if op["phase"] is None] == []
+    assert sum(op["module_path"] is not None for op in computing) >= 0.995 * len(computing)
+    functions = {op["id"] for op in ops if op["op"] == "func.func"}
+    for name in shared:
+        assert f"{name}_backward" in functions
+        for copy, phase in ((name, "forward"), (f"{name}_backward", "backward")):
+            body = [op for op in computing if op["id"].startswith(f"{copy}/")]
+            assert body and {op["phase"] for op in body} == {phase}, (copy, body)
+            assert {op["module_path"] for op in body} == {"layers"}
+    # The layernorm: JAX emits its forward and its transpose as two functions.
+    norms = {op["id"].split("/")[0]: set() for op in computing if op["id"].startswith("layernorm")}
+    for op in computing:
+        if op["id"].split("/")[0] in norms:
+            norms[op["id"].split("/")[0]].add((op["module_path"], op["phase"]))
+    assert sorted(found.pop() for found in norms.values() if len(found) == 1) == [
+        ("layers/ln", "backward"), ("layers/ln", "forward")]
+    # The ledger (every tool's figures) has the same phase for every dispatch's ops.
+    # (The slicing helpers themselves land in no dispatch: IREE folds a slice into its
+    # consumer's operand, so they cost nothing there.)
+    entries = ledger.of(SemanticModel.open(compiled.manifest_path)).entries.to_pylist()
+    phase_of = {op["id"]: op["phase"] for op in ops}
+    assert entries and [e["op_id"] for e in entries if e["phase"] is None] == []
+    assert all(e["phase"] == phase_of[e["op_id"]] for e in entries)
+    assert {e["phase"] for e in entries} >= {"forward", "backward", "loss", "optimizer"}
+
+
+@pytest.mark.frontends
+@pytest.mark.slow
+def test_per_phase_copies_compile_to_the_same_executables(tmp_path: Path) -> None:
+    """The copies only name the ops per phase: IREE inlines both, so plain compiles of
+    JAX's own text and of the specialized text hold the same executables (without
+    DWARF, which records source lines)."""
+    import jax
+
+    from dfit_mlir.passes.plain_compile import plain_compile
+    from dfit_mlir.vmfb import read_module
+
+    step, args = frontend_models.jax_scan_layernorm_sgd_step()
+    raw = jax.jit(step).lower(*args).as_text(debug_info=True)
+    specialized = jax_frontend.lower_text(step, *args)
+    assert specialized != raw and "_backward(" in specialized
+    modules = {}
+    for name, text in (("raw", raw), ("specialized", specialized)):
+        (tmp_path / f"{name}.mlir").write_text(text)
+        plain_compile(tmp_path / f"{name}.mlir", tmp_path / f"{name}.vmfb",
+                      [*jax_frontend.DEFAULT_FLAGS, "--iree-llvmcpu-debug-symbols=false"])
+        modules[name] = read_module(tmp_path / f"{name}.vmfb")
+    assert modules["raw"].executables and modules["specialized"].executables == modules["raw"].executables
+    assert modules["specialized"].embedded_strings == modules["raw"].embedded_strings
+
+
+@pytest.mark.frontends
+def test_helpers_called_from_one_phase_are_left_as_jax_wrote_them() -> None:
+    """Flax's relu is one helper called from both blocks, both forward: not copied, and
+    the text is JAX's own."""
+    import jax
+
+    apply, args = frontend_models.flax_mlp()
+    raw = jax.jit(apply).lower(*args).as_text(debug_info=True)
+    assert raw.count("call @relu(") == 2
+    assert jax_frontend.lower_text(apply, *args) == raw
 
 
 @pytest.mark.frontends

@@ -531,3 +531,21 @@ def test_gpt2_with_a_2d_attention_mask_compiles_to_torch_logits(tmp_path: Path) 
     module = runtime.load_vm_flatbuffer_file(str(compiled.vmfb), driver="local-sync")
     got = np.asarray(module.main(ids.numpy(), mask.numpy()))
     assert np.allclose(got[0, :-2], expected[0, :-2], atol=1e-4), float(np.abs(got - expected)[0, :-2].max())
+
+
+def test_python_api_prints_the_compile_summary_unless_quiet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``torch.compile`` prints what ``dfit compile`` prints (the same code as
+    ``jax.compile``: ``dfit_mlir.frontends.compile_text``); ``quiet=True`` nothing."""
+    import torch
+
+    from dfit_mlir.frontends import torch as torch_frontend
+    from dfit_mlir.report import compile_report
+
+    model, args = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU()).eval(), (torch.ones(2, 8),)
+    capsys.readouterr()
+    result = torch_frontend.compile(model, args, output=tmp_path / "loud" / "m.vmfb", mode="ids")
+    printed = capsys.readouterr().out
+    assert printed == compile_report(result) + "\n"
+    assert printed.startswith(f"wrote {result.vmfb}\nwrote {result.manifest_path}\nper-stage attribution (")
+    torch_frontend.compile(model, args, output=tmp_path / "quiet" / "m.vmfb", mode="ids", quiet=True)
+    assert capsys.readouterr().out == ""

@@ -18,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tests import realmodels, zoo_models
@@ -171,6 +172,22 @@ def test_index_outside_the_vocabulary_is_refused_with_its_size(zoo: Any, tmp_pat
     assert refused.exit_code == 2
     assert "holds the index 64" in refused.output and "valid indices 0..63" in refused.output
     assert not (tmp_path / "run").exists()
+
+
+def test_greedy_decode_start_token_defaults_inside_the_vocabulary(zoo: Any, tmp_path: Path) -> None:
+    """The decoder's start token reaches ``params["embed"][token]`` through the
+    ``while_loop``'s state, a ``select`` and a ``dynamic_slice``: it is drawn below the
+    vocabulary (it was 0, the end token), and the run of 5 invocations is resolved."""
+    result = zoo("jax_greedy_decode")
+    start = json.loads((result.bundle / "summary.json").read_text())["inputs"][3]
+    assert start["made"] == "integers-below" and start["bound"] == 32, start
+    assert "dynamic_slice" in start["reason"] and "32x16 table" in start["reason"], start
+    # The run's own draw (seed 0), made again from the manifest: not the end token 0.
+    from dfit_mlir.runtime_hooks import inputs
+
+    made, _ = inputs.default_inputs(inputs.signature(result.manifest, "main"), tmp_path, manifest=result.manifest,
+                                    function="main")
+    assert 0 < int(np.load(made[3][1:])) < 32
 
 
 def test_jax_token_ids_reaching_a_gather_through_a_select_index_the_table(zoo: Any) -> None:

@@ -226,6 +226,19 @@ class JaxFrontend:
                 op["phase"] = "forward"
 
 
+    def settle(self, operators: Sequence[dict[str, Any]]) -> None:
+        """After the private functions took their call sites' module and phase: the
+        model's code that runs outside the transformations of a differentiated function
+        (``jnp.sqrt(width)`` in ``attn``: a value that does not depend on the
+        differentiated inputs is computed once, outside ``jvp``) is ``forward`` when its
+        scopes are all scopes of the forward or backward pass."""
+        differentiated = {scope for op in operators if op.get("phase") in ("backward", "forward")
+                          for scope in (op.get("module_path") or "").split("/") if scope}
+        for op in operators:
+            path = op.get("module_path")
+            if op.get("phase") is None and path and self._stack(op) and set(path.split("/")) <= differentiated:
+                op["phase"] = "forward"
+
     def module_classes(self, op: dict[str, Any]) -> dict[str, str]:
         return {}
 
@@ -234,7 +247,9 @@ FRONTEND = JaxFrontend()
 
 
 def lower_text(fn: Any, *args: Any, static_argnums: int | Sequence[int] = (), **kwargs: Any) -> str:
-    """StableHLO text of ``jax.jit(fn)`` at these arguments, with debug info."""
+    """StableHLO text of ``jax.jit(fn)`` at these arguments, with debug info; a private
+    helper called from several phases is copied once per phase
+    (:func:`dfit_mlir.frontends.jax_helpers.specialize_by_phase`)."""
     from dfit_mlir.errors import CompileError, ToolchainError
 
     try:
@@ -247,24 +262,23 @@ def lower_text(fn: Any, *args: Any, static_argnums: int | Sequence[int] = (), **
         name = getattr(fn, "__qualname__", type(fn).__name__)
         raise CompileError(f"jax could not lower {name}: {type(error).__name__}: "
                            f"{str(error).splitlines()[0] if str(error) else ''}") from error
-    return lowered.as_text(debug_info=True)
+    from dfit_mlir.frontends.jax_helpers import specialize_by_phase
+
+    return specialize_by_phase(lowered.as_text(debug_info=True))
 
 
 def compile(fn: Any, *args: Any, output: str | Path, mode: str = "full", flags: Sequence[str] | None = None,
             manifest_path: str | Path | None = None, mlir_path: str | Path | None = None,
             static_argnums: int | Sequence[int] = (), trace_tensors: tuple[str, ...] = (),
-            lineage_detail: str = "phases", **kwargs: Any) -> Any:
+            lineage_detail: str = "phases", quiet: bool = False, **kwargs: Any) -> Any:
     """Lower ``jax.jit(fn)(*args, **kwargs)`` with debug info and compile it with dfit
     tags. Writes the StableHLO beside ``output`` (``<output stem>.mlir`` unless
-    ``mlir_path``), the vmfb and the manifest; returns the
+    ``mlir_path``), the vmfb and the manifest, and prints the per-stage summary
+    ``dfit compile`` prints (``quiet=True``: nothing); returns the
     :class:`~dfit_mlir.passes.instrumented_compile.CompileResult`."""
-    from dfit_mlir import atomic
-    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+    from dfit_mlir.frontends import compile_text
 
-    output = Path(output)
     text = lower_text(fn, *args, static_argnums=static_argnums, **kwargs)
-    source = Path(mlir_path) if mlir_path else output.with_suffix(".mlir")
-    atomic.write_text(source, text)
-    return compile_instrumented(source, output, mode=mode, flags=tuple(DEFAULT_FLAGS if flags is None else flags),
-                                manifest_path=Path(manifest_path) if manifest_path else None,
-                                trace_tensors=trace_tensors, lineage_detail=lineage_detail)
+    return compile_text(text, output, default_flags=DEFAULT_FLAGS, mode=mode, flags=flags,
+                        manifest_path=manifest_path, mlir_path=mlir_path, trace_tensors=trace_tensors,
+                        lineage_detail=lineage_detail, quiet=quiet)

@@ -408,26 +408,24 @@ def _diff(x: Any, n: int = 1, dim: int = -1, prepend: Any = None, append: Any = 
 def compile(model: Any, args: tuple[Any, ...] | Any, *, output: str | Path, mode: str = "full",
             kwargs: dict[str, Any] | None = None, flags: Sequence[str] | None = None,
             manifest_path: str | Path | None = None, mlir_path: str | Path | None = None,
-            trace_tensors: tuple[str, ...] = (), strict: bool = False, lineage_detail: str = "phases") -> Any:
+            trace_tensors: tuple[str, ...] = (), strict: bool = False, lineage_detail: str = "phases",
+            quiet: bool = False) -> Any:
     """Export ``model(*args, **kwargs)`` with iree-turbine and compile it with dfit tags.
 
     Writes the torch-dialect MLIR beside ``output`` (``<output stem>.mlir`` unless
-    ``mlir_path``), the vmfb and the manifest; returns the
+    ``mlir_path``), the vmfb and the manifest, and prints the per-stage summary
+    ``dfit compile`` prints (``quiet=True``: nothing); returns the
     :class:`~dfit_mlir.passes.instrumented_compile.CompileResult`. ``flags``: extra
     iree-compile flags (default: this machine's CPU).
     """
-    from dfit_mlir import atomic
-    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+    from dfit_mlir.frontends import compile_text
 
-    output = Path(output)
     if not isinstance(args, tuple):
         args = (args,)
     text = export_mlir(model, args, kwargs, strict=strict)
-    source = Path(mlir_path) if mlir_path else output.with_suffix(".mlir")
-    atomic.write_text(source, text)
-    return compile_instrumented(source, output, mode=mode, flags=tuple(DEFAULT_FLAGS if flags is None else flags),
-                                manifest_path=Path(manifest_path) if manifest_path else None,
-                                trace_tensors=trace_tensors, lineage_detail=lineage_detail)
+    return compile_text(text, output, default_flags=DEFAULT_FLAGS, mode=mode, flags=flags,
+                        manifest_path=manifest_path, mlir_path=mlir_path, trace_tensors=trace_tensors,
+                        lineage_detail=lineage_detail, quiet=quiet)
 
 
 class ModelCodeError(DfitError):
