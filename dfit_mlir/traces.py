@@ -57,10 +57,10 @@ def track_name(kind: str, invocation: int | None, partition: str | None, name: s
     return f"{kind}: {partition or name or kind}"
 
 
-#: Where a slice's ``view`` arg points: ``dfit view BUNDLE -o BUNDLE/view.html`` writes
-#: the page beside the traces. Perfetto's UI shows an arg as a link only when its value
-#: starts with ``http://`` or ``https://`` (its args panel); a relative one is text to
-#: paste into the page's search box or after the page's own path.
+#: The page a slice's ``view`` arg names (``dfit view``'s usual ``-o view.html``; dfit
+#: writes no output inside the bundle it reads). Perfetto's UI shows an arg as a link only
+#: when its value starts with ``http://`` or ``https://`` (its args panel), so the arg is
+#: text to paste into the page's search box, or its fragment after the page's address.
 VIEW_PAGE = "view.html"
 
 
