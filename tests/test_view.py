@@ -399,7 +399,7 @@ def test_roofline_of_a_reconstruction_uses_the_vendor_peaks(cerebras_bundle: Pat
     peak = 2 * profile["peak_macs_per_s"][profile["default_dtype"]]["value"]
     assert data["roof"] == {"name": profile["name"], "basis": "vendor-published peaks",
                             "dtype": profile["default_dtype"], "peak": peak,
-                            "bandwidth": profile["memory_bandwidth_bytes_per_s"]["value"]}
+                            "bandwidth": profile["memory_bandwidth_bytes_per_s"]["value"], "caches": []}
     R = data["roofline"]
     placed = [d for d, v in enumerate(R["intensity"]) if v]
     assert placed and all(R["roof"][d] <= peak for d in placed)
@@ -429,6 +429,7 @@ def test_browser_roofline_plot_is_linked(browser: Any, iree_bundles: dict[str, P
     assert "3" in highlighted(browser, "circle.pt", "data-dispatch")
     cells = [td.text for td in row.find_elements(By.CSS_SELECTOR, "td")]
     assert cells[9].endswith("%") and cells[10] in ("memory-bound", "balanced", "compute-bound")
+    browser.execute_script("arguments[0].scrollIntoView()", browser.find_element(By.ID, "roofline-plot"))
     browser.save_screenshot(str(tmp_path / "roofline-run.png"))
     no_console_errors(browser)
     open_view(browser, iree_bundles["manifest"], tmp_path)

@@ -46,10 +46,15 @@ class Roof:
     dtype: str
     peak_flops_per_s: float
     bandwidth_bytes_per_s: float
+    #: (name, capacity in bytes, bandwidth) of each cache level the profile measured: the
+    #: roof of a partition whose bytes fit there (:attr:`Profile.cache_roofs`).
+    caches: tuple[tuple[str, int, float], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "basis": self.basis, "dtype": self.dtype, "peak": self.peak_flops_per_s,
-                "bandwidth": self.bandwidth_bytes_per_s}
+                "bandwidth": self.bandwidth_bytes_per_s,
+                "caches": [{"name": name, "capacity": capacity, "bandwidth": bandwidth}
+                           for name, capacity, bandwidth in self.caches]}
 
 
 def profile_of(model: SemanticModel) -> tuple[Profile | None, str | None]:
@@ -69,7 +74,8 @@ def profile_of(model: SemanticModel) -> tuple[Profile | None, str | None]:
 def roof(profile: Profile) -> Roof:
     dtype, peak = profile.peak(None)
     return Roof(profile.name, "measured on this host" if profile.calibrated else "vendor-published peaks", dtype,
-                FLOPS_PER_MAC * peak.value, profile.memory_bandwidth.value)
+                FLOPS_PER_MAC * peak.value, profile.memory_bandwidth.value,
+                tuple((name, capacity, figure.value) for name, capacity, figure in profile.cache_roofs))
 
 
 def table(model: SemanticModel, book: ledger.Ledger, profile: Profile | None) -> dict[str, list]:
