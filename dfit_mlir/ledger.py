@@ -292,6 +292,8 @@ class _Boundary:
     def __init__(self, model: SemanticModel):
         self.model = model
         self.tensors = [t for t in model.tensors if t.get("bytes") is not None]
+        self.sizes = {t["id"]: t["bytes"] for t in self.tensors}  # once: not per partition (971 × 5k tensors)
+        self.cache: dict[tuple[str, tuple[str, ...]], dict[str, tuple[int | None, int | None]]] = {}
         self.consumed: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
         self.produced: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
         for tensor in self.tensors:
@@ -333,6 +335,13 @@ class _Boundary:
         return False
 
     def of(self, part: Partition, ops: tuple[str, ...]) -> dict[str, tuple[int | None, int | None]]:
+        key = (part.id, ops)  # the entries and bytes_moved (program-analyzer, dfit view) ask alike
+        found = self.cache.get(key)
+        if found is None:
+            found = self.cache[key] = self._of(part, ops)
+        return found
+
+    def _of(self, part: Partition, ops: tuple[str, ...]) -> dict[str, tuple[int | None, int | None]]:
         if not self.tensors:  # an op's own bytes (operands + results), else its values'
             return {i: (op.bytes, 0) if (op := self.model.operators[i]).bytes is not None else
                     (_operand_bytes(self.model, i, "operands"), _operand_bytes(self.model, i, "results")) for i in ops}
@@ -345,7 +354,7 @@ class _Boundary:
                         self._weight(tensor) or self._origin(tensor, inside) not in inside):
                     readers[tensor["id"]].append(op_id)
         read: Counter[str] = Counter()
-        sizes = {t["id"]: t["bytes"] for t in self.tensors}
+        sizes = self.sizes
         for tensor_id, consumers in readers.items():
             for op_id in dict.fromkeys(consumers):
                 read[op_id] += sizes[tensor_id] / len(dict.fromkeys(consumers))

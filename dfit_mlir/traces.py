@@ -57,6 +57,21 @@ def track_name(kind: str, invocation: int | None, partition: str | None, name: s
     return f"{kind}: {partition or name or kind}"
 
 
+#: The page a slice's ``view`` arg names (``dfit view``'s usual ``-o view.html``; dfit
+#: writes no output inside the bundle it reads). Perfetto's UI shows an arg as a link only
+#: when its value starts with ``http://`` or ``https://`` (its args panel), so the arg is
+#: text to paste into the page's search box, or its fragment after the page's address.
+VIEW_PAGE = "view.html"
+
+
+def view_link(op_id: str, page: str = VIEW_PAGE) -> str:
+    """``view.html#op=main%2Flinalg.matmul%230``: the page with ``op_id`` selected (the
+    fragment the page reads, the ID percent-encoded as ``encodeURIComponent`` does)."""
+    from urllib.parse import quote
+
+    return page + "#op=" + quote(op_id, safe="-_.!~*'()")
+
+
 class _SliceNamer:
     """Event → slice name and args, with the per-site and per-op lookups built once (the
     writers memoise descriptions themselves)."""
@@ -94,6 +109,7 @@ class _SliceNamer:
             "site": site_index if site is not None else None,
             "root_id": root,
             "op_id": root,  # the stable ID a browser view links back by
+            "view": view_link(root) if root else None,
             "module_path": op.get("module_path"),
             "op": op.get("op"),
             "fused_ids": ", ".join(site["fused_ids"]) if site else None,

@@ -324,3 +324,208 @@ def test_browser_bert_run_with_pass_history(browser: Any, tmp_path: Path) -> Non
     assert expected and sorted(shown) == sorted(expected)
     browser.save_screenshot(str(tmp_path / "bert.png"))
     no_console_errors(browser)
+
+
+# --- roofline position, links from the traces, the node-name tree (issue 21) ----------------
+
+F32 = 4
+#: The convnet's first conv dispatch (conv + bias + ReLU), counted by hand as in
+#: tests/test_tool_program_analyzer.py: input, filter, bias and output bytes.
+CONV1_MACS = 30 * 30 * 8 * (3 * 3 * 3)
+CONV1_BYTES = (1 * 32 * 32 * 3 + 3 * 3 * 3 * 8 + 8 + 1 * 30 * 30 * 8) * F32
+
+
+def _host_roof(summary: dict[str, Any]) -> tuple[float, Any]:
+    """(Peak FLOP/s, bytes → bandwidth roof) of this host, read from its calibration
+    (measured once per session and cached), independently of the view's code."""
+    from dfit_mlir.tools import calibration
+
+    cal = calibration.calibrate(threads=calibration.threads_of_run(summary)[0])
+
+    def bandwidth(moved: int) -> float:
+        return max([cal.memory_bandwidth_bytes_per_s] + [r.bandwidth_bytes_per_s for r in cal.cache_roofs
+                                                         if moved <= r.capacity_bytes])
+
+    return 2 * cal.peak_macs_per_s, bandwidth
+
+
+def test_roofline_of_the_convnet_run_recounted(iree_bundles: dict[str, Path], tmp_path: Path) -> None:
+    """Intensity, attained FLOP/s and B/s, the roof and its % recounted from the hand
+    count of conv1's bytes, events.parquet and the host's calibration; the class is
+    program-analyzer's (its regions.csv, through the tool itself)."""
+    import pyarrow.parquet as pq
+
+    from dfit_mlir.tools.session import analyze
+    from tests.conftest import read_csv
+
+    model = SemanticModel.open(iree_bundles["full"])
+    data = html.view_data(model)
+    R, book = data["roofline"], ledger.of(model)
+    peak, bandwidth = _host_roof(model.summary)
+    assert data["roof"]["peak"] == pytest.approx(peak) and data["roof"]["basis"] == "measured on this host"
+    events = pq.read_table(iree_bundles["full"] / "events.parquet").to_pylist()
+    flops = {row["partition"]: row["flops"] for row in book.rollup("partition").to_pylist()}
+    for site, part in enumerate(model.partitions):
+        durations = [e["duration_ns"] for e in events if e["kind"] == "dispatch" and e["site"] == site]
+        moved = book.bytes_moved(part)[0]
+        if site == 0:
+            assert moved == CONV1_BYTES and flops[part.id] >= 2 * CONV1_MACS
+        intensity = flops[part.id] / moved
+        attained = flops[part.id] * len(durations) / (sum(durations) * 1e-9)
+        roof = min(peak, intensity * bandwidth(moved))
+        assert R["intensity"][site] == pytest.approx(intensity, abs=1e-3)
+        assert R["flops_per_s"][site] == pytest.approx(attained, rel=1e-6)
+        assert R["bytes_per_s"][site] == pytest.approx(moved * len(durations) / (sum(durations) * 1e-9), rel=1e-6)
+        assert R["roof"][site] == pytest.approx(roof, rel=1e-6)
+        assert R["pct"][site] == pytest.approx(100 * attained / roof, abs=1e-3)
+    out = tmp_path / "analysis"
+    analyze(iree_bundles["full"], ["program-analyzer"], out)
+    regions = {row["region"]: row["boundness"] for row in read_csv(out / "program-analyzer" / "regions.csv")}
+    assert [data["strings"][b] for b in R["bound"]] == [regions[p.id] for p in model.partitions]
+    # A compile manifest: intensity and class only, nothing timed.
+    static = html.view_data(SemanticModel.open(iree_bundles["manifest"]))["roofline"]
+    assert static["intensity"] == pytest.approx(R["intensity"], abs=1e-3)
+    assert static["flops_per_s"] == static["pct"] == static["bytes_per_s"] == [None] * len(model.partitions)
+
+
+def test_roofline_of_a_reconstruction_uses_the_vendor_peaks(cerebras_bundle: Path) -> None:
+    import yaml
+
+    from dfit_mlir.tools.profiles import bundled
+
+    model = SemanticModel.open(cerebras_bundle)
+    data = html.view_data(model)
+    profile = yaml.safe_load(bundled()["cerebras"].read_text())
+    peak = 2 * profile["peak_macs_per_s"][profile["default_dtype"]]["value"]
+    assert data["roof"] == {"name": profile["name"], "basis": "vendor-published peaks",
+                            "dtype": profile["default_dtype"], "peak": peak,
+                            "bandwidth": profile["memory_bandwidth_bytes_per_s"]["value"], "caches": []}
+    R = data["roofline"]
+    placed = [d for d, v in enumerate(R["intensity"]) if v]
+    assert placed and all(R["roof"][d] <= peak for d in placed)
+
+
+def test_browser_roofline_plot_is_linked(browser: Any, iree_bundles: dict[str, Path], tmp_path: Path) -> None:
+    """Each plotted partition is a point: clicking it selects its row (and the rows
+    sharing its ops, from the manifest); clicking a row lights its point. A compile
+    manifest draws hollow points on the roof and says 'not timed'."""
+    from selenium.webdriver.common.by import By
+
+    model = SemanticModel.open(iree_bundles["full"])
+    parts = manifest_partitions(model)
+    open_view(browser, iree_bundles["full"], tmp_path)
+    points = browser.find_elements(By.CSS_SELECTOR, "#roofline-plot circle.pt")
+    assert len(points) == len(model.partitions) and not browser.find_elements(By.CSS_SELECTOR, "circle.pt.static")
+    for point in points:
+        index = int(point.get_attribute("data-dispatch"))
+        click(browser, point)
+        expected = dispatches_of(model, parts[index])
+        assert highlighted(browser, "tr.dispatch", "data-dispatch") == expected
+        assert highlighted(browser, "circle.pt", "data-dispatch") == expected
+        assert "sel" in point.get_attribute("class")
+        assert highlighted(browser, "#source [data-line]", "data-line") == lines_of(model, parts[index])
+    row = browser.find_elements(By.CSS_SELECTOR, "tr.dispatch")[3]
+    click(browser, row)
+    assert "3" in highlighted(browser, "circle.pt", "data-dispatch")
+    cells = [td.text for td in row.find_elements(By.CSS_SELECTOR, "td")]
+    assert cells[9].endswith("%") and cells[10] in ("memory-bound", "balanced", "compute-bound")
+    browser.execute_script("arguments[0].scrollIntoView()", browser.find_element(By.ID, "roofline-plot"))
+    browser.save_screenshot(str(tmp_path / "roofline-run.png"))
+    no_console_errors(browser)
+    open_view(browser, iree_bundles["manifest"], tmp_path)
+    static = browser.find_elements(By.CSS_SELECTOR, "#roofline-plot circle.pt.static")
+    assert len(static) == len(model.partitions)
+    assert {td.text for td in browser.find_elements(By.CSS_SELECTOR, "tr.dispatch td:nth-child(9)")} == {"not timed"}
+    browser.save_screenshot(str(tmp_path / "roofline-static.png"))
+    no_console_errors(browser)
+
+
+def _selected_op(browser: Any) -> list[str]:
+    """The op(s) the stages panel shows (its column heads)."""
+    from selenium.webdriver.common.by import By
+
+    return [chip.get_attribute("data-op") for chip in browser.find_elements(By.CSS_SELECTOR, "#stages-body th .opchip")]
+
+
+def test_browser_trace_slices_link_back_to_their_op(browser: Any, iree_bundles: dict[str, Path],
+                                                    tmp_path: Path) -> None:
+    """Every dispatch slice of the run's Chrome JSON and Perfetto traces carries a `view`
+    arg; opened as view.html#op=… (or pasted into the search box) it selects exactly
+    that op: its stage column, and the dispatches and lines the manifest gives it."""
+    import json
+
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    from tests.conftest import read_pftrace
+
+    bundle = iree_bundles["full"]
+    model = SemanticModel.open(bundle)
+    document = json.loads((bundle / "trace.json").read_text())
+    links = {e["args"]["op_id"]: e["args"]["view"] for e in document["traceEvents"]
+             if e.get("ph") == "X" and e["args"].get("kind") == "dispatch"}
+    _, named = read_pftrace(bundle / "trace.pftrace")
+    assert {args["op_id"]: args["view"] for _, _, args in named if args.get("kind") == "dispatch"} == links
+    assert len(links) == len(model.partitions)
+    page = open_view(browser, bundle, tmp_path)
+    for op_id, link in links.items():
+        assert link.startswith("view.html#op=")
+        browser.get(page.parent.as_uri() + "/" + link)
+        assert _selected_op(browser) == [op_id], link
+        assert highlighted(browser, "tr.dispatch", "data-dispatch") == dispatches_of(model, {op_id})
+        assert highlighted(browser, "#source [data-line]", "data-line") == lines_of(model, {op_id})
+    # Pasted into the search box: the slice's arg, a bare op ID, a module path.
+    browser.get(page.as_uri())
+    find = browser.find_element(By.ID, "find")
+    op_id, link = next(iter(links.items()))
+    for text, expected in ((link, [op_id]), (op_id, [op_id])):
+        find.clear()
+        find.send_keys(text, Keys.ENTER)
+        assert _selected_op(browser) == expected and "miss" not in find.get_attribute("class")
+        assert browser.current_url.endswith("#op=" + _quoted(op_id))
+    path = model.module_path(op_id)
+    find.clear()
+    find.send_keys(path, Keys.ENTER)
+    assert path in highlighted(browser, ".mod", "data-module")
+    find.clear()
+    find.send_keys("no/such#op", Keys.ENTER)
+    assert "miss" in find.get_attribute("class")
+    browser.save_screenshot(str(tmp_path / "trace-link.png"))
+    no_console_errors(browser)
+
+
+def test_browser_node_name_tree_collapses(browser: Any, edgetpu_bundle: Path, tmp_path: Path) -> None:
+    """The Edge TPU node names form a tree: collapsing a group hides its rows and shows
+    the subtree's share (recounted from the ledger's op times); a selection inside a
+    collapsed group marks the group; expanding shows the highlighted row again."""
+    from selenium.webdriver.common.by import By
+
+    model = SemanticModel.open(edgetpu_bundle)
+    sites = site_ops(model)
+    book = ledger.of(model)
+    column = "time_ns" if book.totals.measured_ns else "flops"  # the gutter's rule (the module doc)
+    by_op = {row["op_id"]: row[column] or 0 for row in book.rollup("op_id").to_pylist()}
+    whole = book.totals.measured_ns or sum(by_op.values())
+    open_view(browser, edgetpu_bundle, tmp_path)
+    groups = browser.find_elements(By.CSS_SELECTOR, "#source .node.group")
+
+    def inside(group: Any) -> set[str]:  # a group's subtree: every site whose name starts with its path
+        return {key for key in sites if key.startswith(group.get_attribute("data-node") + ".")}
+
+    # The largest group that is not the whole model.
+    group = max((g for g in groups if len(inside(g)) < len(sites)), key=lambda g: len(inside(g)))
+    members = inside(group)
+    assert len(members) > 1 and whole > 0
+    share = sum(by_op.get(op, 0) for key in members for op in sites[key]) / whole
+    click(browser, group.find_element(By.CSS_SELECTOR, ".tog"))
+    box = group.find_element(By.XPATH, "following-sibling::div[1]")
+    assert "shut" in box.get_attribute("class")
+    assert all(not row.is_displayed() for row in box.find_elements(By.CSS_SELECTOR, "[data-line]"))
+    assert group.find_element(By.CSS_SELECTOR, ".g").text == f"Σ {100 * share:.1f}%"
+    key = sorted(members)[0]
+    browser.execute_script("location.hash = arguments[0]", "#line=" + _quoted(key))
+    assert "hl-sub" in group.get_attribute("class")
+    click(browser, group.find_element(By.CSS_SELECTOR, ".tog"))
+    assert "hl-sub" not in group.get_attribute("class") and key in highlighted(browser, "#source [data-line]", "data-line")
+    browser.save_screenshot(str(tmp_path / "node-tree.png"))
+    no_console_errors(browser)

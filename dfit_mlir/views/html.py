@@ -96,6 +96,7 @@ def view_data(model: SemanticModel, rules: CodeRules | None = None) -> dict[str,
         },
         "files": files, "sites": site_rows, "modules": modules,
         "dispatches": _dispatch_table(model, book, op_index, strings),
+        **_roofline(model, book, strings),
         "passes": _pass_table(model, op_index, strings),
     }
     data["total_flops"] = _num(sum(row.get("flops") or 0 for row in by_op.values()))
@@ -209,6 +210,20 @@ def _dispatch_table(model: SemanticModel, book: ledger.Ledger, op_index: dict[st
         for key, value in (("min", min), ("median", statistics.median), ("max", max)):
             table[key].append(_num(value(times)) if times else None)
     return table
+
+
+def _roofline(model: SemanticModel, book: ledger.Ledger, strings: Interner) -> dict[str, Any]:
+    """The roof (``None`` without a profile, and why) and each partition's position."""
+    from dfit_mlir.views import roofline
+
+    profile, why = roofline.profile_of(model)
+    columns = roofline.table(model, book, profile)
+    for key in ("intensity", "flops_per_s", "bytes_per_s", "roof", "pct"):
+        columns[key] = [None if value is None else _num(value) for value in columns[key]]
+    for key in ("bound", "bandwidth_roof"):
+        columns[key] = [strings(value) for value in columns[key]]
+    return {"roof": None if profile is None else roofline.roof(profile).as_dict(), "roof_note": why,
+            "roofline": columns}
 
 
 def _invocation_times(model: SemanticModel) -> dict[str, list[int]]:

@@ -1,0 +1,108 @@
+"""The dispatch panel's roofline position of every partition (IREE dispatch call site or a
+reconstruction's group), in FLOP terms.
+
+Every figure is the ledger's (:mod:`dfit_mlir.ledger`): FLOPs (per trip, placed once
+where IREE split an op), the bytes crossing the partition's boundary
+(:meth:`~dfit_mlir.ledger.Ledger.bytes_moved`), calls and summed dispatch time. The roof
+is the backend's performance profile, the one program-analyzer draws
+(:func:`dfit_mlir.tools.profiles.load_profile`; the local CPU's is calibrated on this
+host for the run's threads and cached), and the class (memory-bound / balanced /
+compute-bound) is program-analyzer's own (:func:`program_analyzer._region`), so the view
+and ``regions.csv`` never disagree on it.
+
+* intensity = FLOPs / boundary bytes (FLOP/B);
+* attained FLOP/s = FLOPs x calls / time, attained B/s = bytes x calls / time;
+* the roof at that intensity = min(peak FLOP/s, intensity x the bandwidth roof), where
+  peak FLOP/s is twice the profile's peak MAC/s (a MAC is a multiply and an add; the
+  profiles halve the vendors' ops/s) and the bandwidth roof is the memory's or the
+  fastest cache level the bytes fit in (:meth:`Profile.bandwidth_for`);
+* % of roof = attained / that roof. Above 100 % (by program-analyzer's
+  ``ROOF_TOLERANCE``) is a measurement problem, flagged, not a result.
+
+A manifest without a run has intensity and class only ("not timed").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dfit_mlir import ledger
+from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.tools.model import SemanticModel
+from dfit_mlir.tools.profiles import Profile
+
+#: FLOPs per MAC (a fused multiply-add).
+FLOPS_PER_MAC = 2
+
+
+@dataclass(frozen=True)
+class Roof:
+    """The target's roofline as the page draws it."""
+
+    name: str
+    #: ``vendor-published peaks`` or ``measured on this host``.
+    basis: str
+    dtype: str
+    peak_flops_per_s: float
+    bandwidth_bytes_per_s: float
+    #: (name, capacity in bytes, bandwidth) of each cache level the profile measured: the
+    #: roof of a partition whose bytes fit there (:attr:`Profile.cache_roofs`).
+    caches: tuple[tuple[str, int, float], ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "basis": self.basis, "dtype": self.dtype, "peak": self.peak_flops_per_s,
+                "bandwidth": self.bandwidth_bytes_per_s,
+                "caches": [{"name": name, "capacity": capacity, "bandwidth": bandwidth}
+                           for name, capacity, bandwidth in self.caches]}
+
+
+def profile_of(model: SemanticModel) -> tuple[Profile | None, str | None]:
+    """(The backend's profile, else ``None`` and why), as program-analyzer loads it."""
+    from dfit_mlir.tools.calibration import threads_of_run
+    from dfit_mlir.tools.profiles import load_profile
+
+    try:
+        profile = load_profile(model.backend, threads=threads_of_run(model.summary)[0])
+    except InvalidInputError as error:
+        return None, str(error)
+    if profile is None:
+        return None, f"dfit has no performance profile for the {model.backend} backend"
+    return profile, None
+
+
+def roof(profile: Profile) -> Roof:
+    dtype, peak = profile.peak(None)
+    return Roof(profile.name, "measured on this host" if profile.calibrated else "vendor-published peaks", dtype,
+                FLOPS_PER_MAC * peak.value, profile.memory_bandwidth.value,
+                tuple((name, capacity, figure.value) for name, capacity, figure in profile.cache_roofs))
+
+
+def table(model: SemanticModel, book: ledger.Ledger, profile: Profile | None) -> dict[str, list]:
+    """Columns, one row per partition in model order (``None``: no figure)."""
+    from dfit_mlir.tools.builtin import program_analyzer
+
+    flops = {row["partition"]: row["flops"] for row in book.rollup("partition").to_pylist()}
+    columns: dict[str, list] = {key: [] for key in ("intensity", "flops_per_s", "bytes_per_s", "roof", "pct",
+                                                    "bound", "above", "bandwidth_roof")}
+    for part in model.partitions:
+        region = program_analyzer._region(part, model, book, profile)
+        work, moved = flops.get(part.id) or 0, region["bytes_moved"]
+        time_ns, calls = region["time_ns"], region["calls"]
+        intensity = work / moved if moved else None
+        timed = bool(time_ns) and calls > 0
+        attained = work * calls / (time_ns * 1e-9) if timed else None
+        ceiling = None
+        if profile is not None and intensity is not None and region["peak_macs_per_s"]:
+            bandwidth = profile.bandwidth_for(moved)[1].value
+            ceiling = min(FLOPS_PER_MAC * region["peak_macs_per_s"], intensity * bandwidth)
+        pct = 100 * attained / ceiling if attained is not None and ceiling else None
+        columns["intensity"].append(intensity)
+        columns["flops_per_s"].append(attained)
+        columns["bytes_per_s"].append(moved * calls / (time_ns * 1e-9) if timed and moved else None)
+        columns["roof"].append(ceiling)
+        columns["pct"].append(None if pct is None else round(pct, 3))
+        columns["bound"].append(region["boundness"])
+        columns["above"].append(pct is not None and pct > 100 * program_analyzer.ROOF_TOLERANCE)
+        columns["bandwidth_roof"].append(region["bandwidth_roof"])
+    return columns
