@@ -42,7 +42,9 @@ def register_cache_pytrees() -> bool:
         return True
     if registered is not None:
         pytree._deregister_pytree_node(cache_class)
-    pytree.register_pytree_node(
+    # The Python pytree only (what torch.export flattens with): the C++ one (optree) keeps
+    # whatever transformers registered there and cannot drop a registration.
+    pytree._private_register_pytree_node(
         cache_class, _flatten, _unflatten,
         serialized_type_name=f"{cache_class.__module__}.{cache_class.__name__}",
         flatten_with_keys_fn=_flatten_with_keys)
