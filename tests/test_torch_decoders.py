@@ -98,6 +98,28 @@ def test_an_attention_without_a_mask_is_left_alone() -> None:
     assert len(program.graph_module.graph.nodes) == before
 
 
+def test_only_masks_computed_from_an_input_are_guarded() -> None:
+    """A mask held in a buffer is the same at every call: with the program's user inputs
+    given (as the export does), its attention is left alone; an input mask is guarded."""
+    import torch
+
+    from dfit_mlir.frontends import torch as torch_frontend
+
+    class FixedMask(torch.nn.Module):
+        def __init__(self, mask: Any) -> None:
+            super().__init__()
+            self.register_buffer("mask", mask)
+
+        def forward(self, q: Any, k: Any, v: Any) -> Any:
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=self.mask)
+
+    q, k, v, mask = _inputs(True)
+    fixed = torch.export.export(FixedMask(mask), (q, k, v)).run_decompositions(torch_frontend.export_decompositions())
+    assert torch_frontend.guard_fully_masked_rows(fixed.graph_module, fixed.graph_signature.user_inputs) == 0
+    given = torch.export.export(_attention_model(), (q, k, v, mask))
+    assert torch_frontend.guard_fully_masked_rows(given.graph_module, given.graph_signature.user_inputs) == 1
+
+
 @pytest.mark.slow
 def test_iree_gives_nan_on_a_fully_masked_row_without_the_guard(tmp_path: Path, monkeypatch: Any) -> None:
     """The cause is IREE 3.13's lowering of ``torch.aten.scaled_dot_product_attention``:
@@ -120,7 +142,7 @@ def test_iree_gives_nan_on_a_fully_masked_row_without_the_guard(tmp_path: Path, 
         return np.asarray(module.main(*(tensor.numpy() for tensor in args)))
 
     guarded = iree_result("guarded")
-    monkeypatch.setattr(torch_frontend, "guard_fully_masked_rows", lambda graph_module: 0)
+    monkeypatch.setattr(torch_frontend, "guard_fully_masked_rows", lambda graph_module, inputs=None: 0)
     unguarded = iree_result("unguarded")
     assert np.isnan(unguarded[:, :, 0]).all() and np.allclose(unguarded[:, :, 1:], expected[:, :, 1:], atol=1e-5)
     assert np.isfinite(guarded).all() and np.allclose(guarded, expected, atol=1e-5)

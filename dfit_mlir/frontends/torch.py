@@ -29,7 +29,7 @@ except a parameter at the root (no single module uses it), whose phase is
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -266,7 +266,7 @@ def _export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | Non
         # functionalizes. Decomposed nodes keep their ``nn_module_stack`` and stack trace.
         program = program.run_decompositions(export_decompositions())
         drop_true_conjunctions(program.graph_module)
-        guard_fully_masked_rows(program.graph_module)
+        guard_fully_masked_rows(program.graph_module, program.graph_signature.user_inputs)
     except Exception as error:  # torch.export raises many kinds; say which model failed
         raise CompileError(f"torch.export failed on {type(model).__name__}: {type(error).__name__}: "
                            f"{str(error).splitlines()[0] if str(error) else ''}") from error
@@ -363,7 +363,7 @@ def drop_true_conjunctions(graph_module: Any) -> int:
     return rewritten
 
 
-def guard_fully_masked_rows(graph_module: Any) -> int:
+def guard_fully_masked_rows(graph_module: Any, inputs: Iterable[str] | None = None) -> int:
     """Give every masked ``scaled_dot_product_attention`` PyTorch's result on a query row
     whose keys are all masked; in place, the number of attentions guarded.
 
@@ -376,16 +376,22 @@ def guard_fully_masked_rows(graph_module: Any) -> int:
     masked row (it attends to every key: finite) and zeroes its output:
     ``where(any(m), sdpa(q, k, v, m | ~any(m)), 0)`` for a boolean mask, ``-inf`` entries
     for an additive one. Other rows are unchanged, bit for bit. The new nodes keep the
-    attention's module stack and source line."""
+    attention's module stack and source line.
+
+    With ``inputs`` (the program's user-input placeholder names), only masks computed
+    from an input are guarded: a mask from the model's own buffers and constants alone
+    (a hand-built causal mask) is the same at every call, and guarding it would add ops
+    (and FLOPs to the source program's count) that IREE folds away."""
     import torch
 
     guarded = 0
+    inputs = None if inputs is None else set(inputs)
     for node in list(graph_module.graph.nodes):
         if node.op != "call_function" or node.target != torch.ops.aten.scaled_dot_product_attention.default:
             continue
         mask = node.args[3] if len(node.args) > 3 else node.kwargs.get("attn_mask")
         value = getattr(mask, "meta", {}).get("val")
-        if value is not None and value.ndim > 0:
+        if value is not None and value.ndim > 0 and (inputs is None or _reaches_from(mask, inputs)):
             _guard_attention(graph_module.graph, node, mask, value.dtype == torch.bool)
             guarded += 1
     if guarded:
@@ -416,6 +422,20 @@ def _guard_attention(graph: Any, attention: Any, mask: Any, boolean: bool) -> No
     with graph.inserting_after(attention):
         output = add(aten.where.ScalarOther, keep, attention, 0.0)
     attention.replace_all_uses_with(output, delete_user_cb=lambda user: user is not output)
+
+
+def _reaches_from(node: Any, placeholders: set[str]) -> bool:
+    """Whether ``node`` is computed from one of the named placeholders."""
+    seen, pending = set(), [node]
+    while pending:
+        current = pending.pop()
+        if current.op == "placeholder" and current.name in placeholders:
+            return True
+        for source in current.all_input_nodes:
+            if source not in seen:
+                seen.add(source)
+                pending.append(source)
+    return False
 
 
 def _node_like(graph: Any, template: Any, target: Any, *args: Any) -> Any:
