@@ -204,3 +204,22 @@ def test_transformers_own_registration_is_replaced_with_the_same_layout() -> Non
         assert torch_caches.register_cache_pytrees()
     assert pytree.SUPPORTED_NODES[DynamicCache].unflatten_fn is torch_caches._unflatten
     assert ours_spec.context == theirs_spec.context
+
+
+def test_a_prompt_with_use_cache_exports_its_cache_as_results() -> None:
+    """The zoo's Llama on a 6-token prompt with ``use_cache=True`` (the model makes the
+    cache itself, and fills it from ``torch.tensor([])`` by ``cat``): the export succeeds
+    and ``main`` returns the logits and the 2 keys + 2 values of the cache."""
+    import re
+
+    import torch
+
+    from dfit_mlir.frontends import torch as torch_frontend
+    from tests.conftest import REPO
+
+    model, _ = torch_frontend.load_module_file(REPO / "examples" / "zoo" / "llama.py")
+    ids = torch.randint(0, 64, (1, 6))
+    text = torch_frontend.export_mlir(model, (ids,), {"use_cache": True})
+    results = re.search(r"func\.func @main\(.*?\) -> \((.*?)\) attributes", text, re.S)
+    assert results, text[:2000]
+    assert re.findall(r"!torch\.vtensor<\[([\d,]+)\],f32>", results.group(1)) == ["1,6,64", *["1,2,6,8"] * 4]
