@@ -60,7 +60,8 @@ def _tflite(label: str) -> Callable[[Path], Path]:
 
 MODELS = (
     ZooModel("gpt2", "PyTorch", "GPT-2 decoder (transformers)", _example("gpt2")),
-    ZooModel("llama", "PyTorch", "Llama decoder: RoPE, RMSNorm, SDPA, GQA (transformers)", _example("llama")),
+    ZooModel("llama", "PyTorch", "Llama decode step with a KV cache: RoPE, RMSNorm, SDPA, GQA (transformers)",
+             _example("llama")),
     ZooModel("bert", "PyTorch", "BERT encoder (transformers)", _example("bert")),
     ZooModel("vit", "PyTorch", "Vision Transformer (transformers)", _example("vit")),
     ZooModel("resnet", "PyTorch", "ResNet, BatchNorm (transformers)", _example("resnet")),

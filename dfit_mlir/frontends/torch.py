@@ -29,12 +29,13 @@ except a parameter at the root (no single module uses it), whose phase is
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from dfit_mlir.errors import EXIT_TOOLCHAIN_FAILED, DfitError
 from dfit_mlir.frontends import SourceModel
+from dfit_mlir.frontends.torch_caches import register_cache_pytrees
 
 #: Prefix of the NameLoc carrying a node's innermost nn.Module: ``nn.Module:<path>:<Class>``.
 MODULE_NAME_PREFIX = "nn.Module:"
@@ -254,6 +255,8 @@ def _export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | Non
 
     from dfit_mlir.errors import CompileError
 
+    # A transformers KV cache among the inputs or outputs passes as its tensors.
+    register_cache_pytrees()
     try:
         program = torch.export.export(model, tuple(args), kwargs or None, strict=strict)
         # torch.export gives training IR, with in-place ops (``x += residual``) that the
@@ -263,6 +266,7 @@ def _export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | Non
         # functionalizes. Decomposed nodes keep their ``nn_module_stack`` and stack trace.
         program = program.run_decompositions(export_decompositions())
         drop_true_conjunctions(program.graph_module)
+        guard_fully_masked_rows(program.graph_module, program.graph_signature.user_inputs)
     except Exception as error:  # torch.export raises many kinds; say which model failed
         raise CompileError(f"torch.export failed on {type(model).__name__}: {type(error).__name__}: "
                            f"{str(error).splitlines()[0] if str(error) else ''}") from error
@@ -357,6 +361,97 @@ def drop_true_conjunctions(graph_module: Any) -> int:
         graph_module.graph.eliminate_dead_code()
         graph_module.recompile()
     return rewritten
+
+
+def guard_fully_masked_rows(graph_module: Any, inputs: Iterable[str] | None = None) -> int:
+    """Give every masked ``scaled_dot_product_attention`` PyTorch's result on a query row
+    whose keys are all masked; in place, the number of attentions guarded.
+
+    PyTorch (2.5+) returns zeros for such a row (its math kernel's ``_safe_softmax``);
+    IREE 3.13 lowers ``torch.aten.scaled_dot_product_attention`` to an online softmax
+    that gives NaN there (``max = -inf``, ``exp(-inf - -inf)``). A left-padded batch has
+    such rows (the padding positions' queries see no key: transformers 5.x passes
+    the boolean mask straight to SDPA), and the next layer's ``P·V`` spreads the NaN from
+    the padded positions' keys and values to every logit. The guard unmasks a fully
+    masked row (it attends to every key: finite) and zeroes its output:
+    ``where(any(m), sdpa(q, k, v, m | ~any(m)), 0)`` for a boolean mask, ``-inf`` entries
+    for an additive one. Other rows are unchanged, bit for bit. The new nodes keep the
+    attention's module stack and source line.
+
+    With ``inputs`` (the program's user-input placeholder names), only masks computed
+    from an input are guarded: a mask from the model's own buffers and constants alone
+    (a hand-built causal mask) is the same at every call, and guarding it would add ops
+    (and FLOPs to the source program's count) that IREE folds away."""
+    import torch
+
+    guarded = 0
+    inputs = None if inputs is None else set(inputs)
+    for node in list(graph_module.graph.nodes):
+        if node.op != "call_function" or node.target != torch.ops.aten.scaled_dot_product_attention.default:
+            continue
+        mask = node.args[3] if len(node.args) > 3 else node.kwargs.get("attn_mask")
+        value = getattr(mask, "meta", {}).get("val")
+        if value is not None and value.ndim > 0 and (inputs is None or _reaches_from(mask, inputs)):
+            _guard_attention(graph_module.graph, node, mask, value.dtype == torch.bool)
+            guarded += 1
+    if guarded:
+        graph_module.graph.lint()
+        graph_module.recompile()
+    return guarded
+
+
+def _guard_attention(graph: Any, attention: Any, mask: Any, boolean: bool) -> None:
+    """The guard of :func:`guard_fully_masked_rows` around one attention node."""
+    import functools
+
+    import torch
+
+    aten = torch.ops.aten
+    add = functools.partial(_node_like, graph, attention)
+    with graph.inserting_before(attention):
+        if boolean:  # True: attend
+            keep = add(aten.any.dim, mask, -1, True)
+            safe_mask = add(aten.bitwise_or.Tensor, mask, add(aten.logical_not.default, keep))
+        else:  # additive: -inf masks
+            keep = add(aten.any.dim, add(aten.ne.Scalar, mask, float("-inf")), -1, True)
+            safe_mask = add(aten.where.ScalarOther, keep, mask, 0.0)
+    if len(attention.args) > 3:
+        attention.args = (*attention.args[:3], safe_mask, *attention.args[4:])
+    else:
+        attention.kwargs = {**attention.kwargs, "attn_mask": safe_mask}
+    with graph.inserting_after(attention):
+        output = add(aten.where.ScalarOther, keep, attention, 0.0)
+    attention.replace_all_uses_with(output, delete_user_cb=lambda user: user is not output)
+
+
+def _reaches_from(node: Any, placeholders: set[str]) -> bool:
+    """Whether ``node`` is computed from one of the named placeholders."""
+    seen, pending = set(), [node]
+    while pending:
+        current = pending.pop()
+        if current.op == "placeholder" and current.name in placeholders:
+            return True
+        for source in current.all_input_nodes:
+            if source not in seen:
+                seen.add(source)
+                pending.append(source)
+    return False
+
+
+def _node_like(graph: Any, template: Any, target: Any, *args: Any) -> Any:
+    """A ``call_function`` node with ``template``'s module stack and stack trace, and its
+    ``val`` computed on the arguments' fake tensors (the importer types it from that)."""
+    import torch
+
+    node = graph.call_function(target, args)
+    for key in ("nn_module_stack", "stack_trace", "source_fn_stack", "from_node", "seq_nr"):
+        if key in template.meta:
+            node.meta[key] = template.meta[key]
+    fake = [arg.meta["val"] if isinstance(arg, torch.fx.Node) else arg for arg in args]
+    mode = next(value.fake_mode for value in fake if hasattr(value, "fake_mode"))
+    with mode:
+        node.meta["val"] = target(*fake)
+    return node
 
 
 def _is_true_scalar(node: Any) -> bool:
