@@ -7,7 +7,7 @@ where IREE split an op), the bytes crossing the partition's boundary
 is the backend's performance profile, the one program-analyzer draws
 (:func:`dfit_mlir.tools.profiles.load_profile`; the local CPU's is calibrated on this
 host for the run's threads and cached), and the class (memory-bound / balanced /
-compute-bound) is program-analyzer's own (:func:`program_analyzer._region`), so the view
+compute-bound) is program-analyzer's own (:func:`program_analyzer.region_row`), so the view
 and ``regions.csv`` never disagree on it.
 
 * intensity = FLOPs / boundary bytes (FLOP/B);
@@ -86,7 +86,7 @@ def table(model: SemanticModel, book: ledger.Ledger, profile: Profile | None) ->
     columns: dict[str, list] = {key: [] for key in ("intensity", "flops_per_s", "bytes_per_s", "roof", "pct",
                                                     "bound", "above", "bandwidth_roof")}
     for part in model.partitions:
-        region = program_analyzer._region(part, model, book, profile)
+        region = program_analyzer.region_row(part, model, book, profile)
         work, moved = flops.get(part.id) or 0, region["bytes_moved"]
         time_ns, calls = region["time_ns"], region["calls"]
         intensity = work / moved if moved else None

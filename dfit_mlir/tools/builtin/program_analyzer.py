@@ -81,7 +81,7 @@ class ProgramAnalyzer(Tool):
         if profile is None:
             ctx.note(f"no performance profile for the {ctx.backend} backend (give profile=PATH): no roof")
         book = ledger.of(ctx.model)
-        rows = [_region(part, ctx.model, book, profile) for part in ctx.model.partitions]
+        rows = [region_row(part, ctx.model, book, profile) for part in ctx.model.partitions]
         timed = any(row["time_ns"] for row in rows)
         basis = "time_ns" if timed else "macs"
         total = sum(row[basis] or 0 for row in rows)
@@ -113,8 +113,9 @@ def _dtype(ops: list[Operator]) -> str | None:
     return None
 
 
-def _region(part: Partition, model: SemanticModel, book: ledger.Ledger, profile: Profile | None) -> dict[str, Any]:
-    """One region's row; MACs, bytes, calls and time are the ledger's."""
+def region_row(part: Partition, model: SemanticModel, book: ledger.Ledger, profile: Profile | None) -> dict[str, Any]:
+    """One region's row (``regions.csv``, and the view's roofline reads the same rule); MACs,
+    bytes, calls and time are the ledger's."""
     ops = [model.operators[op_id] for op_id in part.operator_ids if op_id in model.operators]
     macs = sum(model.placed_costs(part, "macs").values())
     moved, how = book.bytes_moved(part)
