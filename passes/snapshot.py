@@ -94,7 +94,7 @@ def take_snapshot(module: ir.Operation, stage: str, cache: LocationCache,
             if collector is not None:
                 collector.update(ids)
             if recording is not None:
-                around = recording.visit(op, ids, around)
+                around = recording.visit(op, kind, ids, around)
         if kind in FUNCTION_KINDS:
             function = symbol_name(op) or function
             if executable:

@@ -4,8 +4,9 @@
 each of IREE's phases. The compile keeps what the panel needs, and no more, in the
 manifest's ``stage_ir`` table (:meth:`StageIR.table`):
 
-* **What is printed.** Each carrier's own text in MLIR's generic op form, the form
-  ``iree-compile --mlir-print-op-generic`` writes: its results, name, operands,
+* **What is printed.** Each carrier's own text in MLIR's generic op form with local
+  scope (attributes inline, no ``#map`` aliases), as ``iree-compile
+  --mlir-print-op-generic`` writes it: its results, name, operands,
   properties, attributes and types, with the bodies of its regions replaced by
   ``{...}`` and a ``// regions: …`` line naming the ops directly inside them (a dispatch
   region lists its loads, linalg ops and stores). Elements attributes above
@@ -16,8 +17,8 @@ manifest's ``stage_ir`` table (:meth:`StageIR.table`):
   carries that ID too (the ops inside a ``hal.executable`` that carries a conv's ID are
   counted, not printed), at most :data:`MAX_CARRIERS` per ID and phase, in program
   order. The count of every carrier (the lineage rule's, so ``split`` means > 1) is kept.
-* **Interned.** Every distinct text is stored once, and every distinct carrier list
-  (count + texts) once; a phase is one integer per source ID. Most phases print most ops
+* **Interned.** Every distinct text is stored once (the texts deflated together), and
+  every distinct carrier list (count + texts) once; a phase is one integer per source ID. Most phases print most ops
   the same, and the ops of one dispatch region share the region's text.
 
 Why one print of the whole module, not one per op: printing a nested op alone numbers
@@ -147,7 +148,9 @@ class StageIR:
         """Print ``module`` once; the snapshot's walk then hands every op to the returned
         recording in pre-order (:meth:`StageRecording.visit`) and calls ``finish``."""
         start = time.perf_counter()
-        printed = module.get_asm(print_generic_op_form=True, large_elements_limit=ELIDE_ELEMENTS,
+        # Local scope: attributes inline, not as aliases (``#map``) whose definitions a
+        # text on its own would lack; it is also how iree-compile prints its output.
+        printed = module.get_asm(print_generic_op_form=True, use_local_scope=True, large_elements_limit=ELIDE_ELEMENTS,
                                  large_resource_limit=ELIDE_ELEMENTS, assume_verified=True)
         recording = StageRecording(self, stage, tree, op_lines(printed))
         if not recording.lines or recording.lines[0][0] != module.name:
@@ -172,8 +175,10 @@ class StageIR:
         return found
 
     def table(self, source_ids: Iterable[str]) -> dict[str, Any]:
-        """The manifest's ``stage_ir`` table; ``stages[name][k]`` is the carrier list of
-        ``ids[k]`` (``-1``: no op carries it)."""
+        """The manifest's ``stage_ir`` table; ``stages[name]`` holds, for each of ``ids``,
+        its carrier list (``-1``: no op carries it). Integer rows are comma-separated
+        strings: the manifest is indented JSON, which gives every list item its own line
+        (read them back with :func:`read_table`)."""
         ids = list(source_ids)
         return {
             "version": TABLE_VERSION,
@@ -182,8 +187,8 @@ class StageIR:
                        "carriers": MAX_CARRIERS},
             "ids": ids,
             "texts": pack_texts(self.texts),
-            "carriers": self.carriers,
-            "stages": {stage: [by_id.get(item, -1) for item in ids] for stage, by_id in self.stages.items()},
+            "carriers": [_ints(entry) for entry in self.carriers],
+            "stages": {stage: _ints(by_id.get(item, -1) for item in ids) for stage, by_id in self.stages.items()},
             "unrecorded": dict(self.unrecorded),
             "time_s": round(self.time_s, 6),
         }
@@ -226,13 +231,12 @@ class StageRecording:
     def fail(self, why: str) -> None:
         self.failed = self.failed or why
 
-    def visit(self, op: ir.Operation, ids: tuple[str, ...], around: frozenset[str]) -> frozenset[str]:
-        """The next op of the pre-order walk and the source IDs its location names;
-        ``around``: the IDs ops around it carry. Returns what its children get."""
+    def visit(self, op: ir.Operation, name: str, ids: tuple[str, ...], around: frozenset[str]) -> frozenset[str]:
+        """The next op of the pre-order walk, its name and the source IDs its location
+        names; ``around``: the IDs ops around it carry. Returns what its children get."""
         if self.failed:
             return around
         self.position += 1
-        name = op.name
         if self.position >= len(self.lines) or self.lines[self.position][0] != name:
             found = self.lines[self.position][0] if self.position < len(self.lines) else "the end"
             self.fail(f"op {self.position} of the walk is {name}, of the printout {found}")
@@ -267,18 +271,42 @@ class StageRecording:
         owner.time_s += self.time_s + elapsed_s
 
 
-def carriers_of(table: dict[str, Any] | None, source_id: str, stage: str) -> tuple[int, list[str]] | None:
-    """(how many ops carry ``source_id`` at ``stage``, the texts of the outermost ones),
-    from a manifest's ``stage_ir`` table; None where the table does not record the stage."""
-    if not table or stage not in table.get("stages", {}):
-        return None
-    try:
-        position = table["ids"].index(source_id)
-    except ValueError:
-        return None
-    entry = table["stages"][stage][position]
-    if entry < 0:
-        return 0, []
-    count, *texts = table["carriers"][entry]
-    all_texts = unpack_texts(table["texts"])
-    return count, [all_texts[t] for t in texts]
+def _ints(values: Iterable[int]) -> str:
+    return ",".join(map(str, values))
+
+
+def _read_ints(text: str) -> list[int]:
+    return [int(value) for value in text.split(",")] if text else []
+
+
+@dataclass(frozen=True)
+class StageIRTable:
+    """A manifest's ``stage_ir`` table, decoded."""
+
+    ids: tuple[str, ...]
+    texts: tuple[str, ...]
+    carriers: tuple[tuple[int, ...], ...]
+    stages: dict[str, list[int]]
+    unrecorded: dict[str, str]
+
+    def carriers_of(self, source_id: str, stage: str) -> tuple[int, list[str]] | None:
+        """(how many ops carry ``source_id`` at ``stage``, the texts of the outermost
+        ones); None where the table does not record the stage or the ID."""
+        if stage not in self.stages or source_id not in self.ids:
+            return None
+        entry = self.stages[stage][self.ids.index(source_id)]
+        if entry < 0:
+            return 0, []
+        count, *texts = self.carriers[entry]
+        return count, [self.texts[t] for t in texts]
+
+
+def read_table(table: dict[str, Any]) -> StageIRTable:
+    """Decode a manifest's ``stage_ir`` table (:meth:`StageIR.table`)."""
+    ids = tuple(table["ids"])
+    stages = {stage: _read_ints(row) for stage, row in table["stages"].items()}
+    for stage, row in stages.items():
+        if len(row) != len(ids):
+            raise ValueError(f"stage_ir stage {stage}: {len(row)} entries for {len(ids)} ids")
+    return StageIRTable(ids, tuple(unpack_texts(table["texts"])), tuple(tuple(_read_ints(c)) for c in table["carriers"]),
+                        stages, dict(table.get("unrecorded") or {}))
