@@ -18,8 +18,9 @@ manifest's ``stage_ir`` table (:meth:`StageIR.table`):
   counted, not printed), at most :data:`MAX_CARRIERS` per ID and phase, in program
   order. The count of every carrier (the lineage rule's, so ``split`` means > 1) is kept.
 * **Interned.** Every distinct text is stored once (the texts deflated together), and
-  every distinct carrier list (count + texts) once; a phase is one integer per source ID. Most phases print most ops
-  the same, and the ops of one dispatch region share the region's text.
+  every distinct carrier list (count + texts) once; a phase is one integer per source
+  ID. Most phases print most ops the same, and the ops of one dispatch region share the
+  region's text. The encoding and its reader are :mod:`dfit_mlir.stage_ir_table`.
 
 Why one print of the whole module, not one per op: printing a nested op alone numbers
 the values of its whole enclosing function each time (MLIR builds the ``AsmState`` over
@@ -33,10 +34,8 @@ rather than recorded wrong.
 
 from __future__ import annotations
 
-import base64
 import re
 import time
-import zlib
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -44,8 +43,8 @@ from iree.compiler import ir
 
 from dfit_mlir.lineage import CONTAINER_KINDS
 from dfit_mlir.passes.mlir_engine import OpTree
+from dfit_mlir.stage_ir_table import TABLE_VERSION, ints, pack_texts
 
-TABLE_VERSION = 1
 ELIDE_ELEMENTS = 16
 MAX_STRING_CHARS = 120
 MAX_OP_CHARS = 1500
@@ -53,7 +52,6 @@ MAX_CARRIERS = 4
 #: Names listed by a region summary before ``+N more``.
 MAX_SUMMARY_NAMES = 24
 ELISION = "…"
-TEXT_ENCODING = "zlib+base64"
 
 _OP_NAME = re.compile(r'^(?:%[^=]*= )?"([^"]+)"')
 _LONG_STRING = re.compile(r'"((?:[^"\\]|\\.){%d,})"' % (MAX_STRING_CHARS + 1))
@@ -178,7 +176,7 @@ class StageIR:
         """The manifest's ``stage_ir`` table; ``stages[name]`` holds, for each of ``ids``,
         its carrier list (``-1``: no op carries it). Integer rows are comma-separated
         strings: the manifest is indented JSON, which gives every list item its own line
-        (read them back with :func:`read_table`)."""
+        (read them back with :func:`dfit_mlir.stage_ir_table.read_table`)."""
         ids = list(source_ids)
         return {
             "version": TABLE_VERSION,
@@ -187,30 +185,11 @@ class StageIR:
                        "carriers": MAX_CARRIERS},
             "ids": ids,
             "texts": pack_texts(self.texts),
-            "carriers": [_ints(entry) for entry in self.carriers],
-            "stages": {stage: _ints(by_id.get(item, -1) for item in ids) for stage, by_id in self.stages.items()},
+            "carriers": [ints(entry) for entry in self.carriers],
+            "stages": {stage: ints(by_id.get(item, -1) for item in ids) for stage, by_id in self.stages.items()},
             "unrecorded": dict(self.unrecorded),
             "time_s": round(self.time_s, 6),
         }
-
-
-def pack_texts(texts: list[str]) -> dict[str, Any]:
-    """The texts as one deflated, base64 string (NUL-separated: MLIR prints a NUL in a
-    string as ``\\00``). Op texts repeat their types and attributes from phase to phase,
-    so this is about 7x smaller than a JSON list of them."""
-    data = zlib.compress("\0".join(texts).encode("utf-8"), 9)
-    return {"encoding": TEXT_ENCODING, "count": len(texts), "data": base64.b64encode(data).decode("ascii")}
-
-
-def unpack_texts(packed: dict[str, Any]) -> list[str]:
-    if packed.get("encoding") != TEXT_ENCODING:
-        raise ValueError(f"stage_ir texts: unknown encoding {packed.get('encoding')!r}")
-    if not packed["count"]:
-        return []
-    texts = zlib.decompress(base64.b64decode(packed["data"])).decode("utf-8").split("\0")
-    if len(texts) != packed["count"]:
-        raise ValueError(f"stage_ir texts: {len(texts)} texts, the table says {packed['count']}")
-    return texts
 
 
 @dataclass
@@ -258,8 +237,9 @@ class StageRecording:
                     listed.append(text)
         return around.union(new)
 
-    def finish(self, elapsed_s: float = 0.0) -> None:
-        """``elapsed_s``: time the walk spent in :meth:`visit` (counted by the caller)."""
+    def finish(self) -> None:
+        """Keep the stage, or say why not (``time_s``: printing and reading the printout;
+        the visits count in the snapshot's own time)."""
         if not self.failed and self.position != len(self.lines) - 1:
             self.fail(f"the walk has {self.position} ops, the printout {len(self.lines) - 1}")
         owner = self.owner
@@ -268,45 +248,4 @@ class StageRecording:
         else:
             owner.stages[self.stage] = {item: owner._carrier_list(self.counts[item], texts)
                                         for item, texts in self.shown.items()}
-        owner.time_s += self.time_s + elapsed_s
-
-
-def _ints(values: Iterable[int]) -> str:
-    return ",".join(map(str, values))
-
-
-def _read_ints(text: str) -> list[int]:
-    return [int(value) for value in text.split(",")] if text else []
-
-
-@dataclass(frozen=True)
-class StageIRTable:
-    """A manifest's ``stage_ir`` table, decoded."""
-
-    ids: tuple[str, ...]
-    texts: tuple[str, ...]
-    carriers: tuple[tuple[int, ...], ...]
-    stages: dict[str, list[int]]
-    unrecorded: dict[str, str]
-
-    def carriers_of(self, source_id: str, stage: str) -> tuple[int, list[str]] | None:
-        """(how many ops carry ``source_id`` at ``stage``, the texts of the outermost
-        ones); None where the table does not record the stage or the ID."""
-        if stage not in self.stages or source_id not in self.ids:
-            return None
-        entry = self.stages[stage][self.ids.index(source_id)]
-        if entry < 0:
-            return 0, []
-        count, *texts = self.carriers[entry]
-        return count, [self.texts[t] for t in texts]
-
-
-def read_table(table: dict[str, Any]) -> StageIRTable:
-    """Decode a manifest's ``stage_ir`` table (:meth:`StageIR.table`)."""
-    ids = tuple(table["ids"])
-    stages = {stage: _read_ints(row) for stage, row in table["stages"].items()}
-    for stage, row in stages.items():
-        if len(row) != len(ids):
-            raise ValueError(f"stage_ir stage {stage}: {len(row)} entries for {len(ids)} ids")
-    return StageIRTable(ids, tuple(unpack_texts(table["texts"])), tuple(tuple(_read_ints(c)) for c in table["carriers"]),
-                        stages, dict(table.get("unrecorded") or {}))
+        owner.time_s += self.time_s

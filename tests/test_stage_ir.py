@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from dfit_mlir import manifest as manifest_io
-from dfit_mlir import toolchain
+from dfit_mlir import stage_ir_table, toolchain
 from dfit_mlir.passes import stage_ir
 from tests.conftest import CONVNET
 
@@ -67,12 +67,12 @@ def test_op_lines_pair_heads_with_the_lines_closing_their_regions() -> None:
 
 def test_texts_pack_and_unpack() -> None:
     texts = ["%0 = \"a.b\"() : () -> ()", "é ∑ {...}", ""]
-    packed = stage_ir.pack_texts(texts)
+    packed = stage_ir_table.pack_texts(texts)
     assert packed["encoding"] == "zlib+base64" and packed["count"] == 3
-    assert stage_ir.unpack_texts(packed) == texts
-    assert stage_ir.unpack_texts(stage_ir.pack_texts([])) == []
+    assert stage_ir_table.unpack_texts(packed) == texts
+    assert stage_ir_table.unpack_texts(stage_ir_table.pack_texts([])) == []
     with pytest.raises(ValueError, match="2 texts, the table says 5"):
-        stage_ir.unpack_texts({**stage_ir.pack_texts(["a", "b"]), "count": 5})
+        stage_ir_table.unpack_texts({**stage_ir_table.pack_texts(["a", "b"]), "count": 5})
 
 
 # --- the real compile against independent printouts ------------------------------------------
@@ -196,7 +196,7 @@ def independent_printouts(iree_bundles: dict[str, Path], tmp_path_factory: pytes
 def test_recorded_carriers_are_the_ops_of_each_phase(iree_bundles: dict[str, Path],
                                                      independent_printouts: dict[str, list]) -> None:
     document = manifest_io.load(iree_bundles["manifest"])
-    table = stage_ir.read_table(document["stage_ir"])
+    table = stage_ir_table.read_table(document["stage_ir"])
     assert table.unrecorded == {} and list(table.stages) == document["lineage"]["stages"] == [
         "source", *toolchain.IREE_PHASES]
     assert list(table.ids) == [op["id"] for op in document["operators"]]
@@ -231,7 +231,7 @@ def test_recorded_carriers_are_the_ops_of_each_phase(iree_bundles: dict[str, Pat
 def test_the_conv_is_followed_into_its_dispatch_and_executable(iree_bundles: dict[str, Path]) -> None:
     """What a reader sees for the convnet's first conv, phase by phase (facts read off
     the printouts by hand)."""
-    table = stage_ir.read_table(manifest_io.load(iree_bundles["manifest"])["stage_ir"])
+    table = stage_ir_table.read_table(manifest_io.load(iree_bundles["manifest"])["stage_ir"])
     conv = "main/linalg.conv_2d_nhwc_hwcf#0"
 
     def first_lines(stage: str) -> list[str]:
@@ -247,7 +247,7 @@ def test_the_conv_is_followed_into_its_dispatch_and_executable(iree_bundles: dic
 
 def test_recording_is_bounded_and_interned(iree_bundles: dict[str, Path]) -> None:
     document = manifest_io.load(iree_bundles["manifest"])
-    table = stage_ir.read_table(document["stage_ir"])
+    table = stage_ir_table.read_table(document["stage_ir"])
     texts = table.texts
     assert len(set(texts)) == len(texts) and all(len(t.split("\n")[0]) <= stage_ir.MAX_OP_CHARS + 1 for t in texts)
     assert len(set(table.carriers)) == len(table.carriers)
@@ -263,3 +263,32 @@ def test_only_full_compiles_keep_ir(iree_bundles: dict[str, Path]) -> None:
 
     assert "stage_ir" not in SemanticModel.open(iree_bundles["lite"]).manifest
     assert "stage_ir" in SemanticModel.open(iree_bundles["full"]).manifest  # a run bundle keeps it
+
+
+@pytest.mark.parametrize("damage", ["texts", "index", "row"])
+def test_view_of_a_damaged_table_is_bad_input(iree_bundles: dict[str, Path], tmp_path: Path, damage: str) -> None:
+    """A stage_ir table that does not decode: `dfit view` exits 2 with one line naming the
+    manifest, and writes nothing."""
+    import json
+
+    from click.testing import CliRunner
+
+    from dfit_mlir.cli import main
+
+    document = json.loads(iree_bundles["manifest"].read_text())
+    table = document["stage_ir"]
+    if damage == "texts":
+        table["texts"]["data"] = table["texts"]["data"][:40]  # a truncated deflate stream
+    elif damage == "index":
+        table["carriers"][0] = f"1,{table['texts']['count'] + 7}"
+    else:
+        first = next(iter(table["stages"]))
+        table["stages"][first] = table["stages"][first].rsplit(",", 1)[0]
+    manifest = tmp_path / "damaged.manifest.json"
+    manifest.write_text(json.dumps(document))
+    out = tmp_path / "view.html"
+    result = CliRunner().invoke(main, ["view", str(manifest), "-o", str(out)])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"dfit: {manifest}: stage_ir") and "Traceback" not in result.output
+    assert not out.exists()

@@ -335,7 +335,7 @@ def test_stages_panel_shows_each_phase_ir_of_the_clicked_op(browser: Any, iree_b
     (tests/test_stage_ir.py checks those against iree-compile's own printouts)."""
     from selenium.webdriver.common.by import By
 
-    from dfit_mlir.passes.stage_ir import read_table
+    from dfit_mlir.stage_ir_table import read_table
 
     model = SemanticModel.open(iree_bundles["full"])
     table = read_table(model.manifest["stage_ir"])
@@ -388,9 +388,14 @@ def test_stages_panel_without_recorded_ir_says_so(browser: Any, iree_bundles: di
     conv = next(op["id"] for op in old["operators"] if op["op"].startswith("linalg.conv_2d"))
     edgetpu = SemanticModel.open(edgetpu_bundle)
     node = next(iter(edgetpu.operators))
-    for bundle, op_id in ((manifest, conv), (edgetpu_bundle, node)):
-        open_view(browser, bundle, tmp_path, "#op=" + _quoted(op_id))
-        assert browser.find_elements(By.CSS_SELECTOR, "tr.stage-row"), bundle
+    assert len(old["lineage"]["stages"]) == 13
+    for bundle, op_id, stages in ((manifest, conv, old["lineage"]["stages"]),
+                                  (edgetpu_bundle, node, edgetpu.manifest["lineage"]["stages"])):
+        folder = tmp_path / f"page-{bundle.name}"  # a page of its own: a new fragment alone would not reload it
+        folder.mkdir()
+        open_view(browser, bundle, folder, "#op=" + _quoted(op_id))
+        rows = browser.find_elements(By.CSS_SELECTOR, "tr.stage-row")
+        assert [row.get_attribute("data-stage") for row in rows] == stages, bundle
         [note] = browser.find_elements(By.CSS_SELECTOR, "#stages .ir-absent")
         assert note.text.startswith("IR not recorded")
         assert not browser.find_elements(By.CSS_SELECTOR, "#stages details.ir")

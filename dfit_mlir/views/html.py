@@ -263,9 +263,13 @@ def _stage_ir_table(model: SemanticModel, ops: list, strings: Interner) -> dict[
     table = model.manifest.get("stage_ir")
     if not table:
         return None
-    from dfit_mlir.passes.stage_ir import read_table
+    from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.stage_ir_table import read_table
 
-    decoded = read_table(table)
+    try:
+        decoded = read_table(table)
+    except ValueError as error:
+        raise InvalidInputError(f"{model.source}: {error}") from None
     stages = list((model.manifest.get("lineage") or {}).get("stages") or [])
     columns = [decoded.stages.get(stage) for stage in stages]
     position = {source_id: k for k, source_id in enumerate(decoded.ids)}
