@@ -40,6 +40,7 @@ from dfit_mlir.passes import (
     phases,
     recordings,
     snapshot,
+    stage_ir,
     tensor_traces,
 )
 from dfit_mlir.passes import probes as function_probes
@@ -58,6 +59,8 @@ SNAPSHOT_PHASES = {
     "full": toolchain.IREE_PHASES,
 }
 SOURCE_STAGE = "source"
+#: Modes that keep each phase's printed IR of every ID's carriers (``passes/stage_ir.py``).
+STAGE_IR_MODES = ("full",)
 #: Modes whose module gets function-boundary probes (``passes/probes.py``) unless told
 #: otherwise. Only ``lite``: probes are what a lite run reads, and they are not free of
 #: side effects on code generation — on mobilenet_v1 the constant pool's layout and some
@@ -138,7 +141,9 @@ def compile_instrumented(
         ops, tensors = operators.operator_table(tagged, cache)
         mlir_engine.strip_dfit_attributes(module)
         tag_s = time.perf_counter() - t0
-        source_figures = snapshot.take_snapshot(module, SOURCE_STAGE, cache)
+        # The printed IR of each ID's carriers per phase, for `dfit view` (full mode only).
+        carrier_texts = stage_ir.StageIR() if mode in STAGE_IR_MODES else None
+        source_figures = snapshot.take_snapshot(module, SOURCE_STAGE, cache, carrier_texts)
         source_figures.time_s += tag_s
         with_probes = mode in PROBE_MODES if probes is None else probes
         probe_sites: list[function_probes.ProbeSite] = []
@@ -159,7 +164,7 @@ def compile_instrumented(
             module = driver.run(module, after, phase)
             phase_s[phase] = time.perf_counter() - t0
             if phase in SNAPSHOT_PHASES[mode]:
-                stages.append(snapshot.take_snapshot(module, phase, cache))
+                stages.append(snapshot.take_snapshot(module, phase, cache, carrier_texts))
                 dispatch_regions.observe(module, phase, cache)
             if phase == HOST_PROGRAM_PHASE:
                 host_program = recordings.host_program(module)
@@ -194,6 +199,8 @@ def compile_instrumented(
                 trace_plan=trace_plan,
                 host_program=host_program,
             )
+            if carrier_texts is not None:
+                document["stage_ir"] = carrier_texts.table(op["id"] for op in ops)
             if observing:
                 document["pass_history"] = _pass_history_table(driver.history, stages, ops)
             document["partitions"] = materialisation.separate_shared(document["partitions"], dispatch_regions.regions, ops)

@@ -15,6 +15,7 @@ from dfit_mlir import locations
 from dfit_mlir.lineage import DispatchRegion, DispatchSite, Export, StageFigures
 from dfit_mlir.passes.mlir_engine import OpTree, symbol_name, to_loc
 from dfit_mlir.passes.region_costs import RegionCost, region_cost
+from dfit_mlir.passes.stage_ir import StageIR
 from dfit_mlir.perf import paused_gc
 
 REGION_KINDS = frozenset({"flow.dispatch.workgroups", "flow.dispatch.region"})
@@ -67,9 +68,12 @@ def _site_target(op: ir.Operation) -> tuple[str, str] | None:
 
 
 @paused_gc()
-def take_snapshot(module: ir.Operation, stage: str, cache: LocationCache) -> StageFigures:
+def take_snapshot(module: ir.Operation, stage: str, cache: LocationCache,
+                  carrier_texts: StageIR | None = None) -> StageFigures:
+    """``carrier_texts``: also keep the printed IR of each ID's carriers (same walk)."""
     start = time.perf_counter()
     tree = OpTree(module)
+    recording = carrier_texts.begin(module, stage, tree) if carrier_texts is not None else None
     figures = StageFigures(stage)
     export_ops: list[tuple[str, ir.Operation]] = []
     body_ids: dict[tuple[str, str], set[str]] = {}
@@ -78,15 +82,19 @@ def take_snapshot(module: ir.Operation, stage: str, cache: LocationCache) -> Sta
     # Iterative pre-order walk; each entry carries the enclosing function, executable, the
     # id-set collecting a dispatch region's or executable function's body (or None), and
     # whether a tagged non-symbol op encloses it.
-    stack: list[tuple[ir.Operation, str, str, set[str] | None, bool]] = [(module, "", "", None, False)]
+    # ``around``: the IDs the ops around it carry (for ``recording`` only).
+    stack: list[tuple[ir.Operation, str, str, set[str] | None, bool, frozenset[str]]] = [
+        (module, "", "", None, False, frozenset())]
     while stack:
-        op, function, executable, collector, enclosed = stack.pop()
+        op, function, executable, collector, enclosed, around = stack.pop()
         kind = op.name
         ids = cache.ids(op.location) if op is not module else ()
         if op is not module:
             figures.add(kind, ids, enclosed)
             if collector is not None:
                 collector.update(ids)
+            if recording is not None:
+                around = recording.visit(op, kind, ids, around)
         if kind in FUNCTION_KINDS:
             function = symbol_name(op) or function
             if executable:
@@ -104,8 +112,10 @@ def take_snapshot(module: ir.Operation, stage: str, cache: LocationCache) -> Sta
             regions.append((function, ids, collector, region_cost(op, cache.ids, tree)))
         if op.regions:
             enclosed = enclosed or (bool(ids) and "sym_name" not in op.attributes)
-        children = [(child, function, executable, collector, enclosed) for child in tree.children(op)]
+        children = [(child, function, executable, collector, enclosed, around) for child in tree.children(op)]
         stack.extend(reversed(children))
+    if recording is not None:
+        recording.finish()
 
     for function, root_ids, collected, cost in regions:
         figures.regions.append(DispatchRegion(function, root_ids, _ordered(root_ids, collected), cost))

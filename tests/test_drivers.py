@@ -23,6 +23,7 @@ def _comparable(manifest: dict) -> dict:
         "sites": manifest["partitions"]["dispatch_sites"],
         "exports": manifest["partitions"]["exports"],
         "classes": manifest["lineage"]["classes"],
+        "stage_ir": {key: value for key, value in manifest["stage_ir"].items() if key != "time_s"},
     }
 
 

@@ -529,3 +529,80 @@ def test_browser_node_name_tree_collapses(browser: Any, edgetpu_bundle: Path, tm
     assert "hl-sub" not in group.get_attribute("class") and key in highlighted(browser, "#source [data-line]", "data-line")
     browser.save_screenshot(str(tmp_path / "node-tree.png"))
     no_console_errors(browser)
+
+
+# --- the stages panel's printed IR (the compile's stage_ir table) ---------------------------
+
+def test_stages_panel_shows_each_phase_ir_of_the_clicked_op(browser: Any, iree_bundles: dict[str, Path],
+                                                            tmp_path: Path) -> None:
+    """Click the conv's chip in the dispatch panel: each phase row of the stages panel holds
+    one open IR block with the texts the manifest recorded for the conv at that phase
+    (tests/test_stage_ir.py checks those against iree-compile's own printouts)."""
+    from selenium.webdriver.common.by import By
+
+    from dfit_mlir.stage_ir_table import read_table
+
+    model = SemanticModel.open(iree_bundles["full"])
+    table = read_table(model.manifest["stage_ir"])
+    conv = next(op.id for op in model.operators.values() if op.kind.startswith("conv_2d"))
+    open_view(browser, iree_bundles["full"], tmp_path)
+    chip = browser.find_element(By.CSS_SELECTOR, f'tr.dispatch .opchip[data-op="{conv}"]')
+    click(browser, chip)
+    assert browser.current_url.endswith("#op=" + _quoted(conv))
+    rows = browser.find_elements(By.CSS_SELECTOR, "tr.stage-row")
+    assert [row.get_attribute("data-stage") for row in rows] == model.manifest["lineage"]["stages"]
+    for row in rows:
+        stage = row.get_attribute("data-stage")
+        [block] = row.find_elements(By.CSS_SELECTOR, "details.ir")
+        assert block.get_attribute("data-ir-op") == conv and block.get_attribute("data-ir-stage") == stage
+        assert block.get_attribute("open") is not None  # one op selected: shown open
+        count, texts = table.carriers_of(conv, stage)
+        shown = [pre.get_attribute("textContent") for pre in block.find_elements(By.CSS_SELECTOR, "pre.ir-text")]
+        assert shown == texts and texts, stage
+        summary = block.find_element(By.CSS_SELECTOR, "summary").text
+        assert summary.startswith(f"{count} op"), (stage, summary)
+        assert all(pre.value_of_css_property("font-family").startswith("monospace")
+                   for pre in block.find_elements(By.CSS_SELECTOR, "pre.ir-text"))
+    # The printout is the op's: the source phase shows the conv itself, in generic form.
+    first = rows[0].find_element(By.CSS_SELECTOR, "pre.ir-text").get_attribute("textContent")
+    assert '"linalg.conv_2d_nhwc_hwcf"(' in first and "({...})" in first
+    # Collapsing a block is not a new selection.
+    summary = rows[1].find_element(By.CSS_SELECTOR, "details.ir summary")
+    click(browser, summary)
+    assert rows[1].find_element(By.CSS_SELECTOR, "details.ir").get_attribute("open") is None
+    assert browser.current_url.endswith("#op=" + _quoted(conv))
+    browser.execute_script("const s = document.getElementById('stages'); s.scrollLeft = 0; s.scrollTop = 0;")
+    browser.save_screenshot(str(tmp_path / "convnet-stages-ir.png"))
+    assert (tmp_path / "convnet-stages-ir.png").stat().st_size > 10_000
+    no_console_errors(browser)
+
+
+def test_stages_panel_without_recorded_ir_says_so(browser: Any, iree_bundles: dict[str, Path],
+                                                  edgetpu_bundle: Path, tmp_path: Path) -> None:
+    """A manifest written before the table existed (the convnet's, with the table taken
+    out) and a reconstructed Edge TPU bundle: the panel says "IR not recorded"."""
+    import json
+
+    from selenium.webdriver.common.by import By
+
+    old = json.loads(iree_bundles["manifest"].read_text())
+    del old["stage_ir"]
+    manifest = tmp_path / "old.manifest.json"
+    manifest.write_text(json.dumps(old))
+    assert html.view_data(SemanticModel.open(manifest))["stage_ir"] is None
+    conv = next(op["id"] for op in old["operators"] if op["op"].startswith("linalg.conv_2d"))
+    edgetpu = SemanticModel.open(edgetpu_bundle)
+    node = next(iter(edgetpu.operators))
+    assert len(old["lineage"]["stages"]) == 13
+    for bundle, op_id, stages in ((manifest, conv, old["lineage"]["stages"]),
+                                  (edgetpu_bundle, node, edgetpu.manifest["lineage"]["stages"])):
+        folder = tmp_path / f"page-{bundle.name}"  # a page of its own: a new fragment alone would not reload it
+        folder.mkdir()
+        open_view(browser, bundle, folder, "#op=" + _quoted(op_id))
+        rows = browser.find_elements(By.CSS_SELECTOR, "tr.stage-row")
+        assert [row.get_attribute("data-stage") for row in rows] == stages, bundle
+        [note] = browser.find_elements(By.CSS_SELECTOR, "#stages .ir-absent")
+        assert note.text.startswith("IR not recorded")
+        assert not browser.find_elements(By.CSS_SELECTOR, "#stages details.ir")
+        no_console_errors(browser)
+    browser.save_screenshot(str(tmp_path / "edgetpu-no-ir.png"))

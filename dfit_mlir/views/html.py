@@ -98,6 +98,7 @@ def view_data(model: SemanticModel, rules: CodeRules | None = None) -> dict[str,
         "dispatches": _dispatch_table(model, book, op_index, strings),
         **_roofline(model, book, strings),
         "passes": _pass_table(model, op_index, strings),
+        "stage_ir": _stage_ir_table(model, ops, strings),
     }
     data["total_flops"] = _num(sum(row.get("flops") or 0 for row in by_op.values()))
     data["strings"] = strings.strings
@@ -264,3 +265,44 @@ def _pass_table(model: SemanticModel, op_index: dict[str, int], strings: Interne
             table["from"].append(change.before)
             table["to"].append(change.after)
     return table
+
+
+def _stage_ir_table(model: SemanticModel, ops: list, strings: Interner) -> dict[str, Any] | None:
+    """The printed IR of each op's carriers at each lineage stage, from the manifest's
+    ``stage_ir`` table (``passes/stage_ir.py``); None where the compile did not record it
+    (older manifests, reconstructions: the panel says "IR not recorded").
+
+    ``carriers``: distinct ``[ops carrying the ID, text string index...]``; ``ops[i]``:
+    for op ``i``, one carrier index per lineage stage (-1: no op carries it; -2: that
+    stage was not recorded), or None for an op the table does not list."""
+    table = model.manifest.get("stage_ir")
+    if not table:
+        return None
+    from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.stage_ir_table import read_table
+
+    try:
+        decoded = read_table(table)
+    except ValueError as error:
+        raise InvalidInputError(f"{model.source}: {error}") from None
+    stages = list((model.manifest.get("lineage") or {}).get("stages") or [])
+    columns = [decoded.stages.get(stage) for stage in stages]
+    position = {source_id: k for k, source_id in enumerate(decoded.ids)}
+    carriers: list[list[int]] = []
+    remapped: dict[int, int] = {}
+
+    def carrier(entry: int) -> int:
+        if entry < 0:
+            return entry
+        found = remapped.get(entry)
+        if found is None:
+            count, *indices = decoded.carriers[entry]
+            found = remapped[entry] = len(carriers)
+            carriers.append([count, *(strings(decoded.texts[t]) for t in indices)])
+        return found
+
+    by_op: list[list[int] | None] = []
+    for op in ops:
+        k = position.get(op.id)
+        by_op.append(None if k is None else [-2 if column is None else carrier(column[k]) for column in columns])
+    return {"carriers": carriers, "ops": by_op}
