@@ -223,3 +223,31 @@ def test_a_prompt_with_use_cache_exports_its_cache_as_results() -> None:
     results = re.search(r"func\.func @main\(.*?\) -> \((.*?)\) attributes", text, re.S)
     assert results, text[:2000]
     assert re.findall(r"!torch\.vtensor<\[([\d,]+)\],f32>", results.group(1)) == ["1,6,64", *["1,2,6,8"] * 4]
+
+
+@pytest.mark.slow
+def test_an_encoder_decoder_cache_crosses_the_export(tmp_path: Path) -> None:
+    """A transformers T5 from a config, with its default ``use_cache``: the forward
+    returns an ``EncoderDecoderCache`` (self- and cross-attention caches), which
+    ``torch.export`` refuses without dfit's registration. It exports, compiles, and
+    IREE's logits equal eager's; the results are the logits, the self-attention keys and
+    values, the cross-attention keys and values and the encoder's output."""
+    import numpy as np
+    import torch
+    from iree import runtime
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    from dfit_mlir.frontends import torch as torch_frontend
+
+    torch.manual_seed(0)
+    config = T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_decoder_layers=1,
+                      num_heads=4, decoder_start_token_id=0)
+    model = T5ForConditionalGeneration(config).eval()
+    args = (torch.randint(0, 64, (1, 8)), torch.ones(1, 8, dtype=torch.long), torch.randint(0, 64, (1, 4)))
+    result = torch_frontend.compile(model, args, output=tmp_path / "t5.vmfb", mode="ids", quiet=True)
+    with torch.no_grad():
+        expected = model(*args)
+    got = runtime.load_vm_flatbuffer_file(str(result.vmfb), driver="local-sync").main(*[a.numpy() for a in args])
+    assert [tuple(np.asarray(g).shape) for g in got] == [(1, 4, 64), (1, 4, 4, 8), (1, 4, 4, 8),
+                                                         (1, 4, 8, 8), (1, 4, 8, 8), (1, 8, 32)]
+    assert np.allclose(np.asarray(got[0]), expected.logits.numpy(), atol=1e-5)

@@ -18,6 +18,10 @@ that sets each layer's key and value tensors directly: no empty tensor, no ``cat
 one, nothing for the re-trace to lift. In the compiled function a cache is then
 ``2 × layers`` tensor arguments (keys of every layer, then values) and the grown cache
 ``2 × layers`` results, in that order, after the logits.
+
+An encoder-decoder's ``EncoderDecoderCache`` (T5, BART, Whisper) is a node of two such
+caches, self-attention then cross-attention: a T5 forward with ``use_cache`` on returns
+one, and without the registration ``torch.export`` refuses the output.
 """
 
 from __future__ import annotations
@@ -36,19 +40,42 @@ def register_cache_pytrees() -> bool:
         return False
     from torch.utils import _pytree as pytree
 
-    cache_class = cache_utils.DynamicCache
+    _register(pytree, cache_utils.DynamicCache, _flatten, _unflatten, _flatten_with_keys)
+    _register(pytree, cache_utils.EncoderDecoderCache, _flatten_pair, _unflatten_pair, _flatten_pair_with_keys)
+    return True
+
+
+def _register(pytree: Any, cache_class: type, flatten: Any, unflatten: Any, flatten_with_keys: Any) -> None:
     registered = pytree.SUPPORTED_NODES.get(cache_class)
-    if registered is not None and registered.unflatten_fn is _unflatten:
-        return True
+    if registered is not None and registered.unflatten_fn is unflatten:
+        return
     if registered is not None:
         pytree._deregister_pytree_node(cache_class)
     # The Python pytree only (what torch.export flattens with): the C++ one (optree) keeps
     # whatever transformers registered there and cannot drop a registration.
     pytree._private_register_pytree_node(
-        cache_class, _flatten, _unflatten,
+        cache_class, flatten, unflatten,
         serialized_type_name=f"{cache_class.__module__}.{cache_class.__name__}",
-        flatten_with_keys_fn=_flatten_with_keys)
-    return True
+        flatten_with_keys_fn=flatten_with_keys)
+
+
+_PAIR = ("self_attention_cache", "cross_attention_cache")
+
+
+def _flatten_pair(cache: Any) -> tuple[list[Any], Any]:
+    return [getattr(cache, name) for name in _PAIR], None
+
+
+def _flatten_pair_with_keys(cache: Any) -> tuple[list[Any], Any]:
+    from torch.utils import _pytree as pytree
+
+    return [(pytree.GetAttrKey(name), getattr(cache, name)) for name in _PAIR], None
+
+
+def _unflatten_pair(children: Any, context: Any) -> Any:
+    from transformers.cache_utils import EncoderDecoderCache
+
+    return EncoderDecoderCache(*children)
 
 
 def _cache_dict(cache: Any) -> dict[str, list[Any]]:
