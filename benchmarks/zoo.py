@@ -1,4 +1,4 @@
-"""The model zoo (``tests/zoo_models.py``): 16 real models of different families from four
+"""The model zoo (``tests/zoo_models.py``): 17 real models of different families from four
 frontends, each through ``dfit compile --dfit-tag``, ``dfit run --mode full --repeat 5``
 on default inputs and ``dfit analyze --tool all``.
 
@@ -27,7 +27,7 @@ from typing import Any
 
 from tests import realmodels, zoo_models
 
-SECTION = "## Model zoo: 16 models through the front door"
+SECTION = "## Model zoo: 17 models through the front door"
 COMMAND = ".venv/bin/python -m benchmarks.zoo --results benchmarks/RESULTS.md"
 
 
