@@ -190,6 +190,8 @@ def _pass_history_table(history: pass_history.PassHistory, stages: list[StageFig
     table = pass_history.to_table(history.changes, threads="parallel (ordered per IR unit)")
     table["pass_runs"] = history.pass_runs
     table["unresolved_units"] = history.unresolved  # dumps of IR units the replay did not hold
+    # Dumps of the scratch modules IREE's const-eval compiles and erases: not replayed.
+    table["scratch_units"] = dict(history.scratch)
     table["disagreements"] = pass_history.check_against_stages(
         history.changes, stages, [op["id"] for op in ops], toolchain.IREE_PHASES)
     return table
