@@ -26,8 +26,21 @@ How it observes (read-only: nothing here changes the IR or the pipeline IREE run
   the ops of ``U`` and of every unit inside it. After each dump the classes of the IDs it
   touched are recomputed with the snapshot's rule (:class:`StageFigures` semantics:
   erased / split / fused / preserved over the whole module); each change is one row.
-* The state at a phase's start is read from the module dfit holds between phases (printed
-  the same way), so dfit's own insertions between phases never show as a pass's change.
+* The state at a phase's start is read from the module dfit holds between phases:
+  iree-compile's own output of the phase before (printed with the same flags as the dumps),
+  or, where dfit changed the module since, a printout of it; so dfit's own insertions
+  between phases never show as a pass's change.
+* Cost (the dumps of a model run to tens of MB): a module-level pass reprints every
+  function and executable but changes few. Each IR unit a module printout lists is
+  digested (SSA names left out: the printer numbers values across the module) and only
+  those whose digest differs from the one the state was read from are scanned
+  (:func:`module_children`). One-line ops without a ``dfit:`` ID are skipped unparsed. And
+  the replay runs on a thread of its own (:class:`PhaseReplayer`), phase by phase, while
+  dfit goes on with the next phase's compile: what the compile waits for at its end is
+  recorded (``replay_s`` in the table).
+* IREE's const-eval compiles a scratch module it builds inside the module and erases
+  within its own pass; dumps under a module the state does not hold are not replayed and
+  are counted in ``scratch_units`` (:meth:`PassHistory._scratch_module`).
 
 Records are one row per (ID, pass that changed its class or region): see :class:`PassChange` and the
 manifest's ``pass_history`` table (:func:`to_table`). Agreement with the per-phase classes
@@ -42,6 +55,7 @@ import queue
 import re
 import shutil
 import threading
+import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -390,6 +404,8 @@ class PassHistory:
         self.unresolved: list[str] = []  # dumps of IR units the state did not hold
         # Dumps of scratch modules (path → count): see _scratch_module.
         self.scratch: Counter = Counter()
+        self.replay_s = 0.0  # time spent replaying (on the replay thread)
+        self.waited_s = 0.0  # time the compile waited for the replay to finish
         self._ids: dict[str, tuple[str, ...]] = {}
         self._root: tuple[str, ...] = ()
         # Tree path → digest of the text the state of that IR unit (and all inside it) was
@@ -674,7 +690,9 @@ class PhaseReplayer:
 
     def wait(self) -> PassHistory:
         """The history once every phase submitted is replayed; a replay's error is raised here."""
+        started = time.perf_counter()
         self._jobs.join()
+        self.history.waited_s += time.perf_counter() - started
         if self._error is not None:
             raise self._error
         return self.history
@@ -692,7 +710,9 @@ class PhaseReplayer:
                 if job is None:
                     return
                 if self._error is None and not self._cancel.is_set():
+                    started = time.perf_counter()
                     self._replay(*job)
+                    self.history.replay_s += time.perf_counter() - started
             except BaseException as error:  # noqa: BLE001 - handed to the thread that waits
                 self._error = error
             finally:
