@@ -80,6 +80,8 @@ PRINT_FLAGS = (
 TABLE_VERSION = 1
 TABLE_COLUMNS = ("id", "pass", "from", "to", "with", "kinds_before", "kinds_after", "dispatch")
 
+_QUOTED = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_FILE_LINE_COL = re.compile(r":(\d+):(\d+)(?: to (?:\d+)?:\d+)?")
 _DUMP_NAME = re.compile(r"^((?:\d+_)+)(.+)\.mlir$")
 _SYM_NAME = re.compile(r'sym_name = "((?:[^"\\]|\\.)*)"')
 _OP_NAME = re.compile(r'^(?:%[^=]*= )?"([^"]+)"')
@@ -100,10 +102,7 @@ def parse_loc(text: str) -> locations.Loc:
 
 def _skip_string(text: str, pos: int) -> int:
     """Index after the quoted string starting at ``pos``."""
-    pos += 1
-    while text[pos] != '"':
-        pos += 2 if text[pos] == "\\" else 1
-    return pos + 1
+    return _QUOTED.match(text, pos).end()  # type: ignore[union-attr]
 
 
 def _string(text: str, pos: int) -> tuple[str, int]:
@@ -140,7 +139,7 @@ def _parse_loc_at(text: str, pos: int) -> tuple[locations.Loc, int]:
     if text[pos] == '"':
         name, pos = _string(text, pos)
         if text.startswith(":", pos):  # "file":line:col [to line:col]
-            match = re.compile(r":(\d+):(\d+)(?: to (?:\d+)?:\d+)?").match(text, pos)
+            match = _FILE_LINE_COL.match(text, pos)
             assert match, text[pos : pos + 30]
             return locations.FileLoc(name, int(match[1]), int(match[2])), match.end()
         if text.startswith("(", pos):
@@ -294,17 +293,22 @@ def module_children(body: str, root: tuple[str, ...]) -> list[_Child] | None:
     return children
 
 
-#: A quoted string (kept) or an SSA name outside one (dropped), for :func:`_digest`.
-_STRING_OR_SSA = re.compile(r'("[^"\\]*(?:\\.[^"\\]*)*")|%[\w$.-]+')
+_DIGEST_BYTES_PER_LINE = 400
+_SSA_NAME = re.compile(r"%[\w$.-]+")
+#: Every quoted string, captured only where it holds a ``%`` (so few are copied). Each
+#: match consumes a whole string, so the next starts at an opening quote.
+_QUOTED_PERCENT = re.compile(r'"[^"\\%]*(?:\\[^%][^"\\%]*)*"|("[^"\\]*(?:\\.[^"\\]*)*")')
 
 
 def _digest(text: str) -> bytes:
     """A digest of an IR unit's printout that ignores SSA names: the printer numbers values
     across the whole module, so one function that gains a value renames every later one.
-    Nothing the replay reads (op kinds, locations, symbols: all in quoted strings or
-    outside SSA names) is dropped, so two printouts with one digest scan alike."""
-    kept = _STRING_OR_SSA.sub(r"\1", text)
-    return hashlib.blake2b(kept.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    The text is digested without SSA names, and its quoted strings that hold a ``%`` in
+    full (a ``%`` in a location or symbol is kept): nothing the replay reads (op kinds, locations, symbols,
+    the lines) is lost, so two printouts with one digest scan alike."""
+    digest = hashlib.blake2b(_SSA_NAME.sub("", text).encode("utf-8", "surrogatepass"), digest_size=16)
+    digest.update("\0".join(_QUOTED_PERCENT.findall(text)).encode("utf-8", "surrogatepass"))
+    return digest.digest()
 
 
 def _record(units: dict, unit: tuple[str, ...], kind: str, loc_text: str | None,
@@ -468,6 +472,9 @@ class PassHistory:
         units: dict[tuple[str, ...], list[OpRecord]] = defaultdict(list)
         units[unit]  # noqa: B018 - as scan_ops: the module is a unit
         digests: dict[tuple[str, ...], bytes] = {}
+        # With one IR unit in the printout, the pass that printed it most likely changed it:
+        # no digest to keep.
+        digesting = sum(child.path is not None for child in children) > 1
         for child in children:
             if child.path is None:
                 own = scan_ops(child.text, unit, self._ids)
@@ -476,12 +483,15 @@ class PassHistory:
                 if own:
                     units[unit].extend(own[unit])
                 continue
-            digest = digests[child.path] = _digest(child.text)
-            if self._digests.get(child.path) == digest:
-                for key in held.get(child.path[-1], ()):
-                    units[key] = self.units[key]
-            else:
-                units.update(scan_ops(child.text, child.path, self._ids))
+            # Scanning costs by the line, digesting by the byte: a unit of long lines (inline
+            # constants) is scanned sooner than digested.
+            if digesting and len(child.text) < _DIGEST_BYTES_PER_LINE * child.text.count("\n"):
+                digest = digests[child.path] = _digest(child.text)
+                if self._digests.get(child.path) == digest:
+                    for key in held.get(child.path[-1], ()):
+                        units[key] = self.units[key]
+                    continue
+            units.update(scan_ops(child.text, child.path, self._ids))
         return units, digests
 
     def _scratch_module(self, path: tuple[str, ...]) -> str | None:
