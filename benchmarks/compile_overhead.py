@@ -8,8 +8,13 @@ from round to round:
 * ``ids``:   ``dfit compile IN --dfit-tag --mode ids -o X.vmfb``;
 * ``full``:  ``dfit compile IN --dfit-tag --mode full -o X.vmfb``;
 * ``passes``: ``dfit compile IN --dfit-tag --mode full --lineage passes -o X.vmfb`` (the
-  pass-level lineage: iree-compile per phase, single-threaded, printing after each pass
-  that changed the IR), with the growth of its manifest over ``full``'s.
+  pass-level lineage: iree-compile per phase, printing each IR unit after each pass that
+  changed it, replayed by dfit on a thread beside the compile), with the growth of its
+  manifest over ``full``'s and, from that manifest, how long the replay took and how much
+  of it the compile waited for at its end.
+
+Other work on the machine skews the times, so the 1-minute load average is recorded before
+every round and reported with the results.
 
 The machine's speed drifts, so the variants alternate within a round and the report uses
 medians. The result replaces this benchmark's section of ``benchmarks/RESULTS.md``.
@@ -101,6 +106,15 @@ def time_compile(dfit: str, source: Path, variant: str, out_dir: Path) -> tuple[
     return wall, cpu
 
 
+def replay_seconds(source: Path, out_dir: Path) -> tuple[float, float]:
+    """(busy, waited) seconds of the pass replay the last ``passes`` compile recorded."""
+    import json
+
+    path = out_dir / f"{source.stem}.passes.manifest.json"
+    timing = json.loads(path.read_text(encoding="utf-8"))["pass_history"].get("replay_s", {})
+    return float(timing.get("busy", 0.0)), float(timing.get("waited", 0.0))
+
+
 def summarize(label: str, samples: dict[str, list[float]], cpu: dict[str, list[float]]) -> dict:
     """Medians, and the median over rounds of each round's ratio to that round's plain
     compile: pairing within a round cancels most of the machine's drift between rounds."""
@@ -113,6 +127,8 @@ def summarize(label: str, samples: dict[str, list[float]], cpu: dict[str, list[f
         "median": {variant: statistics.median(values) for variant, values in samples.items()},
         "wall": {variant: paired(samples, variant) for variant in TARGETS},
         "cpu": {variant: paired(cpu, variant) for variant in TARGETS},
+        "rounds_passes": [(v / p, c / q) for v, p, c, q in zip(samples["passes"], samples["plain"], cpu["passes"],
+                                                               cpu["plain"], strict=True)],
     }
 
 
@@ -174,6 +190,21 @@ def render(rows: list[dict], rounds: int, command: str, started: dt.datetime, el
             f"| {row['label']} | {med['plain']:.2f} | {med['ids']:.2f} | {med['full']:.2f} | {med['passes']:.2f} | "
             f"{ratios} | {verdicts} | {full_kb:.0f} → {passes_kb:.0f} KiB (+{passes_kb / full_kb - 1:.0%}) | {samples} |"
         )
+    lines += [
+        "",
+        "The `passes` variant round by round (paired ratios wall (cpu); the load is the 1-minute load "
+        "average before the round; replay: the Python replay of the dumps, which runs on a thread beside "
+        "the compile, and the part of it the compile waited for at its end):",
+        "",
+        "| model | passes / plain per round | load per round | replay busy (s) | replay waited (s) |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        per_round = ", ".join(f"{wall:.2f}x ({cpu:.2f}x)" for wall, cpu in row["rounds_passes"])
+        loads = ", ".join(f"{load:.1f}" for load in row["loads"])
+        busy = ", ".join(f"{b:.2f}" for b, _ in row["replay"])
+        waited = ", ".join(f"{w:.2f}" for _, w in row["replay"])
+        lines.append(f"| {row['label']} | {per_round} | {loads} | {busy} | {waited} |")
     lines += ["", END]
     return "\n".join(lines) + "\n"
 
@@ -237,15 +268,20 @@ def main(argv: list[str] | None = None) -> int:
     for label, source in inputs.items():
         samples: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
         cpu: dict[str, list[float]] = {variant: [] for variant in VARIANTS}
+        loads, replay = [], []
         for round_index in range(args.rounds):
             shift = round_index % len(order)
+            loads.append(os.getloadavg()[0])
             for variant in order[shift:] + order[:shift]:
                 wall, cpu_s = time_compile(dfit, source, variant, out_dir)
                 samples[variant].append(wall)
                 cpu[variant].append(cpu_s)
+                if variant == "passes":
+                    replay.append(replay_seconds(source, out_dir))
                 print(f"{label:<40} round {round_index + 1}/{args.rounds} {variant:<6} {wall:7.2f} s wall "
-                      f"{cpu_s:7.2f} s cpu", flush=True)
+                      f"{cpu_s:7.2f} s cpu (load {loads[-1]:.1f})", flush=True)
         row = summarize(label, samples, cpu)
+        row["loads"], row["replay"] = loads, replay
         row["manifest_bytes"] = {variant: manifest_bytes(source, variant, out_dir) for variant in ("full", "passes")}
         rows.append(row)
         print(f"{label:<40} paired wall ratio " + ", ".join(f"{v} {row['wall'][v]:.3f}x" for v in TARGETS)

@@ -217,6 +217,11 @@ def _pass_history_table(history: pass_history.PassHistory, stages: list[StageFig
     table = pass_history.to_table(history.changes, threads="parallel (ordered per IR unit)")
     table["pass_runs"] = history.pass_runs
     table["unresolved_units"] = history.unresolved  # dumps of IR units the replay did not hold
+    # Dumps of the scratch modules IREE's const-eval compiles and erases: not replayed.
+    table["scratch_units"] = dict(history.scratch)
+    # The replay runs beside the compile: how long it took, and how much of it the compile
+    # waited for at the end (the rest hid under the compile of later phases).
+    table["replay_s"] = {"busy": round(history.replay_s, 3), "waited": round(history.waited_s, 3)}
     table["disagreements"] = pass_history.check_against_stages(
         history.changes, stages, [op["id"] for op in ops], toolchain.IREE_PHASES)
     return table

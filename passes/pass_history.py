@@ -26,8 +26,21 @@ How it observes (read-only: nothing here changes the IR or the pipeline IREE run
   the ops of ``U`` and of every unit inside it. After each dump the classes of the IDs it
   touched are recomputed with the snapshot's rule (:class:`StageFigures` semantics:
   erased / split / fused / preserved over the whole module); each change is one row.
-* The state at a phase's start is read from the module dfit holds between phases (printed
-  the same way), so dfit's own insertions between phases never show as a pass's change.
+* The state at a phase's start is read from the module dfit holds between phases:
+  iree-compile's own output of the phase before (printed with the same flags as the dumps),
+  or, where dfit changed the module since, a printout of it; so dfit's own insertions
+  between phases never show as a pass's change.
+* Cost (the dumps of a model run to tens of MB): a module-level pass reprints every
+  function and executable but changes few. Each IR unit a module printout lists is
+  digested (SSA names left out: the printer numbers values across the module) and only
+  those whose digest differs from the one the state was read from are scanned
+  (:func:`module_children`). One-line ops without a ``dfit:`` ID are skipped unparsed. And
+  the replay runs on a thread of its own (:class:`PhaseReplayer`), phase by phase, while
+  dfit goes on with the next phase's compile: what the compile waits for at its end is
+  recorded (``replay_s`` in the table).
+* IREE's const-eval compiles a scratch module it builds inside the module and erases
+  within its own pass; dumps under a module the state does not hold are not replayed and
+  are counted in ``scratch_units`` (:meth:`PassHistory._scratch_module`).
 
 Records are one row per (ID, pass that changed its class or region): see :class:`PassChange` and the
 manifest's ``pass_history`` table (:func:`to_table`). Agreement with the per-phase classes
@@ -37,7 +50,12 @@ that phase (:func:`check_against_stages`).
 
 from __future__ import annotations
 
+import hashlib
+import queue
 import re
+import shutil
+import threading
+import time
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +80,8 @@ PRINT_FLAGS = (
 TABLE_VERSION = 1
 TABLE_COLUMNS = ("id", "pass", "from", "to", "with", "kinds_before", "kinds_after", "dispatch")
 
+_QUOTED = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_FILE_LINE_COL = re.compile(r":(\d+):(\d+)(?: to (?:\d+)?:\d+)?")
 _DUMP_NAME = re.compile(r"^((?:\d+_)+)(.+)\.mlir$")
 _SYM_NAME = re.compile(r'sym_name = "((?:[^"\\]|\\.)*)"')
 _OP_NAME = re.compile(r'^(?:%[^=]*= )?"([^"]+)"')
@@ -82,10 +102,7 @@ def parse_loc(text: str) -> locations.Loc:
 
 def _skip_string(text: str, pos: int) -> int:
     """Index after the quoted string starting at ``pos``."""
-    pos += 1
-    while text[pos] != '"':
-        pos += 2 if text[pos] == "\\" else 1
-    return pos + 1
+    return _QUOTED.match(text, pos).end()  # type: ignore[union-attr]
 
 
 def _string(text: str, pos: int) -> tuple[str, int]:
@@ -122,7 +139,7 @@ def _parse_loc_at(text: str, pos: int) -> tuple[locations.Loc, int]:
     if text[pos] == '"':
         name, pos = _string(text, pos)
         if text.startswith(":", pos):  # "file":line:col [to line:col]
-            match = re.compile(r":(\d+):(\d+)(?: to (?:\d+)?:\d+)?").match(text, pos)
+            match = _FILE_LINE_COL.match(text, pos)
             assert match, text[pos : pos + 30]
             return locations.FileLoc(name, int(match[1]), int(match[2])), match.end()
         if text.startswith("(", pos):
@@ -164,54 +181,134 @@ def scan_ops(text: str, root: tuple[str, ...], id_cache: dict[str, tuple[str, ..
 
     ``root`` is the tree path of the printout's top op, which is itself an IR unit. An IR
     unit is what the pass manager nests on: a module, a function-like op, or an op with
-    regions and a symbol (executables, variants). A unit's own op is kept with the unit, so
-    replacing a unit replaces it too. Ops end where their location is printed: on their own
-    line, or on the line closing their last region (``}) … loc(…)``)."""
+    regions and a symbol (executables, variants). Every unit opened is a key, a module's
+    with no ops of its own (modules are containers) too. A unit's own op is kept with the
+    unit, so replacing a unit replaces it too. Ops end where their location is printed: on
+    their own line, or on the line closing their last region (``}) … loc(…)``). One-line
+    ops whose location names no ``dfit:`` ID are left out: they carry no ID, so they
+    cannot change a class, and most ops of lowered code are such."""
     units: dict[tuple[str, ...], list[OpRecord]] = defaultdict(list)
     # Open ops with regions: (kind, the unit their contents belong to, whether they are it,
     # for a dispatch region the index in its unit's list where its ops start, else -1).
     stack: list[tuple[str, tuple[str, ...], bool, int]] = []
     siblings: Counter = Counter()  # (parent, component): units named alike (no symbol)
-    in_resources = False
-    for raw in text.splitlines():
-        line = raw.strip()
-        if in_resources:
-            in_resources = not line.startswith("#-}")
+    resources = text.find("\n{-#")  # the resource block closes a printout: nothing to read
+    for raw in (text if resources < 0 else text[:resources]).split("\n"):
+        line = raw.lstrip()
+        if not line:
             continue
-        if line.startswith("{-#"):
-            in_resources = not line.endswith("#-}")
-            continue
-        if not line or line.startswith(("//", "^", "#")):
-            continue
-        if line[0] == "}":
+        first = line[0]
+        if first == "}":
             if line.startswith("}, {"):
                 continue  # the next region of the same op
-            kind, inner, is_unit, first = stack.pop()
+            kind, inner, is_unit, start = stack.pop()
             owner = inner if is_unit else (stack[-1][1] if stack else root)
             ids = _record(units, owner, kind, _trailing_loc(line), id_cache)
-            if first >= 0:
-                _enclose(units[owner], first, ids)
+            if start >= 0:
+                _enclose(units[owner], start, ids)
+            continue
+        if first != '"' and first != "%":
+            continue  # block labels, comments, aliases
+        if not line.endswith("({"):
+            if "dfit:" in line:
+                match = _OP_NAME.match(line)
+                if match is not None:
+                    _record(units, stack[-1][1] if stack else root, match[1], _trailing_loc(line), id_cache)
             continue
         match = _OP_NAME.match(line)
         if match is None:
             continue
         kind = match[1]
-        if line.endswith("({"):
-            if not stack:
-                stack.append((kind, root, True, -1))
-            elif kind in UNIT_KINDS or "sym_name = " in line:
-                symbol = _SYM_NAME.search(line)
-                parent = stack[-1][1]
-                component = unit_component(kind, symbol[1] if symbol else None)
-                seen = siblings[parent, component]
-                siblings[parent, component] += 1
-                stack.append((kind, (*parent, component if not seen else f"{component}#{seen}"), True, -1))
-            else:
-                unit = stack[-1][1]
-                stack.append((kind, unit, False, len(units[unit]) if kind in REGION_KINDS else -1))
-            continue
-        _record(units, stack[-1][1] if stack else root, kind, _trailing_loc(line), id_cache)
+        if not stack:
+            stack.append((kind, root, True, -1))
+            units[root]  # noqa: B018 - known as a unit even with no ops of its own
+        elif kind in UNIT_KINDS or "sym_name = " in line:
+            symbol = _SYM_NAME.search(line)
+            parent = stack[-1][1]
+            component = unit_component(kind, symbol[1] if symbol else None)
+            seen = siblings[parent, component]
+            siblings[parent, component] += 1
+            path = (*parent, component if not seen else f"{component}#{seen}")
+            stack.append((kind, path, True, -1))
+            units[path]  # noqa: B018
+        else:
+            unit = stack[-1][1]
+            stack.append((kind, unit, False, len(units[unit]) if kind in REGION_KINDS else -1))
     return units
+
+
+#: A line opening one op of a top op's region: two spaces in, neither a closing brace nor
+#: the label of a block (printed two spaces less than its ops).
+_CHILD_LINE = re.compile(r"\n  [^ }^]")
+
+
+@dataclass(frozen=True, slots=True)
+class _Child:
+    """One op of a module printout's body: its text and, for an IR unit, its tree path."""
+
+    text: str
+    path: tuple[str, ...] | None  # None: an op of the module unit itself (no IR unit)
+
+
+def module_children(body: str, root: tuple[str, ...]) -> list[_Child] | None:
+    """The ops of a ``builtin.module`` printout's body, each with its text, or None where
+    the printout is not laid out as expected (then it is scanned whole).
+
+    A module-level pass reprints every function and executable, but most such passes change
+    one of them: cut at the body's top-level op lines, each IR unit's text can be compared
+    with the one last seen at its path, and only those that differ are scanned."""
+    if not body.startswith('"builtin.module"'):
+        return None
+    close = body.find("\n}")  # the module's own closing line (strings hold no newlines)
+    if close < 0:
+        return None
+    starts = [match.start() + 1 for match in _CHILD_LINE.finditer(body, 0, close)]
+    if not starts or body.count("\n", 0, starts[0]) != 1:
+        return None  # something between the module's line and its first op
+    ends = [*starts[1:], close + 1]
+    siblings: Counter = Counter()
+    children = []
+    for start, end in zip(starts, ends, strict=True):
+        text = body[start:end]
+        first = text.split("\n", 1)[0]
+        match = _OP_NAME.match(first[2:])
+        if match is None:
+            return None
+        kind = match[1]
+        if not first.endswith("({"):
+            if text.count("\n") != 1:
+                return None  # an op printed on more than one line: not the expected layout
+            children.append(_Child(text, None))
+            continue
+        if kind not in UNIT_KINDS and "sym_name = " not in first:
+            # A region op that is no IR unit (iree_codegen.dispatch_config): its ops belong
+            # to the module's own.
+            children.append(_Child(text, None))
+            continue
+        symbol = _SYM_NAME.search(first)
+        component = unit_component(kind, symbol[1] if symbol else None)
+        seen = siblings[component]
+        siblings[component] += 1
+        children.append(_Child(text, (*root, component if not seen else f"{component}#{seen}")))
+    return children
+
+
+_DIGEST_BYTES_PER_LINE = 400
+_SSA_NAME = re.compile(r"%[\w$.-]+")
+#: Every quoted string, captured only where it holds a ``%`` (so few are copied). Each
+#: match consumes a whole string, so the next starts at an opening quote.
+_QUOTED_PERCENT = re.compile(r'"[^"\\%]*(?:\\[^%][^"\\%]*)*"|("[^"\\]*(?:\\.[^"\\]*)*")')
+
+
+def _digest(text: str) -> bytes:
+    """A digest of an IR unit's printout that ignores SSA names: the printer numbers values
+    across the whole module, so one function that gains a value renames every later one.
+    The text is digested without SSA names, and its quoted strings that hold a ``%`` in
+    full (a ``%`` in a location or symbol is kept): nothing the replay reads (op kinds, locations, symbols,
+    the lines) is lost, so two printouts with one digest scan alike."""
+    digest = hashlib.blake2b(_SSA_NAME.sub("", text).encode("utf-8", "surrogatepass"), digest_size=16)
+    digest.update("\0".join(_QUOTED_PERCENT.findall(text)).encode("utf-8", "surrogatepass"))
+    return digest.digest()
 
 
 def _record(units: dict, unit: tuple[str, ...], kind: str, loc_text: str | None,
@@ -287,12 +384,17 @@ class _Totals:
         return "f" if self.fused[item] > 0 else "p"
 
     def kinds_of(self, item: str) -> tuple[str, ...]:
-        return tuple(sorted(kind for kind, n in self.kinds[item].items() for _ in range(n)))
+        return _kinds(self.kinds.get(item, {}))
 
     def region_of(self, item: str) -> tuple[str, ...]:
         """The root IDs of the dispatch regions holding the ID's ops, joined."""
         found = self.regions.get(item)
         return tuple(sorted({root for region, n in found.items() if n > 0 for root in region})) if found else ()
+
+
+def _kinds(counts: dict[str, int]) -> tuple[str, ...]:
+    """The op kinds carrying an ID, once per carrier, sorted."""
+    return tuple(sorted(kind for kind, n in counts.items() for _ in range(n)))
 
 
 class PassHistory:
@@ -304,15 +406,25 @@ class PassHistory:
         self.changes: list[PassChange] = []
         self.pass_runs = 0  # dumps read (passes that changed some IR unit)
         self.unresolved: list[str] = []  # dumps of IR units the state did not hold
+        # Dumps of scratch modules (path → count): see _scratch_module.
+        self.scratch: Counter = Counter()
+        self.replay_s = 0.0  # time spent replaying (on the replay thread)
+        self.waited_s = 0.0  # time the compile waited for the replay to finish
         self._ids: dict[str, tuple[str, ...]] = {}
         self._root: tuple[str, ...] = ()
+        # Tree path → digest of the text the state of that IR unit (and all inside it) was
+        # last read from, for the units a module printout lists: see module_children.
+        self._digests: dict[tuple[str, ...], bytes] = {}
 
     def reset(self, module_text: str) -> None:
         """The state at a phase's start: the module as dfit holds it."""
         top = _OP_NAME.match(module_text.lstrip())
         symbol = _SYM_NAME.search(module_text.split("\n", 1)[0])
         self._root = (unit_component(top[1] if top else "builtin.module", symbol[1] if symbol else None),)
-        self.units = dict(scan_ops(module_text, self._root, self._ids))
+        self.units, self._digests = {}, {}
+        units, digests = self._scan(module_text.lstrip(), self._root)
+        self.units = dict(units)
+        self._digests = digests
         self.totals = _Totals()
         for ops in self.units.values():
             self.totals.apply(ops, +1)
@@ -320,12 +432,81 @@ class PassHistory:
     def observe_phase(self, phase: str, tree: Path) -> None:
         """Read (and delete) one phase's dumps in the order the passes ran."""
         for path, pass_name in ordered_dumps(tree):
-            text = path.read_text(encoding="utf-8", errors="replace")
-            path.unlink()
-            body = text.split("\n", 1)[1] if text.startswith("//") else text
-            unit = self._resolve(tuple(path.parent.relative_to(tree).parts), body)
-            self._replace(unit, scan_ops(body, unit, self._ids), pass_name, phase)
+            self.observe_dump(phase, tree, path, pass_name)
+
+    def observe_dump(self, phase: str, tree: Path, path: Path, pass_name: str) -> None:
+        """Read (and delete) one dump of ``tree``: the IR unit at its path after ``pass_name``."""
+        where = tuple(path.parent.relative_to(tree).parts)
+        scratch = self._scratch_module(where)
+        if scratch is not None:
+            path.unlink()  # not read: passes on a copy the pass that made it then erases
+            self.scratch[scratch] += 1
             self.pass_runs += 1
+            return
+        text = path.read_text(encoding="utf-8", errors="replace")
+        path.unlink()
+        body = text.split("\n", 1)[1] if text.startswith("//") else text
+        unit = self._resolve(where, body)
+        units, digests = self._scan(body, unit)
+        self._replace(unit, units, pass_name, phase)
+        # The units inside or around ``unit`` now hold what this dump printed: earlier
+        # digests of them no longer describe the state.
+        width = len(unit)
+        for key in [key for key in self._digests if key[:width] == unit or unit[: len(key)] == key]:
+            del self._digests[key]
+        self._digests.update(digests)
+        self.pass_runs += 1
+
+    def _scan(self, body: str, unit: tuple[str, ...]) -> tuple[dict, dict[tuple[str, ...], bytes]]:
+        """The ops of a printout of ``unit`` grouped by IR unit, and the digests of the IR
+        units a module printout lists. Those whose text has the digest the state was read
+        from are taken from the state, not scanned again."""
+        children = module_children(body, unit)
+        if children is None:
+            return scan_ops(body, unit, self._ids), {}
+        width = len(unit)
+        held: dict[str, list[tuple[str, ...]]] = defaultdict(list)  # child component → state keys
+        for key in self.units:
+            if len(key) > width and key[:width] == unit:
+                held[key[width]].append(key)
+        units: dict[tuple[str, ...], list[OpRecord]] = defaultdict(list)
+        units[unit]  # noqa: B018 - as scan_ops: the module is a unit
+        digests: dict[tuple[str, ...], bytes] = {}
+        # With one IR unit in the printout, the pass that printed it most likely changed it:
+        # no digest to keep.
+        digesting = sum(child.path is not None for child in children) > 1
+        for child in children:
+            if child.path is None:
+                own = scan_ops(child.text, unit, self._ids)
+                if own.keys() - {unit}:  # an IR unit inside an op of the module: scan it whole
+                    return scan_ops(body, unit, self._ids), {}
+                if own:
+                    units[unit].extend(own[unit])
+                continue
+            # Scanning costs by the line, digesting by the byte: a unit of long lines (inline
+            # constants) is scanned sooner than digested.
+            if digesting and len(child.text) < _DIGEST_BYTES_PER_LINE * child.text.count("\n"):
+                digest = digests[child.path] = _digest(child.text)
+                if self._digests.get(child.path) == digest:
+                    for key in held.get(child.path[-1], ()):
+                        units[key] = self.units[key]
+                    continue
+            units.update(scan_ops(child.text, child.path, self._ids))
+        return units, digests
+
+    def _scratch_module(self, path: tuple[str, ...]) -> str | None:
+        """The module a dump's path runs through that the module being compiled does not
+        hold, or None. IREE's const-eval (``iree-consteval-jit-globals``) builds a scratch
+        module inside the module, runs a whole compile pipeline on it to evaluate
+        initializers, and erases it before its own pass ends: the dumps of those passes show
+        copies of the initializers' ops, not the module's, so they change no ID's history.
+        The pass's own dump then shows the module without it, with the evaluated constants.
+        (The state knows every IR unit it was read with, modules with no ops of their own
+        too, so a module it lacks was made after the last dump of the unit around it.)"""
+        for end in range(2, len(path) + 1):
+            if path[end - 1].startswith("builtin_module_") and path[:end] not in self.units:
+                return "/".join(path[:end])
+        return None
 
     def _resolve(self, path: tuple[str, ...], body: str) -> tuple[str, ...]:
         """The state's key of the IR unit a dump prints: its tree path, unless unnamed
@@ -355,8 +536,8 @@ class PassHistory:
         old_keys = [key for key in self.units if key[:width] == unit]
         # Only units whose ops differ are re-applied: a module-level dump reprints much
         # that the pass did not touch.
-        changed_old = [key for key in old_keys if new_units.get(key) != self.units[key]]
-        changed_new = [key for key in new_units if self.units.get(key) != new_units[key]]
+        changed_old = [key for key in old_keys if not _same(new_units.get(key), self.units[key])]
+        changed_new = [key for key in new_units if not _same(self.units.get(key), new_units[key])]
         if not changed_old and not changed_new:
             return
         touched: set[str] = set()
@@ -367,7 +548,8 @@ class PassHistory:
             for _, ids, _ in new_units[key]:
                 touched.update(ids)
         totals = self.totals
-        before = {item: (totals.letter(item), totals.kinds_of(item), totals.region_of(item)) for item in touched}
+        kinds = totals.kinds
+        before = {item: (totals.letter(item), dict(kinds.get(item, ())), totals.region_of(item)) for item in touched}
         for key in changed_old:
             self.totals.apply(self.units.pop(key), -1)
         for key in old_keys:
@@ -384,7 +566,7 @@ class PassHistory:
             if new_letter != old_letter or entered:
                 partners = self._partners(item, new_units) if new_letter == "f" else ()
                 self.changes.append(PassChange(item, pass_name, self.pass_runs, phase, label, old_letter,
-                                               new_letter, partners, old_kinds, totals.kinds_of(item), entered))
+                                               new_letter, partners, _kinds(old_kinds), totals.kinds_of(item), entered))
 
     def _partners(self, item: str, recent: dict) -> tuple[str, ...]:
         """The other IDs on the one op that carries ``item`` (looked up in the dump just
@@ -396,6 +578,10 @@ class PassHistory:
                         return tuple(other for other in ids if other != item)
         return ()
 
+
+
+def _same(old: list[OpRecord] | None, new: list[OpRecord] | None) -> bool:
+    return old is new or old == new
 
 
 def ordered_dumps(tree: Path) -> list[tuple[Path, str]]:
@@ -492,10 +678,97 @@ def print_for_replay(module: Any) -> str:
                           large_elements_limit=8, large_resource_limit=16, assume_verified=True)
 
 
+class PhaseReplayer:
+    """Replays each phase's dumps on a thread of its own, in phase order, while dfit goes on
+    with the next phase: the replay is Python, the compile is another process, so on a
+    machine with a core to spare the replay hides under the compile of the next phase.
+
+    A job names the phase's dump tree and where its start state is: the file iree-compile
+    wrote for the phase before (printed with the same flags as the dumps) or a printout of
+    the module dfit changed. Both are deleted once read."""
+
+    def __init__(self, history: PassHistory):
+        self.history = history
+        self._jobs: queue.Queue = queue.Queue()
+        self._error: BaseException | None = None
+        self._cancel = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="dfit-pass-replay", daemon=True)
+        self._thread.start()
+
+    def submit(self, phase: str, tree: Path, start: Path | str) -> None:
+        self._jobs.put((phase, tree, start))
+
+    def wait(self) -> PassHistory:
+        """The history once every phase submitted is replayed; a replay's error is raised here."""
+        started = time.perf_counter()
+        self._jobs.join()
+        self.history.waited_s += time.perf_counter() - started
+        if self._error is not None:
+            raise self._error
+        return self.history
+
+    def stop(self) -> None:
+        """Drop what is not replayed yet (after an error elsewhere, say) and end the thread."""
+        self._cancel.set()
+        self._jobs.put(None)
+        self._thread.join()
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                if job is None:
+                    return
+                if self._error is None and not self._cancel.is_set():
+                    started = time.perf_counter()
+                    self._replay(*job)
+                    self.history.replay_s += time.perf_counter() - started
+            except BaseException as error:  # noqa: BLE001 - handed to the thread that waits
+                self._error = error
+            finally:
+                if job is not None:
+                    shutil.rmtree(job[1], ignore_errors=True)
+                    if isinstance(job[2], Path):
+                        job[2].unlink(missing_ok=True)
+                self._jobs.task_done()
+
+    def _replay(self, phase: str, tree: Path, start: Path | str) -> None:
+        self.history.reset(start.read_text(encoding="utf-8", errors="replace") if isinstance(start, Path) else start)
+        for path, pass_name in ordered_dumps(tree):
+            if self._cancel.is_set():
+                return
+            self.history.observe_dump(phase, tree, path, pass_name)
+
+
+#: Free space a memory file system needs to take the dumps (a phase's run to hundreds of MB
+#: on models with inline weights; the replay deletes them as it goes).
+DUMP_MEMORY_BYTES = 4 << 30
+
+
+def dump_root(workdir: Path) -> Path:
+    """Where iree-compile writes the dumps: a new directory in ``/dev/shm`` where that is a
+    writable file system with room, else ``workdir``. The dumps are written once, read once
+    and deleted, and on a disk file system creating and deleting thousands of files costs
+    wall time the CPU figures do not show."""
+    import os
+    import tempfile
+
+    from dfit_mlir import atomic
+
+    memory = Path("/dev/shm")
+    try:
+        stats = os.statvfs(memory)
+        if stats.f_bavail * stats.f_frsize >= DUMP_MEMORY_BYTES and os.access(memory, os.W_OK):
+            root = Path(tempfile.mkdtemp(prefix="dfit-pass-dumps-", dir=memory))
+            atomic.LIVE_TEMPORARIES.add(root)  # removed on SIGINT/SIGTERM too
+            return root
+    except OSError:
+        pass
+    return workdir
+
+
 def observing_driver(flags: Sequence[str]):
     """A subprocess phase driver that records the pass history of every phase it runs."""
-    import shutil
-
     from dfit_mlir.passes import phases
 
     class PassObservingDriver(phases.SubprocessDriver):
@@ -503,18 +776,37 @@ def observing_driver(flags: Sequence[str]):
 
         def __init__(self, flags: Sequence[str]):
             super().__init__(flags)
-            self.history = PassHistory()
+            self._replayer = PhaseReplayer(PassHistory())
+            self._dumps = dump_root(self.workdir)
+
+        @property
+        def history(self) -> PassHistory:
+            return self._replayer.wait()
 
         def run(self, module, after, to):  # noqa: ANN001 - the PhaseDriver protocol's types
-            self.history.reset(print_for_replay(module))
-            tree, out = self.workdir / f"passes-{to}", self.workdir / f"{to}.mlir"
+            # The start state: iree-compile's own output of the phase before, unless dfit
+            # changed the module since (then a printout of it, made now).
+            held = self._written is not None and self._written[0] is module
+            start = self._written[1] if held else print_for_replay(module)  # type: ignore[index]
+            tree, out = self._dumps / f"passes-{to}", self.workdir / f"{to}.mlir"
             try:
                 self._compile(module, after, [f"--compile-to={to}", *self.OUTPUT_FLAGS, *PRINT_FLAGS,
                                               f"--mlir-print-ir-tree-dir={tree}"], out)
-                self.history.observe_phase(to, tree)
-            finally:
+            except BaseException:
                 shutil.rmtree(tree, ignore_errors=True)
+                raise
+            self._replayer.submit(to, tree, start)
+            self._written = None  # the replay deletes that file once read, not _parse_output
             return self._parse_output(out)
+
+        def close(self) -> None:
+            from dfit_mlir import atomic
+
+            self._replayer.stop()
+            if self._dumps != self.workdir:
+                shutil.rmtree(self._dumps, ignore_errors=True)
+                atomic.LIVE_TEMPORARIES.discard(self._dumps)
+            super().close()
 
     return PassObservingDriver(flags)
 
