@@ -77,6 +77,8 @@ def test_top_sites_time_is_the_ledgers_per_module_path(gpt2_store: dict[str, Any
         act, c_fc = by_location[f"h.{layer}.mlp.act"], by_location[f"h.{layer}.mlp.c_fc"]
         # The GELU fused into c_fc's dispatch: a share of its own, smaller than the matmul's.
         assert 0 < act["total_ns"] < c_fc["total_ns"] and act["share"] > 0
+        print(f"top-sites h.{layer}: mlp.c_fc {c_fc['total_ns']} ns ({100 * c_fc['share']:.2f} %), "
+              f"mlp.act {act['total_ns']} ns ({100 * act['share']:.2f} %)")
     assert sum(r["share"] for r in got) == pytest.approx(1.0, abs=1e-9)
 
 
@@ -146,3 +148,20 @@ def test_a_bundle_collected_before_the_ledger_table_is_refused_then_upgraded(
     assert not done.added and (stored / "op_ledger.parquet").is_file()
     assert _top_sites(store) == reference
     assert bundle_store.query(store, "SELECT label FROM runs").to_pylist() == [{"label": "nightly"}]
+
+
+def test_analysis_csvs_write_transcendentals_apart(gpt2_store: dict[str, Any], tmp_path: Path) -> None:
+    """``sites.csv`` and ``phases.csv`` of ``dfit analyze`` carry the transcendentals
+    column: each sums to the manifest's ops (the GELU's tanh and the softmax's exp)."""
+    from dfit_mlir.tools.session import analyze
+    from tests.conftest import read_csv
+
+    manifest = json.loads(gpt2_store["manifest"].read_text())
+    everything = sum(op.get("transcendentals") or 0 for op in manifest["operators"])
+    analyze(gpt2_store["bundle"], ["semantic-attribution"], tmp_path)
+    out = tmp_path / "semantic-attribution"
+    assert everything > 0
+    assert sum(int(row["transcendentals"]) for row in read_csv(out / "phases.csv")) == everything
+    sites = read_csv(out / "sites.csv")
+    located = sum(op.get("transcendentals") or 0 for op in manifest["operators"] if op.get("source"))
+    assert 0 < sum(int(row["transcendentals"]) for row in sites) <= everything and located > 0

@@ -8,7 +8,9 @@ footer of each of its files). It is the union of the bundle directories' files a
 compacted parts the index lists (:mod:`dfit_mlir.store.compact`; a run is read from one
 or the other, never both); the rollup ``op_totals`` adds the rows computed from
 ``events`` for bundles that have no such file (layout 1.0), or is computed from
-``events`` entirely with ``use_rollups=False``.
+``events`` entirely with ``use_rollups=False``. ``op_ledger`` (the ledger's entries,
+layout 1.2) cannot be computed from the store: a local store holding a bundle collected
+without it is refused, naming the bundle (:func:`check_ledger`).
 
 Every query either engine runs — the user's text, a named report, the checks dfit makes
 — goes through the read-only policy of :mod:`dfit_mlir.store.policy` first, and runs
