@@ -591,6 +591,14 @@ def test_an_op_no_rule_knows_takes_its_dispatch_figures(tmp_path: Path) -> None:
     op = next(op for op in manifest["operators"] if op["op"] == "torch.aten.logaddexp")
     assert op["cost_source"] == "dispatch" and op["macs"] is None
     assert op["flops"] > 0 and op["flops"] % (8 * 16) == 0  # a whole number of ops per element
+    # Its exp and log1p are transcendentals, counted from the lowered body's math ops
+    # (region_transcendentals) and placed by the ledger: a whole number per element.
+    from dfit_mlir.ledger import Ledger
+    from dfit_mlir.tools.model import SemanticModel
+
+    placed = sum(r["transcendentals"] or 0 for r in Ledger(SemanticModel(manifest)).entries.to_pylist()
+                 if r["op_id"] == op["id"])
+    assert placed > 0 and placed % (8 * 16) == 0, placed
     matmul = next(op for op in manifest["operators"] if op["op"] == "torch.aten.matmul")
     assert (matmul["cost_source"], matmul["macs"]) == ("source", 8 * 8 * 16)
     assert_each_contraction_in_one_dispatch(manifest)

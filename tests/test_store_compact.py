@@ -177,6 +177,24 @@ def test_a_compacted_store_of_layout_1_1_is_refused_until_collected_again(tmp_pa
     assert answers(old) == reference
 
 
+def test_compacting_a_bundle_without_its_ledger_table_keeps_it_refused(tmp_path: Path, store: Path,
+                                                                       reference: dict[str, Any]) -> None:
+    """A 1.1 bundle compacted by 1.2: its ledger rows are not claimed to be in parts, so
+    the store is still refused until the bundle is collected again, into its folder."""
+    old = tmp_path / "old"
+    shutil.copytree(store, old)
+    bundle = layout.bundle_dirs(old)[0]
+    (bundle / "op_ledger.parquet").unlink()
+    compaction.compact(old)
+    assert "op_ledger" not in layout.read_index(old)["runs"][bundle.name.split("=", 1)[1]]["tables"]
+    result = CliRunner().invoke(main, ["query", str(old), "top-sites"])
+    assert result.exit_code == 2 and result.output.startswith(f"dfit: {bundle}: collected by an older store layout")
+    source = bundle_store.query(old, f"SELECT source FROM runs WHERE run = '{bundle.name.split('=', 1)[1]}'")
+    (done,) = bundle_store.collect([Path(source.column(0)[0].as_py())], old)
+    assert not done.added and (bundle / "op_ledger.parquet").is_file()
+    assert answers(old) == reference
+
+
 # --- compaction ------------------------------------------------------------------------------
 
 def test_compaction_keeps_every_row_in_few_files(store: Path, compacted_store: Path,
