@@ -771,7 +771,7 @@ def query(store_path: str, sql_or_report: str, engine: str, master: str | None, 
     """Run SQL or a named report over a bundle store, read-only: one query statement that
     reads the store (no writes, other files, extensions or settings). Reports: top-sites,
     regressions, rank-skew, coverage. Tables: events, sites, operators, partitions,
-    coverage, runs, op_totals."""
+    coverage, runs, op_totals, op_ledger."""
     import re
 
     from dfit_mlir import store

@@ -26,13 +26,22 @@ Conventions, per execution of the op (inside a loop: per trip, see ``trips`` in
     the zero-inserted convolution a compiler may run instead;
   - a ``linalg.generic`` with a reduction loop whose body multiplies and accumulates:
     one MAC per point of its iteration domain.
-* **Arithmetic** (no MACs): elementwise ops 1 FLOP per output element, whatever the
-  function (``exp``, ``tanh``, ``gelu`` count 1: XLA's ``transcendentals`` are FLOPs
-  here); reductions 1 FLOP per input element; pooling output elements x window;
-  softmax 5 FLOPs per element (max, subtract, exp, sum, divide); layer/group/instance/RMS
+* **Arithmetic** (no MACs): elementwise ops 1 FLOP per output element; reductions 1
+  FLOP per input element; pooling output elements x window; softmax 4 FLOPs per element
+  (max, subtract, sum, divide) and 1 transcendental (its exp); layer/group/instance/RMS
   norm 5 FLOPs per element (+2 with an affine weight and bias), batch norm 4 per
   element; any other structured op (``linalg.generic`` and named elementwise/reduction
-  ops): iteration domain x ``arith``/``math`` ops of its body.
+  ops): iteration domain x ``arith``/``math`` ops of its body, its transcendental
+  ``math`` ops counted as transcendentals, the others as FLOPs.
+* **Transcendentals** (``Cost.transcendentals``), as XLA's ``HloCostAnalysis`` counts
+  them: an elementwise evaluation of ``exp``, ``expm1``, ``log``, ``log1p``, ``tanh``,
+  ``logistic`` (``sigmoid``), ``sqrt``, ``rsqrt``, ``cbrt``, ``pow``, ``sin``, ``cos``,
+  ``tan``, ``atan2``, ``erf`` (and ``exp2``/``log2``) is 1 transcendental per output
+  element and **no FLOP**: such an op has ``flops`` 0. An activation that is arithmetic
+  around a transcendental keeps its 1 FLOP per element and adds its transcendentals
+  (:data:`COMPOSITE_TRANSCENDENTALS`: ``gelu`` 1 (erf or tanh), ``silu`` 1, ``softplus``
+  2, ``mish`` 3, ...). A contraction, data movement or an op no rule knows has ``None``.
+  Once per row (a norm's ``rsqrt`` of the variance) is not counted.
 * **Data movement** (``view``, ``transpose``, ``cat``, ``slice``, gather/embedding,
   copies, broadcasts, pack/unpack, encodings): no MACs or FLOPs (``None``), only bytes.
 * **Bytes** of an op: the static sizes of every tensor operand and result. Bytes of a
@@ -46,8 +55,8 @@ Conventions, per execution of the op (inside a loop: per trip, see ``trips`` in
 What the independent counters count, for comparing like with like
 (``tests/test_costs_independent.py``): FlopCounterMode counts ``2 * MACs`` of matmuls,
 convolutions and attention, nothing else; XLA's ``cost_analysis()`` counts
-``flops`` (2 per MAC, 1 per elementwise/reduction element) plus ``transcendentals``
-separately, and a loop body once; ``onnx-tool`` counts a Conv/Gemm's bias adds as MACs
+``flops`` (2 per MAC, 1 per elementwise/reduction element) and ``transcendentals``
+apart (dfit's ``flops`` and ``transcendentals`` compare with each), and a loop body once; ``onnx-tool`` counts a Conv/Gemm's bias adds as MACs
 (one per output element), which the comparison takes off.
 """
 
@@ -170,6 +179,8 @@ class Cost:
     flops: int | None
     bytes: int | None
     kind: str = UNKNOWN
+    #: Elementwise transcendental evaluations (module doc), not counted in ``flops``.
+    transcendentals: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -438,6 +449,44 @@ def _arithmetic(op: _Op, iteration_space: int | None, body_ops: int) -> int | No
     return None
 
 
+#: Elementwise functions XLA's HloCostAnalysis counts as transcendentals, by the last
+#: segment of the op name (torch ``aten.exp``, StableHLO ``exponential``, ``math.exp``).
+TRANSCENDENTAL_FUNCTIONS = frozenset(
+    "exp exponential expm1 exponential_minus_one log log1p log_plus_one tanh logistic sigmoid sqrt rsqrt cbrt "
+    "pow power powf sin sine cos cosine tan atan2 erf exp2 log2".split())
+#: Activations that are arithmetic around transcendentals: transcendentals per element
+#: (their 1 FLOP per element stays).
+COMPOSITE_TRANSCENDENTALS = {"gelu": 1, "gelu_tanh": 1, "silu": 1, "softplus": 2, "mish": 3, "elu": 1, "selu": 1,
+                             "celu": 1, "log_sigmoid": 2}
+_SOFTMAX = frozenset("aten._softmax aten.softmax aten._log_softmax aten.log_softmax aten._safe_softmax "
+                     "onnx.softmax onnx.logsoftmax linalg.softmax".split())
+
+
+def is_transcendental(name: str) -> bool:
+    """Whether a ``math`` op of a structured op's body (or any op by its name) is one."""
+    return _elementwise_kind(rule_key(name)) in TRANSCENDENTAL_FUNCTIONS
+
+
+def _transcendentals(op: _Op, flops: int, iteration_space: int | None, body_ops: int,
+                     body_transcendentals: int) -> tuple[int, int]:
+    """(FLOPs, transcendentals) of an arithmetic op whose rules gave ``flops`` in all."""
+    key, out = op.key, op.out
+    if key in _SOFTMAX:
+        first = op.ins[0] if op.ins else None
+        elements = first.elements if first is not None and first.elements else 0
+        return flops - elements, elements  # its exp; 4 FLOPs per element remain
+    if iteration_space is not None and body_ops and flops == iteration_space * body_ops:
+        counted = min(body_transcendentals, body_ops)
+        return iteration_space * (body_ops - counted), iteration_space * counted
+    kind = _elementwise_kind(key)
+    if out is not None and out.elements is not None and flops == out.elements:
+        if kind in TRANSCENDENTAL_FUNCTIONS:
+            return 0, out.elements
+        if kind in COMPOSITE_TRANSCENDENTALS:
+            return flops, COMPOSITE_TRANSCENDENTALS[kind] * out.elements
+    return flops, 0
+
+
 def _is_reduction(key: str) -> bool:
     return (key.endswith(("reduce", "reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "argmax"))
             or ".reduce" in key)
@@ -470,7 +519,8 @@ def _moves_data(key: str) -> bool:
 def op_cost(name: str, operands: Sequence[str], results: Sequence[str], body_ops: int = 0,
             iteration_space: int | None = None, reduction: bool = False,
             contraction: int | None = None, *, multiply_accumulate: bool | None = None,
-            constants: Sequence[Any] = (), attributes: Mapping[str, str] | None = None) -> Cost:
+            constants: Sequence[Any] = (), attributes: Mapping[str, str] | None = None,
+            body_transcendentals: int = 0) -> Cost:
     """Cost of one op (the rules: this module's docstring).
 
     ``body_ops`` and ``iteration_space`` describe a structured op (arith/math ops in its
@@ -479,7 +529,8 @@ def op_cost(name: str, operands: Sequence[str], results: Sequence[str], body_ops
     two or more body ops); ``contraction``: the contracted length of a ``dot_general``.
     ``constants``: per operand, the value of a torch constant operand (int, float, bool,
     str, a tuple for a list; a list of tensors as a tuple of their type texts), else
-    None; ``attributes``: the op's attributes as text."""
+    None; ``attributes``: the op's attributes as text; ``body_transcendentals``: how
+    many of the ``body_ops`` are transcendental (:func:`is_transcendental`)."""
     ins = [parse_shaped(text) for text in operands]
     outs = [parse_shaped(text) for text in results]
     tensor_bytes = [type_bytes(text) for text in (*operands, *results) if parse_shaped(text) is not None]
@@ -498,5 +549,6 @@ def op_cost(name: str, operands: Sequence[str], results: Sequence[str], body_ops
         return Cost(None, None, nbytes, UNKNOWN)  # a contraction whose shapes are not static
     flops = _arithmetic(op, iteration_space, body_ops)
     if flops is not None:
-        return Cost(None, flops, nbytes, ARITHMETIC)
+        flops, transcendentals = _transcendentals(op, flops, iteration_space, body_ops, body_transcendentals)
+        return Cost(None, flops, nbytes, ARITHMETIC, transcendentals)
     return Cost(None, None, nbytes, DATA if _moves_data(op.key) else UNKNOWN)

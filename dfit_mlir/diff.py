@@ -586,8 +586,8 @@ def time_changes(samples: Mapping[str, tuple[Iterable[float], Iterable[float]]],
     from dfit_mlir.store import reports
     from dfit_mlir.store.dialects import DUCKDB
 
-    totals: dict[str, list[Any]] = {"backend": [], "model": [], "run": [], "root_id": [], "total_ns": [],
-                                    "run_instances": []}
+    totals: dict[str, list[Any]] = {"backend": [], "model": [], "run": [], "op_id": [], "time_ns": [],
+                                    "run_instances": [], "calls": []}
     runs: dict[str, None] = {}
     for key, per_side in samples.items():
         values = [list(side) for side in per_side]
@@ -597,7 +597,7 @@ def time_changes(samples: Mapping[str, tuple[Iterable[float], Iterable[float]]],
             for invocation, ns in enumerate(side):
                 run = f"{label}{invocation}"
                 runs[run] = None
-                for column, value in zip(totals, ("diff", "diff", run, key, float(ns), 1), strict=True):
+                for column, value in zip(totals, ("diff", "diff", run, key, float(ns), 1, 1), strict=True):
                     totals[column].append(value)
     if not totals["run"]:
         return {}
@@ -608,7 +608,7 @@ def time_changes(samples: Mapping[str, tuple[Iterable[float], Iterable[float]]],
         for statement in DUCKDB.prelude:
             connection.execute(statement)
         connection.register("runs", run_table)
-        connection.register("op_totals", pa.table(totals))
+        connection.register("op_ledger", pa.table(totals))
         sql = reports.get("regressions").render(DUCKDB, {"baseline": "A", "candidate": "B", "min_runs": min_runs,
                                                          "threshold": threshold})
         cursor = connection.execute(sql)
@@ -616,7 +616,7 @@ def time_changes(samples: Mapping[str, tuple[Iterable[float], Iterable[float]]],
         found = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
     finally:
         connection.close()
-    return {row["root_id"]: row["change"] for row in found}
+    return {row["op_id"]: row["change"] for row in found}
 
 
 def _modules_only_in(mine: Iterable[str], other: Iterable[str]) -> tuple[tuple[str, int], ...]:

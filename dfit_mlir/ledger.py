@@ -26,6 +26,18 @@ root among its compute ops charges each producer). A value passed between two fu
 ops stays in the dispatch and costs no bytes. Without a tensor
 graph in the manifest an op's own operand + result bytes stand in (an upper bound).
 
+**Transcendentals** (``transcendentals`` / ``executed_transcendentals``, columns added
+after :data:`ENTRY_COLUMNS`, :data:`TRANSCENDENTAL_COLUMNS`): an elementwise evaluation
+of ``exp``, ``expm1``, ``log``, ``log1p``, ``tanh``, ``logistic``, ``sqrt``, ``rsqrt``,
+``cbrt``, ``pow``, ``sin``, ``cos``, ``tan``, ``atan2`` or ``erf``, counted per output
+element as XLA's ``HloCostAnalysis`` counts its ``transcendentals`` (rules in
+:mod:`dfit_mlir.costs`); they are **not** FLOPs: an ``exp`` has ``flops`` 0, a GELU its
+1 FLOP per element plus 1 transcendental. They are placed over the partitions naming the
+op as FLOPs are (in proportion to what each dispatch's own lowered ops evaluate,
+``region_transcendentals``, else on the partitions that compute), so partitions sum to
+the model's total. The time model does not weigh them (a transcendental is not a
+FLOP's vector slot: what one costs is the target's).
+
 **Executed work.** ``calls`` is the number of the run's dispatch events at the partition
 (a dispatch inside a loop runs once per trip, so ``lax.scan`` bodies and ``scf.while``
 loops count per trip); ``executed_macs``/``executed_flops`` = static figure × calls. A
@@ -82,7 +94,11 @@ ENTRY_COLUMNS = ("partition", "site", "op_id", "op", "role", "module_path", "pha
                  "bytes_read", "bytes_written", "weight", "share", "calls", "time_ns", "executed_macs",
                  "executed_flops", "time_model")
 #: Columns a rollup sums (``calls`` is a partition's, repeated on its entries: not summed).
-SUM_COLUMNS = ("macs", "flops", "bytes_read", "bytes_written", "time_ns", "executed_macs", "executed_flops")
+SUM_COLUMNS = ("macs", "flops", "bytes_read", "bytes_written", "time_ns", "executed_macs", "executed_flops",
+               "transcendentals", "executed_transcendentals")
+#: Entry columns after :data:`ENTRY_COLUMNS`: an op's placed transcendentals (not FLOPs),
+#: and those times its partition's calls.
+TRANSCENDENTAL_COLUMNS = ("transcendentals", "executed_transcendentals")
 ROLLUP_KEYS = ("op_id", "partition", "module_path", "phase")
 
 
@@ -189,7 +205,50 @@ class Ledger:
 
         rows = [row for part in self.model.partitions for row in self._rows_of(part)]
         rows += self._root_rows()
-        return pa.table({column: [row[column] for row in rows] for column in ENTRY_COLUMNS})
+        table = pa.table({column: [row[column] for row in rows] for column in ENTRY_COLUMNS})
+        return self._with_transcendentals(table, rows)
+
+    def _with_transcendentals(self, table: Any, rows: list[dict[str, Any]]) -> Any:
+        """The entries with :data:`TRANSCENDENTAL_COLUMNS` (None on ``root`` rows, which
+        carry no static figures, and for an op whose count is unknown)."""
+        import pyarrow as pa
+
+        placed = self._placed_transcendentals
+        counts: list[int | None] = []
+        executed: list[int | None] = []
+        for row in rows:
+            count = None if row["time_model"] == "root" else placed.get(row["partition"], {}).get(row["op_id"])
+            counts.append(count)
+            executed.append(None if count is None else count * (row["calls"] or 0))
+        return table.append_column("transcendentals", pa.array(counts, pa.int64())) \
+            .append_column("executed_transcendentals", pa.array(executed, pa.int64()))
+
+    @cached_property
+    def _placed_transcendentals(self) -> dict[str, dict[str, int]]:
+        """Partition → op ID → its transcendentals placed there, as FLOPs are placed
+        (:mod:`dfit_mlir.site_costs`): by the dispatches' ``region_transcendentals``,
+        else over the partitions that compute. An op whose figure comes from its
+        dispatches (``cost_source`` ``dispatch``) takes theirs."""
+        from dfit_mlir.site_costs import moves_data_only, op_figures, placed_costs
+
+        model, parts = self.model, self.model.partitions
+        sites = model.manifest.get("partitions", {}).get("dispatch_sites", [])
+        regional: defaultdict[str, int] = defaultdict(int)
+        for site in sites:
+            for op_id, amount in (site.get("region_transcendentals") or {}).items():
+                regional[op_id] += amount
+        raw = {}
+        for op_id, op in model.operators.items():
+            count = op.raw.get("transcendentals")
+            raw[op_id] = regional.get(op_id) if count is None and op.raw.get("cost_source") == "dispatch" else count
+        kinds = {op_id: op.raw.get("cost_kind") for op_id, op in model.operators.items()}
+        # Manifests written before transcendentals were counted carry none: unknown, not 0.
+        costs = op_figures(raw, kinds) if any(v is not None for v in raw.values()) else raw
+        by_site = {s["index"]: s.get("region_transcendentals") for s in sites}
+        weights = [by_site.get(p.attributes.get("site")) if p.kind == "dispatch" else None for p in parts]
+        computes = [p.kind != "dispatch" or not moves_data_only(p.attributes.get("export")) for p in parts]
+        placed = placed_costs([p.operator_ids for p in parts], computes, costs, weights)
+        return {p.id: share for p, share in zip(parts, placed, strict=True)}
 
     def _rows_of(self, part: Partition) -> list[dict[str, Any]]:
         found = self._rows.get(part.id)

@@ -382,6 +382,7 @@ def _region_fields(export: str, encoding: bool, cost: RegionCost | None) -> dict
     if cost is None:
         return {}
     return {"region_macs": dict(cost.op_macs), "region_flops": dict(cost.op_flops),
+            "region_transcendentals": dict(cost.op_transcendentals),
             "bytes_read": cost.bytes_read, "bytes_written": cost.bytes_written}
 
 

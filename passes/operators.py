@@ -128,6 +128,7 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
             multiply_accumulate=accumulates if space is not None else None,
             constants=_constants(op),
             attributes=_attributes(op),
+            body_transcendentals=region_costs.body_transcendentals(op),
         )
         in_loop, trips = loops.trips_of(op)
         parent = op.parent
@@ -142,6 +143,8 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
                 "macs": cost.macs,
                 "flops": cost.flops,
                 "bytes": cost.bytes,
+                # Elementwise transcendental evaluations (exp, tanh, ...), not in flops.
+                "transcendentals": cost.transcendentals,
                 # What the op does (dfit_mlir.costs): contraction, arithmetic, data, unknown.
                 "cost_kind": cost.kind,
                 # Inside a loop the figures are per trip; ``trips``: how many (the product

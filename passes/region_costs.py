@@ -1,9 +1,9 @@
 """What each dispatch region computes and moves, counted from the ops it holds after
 ``dispatch-creation``: the lowered ``linalg`` / ``iree_linalg_ext`` ops of its body.
 
-Per op of the region, :func:`dfit_mlir.costs.op_cost` gives its MACs and FLOPs
-(contractions by their rule, anything else by iteration domain x arithmetic ops of its
-body), credited to the source op its location names first (its root ID). Fills,
+Per op of the region, :func:`dfit_mlir.costs.op_cost` gives its MACs, FLOPs and
+transcendentals (contractions by their rule, anything else by iteration domain x
+arithmetic ops of its body, its transcendental ``math`` ops counted apart), credited to the source op its location names first (its root ID). Fills,
 copies, pads, slices, packs and encodings are data movement: no MACs, no FLOPs. The
 region's bytes are what crosses its boundary: the tensors it reads
 (``flow.dispatch.workgroups`` operands) and writes (its results), not the sum of its
@@ -41,6 +41,7 @@ class RegionCost:
     op_flops: dict[str, int] = field(default_factory=dict)
     bytes_read: int | None = None
     bytes_written: int | None = None
+    op_transcendentals: dict[str, int] = field(default_factory=dict)
 
     @property
     def macs(self) -> int:
@@ -50,6 +51,10 @@ class RegionCost:
     def flops(self) -> int:
         return sum(self.op_flops.values())
 
+    @property
+    def transcendentals(self) -> int:
+        return sum(self.op_transcendentals.values())
+
 
 def region_cost(region: ir.Operation, ids_of: object, tree: Any = None) -> RegionCost:
     """Cost of one ``flow.dispatch.workgroups`` / ``flow.dispatch.region``; ``ids_of``:
@@ -58,6 +63,7 @@ def region_cost(region: ir.Operation, ids_of: object, tree: Any = None) -> Regio
     children = tree.children if tree is not None else _children
     op_macs: dict[str, int] = {}
     op_flops: dict[str, int] = {}
+    op_transcendentals: dict[str, int] = {}
     pending = deque(children(region))
     while pending:
         op = pending.popleft()
@@ -72,9 +78,11 @@ def region_cost(region: ir.Operation, ids_of: object, tree: Any = None) -> Regio
             op_macs[source[0]] = op_macs.get(source[0], 0) + cost.macs
         if cost.flops:
             op_flops[source[0]] = op_flops.get(source[0], 0) + cost.flops
+        if cost.transcendentals:
+            op_transcendentals[source[0]] = op_transcendentals.get(source[0], 0) + cost.transcendentals
     read = [costs.type_bytes(str(v.type)) for v in region.operands if costs.parse_shaped(str(v.type))]
     written = [costs.type_bytes(str(v.type)) for v in region.results if costs.parse_shaped(str(v.type))]
-    return RegionCost(op_macs, op_flops, _total(read), _total(written))
+    return RegionCost(op_macs, op_flops, _total(read), _total(written), op_transcendentals)
 
 
 def _total(sizes: list[int | None]) -> int | None:
@@ -92,7 +100,8 @@ def _op_cost(op: ir.Operation, children: Callable[[ir.Operation], list[ir.Operat
     space, reduction, body_ops, accumulates = structured_loops(op, children)
     return costs.op_cost(op.name, [str(v.type) for v in op.operands], [str(v.type) for v in op.results],
                          body_ops=body_ops, iteration_space=space, reduction=reduction,
-                         multiply_accumulate=accumulates if space is not None else None)
+                         multiply_accumulate=accumulates if space is not None else None,
+                         body_transcendentals=body_transcendentals(op, children))
 
 
 def _children(op: ir.Operation) -> list[ir.Operation]:
@@ -132,6 +141,17 @@ def structured_loops(op: ir.Operation, children: Callable[[ir.Operation], list[i
     if len(bounds) < n_loops:
         return None, reduction, len(body), accumulates
     return math.prod(bounds.values()), reduction, len(body), accumulates
+
+
+def body_transcendentals(op: ir.Operation,
+                         children: Callable[[ir.Operation], list[ir.Operation]] | None = None) -> int:
+    """How many ``math`` ops of a structured op's body are transcendental
+    (:func:`dfit_mlir.costs.is_transcendental`: ``math.exp``, ``math.tanh``, ...)."""
+    if "indexing_maps" not in op.attributes or not op.regions:
+        return 0
+    inner = children(op) if children is not None else \
+        [child.operation for block in op.regions[0].blocks for child in block.operations]
+    return sum(1 for child in inner if child.name.startswith("math.") and costs.is_transcendental(child.name))
 
 
 _MULTIPLIES = frozenset({"arith.mulf", "arith.muli"})

@@ -13,9 +13,9 @@ What each counter counts, so that like is compared with like:
   kernel (``_scaled_dot_product_flash_attention_for_cpu``) has no formula, so eager runs
   under the math backend, whose bmm it counts.
 * XLA's ``compiled.cost_analysis()``: ``flops`` (2 per MAC, 1 per elementwise or
-  reduction element) plus ``transcendentals`` apart, which dfit counts as FLOPs; the
-  sum is compared with dfit's total FLOPs. A loop body counts once: the ``lax.scan``
-  program is compared with the same program unrolled.
+  reduction element) and ``transcendentals`` (exp, tanh, rsqrt, ... per element) apart,
+  as dfit counts them; each is compared with dfit's total of the same name. A loop body
+  counts once: the ``lax.scan`` program is compared with the same program unrolled.
 * ``onnx-tool``: a Conv/Gemm's MACs include one add per output element for its bias,
   which dfit does not count (as FlopCounterMode does not); taken off before comparing.
 """
@@ -312,13 +312,18 @@ def _scan_args() -> tuple[Any, ...]:
     return jax.random.normal(jax.random.PRNGKey(1), (SCAN_LAYERS, 4, 32, 32)) * 0.1, jax.numpy.ones((16, 32))
 
 
-def xla_flops(fn: Any, *args: Any) -> float:
-    """XLA's flops + transcendentals of the compiled program (dfit counts both)."""
+def xla_cost(fn: Any, *args: Any, key: str = "flops") -> float:
+    """XLA's ``key`` (``flops`` / ``transcendentals``) of the compiled program."""
     import jax
 
     analysis = jax.jit(fn).lower(*args).compile().cost_analysis()
     analysis = analysis[0] if isinstance(analysis, list) else analysis
-    return analysis.get("flops", 0.0) + analysis.get("transcendentals", 0.0)
+    return analysis.get(key, 0.0)
+
+
+def xla_flops(fn: Any, *args: Any) -> float:
+    """XLA's flops of the compiled program (its transcendentals apart, as dfit's)."""
+    return xla_cost(fn, *args)
 
 
 def _jax_ops(fn: Any, args: tuple[Any, ...], root: Path, name: str) -> list[dict[str, Any]]:
@@ -353,6 +358,44 @@ def test_jax_scan_counts_every_trip(tmp_path: Path) -> None:
     assert within(measured, expected, XLA_TOLERANCE), (measured, expected)
     assert not within(once, expected, XLA_TOLERANCE)  # the counter itself counts the body once
     assert total(_jax_ops(_jax_unrolled, args, tmp_path, "unrolled")) == pytest.approx(measured, rel=0.001)
+
+
+def _jax_block() -> tuple[Any, tuple[Any, ...]]:
+    """Dense + GELU (tanh form, JAX's default), a layer norm by hand with its affine
+    weight and bias, a second dense and a softmax: exp, tanh and rsqrt."""
+    import jax
+    import jax.numpy as jnp
+
+    def forward(params: dict, x: Any) -> Any:
+        h = jax.nn.gelu(x @ params["w1"] + params["b1"])
+        centred = h - h.mean(-1, keepdims=True)
+        h = centred * jax.lax.rsqrt((centred ** 2).mean(-1, keepdims=True) + 1e-5) * params["g"] + params["b"]
+        return jax.nn.softmax(h @ params["w2"])
+
+    key1, key2 = jax.random.split(jax.random.PRNGKey(0))
+    params = {"w1": jax.random.normal(key1, (32, 64)), "b1": jnp.zeros(64), "g": jnp.ones(64), "b": jnp.zeros(64),
+              "w2": jax.random.normal(key2, (64, 16))}
+    return forward, (params, jnp.ones((8, 32)))
+
+
+@pytest.mark.parametrize("name", ["block", "mlp", "scan"])
+def test_jax_transcendentals_match_xla_cost_analysis(name: str, tmp_path: Path) -> None:
+    """dfit's transcendentals (exp, tanh, rsqrt per element, not FLOPs) and its FLOPs
+    without them, each within 5 % of XLA's count of the same name; the ``lax.scan``
+    program against the same program unrolled (XLA counts a loop body once)."""
+    if name == "scan":
+        fn, args, reference = _jax_scanned, _scan_args(), _jax_unrolled
+    else:
+        (fn, args), reference = {"block": _jax_block, "mlp": _jax_mlp}[name](), None
+    ops = _jax_ops(fn, args, tmp_path, name)
+    for key in ("transcendentals", "flops"):
+        measured, expected = total(ops, key), xla_cost(reference or fn, *args, key=key)
+        print(f"ACCURACY jax {name} {key}: dfit {measured} XLA {expected:.0f} "
+              f"error {100 * (measured - expected) / expected:+.2f}%")
+        assert within(measured, expected, XLA_TOLERANCE), (key, measured, expected)
+    # Every transcendental is an op of its own: FLOPs do not count it as well.
+    assert all(op["flops"] == 0 for op in ops if op["op"] in ("stablehlo.exponential", "stablehlo.tanh"))
+    assert any(op["op"] == "stablehlo.tanh" and op["transcendentals"] for op in ops)
 
 
 # --- ONNX -------------------------------------------------------------------------------
@@ -548,6 +591,14 @@ def test_an_op_no_rule_knows_takes_its_dispatch_figures(tmp_path: Path) -> None:
     op = next(op for op in manifest["operators"] if op["op"] == "torch.aten.logaddexp")
     assert op["cost_source"] == "dispatch" and op["macs"] is None
     assert op["flops"] > 0 and op["flops"] % (8 * 16) == 0  # a whole number of ops per element
+    # Its exp and log1p are transcendentals, counted from the lowered body's math ops
+    # (region_transcendentals) and placed by the ledger: a whole number per element.
+    from dfit_mlir.ledger import Ledger
+    from dfit_mlir.tools.model import SemanticModel
+
+    placed = sum(r["transcendentals"] or 0 for r in Ledger(SemanticModel(manifest)).entries.to_pylist()
+                 if r["op_id"] == op["id"])
+    assert placed > 0 and placed % (8 * 16) == 0, placed
     matmul = next(op for op in manifest["operators"] if op["op"] == "torch.aten.matmul")
     assert (matmul["cost_source"], matmul["macs"]) == ("source", 8 * 8 * 16)
     assert_each_contraction_in_one_dispatch(manifest)

@@ -153,7 +153,7 @@ def test_regressions_with_no_rows_says_why(work: Path) -> None:
     """The store's two runs are both labelled base: compared with themselves nothing
     changes; asking for more runs than there are is said, not silent."""
     common = bundle_store.query(work / "store", "SELECT COUNT(*) AS n FROM "
-                                "(SELECT DISTINCT backend, model, root_id FROM op_totals) t").to_pylist()
+                                "(SELECT DISTINCT backend, model, op_id FROM op_ledger WHERE calls > 0) t").to_pylist()
     for extra, note in (([], f"none of the {common[0]['n']} stable IDs timed on both sides changed outside the "
                              "runs' spread and by more than --threshold"),
                         (["--min-runs", "3"], "'base' has 2 run(s), fewer than --min-runs 3: the runs' spread is "

@@ -128,45 +128,69 @@ def test_older_minor_still_reads(tmp_path: Path, iree_bundles: dict[str, Path]) 
 
 # --- reports --------------------------------------------------------------------------------
 
-def test_top_sites_is_time_by_source_line_across_runs(store: Path, store_bundles: dict[str, Any]) -> None:
+def ledger_entries(bundle: Path) -> list[dict[str, Any]]:
+    """The bundle's ledger entries as dfit analyze / show compute them (not the store's)."""
+    from dfit_mlir.ledger import Ledger
+    from dfit_mlir.tools.model import SemanticModel
+
+    model = SemanticModel.open(bundle)
+    found = Ledger(model).entries.to_pylist()
+    for row in found:
+        source = model.operators[row["op_id"]].source or {}
+        row["location"] = row["module_path"] or (f"{source['file']}:{source['line']}" if source.get("file")
+                                                 and source.get("line") is not None else row["op_id"])
+        row["session"] = bundle
+    return found
+
+
+def test_top_sites_is_the_ledgers_time_by_source_line_across_runs(store: Path, store_bundles: dict[str, Any]) -> None:
+    """Each location's time is the sum of its ops' ledger entries (their shares of their
+    dispatches' time) over the runs, computed here by dfit_mlir.ledger from the bundles."""
     iree, convnet = store_bundles["iree"], store_bundles["convnet"]
-    manifest = json.loads(iree["manifest"].read_text())
-    # A location is the op's module path where the frontend gave one, else its source line.
-    lines = {op["id"]: op.get("module_path") or f"{op['source']['file']}:{op['source']['line']}"
-             for op in manifest["operators"] if op.get("module_path") or op["source"]}
-    located_by = {op["id"]: "module_path" if op.get("module_path") else "source_line" for op in manifest["operators"]}
-    expected: dict[str, int] = defaultdict(int)
-    runs: dict[str, set[str]] = defaultdict(set)
+    expected: dict[str, float] = defaultdict(float)
+    runs: dict[str, set[Any]] = defaultdict(set)
+    calls: dict[str, dict[tuple[Any, str], int]] = defaultdict(dict)
+    entries: dict[str, int] = defaultdict(int)
     for bundle in (iree["full"], convnet["rerun0"], convnet["slow0"], convnet["slow1"], convnet["same0"],
                    convnet["same1"], iree["lite"]):
-        for event in events(bundle):
-            if event["root_id"] and event["duration_ns"] is not None:
-                expected[lines[event["root_id"]]] += event["duration_ns"]
-                runs[lines[event["root_id"]]].add(event["session"])
+        for entry in ledger_entries(bundle):
+            if entry["calls"]:
+                expected[entry["location"]] += entry["time_ns"]
+                entries[entry["location"]] += 1
+                runs[entry["location"]].add(bundle)
+                calls[entry["location"]][(bundle, entry["partition"])] = entry["calls"]
     got = [r for r in rows(store, report="top-sites", limit=1000) if r["model"] == "convnet"]
-    assert {r["location"]: r["total_ns"] for r in got} == dict(expected)
+    assert {r["location"] for r in got} == set(expected)
+    for row in got:  # whole ns per entry: within 1 ns of the ledger's share per entry
+        assert abs(row["total_ns"] - expected[row["location"]]) <= entries[row["location"]]
+        assert row["events"] == sum(calls[row["location"]].values())
     assert {r["location"]: r["runs"] for r in got} == {k: len(v) for k, v in runs.items()}
-    assert [r["total_ns"] for r in got] == sorted(expected.values(), reverse=True)
-    expected_by = {lines[i]: located_by[i] for i in lines}
-    assert {r["location"]: r["located_by"] for r in got} == {k: expected_by[k] for k in expected}
-    assert sum(r["share"] for r in got) == pytest.approx(1.0, abs=1e-3)
+    assert [r["total_ns"] for r in got] == sorted((r["total_ns"] for r in got), reverse=True)
+    assert sum(r["share"] for r in got) == pytest.approx(1.0, abs=1e-6)
     squeezenet = [r for r in rows(store, report="top-sites", limit=1000) if r["model"] == "onnx_squeezenet"]
     assert squeezenet and all(r["runs"] == 1 for r in squeezenet)  # only the full run has per-dispatch times
 
 
 def test_regressions_report_only_changes_outside_the_runs_spread(store: Path, store_bundles: dict[str, Any]) -> None:
-    (row,) = rows(store, report="regressions", baseline="base", candidate="slow")
-    assert (row["model"], row["root_id"], row["change"], row["baseline_runs"], row["candidate_runs"]) == \
-        ("convnet", SLOWED_ID, "slower", 2, 2)
-    assert row["ratio"] == pytest.approx(3.0, abs=2e-3)
-    base = [e for b in (store_bundles["iree"]["full"], store_bundles["convnet"]["rerun0"]) for e in events(b)]
-    per_run = [sum(e["duration_ns"] for e in base if e["session"] == s and e["root_id"] == SLOWED_ID) / 3
-               for s in dict.fromkeys(e["session"] for e in base)]
-    assert row["baseline_ns"] == pytest.approx(statistics.mean(per_run), abs=0.1)
+    """The slowed ID's dispatch is 3x slower: every op of it (its ledger entries), each by
+    its share, and nothing else."""
+    full = store_bundles["iree"]["full"]
+    slowed_partitions = {e["partition"] for e in ledger_entries(full) if e["op_id"] == SLOWED_ID}
+    in_dispatch = {e["op_id"] for e in ledger_entries(full) if e["partition"] in slowed_partitions and e["time_ns"]}
+    found = rows(store, report="regressions", baseline="base", candidate="slow")
+    assert SLOWED_ID in in_dispatch and {r["op_id"] for r in found} == in_dispatch
+    for row in found:
+        assert (row["model"], row["change"], row["baseline_runs"], row["candidate_runs"]) == \
+            ("convnet", "slower", 2, 2)
+        assert row["ratio"] == pytest.approx(3.0, abs=2e-3)
+    (row,) = [r for r in found if r["op_id"] == SLOWED_ID]
+    per_run = [sum(e["time_ns"] for e in ledger_entries(b) if e["op_id"] == SLOWED_ID) / 3
+               for b in (full, store_bundles["convnet"]["rerun0"])]
+    assert row["baseline_ns"] == pytest.approx(statistics.mean(per_run), abs=1.0)
     assert rows(store, report="regressions", baseline="base", candidate="same") == []
     # The other direction is a speed-up of the same size.
-    (back,) = rows(store, report="regressions", baseline="slow", candidate="base")
-    assert (back["root_id"], back["change"]) == (SLOWED_ID, "faster")
+    back = rows(store, report="regressions", baseline="slow", candidate="base")
+    assert {r["op_id"] for r in back} == in_dispatch and {r["change"] for r in back} == {"faster"}
     # One run per side: the spread is unknown, nothing is reported unless asked.
     assert rows(store, report="regressions", baseline="base", candidate="lite", min_runs=2) == []
 

@@ -36,6 +36,8 @@ TABLE_QUERIES = [
     "SELECT backend, model, run, site, function, root_id FROM sites ORDER BY run, site",
     "SELECT backend, model, run, aspect, status FROM coverage ORDER BY run, aspect, status",
     "SELECT backend, model, run, name, kind, operators FROM partitions ORDER BY run, name NULLS LAST, kind",
+    "SELECT backend, model, run, partition, op_id, role, calls, time_ns, flops, transcendentals, run_instances "
+    "FROM op_ledger ORDER BY run, partition NULLS LAST, op_id",
 ]
 
 
@@ -107,7 +109,7 @@ def test_op_totals_equal_the_raw_events_of_every_bundle(store: Path) -> None:
 def test_reports_read_the_same_rows_without_the_rollup(store: Path, reference: dict[str, Any]) -> None:
     assert answers(store, use_rollups=False) == reference
     text = reports.get("top-sites").render(engines.dialects.DUCKDB, {})
-    assert "op_totals" in text and engines.tables_named(text) == ["operators", "op_totals"]
+    assert "op_ledger" in text and engines.tables_named(text) == ["op_ledger"]
 
 
 def test_a_store_given_as_a_url_reads_the_same(tmp_path: Path, store: Path, compacted_store: Path,
@@ -146,6 +148,50 @@ def test_a_store_written_by_layout_1_0_still_reads(tmp_path: Path, store: Path, 
         (bundle / "op_totals.parquet").unlink()
     assert answers(old) == reference
     compaction.compact(old)
+    assert answers(old) == reference
+
+
+def test_a_compacted_store_of_layout_1_1_is_refused_until_collected_again(tmp_path: Path, compacted_store: Path,
+                                                                         reference: dict[str, Any]) -> None:
+    """A store compacted by layout 1.1 has no op_ledger rows in parts or bundles: the
+    reports that read them refuse it with one line naming a bundle (the rows need the
+    bundle's manifest and events), and collecting its bundles again (runs.source) adds
+    each one's table in place, after which every report reads as before."""
+    old = tmp_path / "old"
+    shutil.copytree(compacted_store, old)
+    index_path = old / layout.COMPACTED / layout.INDEX_FILE
+    index = json.loads(index_path.read_text())
+    for name in index["parts"].pop("op_ledger"):
+        Path(layout.part_path(str(old), "op_ledger", name)).unlink()
+    for entry in index["runs"].values():
+        entry["tables"].remove("op_ledger")
+    index_path.write_text(json.dumps(index))
+    result = CliRunner().invoke(main, ["query", str(old), "top-sites"])
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert "collected by an older store layout, without the ledger table op_ledger" in line and str(old) in line
+    assert bundle_store.query(old, "SELECT count(*) AS n FROM runs").to_pylist() == [{"n": 17}]  # the rest reads
+    sources = [row["source"] for row in bundle_store.query(old, "SELECT source FROM runs").to_pylist()]
+    done = bundle_store.collect([Path(source) for source in sources], old)
+    assert not any(entry.added for entry in done)
+    assert answers(old) == reference
+
+
+def test_compacting_a_bundle_without_its_ledger_table_keeps_it_refused(tmp_path: Path, store: Path,
+                                                                       reference: dict[str, Any]) -> None:
+    """A 1.1 bundle compacted by 1.2: its ledger rows are not claimed to be in parts, so
+    the store is still refused until the bundle is collected again, into its folder."""
+    old = tmp_path / "old"
+    shutil.copytree(store, old)
+    bundle = layout.bundle_dirs(old)[0]
+    (bundle / "op_ledger.parquet").unlink()
+    compaction.compact(old)
+    assert "op_ledger" not in layout.read_index(old)["runs"][bundle.name.split("=", 1)[1]]["tables"]
+    result = CliRunner().invoke(main, ["query", str(old), "top-sites"])
+    assert result.exit_code == 2 and result.output.startswith(f"dfit: {bundle}: collected by an older store layout")
+    source = bundle_store.query(old, f"SELECT source FROM runs WHERE run = '{bundle.name.split('=', 1)[1]}'")
+    (done,) = bundle_store.collect([Path(source.column(0)[0].as_py())], old)
+    assert not done.added and (bundle / "op_ledger.parquet").is_file()
     assert answers(old) == reference
 
 

@@ -24,7 +24,7 @@ from dfit_mlir import atomic
 from dfit_mlir import event_schema as es
 from dfit_mlir.errors import InvalidInputError
 from dfit_mlir.placement import bundle_backend, check_summary, placement_columns
-from dfit_mlir.store import layout, rollup
+from dfit_mlir.store import layout, ledger_rows, rollup
 
 _BATCH_ROWS = 262_144
 #: Output-ownership kind of one bundle's directory in a store (``dfit_mlir.outputs``).
@@ -268,11 +268,13 @@ def _collect_one(source: _Source, store: Path, placement: Placement, stored: dic
                                     f"remove that directory, then collect {path} again")
         count = _event_count(existing[0] / "events.parquet") if (existing[0] / "events.parquet").is_file() \
             else compacted.get("events", 0)
+        if needs_ledger(existing[0], compacted):
+            _add_ledger(source, existing[0])
         return Collected(path, run, existing[0].parent.parent.name.split("=", 1)[1],
                          existing[0].parent.name.split("=", 1)[1], count, added=False)
     host = placement.host if placement.host is not None else source.summary.get("host")
     rank = placement.rank if placement.rank is not None else source.summary.get("rank")
-    with bundle_writer(store, backend, model, run) as tmp:
+    with bundle_writer(store, backend, model, run, ledger_of=path) as tmp:
         try:
             events, version = _write_events(source, run, tmp / "events.parquet", host, rank)
         except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
@@ -287,16 +289,52 @@ def _collect_one(source: _Source, store: Path, placement: Placement, stored: dic
 
 
 @contextlib.contextmanager
-def bundle_writer(store: Path, backend: str, model: str, run: str) -> Iterator[Path]:
+def bundle_writer(store: Path, backend: str, model: str, run: str, *,
+                  ledger_of: Path | None = None) -> Iterator[Path]:
     """A temporary directory for one bundle's tables: the caller writes ``events.parquet``
     (:func:`events_writer`) and the small tables (:func:`write_table`) into it; on exit
-    the rollup tables are computed from those events and the directory is renamed into
+    the rollup tables are computed from those events, the ledger table from the bundle
+    ``ledger_of`` (its manifest and events: :mod:`dfit_mlir.store.ledger_rows`; None:
+    the caller writes ``op_ledger.parquet`` itself), and the directory is renamed into
     place whole (an error or a crash leaves no part of it in the store)."""
     target = layout.bundle_dir(store, backend, model, run)
     with atomic.atomic_directory(target, kind=STORE_BUNDLE_KIND) as tmp:
         yield tmp
         for table in layout.ROLLUP_TABLES:
             rollup.write(table, tmp / "events.parquet", tmp / f"{table}.parquet")
+        if ledger_of is not None:
+            ledger_rows.write(ledger_of, tmp / f"{layout.LEDGER_TABLE}.parquet",
+                              ledger_rows.run_instances(tmp / "op_totals.parquet"))
+
+
+def needs_ledger(bundle: Path, compacted: dict[str, Any] | None) -> bool:
+    """Whether a stored bundle lacks the ledger table (collected by layout 1.1 or older)."""
+    in_parts = compacted is not None and layout.LEDGER_TABLE in compacted.get("tables", ())
+    return not in_parts and not (bundle / f"{layout.LEDGER_TABLE}.parquet").is_file()
+
+
+def _add_ledger(source: _Source, bundle: Path) -> None:
+    """Give a bundle an older layout collected its ledger table, in place: the file is
+    written whole beside the others, then the ownership marker lists it (the bundle's
+    other tables, label, host and rank stay as they were)."""
+    from dfit_mlir import outputs
+
+    totals = bundle / "op_totals.parquet"
+    events = bundle / "events.parquet" if (bundle / "events.parquet").is_file() else source.events
+    if totals.is_file():
+        instances = ledger_rows.run_instances(totals)
+    elif events is not None:
+        column = rollup.compute("op_totals", events).column("run_instances")
+        instances = column[0].as_py() if len(column) else None
+    else:
+        instances = None
+    name = f"{layout.LEDGER_TABLE}.parquet"
+    marker = outputs.read_marker(bundle) or {}
+    with atomic.atomic_path(bundle / name) as tmp:
+        ledger_rows.write(source.path, tmp, instances)
+    # The marker lists its own files and this one, not whatever else is in the folder.
+    marker["files"] = sorted({*marker.get("files", ()), name})
+    atomic.write_text(bundle / outputs.MARKER, json.dumps(marker, indent=1) + "\n")
 
 
 def events_writer(path: Path) -> Any:

@@ -88,7 +88,10 @@ def compact(store: Path, *, small_events: int = SMALL_BUNDLE_EVENTS) -> Compacte
         runs = dict(index["runs"])
         for (backend, model), bundles in sorted(by_partition.items()):
             events = {path: _events(path) for path in bundles}
-            tables = {path: [t for t in layout.TABLES if t != "events" or events[path] < small_events] for path in bundles}
+            # A bundle an older layout collected has no ledger table: not listed as in parts,
+            # so readers still refuse it and `dfit collect` of it again adds its file.
+            tables = {path: [t for t in layout.TABLES if (t != "events" or events[path] < small_events)
+                             and (t != layout.LEDGER_TABLE or (path / f"{t}.parquet").is_file())] for path in bundles}
             for table in layout.TABLES:
                 chosen = [path for path in bundles if table in tables[path]]
                 relative = f"backend={backend}/model={model}/part-{uuid.uuid4().hex[:16]}.parquet"

@@ -8,7 +8,9 @@ footer of each of its files). It is the union of the bundle directories' files a
 compacted parts the index lists (:mod:`dfit_mlir.store.compact`; a run is read from one
 or the other, never both); the rollup ``op_totals`` adds the rows computed from
 ``events`` for bundles that have no such file (layout 1.0), or is computed from
-``events`` entirely with ``use_rollups=False``.
+``events`` entirely with ``use_rollups=False``. ``op_ledger`` (the ledger's entries,
+layout 1.2) cannot be computed from the store: a local store holding a bundle collected
+without it is refused, naming the bundle (:func:`check_ledger`).
 
 Every query either engine runs — the user's text, a named report, the checks dfit makes
 — goes through the read-only policy of :mod:`dfit_mlir.store.policy` first, and runs
@@ -148,6 +150,35 @@ def _run(bundle: Path) -> str:
     return bundle.name.split("=", 1)[1]
 
 
+def check_ledger(files: _StoreFiles) -> None:
+    """Refuse (one line naming the bundle) a local store holding a bundle an older layout
+    collected without ``op_ledger``: its rows need the bundle's manifest and events,
+    which the store does not keep, so they cannot be computed at read time. A URL
+    store is not listed: its bundles are read as they are."""
+    if not files.local:
+        return
+    for path in files.dirs:
+        run = _run(path)
+        if files.in_parts(run, layout.LEDGER_TABLE) or (path / f"{layout.LEDGER_TABLE}.parquet").is_file():
+            continue
+        if run in files.index["runs"] or (path / f"{layout.RUNS_TABLE}.parquet").is_file():
+            raise InvalidInputError(
+                f"{path}: collected by an older store layout, without the ledger table {layout.LEDGER_TABLE} "
+                f"(each op's share of its dispatch's time, what top-sites and regressions read); collect "
+                f"{_collected_from(path)} into {files.location} again to add it")
+
+
+def _collected_from(bundle: Path) -> str:
+    """The bundle a stored one was collected from (its ``runs`` row), for a message."""
+    try:
+        import pyarrow.parquet as pq
+
+        sources = pq.read_table(bundle / f"{layout.RUNS_TABLE}.parquet", columns=["source"]).column("source")
+        return str(sources[0].as_py()) if len(sources) and sources[0].as_py() else "its bundle"
+    except (OSError, ValueError, KeyError):
+        return "its bundle"
+
+
 def _empty(table: str, dialect: dialects.Dialect) -> str:
     """A query of ``table``'s columns with no rows (a table no file holds yet)."""
     items = [f"CAST(NULL AS STRING) AS {key}" for key in layout.PARTITION_KEYS]
@@ -218,6 +249,8 @@ class DuckDBEngine:
     def _register(self, table: str) -> None:
         if table in self.views:
             return
+        if table == layout.LEDGER_TABLE:
+            check_ledger(self.files)
         if table in layout.ROLLUP_TABLES:
             self.connection.execute(f"CREATE VIEW {table} AS {_rollup_body(self, table)}")
         else:
@@ -508,6 +541,8 @@ class SparkEngine:
         registered = (listing, self.files.use_rollups)
         if listing is not None and _SPARK_VIEWS.get((store, table)) == registered:
             return  # registered for this store, and its bundles have not changed
+        if table == layout.LEDGER_TABLE:
+            check_ledger(self.files)
         if table in layout.ROLLUP_TABLES:
             self.session.sql(f"CREATE OR REPLACE TEMP VIEW {table} AS {_rollup_body(self, table)}")
         else:

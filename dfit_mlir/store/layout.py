@@ -8,6 +8,7 @@ A store is a directory::
         operators.parquet partitions.parquet    completely or not at all)
         coverage.parquet runs.parquet
         op_totals.parquet                       (layout 1.1: a rollup of events.parquet)
+        op_ledger.parquet                       (layout 1.2: the ledger's per-op entries)
 
 ``backend``, ``model`` and ``run`` are Hive partition keys (read from the path by DuckDB
 and Spark alike, as strings); the files do not repeat them. ``host`` and ``rank`` are
@@ -35,8 +36,21 @@ index does not list is not part of the store.
 Layout 1.1 also adds ``op_totals`` (:mod:`dfit_mlir.store.rollup`): per bundle and root op,
 the events' count, total, min, max and sum of squares of ``duration_ns``, computed at
 collect time by the same SQL the engines run over ``events`` for bundles written by
-1.0 (which have no such file). The named reports read it; ``events`` stays the source
-of truth for ad-hoc SQL.
+1.0 (which have no such file). ``events`` stays the source of truth for ad-hoc SQL.
+
+Layout 1.2 adds ``op_ledger``: the entries of the bundle's ledger
+(:mod:`dfit_mlir.ledger`, one row per dispatch call site or group and compute op: role,
+module path, source line, phase, placed FLOPs / transcendentals / MACs, boundary bytes,
+the op's share of the dispatch's measured time under the named ``time_model``, calls,
+executed figures), computed by the ledger module at collect time from the bundle's
+manifest and events — never re-derived in SQL. ``top-sites`` and ``regressions`` read
+it, so a fused GELU's line gets its share of its dispatch's time instead of nothing
+(``op_totals`` gives a whole dispatch's time to its root op: it is what the events say,
+kept for ad-hoc SQL). The ledger needs the manifest's tensor graph and costs, which the
+store does not keep, so a bundle collected by an older layout (no ``op_ledger.parquet``)
+cannot get its rows at read time: a query that reads the table is refused with one line
+naming the bundle, and ``dfit collect`` of that bundle again adds the table to the
+stored bundle in place (label, host and rank kept).
 """
 
 from __future__ import annotations
@@ -50,18 +64,20 @@ from typing import Any, Final
 from dfit_mlir import event_schema as es
 
 STORE_SCHEMA: Final = "dfit.store"
-STORE_VERSION: Final = "1.1"
+STORE_VERSION: Final = "1.2"
 META_FILE: Final = "dfit-store.json"
 BUNDLES: Final = "bundles"
 #: Hive partition keys, outermost first.
 PARTITION_KEYS: Final = ("backend", "model", "run")
-TABLES: Final = ("events", "sites", "operators", "partitions", "coverage", "runs", "op_totals")
+TABLES: Final = ("events", "sites", "operators", "partitions", "coverage", "runs", "op_totals", "op_ledger")
 #: The table every bundle has (whatever layout minor wrote it): a bundle directory is
 #: one of the store's bundles when it holds this file.
 RUNS_TABLE: Final = "runs"
 #: Tables derived from ``events`` at collect time; a bundle without the file (layout
 #: 1.0) gets the rows computed by the engine from its events (``rollup.sql``).
 ROLLUP_TABLES: Final = ("op_totals",)
+#: The ledger's entries (layout 1.2), written by collect from the bundle, not from SQL.
+LEDGER_TABLE: Final = "op_ledger"
 
 #: Columns the store adds to the event schema: where the event ran.
 EVENT_EXTRA: Final = (
@@ -91,6 +107,19 @@ _TABLE_COLUMNS: Final[dict[str, tuple[tuple[str, str], ...]]] = {
     # the same on every row: what ``regressions`` divides a run's total by.
     "op_totals": (("root_id", "string"), ("events", "int64"), ("total_ns", "int64"), ("min_ns", "int64"),
                   ("max_ns", "int64"), ("sumsq_ns", "float64"), ("run_instances", "int64")),
+    # The ledger's entries (dfit_mlir.ledger.ENTRY_COLUMNS, its spec), plus where the op
+    # is in the source and the bundle's run_instances (as in op_totals: what regressions
+    # divides a run's time by). time_ns: the op's share of its partition's measured time
+    # in whole ns, apportioned by largest remainder so that a partition's entries sum to
+    # its measured time exactly (and sums are exact integers on every engine); site: the
+    # dispatch call site.
+    "op_ledger": (("partition", "string"), ("site", "int32"), ("op_id", "string"), ("op", "string"),
+                  ("role", "string"), ("module_path", "string"), ("source_file", "string"),
+                  ("source_line", "int32"), ("phase", "string"), ("macs", "int64"), ("flops", "int64"),
+                  ("transcendentals", "int64"), ("bytes_read", "int64"), ("bytes_written", "int64"),
+                  ("weight", "float64"), ("share", "float64"), ("calls", "int64"), ("time_ns", "int64"),
+                  ("executed_macs", "int64"), ("executed_flops", "int64"),
+                  ("executed_transcendentals", "int64"), ("time_model", "string"), ("run_instances", "int64")),
 }
 
 

@@ -133,8 +133,8 @@ def why_empty(report: str, values: dict[str, Any], rows_of: Any, dialect: Dialec
         if short:
             return (f"{' and '.join(short)} run(s), fewer than --min-runs {min_runs}: the runs' spread is "
                     "unknown, so no change is reported")
-        side = ("SELECT o.backend, o.model, o.root_id FROM op_totals o JOIN runs r ON r.run = o.run "
-                "AND r.backend = o.backend AND r.model = o.model WHERE r.label = {}")
+        side = ("SELECT o.backend, o.model, o.op_id FROM op_ledger o JOIN runs r ON r.run = o.run "
+                "AND r.backend = o.backend AND r.model = o.model WHERE o.calls > 0 AND r.label = {}")
         [common] = rows_of(f"SELECT COUNT(*) AS n FROM ({side.format(dialect.literal(labels[0]))} INTERSECT "
                            f"{side.format(dialect.literal(labels[1]))}) shared")
         if not common["n"]:

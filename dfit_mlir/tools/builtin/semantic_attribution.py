@@ -46,14 +46,15 @@ from dfit_mlir.tools.api import Tool, ToolContext
 from dfit_mlir.tools.model import Operator, SemanticModel
 
 EXECUTION_KINDS = ledger.EXECUTION_KINDS
-SITE_COLUMNS = ("rank", "site", "site_kind", "operators", "flops", "time_ns", "time_share", "module_paths", "phases",
+SITE_COLUMNS = ("rank", "site", "site_kind", "operators", "flops", "transcendentals", "time_ns", "time_share", "module_paths", "phases",
                 "site_rule")
 PARTITION_COLUMNS = ("partition", "kind", "root_id", "root_site", "sites", "module_paths", "operators",
                      "compute_ops", "fused_ids", "calls", "time_ns", "root_share", "time_model")
 UNATTRIBUTED_COLUMNS = ("what", "kind", "partition", "count", "time_ns")
 MODULE_COLUMNS = ("module_path", "parent", "depth", "name", "module_class", "self_ops", "ops", "self_flops", "flops",
                   "self_bytes", "bytes", "self_time_ns", "time_ns", "time_share", "phases")
-PHASE_COLUMNS = ("phase", "ops", "non_constant_ops", "flops", "bytes", "time_ns", "time_share", "modules")
+PHASE_COLUMNS = ("phase", "ops", "non_constant_ops", "flops", "transcendentals", "bytes", "time_ns", "time_share",
+                 "modules")
 OPTIONS = ("framework_code", "model_code")
 #: Structural ops: neither constants nor computation (counted apart in the summary).
 STRUCTURAL_OPS = frozenset({"func.func", "func.return", "util.func", "util.return", "builtin.module"})
@@ -147,11 +148,14 @@ class SemanticAttribution(Tool):
             if found is None:
                 continue
             entry = by_site.setdefault(found[0], {"site": found[0], "site_kind": found[1], "operators": 0,
-                                                  "flops": 0, "time_ns": 0.0, "module_paths": set(),
+                                                  "flops": 0, "transcendentals": 0, "time_ns": 0.0,
+                                                  "module_paths": set(),
                                                   "phases": Counter(), "site_rule": site_rule(found, rules)})
             entry["operators"] += 1
             entry["phases"][model.operators[op_id].phase or "(none)"] += 1
             entry["flops"] += model.operators[op_id].flops or 0
+            # Elementwise exp/tanh/erf/... per element (dfit_mlir.costs), not in flops.
+            entry["transcendentals"] += model.operators[op_id].raw.get("transcendentals") or 0
             entry["time_ns"] += op_time.get(op_id, 0.0)
             if model.module_path(op_id):
                 entry["module_paths"].add(model.module_path(op_id))
@@ -249,8 +253,9 @@ class SemanticAttribution(Tool):
         for op in model.operators.values():
             key = op.phase or "(none)"
             row = by_phase.setdefault(key, {"phase": key, "ops": 0, "non_constant_ops": 0, "flops": 0, "bytes": 0,
-                                            "time_ns": 0.0, "modules": set()})
+                                            "time_ns": 0.0, "modules": set(), "transcendentals": 0})
             row["ops"] += 1
+            row["transcendentals"] += op.raw.get("transcendentals") or 0
             row["non_constant_ops"] += not is_constant(op.op)
             for name, value in values(op).items():
                 if name != "ops":
