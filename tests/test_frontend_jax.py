@@ -284,7 +284,7 @@ def _calls_by_phase(text: str) -> dict[str, set[str]]:
 
     _, context = phases.compiler_context()
     with context:
-        records, calls, _ = jax_helpers._call_site_records(ir.Module.parse(text))
+        records, calls, _ = jax_helpers._call_site_records(ir.Module.parse(text), jax_frontend.FRONTEND)
     phase_of = {record["id"]: record["phase"] for record in records}
     found: dict[str, set[str]] = {}
     for call_id, (callee, _) in calls.items():

@@ -542,7 +542,7 @@ def test_gpt2_with_left_and_right_padded_masks_compiles_to_torch_logits(tmp_path
 
 def test_python_api_prints_the_compile_summary_unless_quiet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``torch.compile`` prints what ``dfit compile`` prints (the same code as
-    ``jax.compile``: ``dfit_mlir.frontends.compile_text``); ``quiet=True`` nothing."""
+    ``jax.compile``: ``dfit_mlir.frontends.compiling.compile_text``); ``quiet=True`` nothing."""
     import torch
 
     from dfit_mlir.frontends import torch as torch_frontend

@@ -27,7 +27,6 @@ import importlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 from typing import Any, Protocol
 
 PHASES = ("forward", "backward", "optimizer", "loss", "initializer")
@@ -342,31 +341,6 @@ def module_classes(frontend: str | None, op: dict[str, Any]) -> dict[str, str]:
         return {}
     reader = getattr(found, "module_classes", None)
     return reader(op) if reader is not None else {}
-
-
-def compile_text(text: str, output: str | Path, *, default_flags: Sequence[str], mode: str = "full",
-                 flags: Sequence[str] | None = None, manifest_path: str | Path | None = None,
-                 mlir_path: str | Path | None = None, trace_tensors: tuple[str, ...] = (),
-                 lineage_detail: str = "phases", quiet: bool = False) -> Any:
-    """The end every Python entry point shares (:func:`dfit_mlir.frontends.torch.compile`,
-    :func:`dfit_mlir.frontends.jax.compile`): write the exported MLIR ``text`` beside
-    ``output`` (``<output stem>.mlir`` unless ``mlir_path``), compile it with tags
-    (``flags``, default: the frontend's ``default_flags``) and, unless ``quiet``, print
-    what ``dfit compile`` prints (:func:`dfit_mlir.report.compile_report`); returns the
-    :class:`~dfit_mlir.passes.instrumented_compile.CompileResult`."""
-    from dfit_mlir import atomic
-    from dfit_mlir.passes.instrumented_compile import compile_instrumented
-    from dfit_mlir.report import compile_report
-
-    output = Path(output)
-    source = Path(mlir_path) if mlir_path else output.with_suffix(".mlir")
-    atomic.write_text(source, text)
-    result = compile_instrumented(source, output, mode=mode, flags=tuple(default_flags if flags is None else flags),
-                                  manifest_path=Path(manifest_path) if manifest_path else None,
-                                  trace_tensors=trace_tensors, lineage_detail=lineage_detail)
-    if not quiet:
-        print(compile_report(result), flush=True)
-    return result
 
 
 def annotate(operators: list[dict[str, Any]], callees: dict[str, str] | None = None,

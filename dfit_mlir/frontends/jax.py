@@ -264,7 +264,7 @@ def lower_text(fn: Any, *args: Any, static_argnums: int | Sequence[int] = (), **
                            f"{str(error).splitlines()[0] if str(error) else ''}") from error
     from dfit_mlir.frontends.jax_helpers import specialize_by_phase
 
-    return specialize_by_phase(lowered.as_text(debug_info=True))
+    return specialize_by_phase(lowered.as_text(debug_info=True), FRONTEND)
 
 
 def compile(fn: Any, *args: Any, output: str | Path, mode: str = "full", flags: Sequence[str] | None = None,
@@ -276,7 +276,7 @@ def compile(fn: Any, *args: Any, output: str | Path, mode: str = "full", flags: 
     ``mlir_path``), the vmfb and the manifest, and prints the per-stage summary
     ``dfit compile`` prints (``quiet=True``: nothing); returns the
     :class:`~dfit_mlir.passes.instrumented_compile.CompileResult`."""
-    from dfit_mlir.frontends import compile_text
+    from dfit_mlir.frontends.compiling import compile_text
 
     text = lower_text(fn, *args, static_argnums=static_argnums, **kwargs)
     return compile_text(text, output, default_flags=DEFAULT_FLAGS, mode=mode, flags=flags,

@@ -34,9 +34,10 @@ _CALL = re.compile(r'\bcall @("[^"]+"|[\w$.\-]+)\(')
 MAX_ROUNDS = 16
 
 
-def specialize_by_phase(text: str) -> str:
+def specialize_by_phase(text: str, frontend: Any) -> str:
     """``text`` with every private function called from call sites of different phases
-    copied once per phase (see the module docstring); ``text`` itself when none is."""
+    copied once per phase (see the module docstring); ``text`` itself when none is.
+    ``frontend``: the one whose rules read the call sites' phases (the JAX frontend)."""
     calls: defaultdict[str, int] = defaultdict(int)
     for match in _CALL.finditer(text):
         calls[match.group(1)] += 1
@@ -51,7 +52,7 @@ def specialize_by_phase(text: str) -> str:
         module = ir.Module.parse(text)
         changed = False
         for _ in range(MAX_ROUNDS):
-            if not _split_once(module):
+            if not _split_once(module, frontend):
                 break
             changed = True
         if not changed:
@@ -59,11 +60,11 @@ def specialize_by_phase(text: str) -> str:
         return module.operation.get_asm(enable_debug_info=True)
 
 
-def _split_once(module: Any) -> bool:
+def _split_once(module: Any, frontend: Any) -> bool:
     """One round: copy each private function whose call sites' phases differ; whether any was."""
     from iree.compiler import ir
 
-    records, calls, functions = _call_site_records(module)
+    records, calls, functions = _call_site_records(module, frontend)
     phase_of = {record["id"]: record.get("phase") for record in records}
     by_callee: defaultdict[str, defaultdict[str, list[Any]]] = defaultdict(lambda: defaultdict(list))
     for call_id, (callee, call) in calls.items():
@@ -102,14 +103,13 @@ def _fresh_name(wanted: str, taken: set[str]) -> str:
     return name
 
 
-def _call_site_records(module: Any) -> tuple[list[dict[str, Any]], dict[str, tuple[str, Any]], dict[str, Any]]:
+def _call_site_records(module: Any, frontend: Any) -> tuple[list[dict[str, Any]], dict[str, tuple[str, Any]], dict[str, Any]]:
     """Operator records the frontend annotates (as :func:`passes.operators.operator_table`
     makes them, without costs or IDs: a function's ID is its symbol, other ops are
     numbered), the call ops (record ID → (callee, op)) and the private functions by name."""
     from iree.compiler import ir
 
     from dfit_mlir import frontends, locations
-    from dfit_mlir.frontends.jax import FRONTEND
     from dfit_mlir.passes import mlir_engine
 
     tree = mlir_engine.OpTree(module.operation)
@@ -134,7 +134,7 @@ def _call_site_records(module: Any) -> tuple[list[dict[str, Any]], dict[str, tup
         records.append({"id": op_id, "op": op.name, "parent": id_of.get(parent) if parent is not None else None,
                         "name_path": list(info.name_path), "call_stack": list(info.call_stack),
                         "source": info.file_loc})
-    frontends.annotate(records, callees, frontend=FRONTEND)
+    frontends.annotate(records, callees, frontend=frontend)
     return records, calls, functions
 
 

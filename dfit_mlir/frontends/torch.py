@@ -513,7 +513,7 @@ def compile(model: Any, args: tuple[Any, ...] | Any, *, output: str | Path, mode
     :class:`~dfit_mlir.passes.instrumented_compile.CompileResult`. ``flags``: extra
     iree-compile flags (default: this machine's CPU).
     """
-    from dfit_mlir.frontends import compile_text
+    from dfit_mlir.frontends.compiling import compile_text
 
     if not isinstance(args, tuple):
         args = (args,)
