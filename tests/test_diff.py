@@ -306,8 +306,13 @@ def test_time_is_a_change_only_outside_the_runs_spread() -> None:
         "too_few_runs": ([100.0, 100.0], [200.0, 200.0]),
         "untimed": ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0]),
     }
-    assert diff.time_changes(samples) == {"slower": "slower", "faster": "faster"}
-    assert diff.time_changes(samples, min_runs=2)["too_few_runs"] == "slower"
+    assert diff.time_changes(samples, min_delta_ns=0) == {"slower": "slower", "faster": "faster"}
+    assert diff.time_changes(samples, min_runs=2, min_delta_ns=0)["too_few_runs"] == "slower"
+    # One process per side: 50 and 100 ns apart is under what two processes of one vmfb
+    # differ by (MIN_TIME_DELTA_NS); the same shift on microseconds is a change.
+    assert diff.time_changes(samples) == {}
+    microseconds = {key: tuple([100 * ns for ns in side] for side in sides) for key, sides in samples.items()}
+    assert diff.time_changes(microseconds) == {"slower": "slower", "faster": "faster"}
 
 
 @pytest.fixture(scope="module")
