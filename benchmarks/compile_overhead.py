@@ -250,10 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
 
-    script = os.path.relpath(Path(__file__).resolve(), Path.cwd())
-    command = f"cd {shlex.quote(str(Path.cwd()))} && " + shlex.join(
-        [sys.executable, script, *(argv if argv is not None else sys.argv[1:])]
-    )
+    command = command_line(__file__, argv)  # what RESULTS.md quotes: no machine's paths
     started = dt.datetime.now(dt.timezone.utc)
     t0 = time.perf_counter()
     dfit = dfit_executable()
