@@ -306,13 +306,17 @@ def test_time_is_a_change_only_outside_the_runs_spread() -> None:
         "too_few_runs": ([100.0, 100.0], [200.0, 200.0]),
         "untimed": ([0.0, 0.0, 0.0], [0.0, 0.0, 0.0]),
     }
-    assert diff.time_changes(samples, min_delta_ns=0) == {"slower": "slower", "faster": "faster"}
-    assert diff.time_changes(samples, min_runs=2, min_delta_ns=0)["too_few_runs"] == "slower"
+    within_one_process = {"min_delta_ns": 0, "process_noise": 0}
+    assert diff.time_changes(samples, **within_one_process) == {"slower": "slower", "faster": "faster"}
+    assert diff.time_changes(samples, min_runs=2, **within_one_process)["too_few_runs"] == "slower"
     # One process per side: 50 and 100 ns apart is under what two processes of one vmfb
-    # differ by (MIN_TIME_DELTA_NS); the same shift on microseconds is a change.
+    # differ by (MIN_TIME_DELTA_NS); on microseconds "faster" (half of A) is a change,
+    # "slower" (A's mean + 49.8 %) is under PROCESS_NOISE, and so is a +30 % shift.
     assert diff.time_changes(samples) == {}
     microseconds = {key: tuple([100 * ns for ns in side] for side in sides) for key, sides in samples.items()}
-    assert diff.time_changes(microseconds) == {"slower": "slower", "faster": "faster"}
+    assert diff.time_changes(microseconds) == {"faster": "faster"}
+    thirty = {"thirty": ([10_000.0, 10_100.0, 10_050.0], [13_000.0, 13_100.0, 13_050.0])}
+    assert diff.time_changes(thirty) == {} and diff.time_changes(thirty, process_noise=0) == {"thirty": "slower"}
 
 
 @pytest.fixture(scope="module")
