@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: help venv demo test test-zoo test-all test-fast lint bench clean
+.PHONY: help venv demo test test-heavy test-all test-fast lint bench clean
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | sed 's/:.*##/\t/'
@@ -32,13 +32,13 @@ demo: $(STAMP)  ## the main job on the bundled model: tagged compile, runs, ever
 	@echo "Roofline plot: build/demo/analysis/program-analyzer/roofline.png"
 	@echo "Provenance view (open in a browser): build/demo/view.html"
 
-test: $(STAMP)  ## the test suite (unit, golden IR, real models), all but the model zoo: about 20 min on 2 cores
-	$(VENV)/bin/pytest -q -m "not zoo"
+test: $(STAMP)  ## the test suite (unit, golden IR, real models, browser), all but the zoo and Spark: about 20 min on 2 cores
+	$(VENV)/bin/pytest -q -m "not zoo and not spark"
 
-test-zoo: $(STAMP)  ## the model zoo: 17 models compiled, run 5 times and analyzed (about 5 min; CI runs it too)
-	$(VENV)/bin/pytest -q -m zoo
+test-heavy: $(STAMP)  ## the model zoo (17 models compiled, run 5 times, analyzed) and the real-Spark tests (about 10 min; CI runs them)
+	$(VENV)/bin/pytest -q -m "zoo or spark"
 
-test-all: test test-zoo  ## everything CI runs
+test-all: test test-heavy  ## everything: what CI runs
 
 test-fast: $(STAMP)  ## skip the real-model compiles, PyTorch/JAX exports and Spark
 	$(VENV)/bin/pytest -q -m "not slow and not frontends and not spark"
