@@ -310,8 +310,8 @@ def test_time_is_a_change_only_outside_the_runs_spread() -> None:
     assert diff.time_changes(samples, **within_one_process) == {"slower": "slower", "faster": "faster"}
     assert diff.time_changes(samples, min_runs=2, **within_one_process)["too_few_runs"] == "slower"
     # One process per side: 50 and 100 ns apart is under what two processes of one vmfb
-    # differ by (MIN_TIME_DELTA_NS); on microseconds "faster" (half of A) is a change,
-    # "slower" (A's mean + 49.8 %) is under PROCESS_NOISE, and so is a +30 % shift.
+    # differ by (MIN_TIME_DELTA_NS); on microseconds "faster" (A twice B) is a change,
+    # "slower" (+49.8 %) is under PROCESS_NOISE, and so is a +30 % shift.
     assert diff.time_changes(samples) == {}
     microseconds = {key: tuple([100 * ns for ns in side] for side in sides) for key, sides in samples.items()}
     assert diff.time_changes(microseconds) == {"faster": "faster"}
