@@ -207,16 +207,14 @@ def is_console_script(path: str) -> bool:
     another ``bin/`` file is one when its folder's parent is a Python environment
     (it holds ``pyvenv.cfg``, or it is this interpreter's prefix)."""
     import sys
-    from pathlib import PurePath
+    from pathlib import Path
 
-    file = PurePath(path)
+    file = Path(path)
     if file.parent.name not in ("bin", "Scripts"):
         return False
     if file.name in ("dfit", "dfit.exe", "dfit-script.py"):
         return True
-    from pathlib import Path
-
-    environment = Path(str(file.parent.parent))
+    environment = file.parent.parent
     return str(environment) in (sys.prefix, sys.base_prefix) or (environment / "pyvenv.cfg").is_file()
 
 
@@ -383,8 +381,11 @@ def _updates_of_gradients(operators: Sequence[dict[str, Any]], tensors: Sequence
     if not any(op.get("phase") == "backward" for op in operators):
         return
     producers: dict[str, set[str]] = {}
+    consumers: dict[str, set[str]] = {}
     for tensor in tensors:
-        for consumer in tensor.get("consumers") or ():
+        used_by = tensor.get("consumers") or ()
+        consumers.setdefault(tensor["producer"], set()).update(used_by)
+        for consumer in used_by:
             producers.setdefault(consumer, set()).add(tensor["producer"])
     from_gradients = {op["id"] for op in operators if op.get("phase") == "backward"}
     for op in operators:  # program order: a value's producer comes before its consumers
@@ -393,9 +394,6 @@ def _updates_of_gradients(operators: Sequence[dict[str, Any]], tensors: Sequence
         if producers.get(op["id"], set()) & from_gradients:
             op["phase"] = "optimizer"
             from_gradients.add(op["id"])
-    consumers: dict[str, set[str]] = {}
-    for tensor in tensors:
-        consumers.setdefault(tensor["producer"], set()).update(tensor.get("consumers") or ())
     phase_of = {op["id"]: op.get("phase") for op in operators}
     for op in reversed(operators):  # consumers first
         used_by = consumers.get(op["id"])

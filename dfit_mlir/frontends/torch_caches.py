@@ -19,7 +19,7 @@ one, nothing for the re-trace to lift. In the compiled function a cache is then
 ``2 × layers`` tensor arguments (keys of every layer, then values) and the grown cache
 ``2 × layers`` results, in that order, after the logits.
 
-An encoder-decoder's ``EncoderDecoderCache`` (T5, BART, Whisper) is a node of two such
+An encoder-decoder's ``EncoderDecoderCache`` (tested on T5) is a node of two such
 caches, self-attention then cross-attention: a T5 forward with ``use_cache`` on returns
 one, and without the registration ``torch.export`` refuses the output.
 """
