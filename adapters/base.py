@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dfit_mlir.adapters.recovery import HEAD_BYTES, Recovery, files_of, readers_of
-from dfit_mlir.errors import DfitError
+from dfit_mlir.core.errors import DfitError
 
 #: The lifecycle, in order.
 STEPS = ("prepare", "compile", "load", "run", "collect")

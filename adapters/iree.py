@@ -31,7 +31,7 @@ class IreeAdapter(Adapter):
         return capabilities()
 
     def prepare(self, **options: Any) -> None:
-        from dfit_mlir import toolchain
+        from dfit_mlir.core import toolchain
 
         toolchain.require_pinned("iree-base-compiler", "dfit's IREE path")
         toolchain.require_pinned("iree-base-runtime", "dfit's IREE path")
@@ -47,7 +47,7 @@ class IreeAdapter(Adapter):
         return instrument(artifact, **options)
 
     def run(self, artifact: Path, bundle: Path, **options: Any) -> Any:
-        from dfit_mlir import manifest
+        from dfit_mlir.core import manifest
         from dfit_mlir.runtime_hooks.run import run_bundle
 
         manifest_path = options.pop("manifest_path", None) or manifest.default_path(artifact)
@@ -55,8 +55,8 @@ class IreeAdapter(Adapter):
 
     def collect(self, paths: Sequence[Path]) -> Any:
         """The manifest of a run bundle or a compile (``.manifest.json``)."""
-        from dfit_mlir import manifest
-        from dfit_mlir.errors import InvalidInputError
+        from dfit_mlir.core import manifest
+        from dfit_mlir.core.errors import InvalidInputError
 
         for path in map(Path, paths):
             candidate = path / "manifest.json" if path.is_dir() else path

@@ -30,7 +30,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.core.errors import InvalidInputError
 
 
 class ArtifactError(InvalidInputError):

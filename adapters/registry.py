@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 
 from dfit_mlir.adapters.base import Adapter, ReconstructionAdapter, expand
-from dfit_mlir.errors import DfitError, InvalidInputError
+from dfit_mlir.core.errors import DfitError, InvalidInputError
 
 ENTRY_POINT_GROUP = "dfit.backends"
 

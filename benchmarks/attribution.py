@@ -27,9 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from dfit_mlir.core.lineage import is_constant
+from dfit_mlir.core.locations import model_frame
 from dfit_mlir.frontends import CodeRules
-from dfit_mlir.lineage import is_constant
-from dfit_mlir.locations import model_frame
 from dfit_mlir.passes.instrumented_compile import CompileResult, compile_instrumented
 from tests import frontend_models, realmodels
 
@@ -157,7 +157,7 @@ def main() -> None:
         print(f"{label}: {row['non_constant_ops']} non-constant ops, module {row['module_pct']}%, "
               f"line {row['line_pct']}%, phase {row['phase_pct']}%", flush=True)
         if args.flamegraph and label == labels[0]:
-            from dfit_mlir.tools.session import analyze
+            from dfit_mlir.analysis.tools.session import analyze
 
             analyze(result.manifest_path, ["semantic-attribution"], out / "analysis")
             _png_from_analysis(result.manifest, out / "analysis" / "semantic-attribution", args.flamegraph, label)
@@ -168,17 +168,16 @@ def main() -> None:
 
 def _png_from_analysis(manifest: dict[str, Any], analysis: Path, target: Path, label: str) -> None:
     """The flame graph of the model's module tree as a PNG (docs)."""
-    from dfit_mlir import flamegraph
+    from dfit_mlir.analysis import ledger
+    from dfit_mlir.analysis.model import SemanticModel
+    from dfit_mlir.exporters import flamegraph
     from dfit_mlir.frontends import module_classes
-    from dfit_mlir.tools.model import SemanticModel
 
     model = SemanticModel(manifest)
-    items = [(path, op.module_class, op.phase,
-              {"ops": 1, "flops": op.flops or 0, "bytes": op.bytes or 0, "time_ns": 0.0},
-              module_classes(model.frontend, op.raw))
-             for op in model.operators.values() if (path := model.module_path(op.id)) is not None
-             and op.flops]  # computing ops: hoisted constants, loads, shape lists would reorder the tree
-    tree = flamegraph.build_tree(items)
+    # Computing ops only: hoisted constants, loads and shape lists would reorder the tree.
+    computing = [op_id for op_id, op in model.operators.items() if op.flops]
+    tree = ledger.of(model).module_tree(computing, lambda op_id: module_classes(model.frontend,
+                                                                                model.operators[op_id].raw))
     flamegraph.write_png(tree, target, f"{label}: module tree (dfit semantic-attribution)", "flops")
     print(f"wrote {target}")
 

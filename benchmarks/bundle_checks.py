@@ -41,7 +41,7 @@ def write_events(path: Path, total: int) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dfit_mlir import event_schema as es
+    from dfit_mlir.core import event_schema as es
 
     schema = es.arrow_schema()
     rng = np.random.default_rng(0)
@@ -77,19 +77,19 @@ def timed(action) -> float:  # noqa: ANN001 — a zero-argument callable
 
 
 def read_plain(path: Path) -> int:
-    from dfit_mlir import event_schema as es
+    from dfit_mlir.core import event_schema as es
 
     return sum(batch.num_rows for batch in es.open_parquet(path).iter_batches(batch_size=65_536))
 
 
 def read_checked(path: Path) -> int:
-    from dfit_mlir import event_schema as es
+    from dfit_mlir.core import event_schema as es
 
     return sum(batch.num_rows for batch in es.checked_batches(path, batch_size=65_536))
 
 
 def check_only(path: Path, batches: list) -> None:  # noqa: ANN001 — Arrow record batches
-    from dfit_mlir import event_schema as es
+    from dfit_mlir.core import event_schema as es
 
     fields = es.check_events(path)
     offset = 0
@@ -103,8 +103,8 @@ def collect_once(bundle: Path, folder: Path, *, checked: bool) -> float:
     with the value checks replaced by nothing (what collect cost before them)."""
     import shutil
 
-    from dfit_mlir import event_schema as es
-    from dfit_mlir.store import collect
+    from dfit_mlir.core import event_schema as es
+    from dfit_mlir.fleet.store import collect
 
     store = folder / "store"
     shutil.rmtree(store, ignore_errors=True)
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=10_000_000)
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args(argv)
-    from dfit_mlir import event_schema as es
+    from dfit_mlir.core import event_schema as es
 
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory(dir=args.workdir) as folder:

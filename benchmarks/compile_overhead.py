@@ -150,7 +150,7 @@ def nproc() -> str:
 
 
 def render(rows: list[dict], rounds: int, command: str, started: dt.datetime, elapsed: float) -> str:
-    from dfit_mlir import toolchain
+    from dfit_mlir.core import toolchain
 
     versions = ", ".join(f"{package} {version}" for package, version in toolchain.versions().items())
     lines = [
@@ -211,7 +211,7 @@ def render(rows: list[dict], rounds: int, command: str, started: dt.datetime, el
 
 def update_results(section: str, path: Path = RESULTS, *, begin: str = BEGIN, end: str = END) -> None:
     """Replace the section between ``begin`` and ``end`` markers (or append it)."""
-    from dfit_mlir import atomic
+    from dfit_mlir.core import atomic
 
     if path.is_file():
         text = path.read_text(encoding="utf-8")

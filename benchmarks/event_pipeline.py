@@ -31,8 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.compile_overhead import command_line, publish  # noqa: E402
-from dfit_mlir import traces  # noqa: E402
-from dfit_mlir.event_pipeline import EventPipeline, ParquetSink, Policy  # noqa: E402
+from dfit_mlir.core.event_pipeline import EventPipeline, ParquetSink, Policy  # noqa: E402
+from dfit_mlir.exporters import traces  # noqa: E402
 
 BEGIN = "<!-- event_pipeline:begin -->"
 END = "<!-- event_pipeline:end -->"

@@ -1,4 +1,4 @@
-"""What the read-only policy of ``dfit query`` costs (``dfit_mlir/store/policy.py``):
+"""What the read-only policy of ``dfit query`` costs (``dfit_mlir/fleet/store/policy.py``):
 ``top-sites`` over a real store, with the policy and without it (a plain DuckDB
 connection, no check of the text: what dfit ran before), in the same process, the two
 alternating round after round; plus the check alone (DuckDB: ``extract_statements`` of
@@ -37,9 +37,9 @@ END = "<!-- query_policy:end -->"
 
 def real_store(root: Path, runs: int) -> Path:
     """The convnet compiled (full) and run ``runs`` times by IREE, collected."""
+    from dfit_mlir.fleet.store import Placement, collect
     from dfit_mlir.passes.instrumented_compile import compile_instrumented
     from dfit_mlir.runtime_hooks.run import run_bundle
-    from dfit_mlir.store import Placement, collect
 
     compiled = compile_instrumented(REPO / "examples" / "models" / "convnet.mlir", root / "convnet.vmfb", mode="full")
     bundles = [run_bundle(compiled.vmfb, compiled.manifest_path, root / f"run{k}", mode="full", repeat=3,
@@ -54,7 +54,7 @@ def without_policy() -> Any:
     """The engines as before the policy (the same stand-in the tests compare against)."""
     import duckdb
 
-    from dfit_mlir.store import policy
+    from dfit_mlir.fleet.store import policy
 
     saved = policy.duckdb_connection, policy.check_duckdb
 
@@ -73,8 +73,8 @@ def without_policy() -> Any:
 
 
 def one_round(store: Path) -> float:
-    from dfit_mlir import store as bundle_store
-    from dfit_mlir.store import policy
+    from dfit_mlir.fleet import store as bundle_store
+    from dfit_mlir.fleet.store import policy
 
     started = time.perf_counter()
     rows = bundle_store.query(store, report="top-sites", parameters={"limit": 50}, threads=min(2, policy.machine_cores()))
@@ -84,7 +84,7 @@ def one_round(store: Path) -> float:
 
 
 def check_cost(text: str, repeat: int = 200) -> float:
-    from dfit_mlir.store import policy
+    from dfit_mlir.fleet.store import policy
 
     started = time.perf_counter()
     for _ in range(repeat):
@@ -93,7 +93,7 @@ def check_cost(text: str, repeat: int = 200) -> float:
 
 
 def spark_check_cost(store: Path, text: str, repeat: int = 20) -> float:
-    from dfit_mlir.store import engines
+    from dfit_mlir.fleet.store import engines
 
     engine = engines.SparkEngine(str(store))
     engine._check(text)  # the parser's first use compiles its classes
@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store", type=Path, default=None)
     parser.add_argument("--spark", action="store_true", help="time Spark's plan check too")
     args = parser.parse_args(argv)
-    from dfit_mlir import store as bundle_store
-    from dfit_mlir.store import dialects
+    from dfit_mlir.fleet import store as bundle_store
+    from dfit_mlir.fleet.store import dialects
 
     with tempfile.TemporaryDirectory(prefix="dfit-policy-bench-") as scratch:
         store = args.store or real_store(Path(scratch), args.runs)

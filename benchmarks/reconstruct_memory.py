@@ -100,7 +100,7 @@ def repeated_log(text_format: TextFormat, target: Path, size: int, fixtures: Pat
 
 def measure(path: Path, backend: str) -> dict[str, Any]:
     """Reconstruct ``path`` into a temporary bundle in this process (the child's side)."""
-    from dfit_mlir.reconstruct import reconstruct_bundle
+    from dfit_mlir.adapters.reconstruct import reconstruct_bundle
 
     with tempfile.TemporaryDirectory() as tmp:
         summary = reconstruct_bundle([path], Path(tmp) / "b", backend)

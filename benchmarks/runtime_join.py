@@ -1,7 +1,7 @@
 """What ``dfit run --mode full`` does with a profile's dispatch records, per 1M records:
 decode them to columns (``hal_profile.decode_columns``: ``iree-profile``'s JSONL through
 Arrow, no Python object per record), join them to call sites (``hal_profile.join_structural``
-on the columns) and build the ledger over them (``dfit_mlir.ledger``: per-site time, per-op
+on the columns) and build the ledger over them (``dfit_mlir.analysis.ledger``: per-site time, per-op
 split, leaf-interval totals). The join runs after the run, so it adds to ``dfit run``'s
 wall time, not to the module's; the ledger is what every analysis tool pays once per
 bundle. The decode is reported on its own: ``iree-profile``'s CPU (a child process) and
@@ -37,7 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.compile_overhead import publish  # noqa: E402
-from dfit_mlir import event_schema, ledger  # noqa: E402
+from dfit_mlir.analysis import ledger  # noqa: E402
+from dfit_mlir.core import event_schema  # noqa: E402
 from dfit_mlir.runtime_hooks import hal_profile  # noqa: E402
 
 BEGIN = "<!-- runtime_join:begin -->"
@@ -75,7 +76,7 @@ def measure(profile: Path, manifest_path: Path, invocations: int) -> dict[str, A
 
     import numpy as np
 
-    from dfit_mlir.tools.model import SemanticModel
+    from dfit_mlir.analysis.model import SemanticModel
 
     manifest = json.loads(manifest_path.read_text())
     model = SemanticModel(manifest)  # loaded once per bundle by any tool: not per record

@@ -43,13 +43,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.compile_overhead import build_inputs, command_line, publish  # noqa: E402
+from dfit_mlir.core.toolchain import runtime_tool  # noqa: E402
 from dfit_mlir.passes.instrumented_compile import compile_instrumented  # noqa: E402
 from dfit_mlir.passes.plain_compile import plain_compile  # noqa: E402
 from dfit_mlir.runtime_hooks import hal_profile  # noqa: E402
 from dfit_mlir.runtime_hooks.inputs import entry_function, load_input, random_inputs, signature  # noqa: E402
 from dfit_mlir.runtime_hooks.instrument import InstrumentedModule  # noqa: E402
 from dfit_mlir.runtime_hooks.tensors import TensorPolicy  # noqa: E402
-from dfit_mlir.toolchain import runtime_tool  # noqa: E402
 
 BEGIN = "<!-- runtime_overhead:begin -->"
 END = "<!-- runtime_overhead:end -->"

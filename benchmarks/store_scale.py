@@ -7,7 +7,7 @@ raw scan), each in a fresh process so its peak resident memory (the process and 
 children: Spark's JVM) is its own. Reports the store's bytes per event.
 
 SYNTHETIC data, shaped like real runs: every bundle is written by ``dfit collect``'s own
-bundle writer (``dfit_mlir.store.collect.bundle_writer``: the store's schemas, layout,
+bundle writer (``dfit_mlir.fleet.store.collect.bundle_writer``: the store's schemas, layout,
 rollups and atomic placement).
 The result replaces this benchmark's section of ``benchmarks/RESULTS.md``.
 
@@ -47,9 +47,9 @@ def generate(store: Path, bundles: int, events: int, seed: int = 0) -> float:
     its rollups, its atomic placement); returns seconds taken."""
     import pyarrow as pa
 
-    from dfit_mlir import event_schema as es
-    from dfit_mlir.store import layout
-    from dfit_mlir.store.collect import bundle_writer, events_writer, open_store, write_table
+    from dfit_mlir.core import event_schema as es
+    from dfit_mlir.fleet.store import layout
+    from dfit_mlir.fleet.store.collect import bundle_writer, events_writer, open_store, write_table
 
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
@@ -112,7 +112,7 @@ def prepared(workdir: Path | None, scratch: Path, bundles: int, events: int,
     a copy of it compacted by ``dfit store compact``. Under ``workdir`` it is kept and
     reused by later runs (a stamp beside it says it was made whole, with this layout);
     else made in ``scratch``. Returns (store, {seconds, peak MiB} making it; None: reused)."""
-    from dfit_mlir.store import layout
+    from dfit_mlir.fleet.store import layout
 
     root = workdir if workdir is not None else scratch
     name = f"store-{bundles}x{events}" + ("-compacted" if compacted else "")
@@ -143,7 +143,7 @@ def _timed_compaction(store: Path) -> dict[str, float]:
 import json, resource, sys, time
 sys.path.insert(0, {str(REPO)!r})
 from pathlib import Path
-from dfit_mlir.store.compact import compact
+from dfit_mlir.fleet.store.compact import compact
 t0 = time.perf_counter()
 done = compact(Path({str(store)!r}))
 print(json.dumps({{"seconds": time.perf_counter() - t0, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -177,7 +177,7 @@ def measure(store: Path, engine: str, report: str, use_rollups: bool) -> dict[st
 import json, time, sys
 sys.path.insert(0, {str(REPO)!r})
 t0 = time.perf_counter()
-from dfit_mlir.store import engines, reports
+from dfit_mlir.fleet.store import engines, reports
 
 def hwm(pid):
     for line in open(f"/proc/{{pid}}/status"):
@@ -221,8 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     command = command_line(__file__, argv)
     started = dt.datetime.now(dt.timezone.utc)
     load_before = os.getloadavg()[0]
-    from dfit_mlir.store import layout
-    from dfit_mlir.store.compact import SMALL_BUNDLE_EVENTS
+    from dfit_mlir.fleet.store import layout
+    from dfit_mlir.fleet.store.compact import SMALL_BUNDLE_EVENTS
 
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         events = args.bundles * (args.events // args.bundles)

@@ -33,7 +33,7 @@ BEGIN, END = "<!-- view_scale:begin -->", "<!-- view_scale:end -->"
 
 def build_bundle(directory: Path, ops: int) -> Path:
     from benchmarks.reconstruct_scale import write_dump
-    from dfit_mlir.reconstruct import reconstruct_bundle
+    from dfit_mlir.adapters.reconstruct import reconstruct_bundle
 
     bundle = directory / "bundle"
     reconstruct_bundle([write_dump(directory / "dump", ops)], bundle, "cerebras")
@@ -62,7 +62,7 @@ def validation_times(bundle: Path) -> dict[str, float]:
     full jsonschema pass it ran before (what a refused manifest still gets), in process."""
     import jsonschema
 
-    from dfit_mlir import manifest
+    from dfit_mlir.core import manifest
 
     started = time.process_time()
     document = json.loads((bundle / "manifest.json").read_text())
@@ -75,7 +75,7 @@ def validation_times(bundle: Path) -> dict[str, float]:
 
 
 def split(bundle: Path) -> dict[str, float]:
-    from dfit_mlir.tools.model import SemanticModel
+    from dfit_mlir.analysis.model import SemanticModel
     from dfit_mlir.views import html
 
     started = time.perf_counter()

@@ -30,7 +30,7 @@ from xdsl.irdl import (
 )
 from xdsl.utils.exceptions import VerifyException
 
-from dfit_mlir import ids, locations
+from dfit_mlir.core import ids, locations
 
 BEGIN: Final = "begin"
 END: Final = "end"

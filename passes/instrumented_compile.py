@@ -18,22 +18,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from dfit_mlir import (
-    atomic,
-    costs,
-    filters,
-    frontends,
-    lineage,
-    manifest,
-    materialisation,
-    site_costs,
-    toolchain,
-    vmfb,
-)
-from dfit_mlir.errors import InvalidInputError
-from dfit_mlir.ids import ID_SCHEME_VERSION
-from dfit_mlir.lineage import DispatchRegion, DispatchSite, StageFigures
+from dfit_mlir import frontends
+from dfit_mlir.core import atomic, costs, filters, lineage, manifest, site_costs, toolchain, vmfb
+from dfit_mlir.core.errors import InvalidInputError
+from dfit_mlir.core.ids import ID_SCHEME_VERSION
+from dfit_mlir.core.lineage import DispatchRegion, DispatchSite, StageFigures
 from dfit_mlir.passes import (
+    materialisation,
     mlir_engine,
     operators,
     pass_history,
@@ -346,7 +337,7 @@ def site_row(index: int, site: DispatchSite, fused: tuple[str, ...],
     encodes (``encodes``: the source tensors of that shape the root consumes).
     ``cost``: what its dispatch region computes and moves (``passes/region_costs.py``):
     ``region_macs``/``region_flops`` per source ID are the weights
-    :mod:`dfit_mlir.site_costs` places op costs by; an encoding moves the tensor its
+    :mod:`dfit_mlir.core.site_costs` places op costs by; an encoding moves the tensor its
     name gives and computes nothing."""
     recording, command_index, load_time = placement if placement else (None, None, False)
     encoding = is_encoding(site.export)

@@ -2,7 +2,7 @@
 the trip counts of the loops around it (``scf.for``, ``scf.while``, ``stablehlo.while``
 from ``lax.scan``/``fori_loop``), through the private functions a loop body calls.
 
-An op's static costs (:mod:`dfit_mlir.costs`) are per execution, so inside a loop they
+An op's static costs (:mod:`dfit_mlir.core.costs`) are per execution, so inside a loop they
 are *per trip*; the manifest says so (``per_trip``) and gives ``trips``, the number of
 executions per call of the model: the product of the trip counts of its enclosing
 loops, summed over the call sites of its function. ``None`` where one of those loops

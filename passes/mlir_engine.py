@@ -10,9 +10,9 @@ from typing import Hashable, Iterable, Iterator, Sequence
 
 from iree.compiler import ir
 
-from dfit_mlir import ids, locations
-from dfit_mlir.locations import DFIT_NAME_PREFIX, Loc
-from dfit_mlir.perf import paused_gc
+from dfit_mlir.core import ids, locations
+from dfit_mlir.core.locations import DFIT_NAME_PREFIX, Loc
+from dfit_mlir.core.perf import paused_gc
 
 DIALECT_PACKAGE = "iree.compiler.dialects"
 
@@ -75,7 +75,7 @@ def walk_ops(root: ir.Operation) -> Iterator[ir.Operation]:
 
 
 def display_name(op: ir.Operation) -> str:
-    """The op's name as IDs use it (:func:`dfit_mlir.ids.display_name`)."""
+    """The op's name as IDs use it (:func:`dfit_mlir.core.ids.display_name`)."""
     name = op.name
     if name in ids.GENERIC_OPS and "name" in op.attributes:
         return ids.display_name(name, ir.StringAttr(op.attributes["name"]).value)
@@ -89,7 +89,7 @@ def symbol_name(op: ir.Operation) -> str | None:
 
 
 class MlirEngine:
-    """:class:`dfit_mlir.ids.IREngine` over ``iree.compiler.ir`` operations."""
+    """:class:`dfit_mlir.core.ids.IREngine` over ``iree.compiler.ir`` operations."""
 
     def __init__(self, tree: OpTree):
         self.tree = tree
@@ -137,7 +137,7 @@ def _element_count(shape: Sequence[int]) -> int:
 
 def to_loc(location: ir.Location, cache: dict | None = None) -> Loc:
     """Convert a bindings location into the engine-neutral tree of
-    :mod:`dfit_mlir.locations`."""
+    :mod:`dfit_mlir.core.locations`."""
     if cache is not None:
         key = location.attr
         found = cache.get(key)

@@ -9,12 +9,13 @@ from typing import Any
 
 from iree.compiler import ir
 
-from dfit_mlir import costs, frontends, ids, locations
-from dfit_mlir.ids import TaggedOp
+from dfit_mlir import frontends
+from dfit_mlir.core import costs, ids, locations
+from dfit_mlir.core.ids import TaggedOp
+from dfit_mlir.core.perf import paused_gc
 from dfit_mlir.passes import loop_trips, mlir_engine, region_costs
 from dfit_mlir.passes.loop_trips import LoopTrips
 from dfit_mlir.passes.snapshot import LocationCache
-from dfit_mlir.perf import paused_gc
 
 
 def _value_info(value: ir.Value) -> dict[str, Any]:
@@ -145,7 +146,7 @@ def operator_table(tagged: list[TaggedOp[ir.Operation]], cache: LocationCache) -
                 "bytes": cost.bytes,
                 # Elementwise transcendental evaluations (exp, tanh, ...), not in flops.
                 "transcendentals": cost.transcendentals,
-                # What the op does (dfit_mlir.costs): contraction, arithmetic, data, unknown.
+                # What the op does (dfit_mlir.core.costs): contraction, arithmetic, data, unknown.
                 "cost_kind": cost.kind,
                 # Inside a loop the figures are per trip; ``trips``: how many (the product
                 # over the enclosing loops), None where a trip count is not static.

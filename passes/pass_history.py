@@ -1,6 +1,6 @@
 """Pass-level lineage: which compiler pass changed the lineage class of each source ID.
 
-dfit's per-phase lineage (:mod:`dfit_mlir.lineage`) says, after each of IREE's phases,
+dfit's per-phase lineage (:mod:`dfit_mlir.core.lineage`) says, after each of IREE's phases,
 whether a source ID is preserved, fused, split or erased. This module answers the next
 question — *which pass* inside the phase did it — without keeping whole modules in memory.
 
@@ -22,7 +22,7 @@ How it observes (read-only: nothing here changes the IR or the pipeline IREE run
 * Besides class changes, a row records when a pass puts an ID into a dispatch region
   (``flow.dispatch.region`` / ``workgroups``): the region's root IDs, in ``dispatch``.
 * The state is the per-phase snapshot's: for every op, the source IDs its location names
-  (:func:`dfit_mlir.locations.dfit_ids`), kept per IR unit. A dump of unit ``U`` replaces
+  (:func:`dfit_mlir.core.locations.dfit_ids`), kept per IR unit. A dump of unit ``U`` replaces
   the ops of ``U`` and of every unit inside it. After each dump the classes of the IDs it
   touched are recomputed with the snapshot's rule (:class:`StageFigures` semantics:
   erased / split / fused / preserved over the whole module); each change is one row.
@@ -62,8 +62,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dfit_mlir import locations
-from dfit_mlir.lineage import CLASS_LETTERS, CONTAINER_KINDS, StageFigures
+from dfit_mlir.core import locations
+from dfit_mlir.core.lineage import CLASS_LETTERS, CONTAINER_KINDS, StageFigures
 
 #: The printing flags of one observed phase; the tree directory is added per phase.
 PRINT_FLAGS = (
@@ -753,7 +753,7 @@ def dump_root(workdir: Path) -> Path:
     import os
     import tempfile
 
-    from dfit_mlir import atomic
+    from dfit_mlir.core import atomic
 
     memory = Path("/dev/shm")
     try:
@@ -800,7 +800,7 @@ def observing_driver(flags: Sequence[str]):
             return self._parse_output(out)
 
         def close(self) -> None:
-            from dfit_mlir import atomic
+            from dfit_mlir.core import atomic
 
             self._replayer.stop()
             if self._dumps != self.workdir:

@@ -26,8 +26,8 @@ from typing import Protocol, Sequence
 from iree.compiler import ir
 from iree.compiler.api import Output, Session, ctypes_dl
 
-from dfit_mlir import atomic, toolchain
-from dfit_mlir.errors import CompileError, InvalidInputError, ToolchainError
+from dfit_mlir.core import atomic, toolchain
+from dfit_mlir.core.errors import CompileError, InvalidInputError, ToolchainError
 
 #: Used when the user's flags name no target; a plain ``iree-compile`` needs one too.
 DEFAULT_TARGET_FLAGS = (

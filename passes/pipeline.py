@@ -14,7 +14,7 @@ from typing import Callable
 
 from iree.compiler import ir, passmanager
 
-from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.core.errors import InvalidInputError
 from dfit_mlir.passes import mlir_engine
 
 

@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 from typing import Sequence
 
-from dfit_mlir import atomic
-from dfit_mlir.errors import CompileError, InvalidInputError
+from dfit_mlir.core import atomic
+from dfit_mlir.core.errors import CompileError, InvalidInputError
 from dfit_mlir.passes.phases import (
     compiler_context,
     parse_file,

@@ -1,7 +1,7 @@
 """What each dispatch region computes and moves, counted from the ops it holds after
 ``dispatch-creation``: the lowered ``linalg`` / ``iree_linalg_ext`` ops of its body.
 
-Per op of the region, :func:`dfit_mlir.costs.op_cost` gives its MACs, FLOPs and
+Per op of the region, :func:`dfit_mlir.core.costs.op_cost` gives its MACs, FLOPs and
 transcendentals (contractions by their rule, anything else by iteration domain x
 arithmetic ops of its body, its transcendental ``math`` ops counted apart), credited to the source op its location names first (its root ID). Fills,
 copies, pads, slices, packs and encodings are data movement: no MACs, no FLOPs. The
@@ -9,7 +9,7 @@ region's bytes are what crosses its boundary: the tensors it reads
 (``flow.dispatch.workgroups`` operands) and writes (its results), not the sum of its
 ops' operands.
 
-These per-op figures are *weights*: :mod:`dfit_mlir.site_costs` places a source op's
+These per-op figures are *weights*: :mod:`dfit_mlir.core.site_costs` places a source op's
 cost over the dispatches that name it in proportion to them, so a conv's MACs land in
 the dispatch that convolves, never in the one its bias add was fused into, and an
 encoding dispatch carries bytes and no MACs.
@@ -25,7 +25,7 @@ from typing import Any
 
 from iree.compiler import ir
 
-from dfit_mlir import costs
+from dfit_mlir.core import costs
 
 #: Ops of a region body that compute or move tensors (counted); others (scalar arith on
 #: indices, tensor loads/stores of the dispatch ABI) are not.
@@ -146,7 +146,7 @@ def structured_loops(op: ir.Operation, children: Callable[[ir.Operation], list[i
 def body_transcendentals(op: ir.Operation,
                          children: Callable[[ir.Operation], list[ir.Operation]] | None = None) -> int:
     """How many ``math`` ops of a structured op's body are transcendental
-    (:func:`dfit_mlir.costs.is_transcendental`: ``math.exp``, ``math.tanh``, ...)."""
+    (:func:`dfit_mlir.core.costs.is_transcendental`: ``math.exp``, ``math.tanh``, ...)."""
     if "indexing_maps" not in op.attributes or not op.regions:
         return 0
     inner = children(op) if children is not None else \

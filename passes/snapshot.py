@@ -11,12 +11,12 @@ import time
 
 from iree.compiler import ir
 
-from dfit_mlir import locations
-from dfit_mlir.lineage import DispatchRegion, DispatchSite, Export, StageFigures
+from dfit_mlir.core import locations
+from dfit_mlir.core.lineage import DispatchRegion, DispatchSite, Export, StageFigures
+from dfit_mlir.core.perf import paused_gc
 from dfit_mlir.passes.mlir_engine import OpTree, symbol_name, to_loc
 from dfit_mlir.passes.region_costs import RegionCost, region_cost
 from dfit_mlir.passes.stage_ir import StageIR
-from dfit_mlir.perf import paused_gc
 
 REGION_KINDS = frozenset({"flow.dispatch.workgroups", "flow.dispatch.region"})
 EXPORT_KINDS = frozenset({"hal.executable.export", "stream.executable.export", "flow.executable.export"})

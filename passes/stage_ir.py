@@ -20,7 +20,7 @@ manifest's ``stage_ir`` table (:meth:`StageIR.table`):
 * **Interned.** Every distinct text is stored once (the texts deflated together), and
   every distinct carrier list (count + texts) once; a phase is one integer per source
   ID. Most phases print most ops the same, and the ops of one dispatch region share the
-  region's text. The encoding and its reader are :mod:`dfit_mlir.stage_ir_table`.
+  region's text. The encoding and its reader are :mod:`dfit_mlir.core.stage_ir_table`.
 
 Why one print of the whole module, not one per op: printing a nested op alone numbers
 the values of its whole enclosing function each time (MLIR builds the ``AsmState`` over
@@ -41,9 +41,9 @@ from typing import Any, Iterable
 
 from iree.compiler import ir
 
-from dfit_mlir.lineage import CONTAINER_KINDS
+from dfit_mlir.core.lineage import CONTAINER_KINDS
+from dfit_mlir.core.stage_ir_table import TABLE_VERSION, ints, pack_texts
 from dfit_mlir.passes.mlir_engine import OpTree
-from dfit_mlir.stage_ir_table import TABLE_VERSION, ints, pack_texts
 
 ELIDE_ELEMENTS = 16
 MAX_STRING_CHARS = 120
@@ -176,7 +176,7 @@ class StageIR:
         """The manifest's ``stage_ir`` table; ``stages[name]`` holds, for each of ``ids``,
         its carrier list (``-1``: no op carries it). Integer rows are comma-separated
         strings: the manifest is indented JSON, which gives every list item its own line
-        (read them back with :func:`dfit_mlir.stage_ir_table.read_table`)."""
+        (read them back with :func:`dfit_mlir.core.stage_ir_table.read_table`)."""
         ids = list(source_ids)
         return {
             "version": TABLE_VERSION,

@@ -11,7 +11,7 @@ dispatches, so the traced ops cannot fuse with their consumers and the module wa
 for each traced dispatch (RUNTIME-NOTES.md: ≈3.5 µs per trace on local-sync, 45 µs on
 local-task, before copying). Hence the filter, and runtime sampling.
 
-The filter is a comma-separated list of globs (``dfit_mlir/filters.py``), matched
+The filter is a comma-separated list of globs (``dfit_mlir/core/filters.py``), matched
 ignoring case against every name of the source op — its ID (``main/linalg.matmul#*``),
 its op as the frontend names it (``onnx.Softmax``, ``torch.aten.softmax``,
 ``tosa.conv2d``), its module path — and against the lowered op it is after the input
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from iree.compiler import ir
 
-from dfit_mlir import filters, lineage, locations
+from dfit_mlir.core import filters, lineage, locations
 from dfit_mlir.passes import mlir_engine
 
 KEY_PREFIX = "dfit:"
@@ -53,7 +53,7 @@ class TracePlan:
 
 
 def parse_filter(text: str) -> tuple[str, ...]:
-    """The globs of a ``--tensors`` value (:class:`dfit_mlir.filters.FilterMatchesNothing`
+    """The globs of a ``--tensors`` value (:class:`dfit_mlir.core.filters.FilterMatchesNothing`
     when it has none)."""
     return filters.NameFilter.parse(text, "--tensors").patterns
 
@@ -65,7 +65,7 @@ NEVER_TRACED = "constants, tensor.empty and ops inside another op's body are nev
 def insert_tensor_traces(module: ir.Operation, patterns: tuple[str, ...],
                          names: Mapping[str, tuple[str, ...]] | None = None, where: str = "the module") -> TracePlan:
     """Insert one trace per selected ID (see the module docstring). ``names``: each
-    source ID's names (:func:`dfit_mlir.filters.names_by_id` of the manifest's
+    source ID's names (:func:`dfit_mlir.core.filters.names_by_id` of the manifest's
     operators); without it, the ID and its op name."""
     selection = filters.NameFilter(tuple(patterns), "--tensors")
     last_op_of: dict[str, ir.Operation] = {}

@@ -60,8 +60,8 @@ from xdsl.printer import Printer
 from xdsl.universe import Universe
 from xdsl.utils.hints import isa
 
-from dfit_mlir import ids, locations
-from dfit_mlir.locations import DFIT_NAME_PREFIX, Loc
+from dfit_mlir.core import ids, locations
+from dfit_mlir.core.locations import DFIT_NAME_PREFIX, Loc
 
 #: Attributes xDSL keeps on an op that are not part of it in MLIR: an unregistered op's
 #: name (xDSL stores it as an attribute, MLIR as the op name).
@@ -96,7 +96,7 @@ def walk_ops(root: Operation) -> Iterator[Operation]:
 
 
 class XdslEngine:
-    """:class:`dfit_mlir.ids.IREngine` over xDSL operations."""
+    """:class:`dfit_mlir.core.ids.IREngine` over xDSL operations."""
 
     def op_name(self, op: Operation) -> str:
         name = op.op_name.data if isinstance(op, UnregisteredOp) else op.name
@@ -397,7 +397,7 @@ def _const(expr: AffineExpr) -> int | None:
 
 def to_loc(location: Attribute) -> Loc:
     """Convert an xDSL location attribute into the engine-neutral tree of
-    :mod:`dfit_mlir.locations`."""
+    :mod:`dfit_mlir.core.locations`."""
     if isinstance(location, NameLoc):
         child = location.location
         # xDSL parses ``loc("name")`` with a NoneAttr child, MLIR with an unknown one.

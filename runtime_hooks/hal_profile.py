@@ -30,9 +30,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
 
-from dfit_mlir import atomic
-from dfit_mlir.errors import EXIT_TOOLCHAIN_FAILED, DfitError
-from dfit_mlir.perf import paused_gc
+from dfit_mlir.core import atomic
+from dfit_mlir.core.errors import EXIT_TOOLCHAIN_FAILED, DfitError
+from dfit_mlir.core.perf import paused_gc
+from dfit_mlir.core.toolchain import runtime_tool
 from dfit_mlir.runtime_hooks.columnar_join import join_columns
 from dfit_mlir.runtime_hooks.join_records import (
     NO_COMMAND_INDEX,
@@ -44,7 +45,6 @@ from dfit_mlir.runtime_hooks.join_records import (
     explains,
     invocation_starts,
 )
-from dfit_mlir.toolchain import runtime_tool
 
 DRIVERS = ("local-sync", "local-task")
 #: HAL profiling families a ``full`` run records (all cheap on the CPU drivers,

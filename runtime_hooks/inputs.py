@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.core.errors import InvalidInputError
 
 #: ``iree-run-module`` element type and numpy dtype of each manifest dtype.
 DTYPES = {

@@ -32,9 +32,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from dfit_mlir import manifest as manifest_io
-from dfit_mlir.errors import InvalidInputError
-from dfit_mlir.event_pipeline import EventRow, Policy
+from dfit_mlir.core import manifest as manifest_io
+from dfit_mlir.core.errors import InvalidInputError
+from dfit_mlir.core.event_pipeline import EventRow, Policy
 from dfit_mlir.runtime_hooks.inprocess import Runner, materialize
 from dfit_mlir.runtime_hooks.probes import ProbeRecorder, hook_module, pair_spans
 from dfit_mlir.runtime_hooks.tensors import TensorPolicy, TensorStatsSink
@@ -142,7 +142,7 @@ class InstrumentedModule:
 
     def events(self, policy: Policy | None = None) -> Any:
         """Everything recorded so far as one Arrow table of the normalized event schema."""
-        from dfit_mlir.event_pipeline import MemorySink
+        from dfit_mlir.core.event_pipeline import MemorySink
 
         sink = MemorySink()
         pipeline = self.pipeline(sink, policy)
@@ -151,7 +151,7 @@ class InstrumentedModule:
 
     def pipeline(self, sink: Any, policy: Policy | None = None) -> Any:
         """An :class:`EventPipeline` into ``sink`` holding the recorded events (not closed)."""
-        from dfit_mlir.event_pipeline import EventPipeline
+        from dfit_mlir.core.event_pipeline import EventPipeline
 
         pipeline = EventPipeline(self.manifest, policy or Policy(mode=self.mode), sink, session=self.session)
         for kind, rows in self.rows.items():
@@ -159,7 +159,7 @@ class InstrumentedModule:
         return pipeline
 
     def write_bundle(self, bundle: str | Path, policy: Policy | None = None, **summary: Any) -> Path:
-        from dfit_mlir.runtime_hooks.bundle import write_bundle
+        from dfit_mlir.exporters.bundle import write_bundle
 
         return write_bundle(Path(bundle), self.manifest, lambda sink: self.pipeline(sink, policy),
                             self.summary(**summary))

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from dfit_mlir.errors import UnresolvedRecordError
+from dfit_mlir.core.errors import UnresolvedRecordError
 
 #: ``command_index`` value when the driver does not number commands (local-sync).
 NO_COMMAND_INDEX = 0xFFFFFFFF

@@ -13,7 +13,7 @@ from array import array
 from dataclasses import dataclass
 from typing import Any
 
-from dfit_mlir.errors import UnresolvedRecordError
+from dfit_mlir.core.errors import UnresolvedRecordError
 from dfit_mlir.passes.probes import PROBE_CCONV, PROBE_FUNCTION, PROBE_MODULE
 
 

@@ -1,4 +1,4 @@
-"""``dfit run``: run a compiled module and write a run bundle (``runtime_hooks/bundle.py``).
+"""``dfit run``: run a compiled module and write a run bundle (``dfit_mlir/exporters/bundle.py``).
 
 Modes:
 
@@ -31,12 +31,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from dfit_mlir import atomic
-from dfit_mlir import manifest as manifest_io
-from dfit_mlir.errors import DfitError, InvalidInputError, ModuleFaultError
-from dfit_mlir.event_pipeline import EventPipeline, EventRow, Policy
+from dfit_mlir.core import atomic
+from dfit_mlir.core import manifest as manifest_io
+from dfit_mlir.core.errors import DfitError, InvalidInputError, ModuleFaultError
+from dfit_mlir.core.event_pipeline import EventPipeline, EventRow, Policy
+from dfit_mlir.core.vmfb import exported_functions
+from dfit_mlir.exporters.bundle import BUNDLE_KIND, write_bundle
 from dfit_mlir.runtime_hooks import hal_profile
-from dfit_mlir.runtime_hooks.bundle import BUNDLE_KIND, write_bundle
 from dfit_mlir.runtime_hooks.inputs import (
     check_indices,
     check_inputs,
@@ -46,7 +47,6 @@ from dfit_mlir.runtime_hooks.inputs import (
 )
 from dfit_mlir.runtime_hooks.instrument import InstrumentedModule, duration_stats
 from dfit_mlir.runtime_hooks.tensors import TensorPolicy
-from dfit_mlir.vmfb import exported_functions
 
 MODES = ("none", "ids", "lite", "full")
 #: Modes that read the compile's manifest (IDs, probes, call sites); the others run any vmfb.

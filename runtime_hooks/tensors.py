@@ -16,16 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from dfit_mlir import filters
-from dfit_mlir.errors import UnresolvedRecordError
-from dfit_mlir.event_pipeline import EventRow
+from dfit_mlir.core import filters
+from dfit_mlir.core.errors import UnresolvedRecordError
+from dfit_mlir.core.event_pipeline import EventRow
 from dfit_mlir.passes.tensor_traces import KEY_PREFIX
 
 
 @dataclass(frozen=True)
 class TensorPolicy:
     """``patterns``: globs over the traced ops' names — IDs, op names as the frontend
-    shows them, module paths, ignoring case (``dfit_mlir/filters.py``; empty: every
+    shows them, module paths, ignoring case (``dfit_mlir/core/filters.py``; empty: every
     trace in the module);
     ``sample_every``: keep one call in k per key; ``values``: how many leading values
     to keep per event (0: statistics only)."""
@@ -41,7 +41,7 @@ class TensorStatsSink:
     def __init__(self, traced: dict[str, dict[str, Any]], policy: TensorPolicy | None,
                  operators: Iterable[Mapping[str, Any]] = ()):
         """``operators``: the manifest's, for the names a filter matches; a glob that
-        selects no traced op is a :class:`~dfit_mlir.filters.FilterMatchesNothing`."""
+        selects no traced op is a :class:`~dfit_mlir.core.filters.FilterMatchesNothing`."""
         #: ``key`` → the manifest's ``tensor_traces`` entry.
         self.traced = traced
         known = filters.names_by_id(operators)

@@ -179,7 +179,7 @@ def bundle_content_cases() -> list[Case]:
 
 def _store(work: Path, art: Artifacts, name: str = "store") -> Path:
     """The suite's bundle collected into a store of the working folder."""
-    from dfit_mlir.store import collect
+    from dfit_mlir.fleet.store import collect
 
     collect([art.bundle], work / name)
     return work / name

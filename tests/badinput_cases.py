@@ -345,7 +345,7 @@ OUTPUT_SCENARIOS: dict[str, tuple[Callable[[Path, str], str], Callable[[str], st
 
 def _analysis_folder(work: Path) -> str:
     """A dfit output of another kind than most writers produce (an analysis folder)."""
-    from dfit_mlir import outputs
+    from dfit_mlir.core import outputs
 
     folder = work / "ana"
     folder.mkdir()
@@ -700,7 +700,7 @@ def _unrelated_pair(work: Path, art: Artifacts) -> list[str]:
 # --- what must work: reruns over dfit's own outputs, and --force ---------------------------
 
 def _rerun_run(work: Path, art: Artifacts) -> list[str]:
-    from dfit_mlir import outputs
+    from dfit_mlir.core import outputs
 
     name = vmfb_pair(work, art)
     shutil.copytree(art.bundle, work / "b")
@@ -709,7 +709,7 @@ def _rerun_run(work: Path, art: Artifacts) -> list[str]:
 
 
 def _rerun_analyze(work: Path, art: Artifacts) -> list[str]:
-    from dfit_mlir import outputs
+    from dfit_mlir.core import outputs
 
     put(art.bundle, work, "run")
     (work / "run" / "analysis").mkdir()
@@ -724,7 +724,7 @@ def _user_folder_forced(work: Path, art: Artifacts) -> list[str]:
 
 
 def _explorer_twice(work: Path, art: Artifacts) -> list[str]:
-    from dfit_mlir import atomic
+    from dfit_mlir.core import atomic
 
     put(art.bundle, work, "run")
     atomic.write_text(work / "n.json", "{}\n", kind="node-data")
@@ -732,7 +732,7 @@ def _explorer_twice(work: Path, art: Artifacts) -> list[str]:
 
 
 def _diff_folder_twice(work: Path, art: Artifacts) -> list[str]:
-    from dfit_mlir import outputs
+    from dfit_mlir.core import outputs
 
     put(art.bundle, work, "run")
     (work / "d").mkdir()
@@ -744,7 +744,7 @@ def _diff_folder_twice(work: Path, art: Artifacts) -> list[str]:
 def _analysis_fails_late(work: Path, art: Artifacts) -> list[str]:
     """A previous analysis in the bundle; now the first tool runs and the second fails
     on its (bad) profile: nothing of the first may be written, the old one stays."""
-    from dfit_mlir import outputs
+    from dfit_mlir.core import outputs
 
     put(art.bundle, work, "run")
     analysis = work / "run" / "analysis"

@@ -69,7 +69,7 @@ def iree_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def _reconstructed(tmp_path_factory: pytest.TempPathFactory, name: str, *relative: str) -> Path:
-    from dfit_mlir.reconstruct import reconstruct_bundle
+    from dfit_mlir.adapters.reconstruct import reconstruct_bundle
 
     out = tmp_path_factory.mktemp(f"{name}-bundle") / "bundle"
     reconstruct_bundle([vendor_fixture(r) for r in relative], out)
@@ -92,7 +92,7 @@ def sambanova_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def cerebras_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The CS-2 BERT-large run log plus the synthetic CIRH samples of tests/inputs/cerebras."""
-    from dfit_mlir.reconstruct import reconstruct_bundle
+    from dfit_mlir.adapters.reconstruct import reconstruct_bundle
 
     out = tmp_path_factory.mktemp("cerebras-bundle") / "bundle"
     reconstruct_bundle([vendor_fixture("cerebras/alcf_bert_large_bs512_r2x"), REPO / "tests" / "inputs" / "cerebras"],

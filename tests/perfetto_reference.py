@@ -1,8 +1,8 @@
 """The trace writers as they were before the column-wise encoders, one event at a time:
 the Perfetto writer (one ``TracePacket`` object per event, 62-69k events/s) and the
 Chrome JSON writer (one ``json.dumps`` per event, ~20k events/s). They are the oracles
-the tests hold :func:`dfit_mlir.traces.write_perfetto` and
-:func:`dfit_mlir.traces.write_chrome_json` against."""
+the tests hold :func:`dfit_mlir.exporters.traces.write_perfetto` and
+:func:`dfit_mlir.exporters.traces.write_chrome_json` against."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from dfit_mlir import event_schema as es
-from dfit_mlir.traces import (
+from dfit_mlir.core import event_schema as es
+from dfit_mlir.exporters.traces import (
     _DESCRIBING,
     _DESCRIPTION_CACHE,
     _PER_EVENT_ARGS,

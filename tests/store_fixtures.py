@@ -104,7 +104,7 @@ def squeezenet_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pa
 
 @pytest.fixture(scope="session")
 def sambanova_mnist_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from dfit_mlir.reconstruct import reconstruct_bundle
+    from dfit_mlir.adapters.reconstruct import reconstruct_bundle
 
     out = tmp_path_factory.mktemp("sambanova-mnist") / "bundle"
     reconstruct_bundle([vendor_fixture("sambanova/ffn_mnist_dataparallel_2021")], out)
@@ -123,7 +123,7 @@ def store_bundles(iree_bundles: dict[str, Path], convnet_runs: dict[str, Path],
 @pytest.fixture(scope="session")
 def store(tmp_path_factory: pytest.TempPathFactory, store_bundles: dict[str, Any]) -> Path:
     """The store every report test reads (built once per test session)."""
-    from dfit_mlir.store import Placement, collect
+    from dfit_mlir.fleet.store import Placement, collect
 
     path = tmp_path_factory.mktemp("store") / "store"
     iree, convnet, squeezenet = store_bundles["iree"], store_bundles["convnet"], store_bundles["squeezenet"]
@@ -144,7 +144,7 @@ def store(tmp_path_factory: pytest.TempPathFactory, store_bundles: dict[str, Any
 def compacted_store(tmp_path_factory: pytest.TempPathFactory, store: Path) -> Path:
     """A copy of ``store`` compacted by ``dfit store compact`` (every bundle of the suite is
     small: its events are merged too)."""
-    from dfit_mlir.store.compact import compact
+    from dfit_mlir.fleet.store.compact import compact
 
     path = tmp_path_factory.mktemp("compacted") / "store"
     shutil.copytree(store, path)

@@ -11,10 +11,13 @@ from typing import Any
 
 import pytest
 
-from dfit_mlir import flamegraph, frontends, model_explorer
+from dfit_mlir import frontends
+from dfit_mlir.analysis.model import SemanticModel
+from dfit_mlir.core import module_paths
+from dfit_mlir.core.locations import is_source_line, model_frame
+from dfit_mlir.exporters import flamegraph
 from dfit_mlir.frontends import CodeRules, annotate
-from dfit_mlir.locations import is_source_line, model_frame
-from dfit_mlir.tools.model import SemanticModel
+from dfit_mlir.views import model_explorer
 
 SITE = "/work/main/.venv/lib/python3.11/site-packages"
 
@@ -114,16 +117,16 @@ def test_model_frame_skips_model_files_and_framework() -> None:
     ("dense1", ["", "dense1"]),
 ])
 def test_ancestry(path: str, chain: list[str]) -> None:
-    assert flamegraph.ancestry(path) == chain
+    assert module_paths.ancestry(path) == chain
 
 
-def _tree() -> dict[str, flamegraph.ModuleNode]:
+def _tree() -> dict[str, module_paths.ModuleNode]:
     """SYNTHETIC: three ops in a two-layer model."""
     def values(flops: int, ns: float) -> dict[str, float]:
         return {"ops": 1, "flops": flops, "bytes": 0, "time_ns": ns}
 
     classes = {"": "Net", "layer.0": "Block", "layer.1": "Block"}
-    return flamegraph.build_tree([
+    return module_paths.build_tree([
         ("layer.0.fc", "Linear", "forward", values(100, 10.0), classes),
         ("layer.1.fc", "Linear", "forward", values(100, 30.0), classes),
         ("", None, "forward", values(0, 0.0), classes),
@@ -201,7 +204,7 @@ def test_cli_framework_code_option(iree_bundles: dict[str, Path], tmp_path: Path
     convnet's own Python file counted as framework, its ops rank by their .mlir lines."""
     from click.testing import CliRunner
 
-    from dfit_mlir.cli import main
+    from dfit_mlir.cli.app import main
     from tests.conftest import read_csv
 
     result = CliRunner().invoke(main, ["analyze", str(iree_bundles["manifest"]), "--tool", "semantic-attribution",
@@ -217,7 +220,7 @@ def test_cli_framework_code_option(iree_bundles: dict[str, Path], tmp_path: Path
 def test_reconstructed_training_step_rolls_up_by_module_and_phase(cerebras_bundle: Path, tmp_path: Path) -> None:
     """A closed backend's module paths and phases (Cerebras BERT-large training step,
     real run logs) give the same module tree and phase table as the open stack."""
-    from dfit_mlir.tools.session import analyze
+    from dfit_mlir.analysis.tools.session import analyze
     from tests.conftest import read_csv
 
     analyze(cerebras_bundle, ["semantic-attribution"], tmp_path)

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from dfit_mlir import event_schema as es
-from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.core import event_schema as es
+from dfit_mlir.core.errors import InvalidInputError
 from tests.conftest import REPO
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -83,12 +83,12 @@ def test_an_older_minor_without_the_fields_added_since_is_read(iree_bundles: dic
 
 
 def _dfit(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "dfit_mlir.cli", *argv], cwd=cwd, env=ENV, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "dfit_mlir", *argv], cwd=cwd, env=ENV, capture_output=True,
                           text=True, timeout=300)
 
 
 def _count(store: Path) -> int:
-    from dfit_mlir.store import query
+    from dfit_mlir.fleet.store import query
 
     return query(store, "SELECT count(*) AS n FROM events").column("n")[0].as_py()
 
@@ -97,7 +97,7 @@ def test_files_the_store_does_not_read_do_not_change_its_answers(iree_bundles: d
                                                                  tmp_path: Path) -> None:
     """Beside a stored bundle's own files: a Parquet copy under another name, a note, a
     collect's leftover temporary folder: the count stays the bundle's events."""
-    from dfit_mlir.store import collect
+    from dfit_mlir.fleet.store import collect
 
     store = tmp_path / "store"
     collect([iree_bundles["full"]], store)
@@ -120,7 +120,7 @@ def _events_of(bundle: Path) -> int:
 def many_bundle_store(tmp_path_factory: pytest.TempPathFactory, iree_bundles: dict[str, Path]) -> Path:
     """40 copies of a real run (each its own session) collected into one store: a
     compaction of it takes long enough to be interrupted while it writes parts."""
-    from dfit_mlir.store import collect
+    from dfit_mlir.fleet.store import collect
     from tests.store_fixtures import copy_bundle
 
     root = tmp_path_factory.mktemp("many")
@@ -134,7 +134,7 @@ def test_sigint_while_compacting_exits_130_and_the_store_answers_as_before(many_
     store = tmp_path / "store"
     shutil.copytree(many_bundle_store, store)
     expected = _count(store)
-    child = subprocess.Popen([sys.executable, "-m", "dfit_mlir.cli", "store", "compact", str(store)], env=ENV,
+    child = subprocess.Popen([sys.executable, "-m", "dfit_mlir", "store", "compact", str(store)], env=ENV,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while child.poll() is None and not (store / "compacted" / ".lock").exists() and time.monotonic() < deadline:
@@ -152,7 +152,7 @@ def test_sigint_while_compacting_exits_130_and_the_store_answers_as_before(many_
 KILL_AFTER_FIRST_PART = """
 import os, signal, sys
 import pyarrow.parquet as pq
-from dfit_mlir.store import compact
+from dfit_mlir.fleet.store import compact
 
 real = pq.ParquetWriter.write_table
 def write_then_die(self, *args, **kwargs):
@@ -167,7 +167,7 @@ def test_a_compaction_killed_leaves_temporaries_the_next_one_removes(many_bundle
                                                                       tmp_path: Path) -> None:
     """SIGKILL while a part is written: its ``.tmp`` is left; readers ignore it (the same
     count), and the next compaction removes it and compacts everything."""
-    from dfit_mlir.store import layout
+    from dfit_mlir.fleet.store import layout
 
     store = tmp_path / "store"
     shutil.copytree(many_bundle_store, store)
@@ -193,7 +193,7 @@ def test_merged_ranks_whose_clocks_start_late_keep_times_non_negative(iree_bundl
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from dfit_mlir.merge import merge_bundles
+    from dfit_mlir.fleet.merge import merge_bundles
     from tests.store_fixtures import copy_bundle
 
     ranks = [copy_bundle(iree_bundles["ids"], tmp_path / f"rank{k}") for k in range(2)]
@@ -214,12 +214,12 @@ INTERRUPT_DURING_IMPORT = """
 import builtins, sys
 real = builtins.__import__
 def interrupted(name, *args, **kwargs):
-    if name == "dfit_mlir.cli":
+    if name == "dfit_mlir.cli.app":
         raise KeyboardInterrupt
     return real(name, *args, **kwargs)
 builtins.__import__ = interrupted
 sys.argv = ["dfit", "store", "compact", "nowhere"]
-from dfit_mlir.entry import main
+from dfit_mlir.__main__ import main
 main()
 """
 
@@ -236,4 +236,4 @@ def test_the_console_script_is_the_guarded_entry() -> None:
     import tomllib
 
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["dfit"] == "dfit_mlir.entry:main"
+    assert scripts["dfit"] == "dfit_mlir.__main__:main"

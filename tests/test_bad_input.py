@@ -28,8 +28,8 @@ ELSEWHERE = [pytest.param(case, id=f"{case.id}[{owner}]", marks=[pytest.mark.slo
 @pytest.fixture(scope="module")
 def art(tmp_path_factory: pytest.TempPathFactory) -> Artifacts:
     """The convnet compiled (full) and run once (ids), and a reconstructed Edge TPU dump."""
+    from dfit_mlir.adapters.reconstruct import reconstruct_bundle
     from dfit_mlir.passes.instrumented_compile import compile_instrumented
-    from dfit_mlir.reconstruct import reconstruct_bundle
     from dfit_mlir.runtime_hooks.run import run_bundle
 
     root = tmp_path_factory.mktemp("badinput-art")
@@ -60,8 +60,8 @@ def tree(root: Path) -> dict[str, str]:
 
 
 def invoke(argv: list[str], cwd: Path) -> tuple[int, str, str, BaseException | None]:
-    from dfit_mlir import outputs
-    from dfit_mlir.cli import main
+    from dfit_mlir.cli.app import main
+    from dfit_mlir.core import outputs
 
     outputs._FORCED.clear()  # per process in real use; one pytest process runs every case
     previous = Path.cwd()
@@ -79,7 +79,7 @@ def invoke_child(argv: list[str], cwd: Path) -> tuple[int, str, str, BaseExcepti
     import sys
 
     try:
-        done = subprocess.run([sys.executable, "-m", "dfit_mlir.cli", *argv], cwd=cwd, capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "dfit_mlir", *argv], cwd=cwd, capture_output=True,
                               text=True, timeout=240)
     except subprocess.TimeoutExpired:
         return -1, "", "dfit did not finish in 240 s", None
@@ -133,7 +133,7 @@ def _interrupt(argv: list[str], work: Path, scratch: Path, signum: int, ready: A
     import time
 
     env = {**os.environ, "TMPDIR": str(scratch)}
-    child = subprocess.Popen([sys.executable, "-m", "dfit_mlir.cli", *argv], cwd=work, env=env,
+    child = subprocess.Popen([sys.executable, "-m", "dfit_mlir", *argv], cwd=work, env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
     while child.poll() is None and not ready() and time.monotonic() < deadline:
@@ -202,12 +202,12 @@ def test_an_unexpected_exception_is_one_line_and_a_traceback_file(art: Artifacts
     naming the command and the input, and the traceback in the file it names."""
     import re
 
-    import dfit_mlir.report
+    import dfit_mlir.passes.compile_report
 
     def broken(document: object) -> str:
         raise RuntimeError("planted\nbug")
 
-    monkeypatch.setattr(dfit_mlir.report, "attribution_summary", broken)
+    monkeypatch.setattr(dfit_mlir.passes.compile_report, "attribution_summary", broken)
     status, stdout, stderr, escaped = invoke(["show", str(art.manifest)], tmp_path)
     assert escaped is None and status == 70, stderr
     [line] = stderr.strip().splitlines()
@@ -235,8 +235,8 @@ def test_output_dot_replaces_the_bundle_it_names_and_leaves_nothing_beside_it(ar
 
 
 def test_the_atomic_writer_never_replaces_what_dfit_did_not_write(tmp_path: Path) -> None:
-    from dfit_mlir import atomic, outputs
-    from dfit_mlir.errors import OutputRefusedError
+    from dfit_mlir.core import atomic, outputs
+    from dfit_mlir.core.errors import OutputRefusedError
 
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -270,10 +270,10 @@ def test_concurrent_writers_of_one_bundle_all_succeed(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from dfit_mlir.tools.model import SemanticModel
+    from dfit_mlir.analysis.model import SemanticModel
 
     shutil.copytree(vendor_fixture("edgetpu/franco_fc_v15"), tmp_path / "dump")
-    children = [subprocess.Popen([sys.executable, "-m", "dfit_mlir.cli", "reconstruct", "dump", "-o", "b"],
+    children = [subprocess.Popen([sys.executable, "-m", "dfit_mlir", "reconstruct", "dump", "-o", "b"],
                                  cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                 for _ in range(6)]
     results = [(child.wait(timeout=300), child.stderr.read()) for child in children]
@@ -290,7 +290,7 @@ def test_a_bundle_of_an_earlier_dfit_is_replaced_but_not_with_a_note_in_it(art: 
     """Bundles written before markers existed are recognised by their run summary."""
     import shutil
 
-    from dfit_mlir import outputs
+    from dfit_mlir.core import outputs
 
     legacy = tmp_path / "old"
     shutil.copytree(art.bundle, legacy)

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dfit_mlir import manifest as manifest_io
-from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.core import manifest as manifest_io
+from dfit_mlir.core.errors import InvalidInputError
 from tests.conftest import CONVNET, vendor_fixture
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -84,7 +84,7 @@ def test_manifest_loader_on_a_damaged_real_manifest(real: dict[str, Path], edits
        cut=CUTS)
 def test_bundle_loader_on_a_damaged_real_bundle(real: dict[str, Path], name: str, edits: list[tuple[float, int]],
                                                 cut: float | None) -> None:
-    from dfit_mlir.tools.model import SemanticModel
+    from dfit_mlir.analysis.model import SemanticModel
 
     with tempfile.TemporaryDirectory() as folder:
         bundle = Path(folder) / "run"

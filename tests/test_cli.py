@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import CONVNET
 
-DFIT = [sys.executable, "-m", "dfit_mlir.cli"]
+DFIT = [sys.executable, "-m", "dfit_mlir"]
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from dfit_mlir import manifest as manifest_io
+from dfit_mlir.core import manifest as manifest_io
 from dfit_mlir.passes.instrumented_compile import CompileResult, compile_instrumented
 from dfit_mlir.runtime_hooks import hal_profile
 from dfit_mlir.runtime_hooks.columnar_join import join_columns
@@ -92,7 +92,7 @@ def test_decode_columns_keeps_every_field(programs: dict[str, CompileResult], tm
     JSONL with ``json``, independently of both decoders)."""
     import subprocess
 
-    from dfit_mlir.toolchain import runtime_tool
+    from dfit_mlir.core.toolchain import runtime_tool
 
     compiled = programs["loop.mlir"]
     profile = tmp_path / "profile.bin"

@@ -1,4 +1,4 @@
-"""dfit's static costs (``dfit_mlir.costs``, ``passes/operators.py``) against counters
+"""dfit's static costs (``dfit_mlir.core.costs``, ``passes/operators.py``) against counters
 dfit did not write, on real models built here (no download): ``transformers`` GPT-2,
 BERT and ResNet (BatchNorm) from configs with random weights, modules of our own
 (attention via SDPA, transposed convolution, bmm/einsum/baddbmm), JAX programs (one
@@ -208,7 +208,7 @@ def dfit_per_module(ops: list[dict[str, Any]]) -> dict[str, int]:
 
 @pytest.fixture(scope="module", params=sorted(TORCH_MODELS))
 def torch_counted(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    from dfit_mlir import atomic
+    from dfit_mlir.core import atomic
     from dfit_mlir.frontends import torch as torch_frontend
 
     model, _, args = TORCH_MODELS[request.param]()
@@ -327,7 +327,7 @@ def xla_flops(fn: Any, *args: Any) -> float:
 
 
 def _jax_ops(fn: Any, args: tuple[Any, ...], root: Path, name: str) -> list[dict[str, Any]]:
-    from dfit_mlir import atomic
+    from dfit_mlir.core import atomic
     from dfit_mlir.frontends import jax as jax_frontend
 
     source = root / f"{name}.mlir"
@@ -424,7 +424,7 @@ def onnx_tool_macs(path: Path) -> int:
 
 @pytest.mark.parametrize("name", ["squeezenet", "resnet50", "inception_v1"])
 def test_onnx_macs_match_onnx_tool(name: str, tmp_path: Path) -> None:
-    from dfit_mlir import atomic
+    from dfit_mlir.core import atomic
     from dfit_mlir.frontends import onnx as onnx_frontend
     from tests.realmodels import onnx_light_path
 
@@ -484,7 +484,7 @@ def _compiled(build: Any, root: Path, extra_flags: tuple[str, ...] = ()) -> dict
 
 
 def _placed(manifest: dict[str, Any], key: str) -> list[dict[str, int]]:
-    from dfit_mlir.site_costs import op_figures, placed_costs, site_members, site_weights
+    from dfit_mlir.core.site_costs import op_figures, placed_costs, site_members, site_weights
 
     sites = manifest["partitions"]["dispatch_sites"]
     kinds = {op["id"]: op["cost_kind"] for op in manifest["operators"]}
@@ -493,7 +493,7 @@ def _placed(manifest: dict[str, Any], key: str) -> list[dict[str, int]]:
 
 
 def assert_each_contraction_in_one_dispatch(manifest: dict[str, Any]) -> None:
-    from dfit_mlir.site_costs import dispatch_site_costs
+    from dfit_mlir.core.site_costs import dispatch_site_costs
 
     contractions = {op["id"]: op["macs"] for op in manifest["operators"] if op["cost_kind"] == "contraction"}
     placed = _placed(manifest, "macs")
@@ -593,8 +593,8 @@ def test_an_op_no_rule_knows_takes_its_dispatch_figures(tmp_path: Path) -> None:
     assert op["flops"] > 0 and op["flops"] % (8 * 16) == 0  # a whole number of ops per element
     # Its exp and log1p are transcendentals, counted from the lowered body's math ops
     # (region_transcendentals) and placed by the ledger: a whole number per element.
-    from dfit_mlir.ledger import Ledger
-    from dfit_mlir.tools.model import SemanticModel
+    from dfit_mlir.analysis.ledger import Ledger
+    from dfit_mlir.analysis.model import SemanticModel
 
     placed = sum(r["transcendentals"] or 0 for r in Ledger(SemanticModel(manifest)).entries.to_pylist()
                  if r["op_id"] == op["id"])

@@ -21,7 +21,7 @@ from xdsl.ir import Block
 from xdsl.printer import Printer
 from xdsl.utils.exceptions import VerifyException
 
-from dfit_mlir import ids
+from dfit_mlir.core import ids
 from dfit_mlir.dialects.dfit import (
     BEGIN,
     END,

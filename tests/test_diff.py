@@ -17,7 +17,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from dfit_mlir import diff
+from dfit_mlir.fleet import diff
 from tests import realmodels
 from tests.conftest import CONVNET, vendor_fixture
 
@@ -73,8 +73,8 @@ def test_split_reduction_leaves_the_other_dispatches_fused_as_before(flags_diff:
 def test_time_is_split_by_the_ledgers_shares(flags_diff: diff.DiffResult, iree_bundles: dict[str, Path]) -> None:
     """Each dispatch's time goes to its ops by the ledger's time model (one rule for every
     tool), not evenly: here the shares are read from the ledger of the same bundle."""
-    from dfit_mlir import ledger
-    from dfit_mlir.tools.model import SemanticModel
+    from dfit_mlir.analysis import ledger
+    from dfit_mlir.analysis.model import SemanticModel
 
     fc1_site = dispatch_durations(iree_bundles["full"], 3)
     model = SemanticModel.open(iree_bundles["full"])
@@ -150,8 +150,8 @@ def franco_diff(tmp_path_factory: pytest.TempPathFactory) -> diff.DiffResult:
     """franco_fc: RESHAPE 1x28x28→1x784, FULLY_CONNECTED 784→128, FULLY_CONNECTED 128→10;
     the Edge TPU compiler maps all three into one custom op, IREE makes one dispatch
     per fully-connected layer."""
+    from dfit_mlir.adapters.reconstruct import reconstruct_bundle
     from dfit_mlir.passes.instrumented_compile import compile_instrumented
-    from dfit_mlir.reconstruct import reconstruct_bundle
 
     folder = vendor_fixture("edgetpu/franco_fc_v15")
     root = tmp_path_factory.mktemp("franco")
@@ -225,7 +225,7 @@ def test_cli_diff_limit_and_output(franco_diff: diff.DiffResult, tmp_path: Path,
                                    iree_bundles: dict[str, Path]) -> None:
     from click.testing import CliRunner
 
-    from dfit_mlir.cli import main
+    from dfit_mlir.cli.app import main
 
     shown = CliRunner().invoke(main, ["diff", str(iree_bundles["manifest"]), str(iree_bundles["full"]), "--limit", "0"])
     assert shown.exit_code == 0, shown.output
@@ -248,7 +248,7 @@ def generic_cpu_manifest(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_another_target_cpu_is_a_codegen_difference(iree_bundles: dict[str, Path], generic_cpu_manifest: Path) -> None:
-    from dfit_mlir import manifest
+    from dfit_mlir.core import manifest
 
     result = diff.diff_bundles(iree_bundles["manifest"], generic_cpu_manifest)
     # The dispatch structure does not depend on the CPU: no row changes ...
@@ -269,7 +269,7 @@ def test_another_target_cpu_is_a_codegen_difference(iree_bundles: dict[str, Path
     assert table.splitlines()[-1] == "no differences per op: the same dispatch structure, other code"
     # The executables recorded at compile time are among the vmfb's external segments
     # (the others hold constants), as iree-dump-module lists them.
-    from dfit_mlir.vmfb import read_module
+    from dfit_mlir.core.vmfb import read_module
 
     contents = read_module(generic_cpu_manifest.with_name("generic.vmfb"))
     recorded = [(e["sha256"], e["bytes"]) for e in generic["compile"]["codegen"]["executables"]]
@@ -277,7 +277,7 @@ def test_another_target_cpu_is_a_codegen_difference(iree_bundles: dict[str, Path
 
 
 def test_a_manifest_from_before_shared_materialisation_is_noted(iree_bundles: dict[str, Path], tmp_path: Path) -> None:
-    from dfit_mlir import manifest
+    from dfit_mlir.core import manifest
 
     old = manifest.load(iree_bundles["manifest"])
     old["partitions"].pop("shared_materialisation")
@@ -344,7 +344,7 @@ def gpt2_bundles(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.mark.frontends
 @pytest.mark.filterwarnings("ignore::FutureWarning")
 def test_gpt2_without_its_second_layer_shows_h1_removed(gpt2_bundles: dict[str, Path], tmp_path: Path) -> None:
-    from dfit_mlir.manifest import load
+    from dfit_mlir.core.manifest import load
 
     result = diff.diff_bundles(gpt2_bundles["manifest2"], gpt2_bundles["manifest1"])
     # Independently of the diff: the ops the 2-layer manifest puts in h.1 (weights included).

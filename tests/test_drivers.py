@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dfit_mlir.errors import ToolchainError
+from dfit_mlir.core.errors import ToolchainError
 from dfit_mlir.passes import phases
 from dfit_mlir.passes.instrumented_compile import compile_instrumented
 from tests.conftest import CONVNET, REPO

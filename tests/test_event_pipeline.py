@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dfit_mlir import event_schema as es
-from dfit_mlir.event_pipeline import EventPipeline, MemorySink, ParquetSink, Policy, site_table
+from dfit_mlir.core import event_schema as es
+from dfit_mlir.core.event_pipeline import EventPipeline, MemorySink, ParquetSink, Policy, site_table
 from dfit_mlir.passes.instrumented_compile import compile_instrumented
 from dfit_mlir.runtime_hooks import hal_profile
 from tests.conftest import CONVNET

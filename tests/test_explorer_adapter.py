@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from dfit_mlir import diff, ledger
-from dfit_mlir.tools.model import SemanticModel
+from dfit_mlir.analysis import ledger
+from dfit_mlir.analysis.model import SemanticModel, stands_for_partition
 
 pytest.importorskip("model_explorer", reason="ai-edge-model-explorer is not installed (pip install "
                                              "ai-edge-model-explorer==0.1.34)")
@@ -56,7 +56,7 @@ def expected_nodes(manifest: dict[str, Any], model: SemanticModel) -> set[str]:
     ops = {op["id"]: op for op in manifest["operators"]}
     return {i for i, op in ops.items() if op["op"] not in FUNCTIONS
             and (op.get("parent") is None or ops[op["parent"]]["op"] in FUNCTIONS)
-            and not diff.stands_for_partition(model, model.operators[i])}
+            and not stands_for_partition(model, model.operators[i])}
 
 
 def ledger_by_op(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, set[str]], Any]:
@@ -102,7 +102,7 @@ def check_graph(graph: dict[str, Any], opened: Path, manifest_path: Path, timed:
     # Node data: the ledger's figures on the op's own node.
     rollup, partitions, book = ledger_by_op(opened)
     assert set(rollup) - set(nodes) <= {op.id for op in model.operators.values()
-                                        if diff.stands_for_partition(model, op)}
+                                        if stands_for_partition(model, op)}
     for op_id, row in rollup.items():
         if op_id not in nodes:
             continue
@@ -156,7 +156,7 @@ def test_other_reconstructed_bundles(request: pytest.FixtureRequest, backend: st
 def test_not_a_dfit_model(tmp_path: Path) -> None:
     """Another JSON file given to the adapter, or a path that is not there: one message
     naming the file (Model Explorer shows an adapter's error in the page)."""
-    from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.core.errors import InvalidInputError
 
     other = tmp_path / "graphs.json"
     other.write_text(json.dumps({"label": "not dfit", "subgraphs": []}))
@@ -189,7 +189,7 @@ def test_node_data_keyed_by_node_id(iree_bundles: dict[str, Path]) -> None:
 
 
 def test_serve_refuses_a_host_other_machines_reach(iree_bundles: dict[str, Path]) -> None:
-    from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.core.errors import InvalidInputError
 
     with pytest.raises(InvalidInputError, match="127.0.0.1"):
         explorer_adapter.serve(iree_bundles["full"], host="0.0.0.0")

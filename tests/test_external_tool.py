@@ -66,7 +66,7 @@ def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def dfit(plugin_path: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(plugin_path), os.environ.get("PYTHONPATH")])))
     # cwd outside the repository: its dfit_mlir/ folder must not shadow the installed package.
-    return subprocess.run([sys.executable, "-m", "dfit_mlir.cli", *args], capture_output=True, text=True, env=env,
+    return subprocess.run([sys.executable, "-m", "dfit_mlir", *args], capture_output=True, text=True, env=env,
                           cwd=cwd, timeout=120)
 
 

@@ -1,4 +1,4 @@
-"""The manifest loader's fast acceptance check (:mod:`dfit_mlir.fast_schema`) against
+"""The manifest loader's fast acceptance check (:mod:`dfit_mlir.core.fast_schema`) against
 jsonschema itself: on real manifests (the convnet compiled, the reconstructed Edge TPU
 and Cerebras bundles) and thousands of single edits of them, it never accepts a
 manifest jsonschema refuses, and it accepts every one jsonschema accepts except the few
@@ -15,9 +15,9 @@ from typing import Any
 import jsonschema
 import pytest
 
-from dfit_mlir import manifest
-from dfit_mlir.errors import InvalidInputError
-from dfit_mlir.fast_schema import compile_schema
+from dfit_mlir.core import manifest
+from dfit_mlir.core.errors import InvalidInputError
+from dfit_mlir.core.fast_schema import compile_schema
 
 EDITS_PER_MANIFEST = 600
 

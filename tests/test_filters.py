@@ -1,4 +1,4 @@
-"""Filters by the names users know (``dfit_mlir/filters.py``), on the squeezenet ONNX
+"""Filters by the names users know (``dfit_mlir/core/filters.py``), on the squeezenet ONNX
 import: its softmax is ``torch.operator "onnx.Softmax"`` in the source (ID
 ``squeezenet_old/onnx.Softmax#0``) and ``linalg.softmax`` after IREE's input phase, so
 ``*softmax*`` must find it by its ONNX name, ignoring case, and a typo must fail with the
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dfit_mlir import filters
-from dfit_mlir.cli import main
-from dfit_mlir.errors import EXIT_INVALID_INPUT
-from dfit_mlir.event_pipeline import Policy
+from dfit_mlir.cli.app import main
+from dfit_mlir.core import filters
+from dfit_mlir.core.errors import EXIT_INVALID_INPUT
+from dfit_mlir.core.event_pipeline import Policy
 from tests import realmodels
 
 SOFTMAX = "squeezenet_old/onnx.Softmax#0"
@@ -37,7 +37,7 @@ def traced_squeezenet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Pat
 
 @pytest.mark.slow
 def test_a_lowercase_glob_traces_the_onnx_softmax(traced_squeezenet: dict[str, Path]) -> None:
-    from dfit_mlir import manifest
+    from dfit_mlir.core import manifest
 
     traces = manifest.load(traced_squeezenet["manifest"])["tensor_traces"]
     # The softmax (lowered to a linalg.generic by then), and the final Reshape, whose
@@ -84,8 +84,8 @@ def test_run_tensor_and_id_filters_match_onnx_names(traced_squeezenet: dict[str,
 
 @pytest.mark.slow
 def test_id_policy_selects_dispatches_by_module_path_and_op_name(traced_squeezenet: dict[str, Path]) -> None:
-    from dfit_mlir import manifest
-    from dfit_mlir.event_pipeline import EventPipeline, MemorySink
+    from dfit_mlir.core import manifest
+    from dfit_mlir.core.event_pipeline import EventPipeline, MemorySink
 
     document = manifest.load(traced_squeezenet["manifest"])
     # Conv node n5 (squeezenet's first 1x1 expand conv) by its node name, the pool by op name.

@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
+from dfit_mlir.analysis.tools.session import analyze
+from dfit_mlir.core.lineage import is_constant
+from dfit_mlir.core.manifest import validate
 from dfit_mlir.frontends import jax as jax_frontend
-from dfit_mlir.lineage import is_constant
-from dfit_mlir.manifest import validate
-from dfit_mlir.tools.session import analyze
 from tests import frontend_models
 from tests.conftest import read_csv
 
@@ -185,7 +185,7 @@ def test_jax_compile_writes_the_stablehlo_beside_the_vmfb(train_step: dict[str, 
 def test_a_function_that_does_not_trace_is_a_clear_error(tmp_path: Path) -> None:
     import jax.numpy as jnp
 
-    from dfit_mlir.errors import CompileError
+    from dfit_mlir.core.errors import CompileError
 
     def reshape_to_seven(x: Any) -> Any:
         return x.reshape(7)
@@ -212,7 +212,7 @@ def test_python_api_prints_the_summary_dfit_compile_prints(tmp_path: Path,
     (the files it wrote, the per-stage table, the dispatch line); ``quiet=True`` nothing."""
     from click.testing import CliRunner
 
-    from dfit_mlir.cli import main
+    from dfit_mlir.cli.app import main
     from dfit_mlir.frontends.torch import load_module_file
 
     source = tmp_path / "step.py"
@@ -301,8 +301,8 @@ def test_helpers_shared_by_forward_and_backward_take_each_call_sites_phase(tmp_p
     are forward and the backward copy's backward, in the manifest and in the ledger."""
     import jax
 
-    from dfit_mlir import ledger
-    from dfit_mlir.tools.model import SemanticModel
+    from dfit_mlir.analysis import ledger
+    from dfit_mlir.analysis.model import SemanticModel
 
     step, args = frontend_models.jax_scan_layernorm_sgd_step()
     raw = jax.jit(step).lower(*args).as_text(debug_info=True)
@@ -349,8 +349,8 @@ def test_per_phase_copies_compile_to_the_same_executables(tmp_path: Path) -> Non
     DWARF, which records source lines)."""
     import jax
 
+    from dfit_mlir.core.vmfb import read_module
     from dfit_mlir.passes.plain_compile import plain_compile
-    from dfit_mlir.vmfb import read_module
 
     step, args = frontend_models.jax_scan_layernorm_sgd_step()
     raw = jax.jit(step).lower(*args).as_text(debug_info=True)

@@ -17,7 +17,7 @@ from tests.realmodels import onnx_light_path
 def squeezenet(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from click.testing import CliRunner
 
-    from dfit_mlir.cli import main
+    from dfit_mlir.cli.app import main
 
     root = tmp_path_factory.mktemp("onnx_cli")
     source = onnx_light_path("squeezenet")
@@ -50,8 +50,8 @@ def test_cli_compiles_an_onnx_model_with_node_names(squeezenet: dict[str, Any]) 
 def test_import_model_errors_name_the_file(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from dfit_mlir.cli import main
-    from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.cli.app import main
+    from dfit_mlir.core.errors import InvalidInputError
     from dfit_mlir.frontends import onnx as onnx_frontend
 
     with pytest.raises(InvalidInputError, match="missing.onnx: no such file"):

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from dfit_mlir.analysis.tools.session import analyze
 from dfit_mlir.frontends.onnx import module_of
 from dfit_mlir.passes.instrumented_compile import compile_instrumented
-from dfit_mlir.tools.session import analyze
 from tests import frontend_models, realmodels
 from tests.conftest import read_csv
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
+from dfit_mlir.analysis.tools.session import analyze
+from dfit_mlir.core.lineage import is_constant
 from dfit_mlir.frontends import CodeRules
-from dfit_mlir.lineage import is_constant
-from dfit_mlir.tools.session import analyze
 from tests import frontend_models
 from tests.conftest import REPO, read_csv, tag_text
 
@@ -201,9 +201,9 @@ def test_bert_flame_graph_and_speedscope(bert: dict[str, Any]) -> None:
 def test_module_names_change_neither_ids_nor_code(bert: dict[str, Any]) -> None:
     """The NameLocs carrying nn.Module paths are debug info: the same export without them
     tags to the same IDs and hashes, and compiles to the same executables."""
+    from dfit_mlir.core.vmfb import read_module
     from dfit_mlir.frontends import torch as torch_frontend
     from dfit_mlir.passes.plain_compile import plain_compile
-    from dfit_mlir.vmfb import read_module
 
     root = bert["root"]
     with_names = bert["compiled"].vmfb.with_suffix(".mlir").read_text()
@@ -278,8 +278,8 @@ def test_convnext_module_tree(convnext: dict[str, Any]) -> None:
 def test_cli_compiles_a_pytorch_module_file(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from dfit_mlir.cli import main
-    from dfit_mlir.manifest import load
+    from dfit_mlir.cli.app import main
+    from dfit_mlir.core.manifest import load
 
     source = tmp_path / "tiny.py"
     source.write_text(
@@ -318,7 +318,7 @@ def test_cli_model_file_that_raises_is_a_model_failure_not_a_dfit_bug(tmp_path: 
     """The user's code failing is exit 3 with the file and line, not "internal error" (70)."""
     from click.testing import CliRunner
 
-    from dfit_mlir.cli import main
+    from dfit_mlir.cli.app import main
 
     source = tmp_path / "model.py"
     source.write_text(text)
@@ -355,8 +355,8 @@ def test_failing_export_prints_one_dfit_line(tmp_path: Path) -> None:
 def test_model_explorer_keys_each_torch_op_by_its_id(bert: dict[str, Any]) -> None:
     """A PyTorch export's location names are nn.Module stacks, shared by every op of a
     module: keyed by them, ops would fold into module totals matching no graph node."""
-    from dfit_mlir import model_explorer
-    from dfit_mlir.tools.model import SemanticModel
+    from dfit_mlir.analysis.model import SemanticModel
+    from dfit_mlir.views import model_explorer
 
     model = SemanticModel.open(bert["bundle"])
     flops = model_explorer.node_data(model, "flops")["results"]
@@ -412,7 +412,7 @@ def test_a_user_model_in_a_folder_named_torch_ranks_by_its_own_lines(tmp_path: P
     # dfit analyze --explain-site: each frame of the site's ops and the rule that decided it.
     from click.testing import CliRunner
 
-    from dfit_mlir.cli import main
+    from dfit_mlir.cli.app import main
 
     top = sites[0]["site"]
     result = CliRunner().invoke(main, ["analyze", str(compiled.manifest_path), "--tool", "semantic-attribution",
@@ -420,8 +420,8 @@ def test_a_user_model_in_a_folder_named_torch_ranks_by_its_own_lines(tmp_path: P
     assert result.exit_code == 0, result.output
     explained = result.output[result.output.index(f"site {top} (source)"):]
     assert f"{top}  model code: model code (no rule: a file outside installed packages)" in explained
-    from dfit_mlir.tools.builtin.semantic_attribution import explain_site
-    from dfit_mlir.tools.model import SemanticModel
+    from dfit_mlir.analysis.model import SemanticModel
+    from dfit_mlir.analysis.tools.builtin.semantic_attribution import explain_site
 
     every_op = explain_site(SemanticModel.open(compiled.manifest_path), top, limit=1000)
     assert "torch/nn/modules/linear.py" in every_op and "framework: framework torch/* on torch/nn/modules/linear.py" \
@@ -441,12 +441,12 @@ def test_batchnorm_cnn_compiles_to_the_executables_of_a_plain_turbine_export(tmp
     from click.testing import CliRunner
     from iree.turbine import aot
 
-    from dfit_mlir.cli import main
+    from dfit_mlir.cli.app import main
+    from dfit_mlir.core.manifest import load
+    from dfit_mlir.core.vmfb import read_module
     from dfit_mlir.frontends import torch as torch_frontend
     from dfit_mlir.frontends.model_file import default_factory
-    from dfit_mlir.manifest import load
     from dfit_mlir.passes.plain_compile import plain_compile
-    from dfit_mlir.vmfb import read_module
 
     source = REPO / "examples" / "zoo" / "resnet.py"
     no_dwarf = "--iree-llvmcpu-debug-symbols=false"
@@ -546,7 +546,7 @@ def test_python_api_prints_the_compile_summary_unless_quiet(tmp_path: Path, caps
     import torch
 
     from dfit_mlir.frontends import torch as torch_frontend
-    from dfit_mlir.report import compile_report
+    from dfit_mlir.passes.compile_report import compile_report
 
     model, args = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU()).eval(), (torch.ones(2, 8),)
     capsys.readouterr()

@@ -1,4 +1,4 @@
-"""The four properties of stable IDs (dfit_mlir.ids), shown on the bundled convnet and on
+"""The four properties of stable IDs (dfit_mlir.core.ids), shown on the bundled convnet and on
 edits of it that a user makes every day."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 from iree.compiler import ir
 
-from dfit_mlir import locations
+from dfit_mlir.core import locations
 from dfit_mlir.passes import mlir_engine
 from tests.conftest import CONVNET, tag_text
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.core.errors import InvalidInputError
 from dfit_mlir.runtime_hooks import inputs
 
 pytestmark = pytest.mark.frontends

@@ -1,4 +1,4 @@
-"""The ledger (dfit_mlir.ledger): time split by its stated roofline model, checked on a
+"""The ledger (dfit_mlir.analysis.ledger): time split by its stated roofline model, checked on a
 dispatch whose parts are also compiled and timed apart and on GPT-2's c_fc + GELU;
 "% of measured" over the union of leaf intervals (SYNTHETIC and on a real local-task
 run with asynchronous queue spans); work in loops counted per trip from the run."""
@@ -14,8 +14,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dfit_mlir import event_schema, ledger
-from dfit_mlir.tools.model import SemanticModel
+from dfit_mlir.analysis import ledger
+from dfit_mlir.analysis.model import SemanticModel
+from dfit_mlir.core import event_schema
 
 REPO = Path(__file__).resolve().parents[1]
 SHAPES = REPO / "tests" / "inputs" / "shapes"
@@ -176,8 +177,8 @@ def test_real_local_task_run_counts_overlapping_queue_spans_once(loop_run: dict[
 
 @pytest.mark.parametrize("name", ["loop", "branch"])
 def test_show_lists_fused_ops_inside_scf_regions(name: str, tmp_path: Path) -> None:
+    from dfit_mlir.passes.compile_report import dispatch_summary
     from dfit_mlir.passes.instrumented_compile import compile_instrumented
-    from dfit_mlir.report import dispatch_summary
 
     compiled = compile_instrumented(SHAPES / f"{name}.mlir", tmp_path / "m.vmfb", mode="ids")
     region = "scf.for#0" if name == "loop" else "scf.if#0"

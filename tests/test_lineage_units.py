@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from dfit_mlir import costs
-from dfit_mlir.lineage import StageFigures, is_constant
-from dfit_mlir.locations import (
+from dfit_mlir.core import costs
+from dfit_mlir.core.lineage import StageFigures, is_constant
+from dfit_mlir.core.locations import (
     CallSiteLoc,
     FileLoc,
     FusedLoc,
@@ -117,7 +117,7 @@ def test_elementwise_flops_of_every_frontend_spelling(name: str, operand: str, f
 ])
 def test_transcendentals_are_counted_apart_from_flops(name: str, flops: int, transcendentals: int) -> None:
     """SYNTHETIC types (2x4): XLA's HloCostAnalysis list is a transcendental per element
-    and no FLOP; an activation around one keeps its FLOP (module doc of dfit_mlir.costs)."""
+    and no FLOP; an activation around one keeps its FLOP (module doc of dfit_mlir.core.costs)."""
     operand = "!torch.vtensor<[2,4],f32>" if name.startswith("torch.") else "tensor<2x4xf32>"
     cost = costs.op_cost(name, [operand], [operand])
     assert (cost.flops, cost.transcendentals, cost.kind) == (flops, transcendentals, costs.ARITHMETIC)
@@ -132,7 +132,7 @@ def test_a_generic_body_counts_its_math_transcendentals_apart() -> None:
     assert not costs.is_transcendental("arith.mulf") and not costs.is_transcendental("math.absf")
 
 
-# --- cost rules of every frontend (dfit_mlir.costs), SYNTHETIC types ---------------------
+# --- cost rules of every frontend (dfit_mlir.core.costs), SYNTHETIC types ---------------------
 
 V = "!torch.vtensor<[{}],f32>"
 
@@ -195,7 +195,7 @@ def test_weighted_placement_follows_what_each_dispatch_computes() -> None:
     """SYNTHETIC: conv2's ID is named by its own dispatch and by the downsample's (its
     bias add fused there); only the first convolves, so all its MACs go there. An op no
     rule knows takes its dispatches' figures; an encoding carries none."""
-    from dfit_mlir.site_costs import moves_data_only, placed_costs
+    from dfit_mlir.core.site_costs import moves_data_only, placed_costs
 
     placed = placed_costs([["conv2"], ["down", "conv2"], ["mm"], ["odd"]], [True, True, False, True],
                           {"conv2": 1000, "down": 100, "mm": 64, "odd": None},

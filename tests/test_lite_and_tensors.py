@@ -15,16 +15,16 @@ import pytest
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
 import dfit_mlir
-from dfit_mlir.errors import UnresolvedRecordError
+from dfit_mlir.core.errors import UnresolvedRecordError
+from dfit_mlir.core.toolchain import runtime_tool
 from dfit_mlir.passes.instrumented_compile import compile_instrumented
 from dfit_mlir.runtime_hooks import hal_profile
 from dfit_mlir.runtime_hooks.inprocess import Runner
 from dfit_mlir.runtime_hooks.probes import pair_spans
 from dfit_mlir.runtime_hooks.tensors import TensorPolicy
-from dfit_mlir.toolchain import runtime_tool
 from tests.conftest import CONVNET, read_pftrace
 
-DFIT = [sys.executable, "-m", "dfit_mlir.cli"]
+DFIT = [sys.executable, "-m", "dfit_mlir"]
 TRACED = ("main/linalg.matmul#*", "linalg.softmax")
 X = np.linspace(-1, 1, 32 * 32 * 3, dtype=np.float32).reshape(1, 32, 32, 3)
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from dfit_mlir import manifest
-from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.core import manifest
+from dfit_mlir.core.errors import InvalidInputError
+from dfit_mlir.core.toolchain import IREE_PHASES
 from dfit_mlir.passes.instrumented_compile import compile_instrumented
-from dfit_mlir.toolchain import IREE_PHASES
 from tests.conftest import CONVNET
 
 
@@ -40,7 +40,7 @@ def test_costs_checked_by_hand(convnet_manifest: dict) -> None:
     # 1x30x30x8 elements, addf + maximumf per element
     assert relu["macs"] is None and relu["flops"] == 7200 * 2
     # softmax: 4 FLOPs per element (max, subtract, sum, divide) and its exp, a
-    # transcendental (dfit_mlir.costs: as XLA counts it, not a FLOP)
+    # transcendental (dfit_mlir.core.costs: as XLA counts it, not a FLOP)
     softmax = op(convnet_manifest, "main/linalg.softmax#0")
     assert (softmax["flops"], softmax["transcendentals"]) == (4 * 10, 10)
 

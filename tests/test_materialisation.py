@@ -1,4 +1,4 @@
-"""Shared materialisation (``dfit_mlir/materialisation.py``) on a real ONNX CNN.
+"""Shared materialisation (``passes/materialisation.py``) on a real ONNX CNN.
 
 Expected values come from the squeezenet import's ``dispatch-creation`` IR, read by hand:
 in the dispatch of the second half of the first fire module's 3x3 expand conv (site 5,
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dfit_mlir import manifest as manifest_io
-from dfit_mlir import materialisation
+from dfit_mlir.core import manifest as manifest_io
+from dfit_mlir.passes import materialisation
 from tests import realmodels
 
 PREFIX = "squeezenet_old/"
@@ -78,7 +78,7 @@ def test_real_fusion_stays_fused(squeezenet: dict) -> None:
 
 @pytest.mark.slow
 def test_shared_materialisation_is_listed_apart_and_gets_no_time(squeezenet: dict) -> None:
-    from dfit_mlir.tools.model import SemanticModel
+    from dfit_mlir.analysis.model import SemanticModel
 
     document = squeezenet["manifest"]
     manifest_io.validate(document, "squeezenet")
@@ -96,7 +96,7 @@ def test_shared_materialisation_is_listed_apart_and_gets_no_time(squeezenet: dic
 
 @pytest.mark.slow
 def test_dfit_show_lists_shared_ids_apart(squeezenet: dict) -> None:
-    from dfit_mlir.cli import main
+    from dfit_mlir.cli.app import main
 
     result = CliRunner().invoke(main, ["show", str(squeezenet["path"])])
     assert result.exit_code == 0, result.output

@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from dfit_mlir.cli import main
-from dfit_mlir.errors import InvalidInputError
-from dfit_mlir.merge import merge_bundles
+from dfit_mlir.cli.app import main
+from dfit_mlir.core.errors import InvalidInputError
+from dfit_mlir.fleet.merge import merge_bundles
 from tests.conftest import read_csv
 from tests.store_fixtures import convnet_runs, copy_bundle  # noqa: F401  (fixture)
 

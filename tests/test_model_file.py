@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.core.errors import InvalidInputError
 from dfit_mlir.frontends.model_file import default_factory
 
 
@@ -45,8 +45,8 @@ def test_jax_file_from_the_shell_with_a_custom_factory(tmp_path: Path) -> None:
     compiled with the same per-phase summary as the other routes."""
     from click.testing import CliRunner
 
-    from dfit_mlir.cli import main
-    from dfit_mlir.manifest import load
+    from dfit_mlir.cli.app import main
+    from dfit_mlir.core.manifest import load
 
     source = tmp_path / "step.py"
     source.write_text("import jax\nimport jax.numpy as jnp\n\n"

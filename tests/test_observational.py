@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from dfit_mlir.core.vmfb import read_module
 from dfit_mlir.passes.instrumented_compile import compile_instrumented
 from dfit_mlir.passes.plain_compile import plain_compile
-from dfit_mlir.vmfb import read_module
 from tests.conftest import CONVNET, REPO
 
 DEDUP = REPO / "tests" / "inputs" / "repeated_blocks.mlir"

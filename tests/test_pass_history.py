@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from dfit_mlir import locations
-from dfit_mlir.locations import CallSiteLoc, FileLoc, FusedLoc, NameLoc
+from dfit_mlir.core import locations
+from dfit_mlir.core.locations import CallSiteLoc, FileLoc, FusedLoc, NameLoc
 from dfit_mlir.passes import pass_history
 from dfit_mlir.passes.instrumented_compile import compile_instrumented
 from tests import realmodels
@@ -365,7 +365,7 @@ def test_observing_passes_changes_nothing_iree_builds(convnet: tuple[dict[str, A
 
 
 def _dfit(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dfit_mlir.cli", *args], capture_output=True, text=True)
+    return subprocess.run([sys.executable, "-m", "dfit_mlir", *args], capture_output=True, text=True)
 
 
 @pytest.mark.slow

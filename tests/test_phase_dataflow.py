@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from dfit_mlir import atomic
-from dfit_mlir.lineage import is_constant
+from dfit_mlir.core import atomic
+from dfit_mlir.core.lineage import is_constant
 from tests.test_costs_independent import static_operators
 
 pytestmark = pytest.mark.frontends

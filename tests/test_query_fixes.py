@@ -17,7 +17,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from dfit_mlir import store as bundle_store
+from dfit_mlir.fleet import store as bundle_store
 from tests.conftest import vendor_fixture
 from tests.test_bad_input import invoke, invoke_child, tree
 from tests.test_query_outputs import StoreArt, put, store_art  # noqa: F401  (the store fixture)
@@ -48,7 +48,7 @@ def test_report_sql_rounds_nothing() -> None:
     """ROUND(double, n) differs between DuckDB and Spark (17007157.95 → 17007157.9 on
     DuckDB, not on Spark; tests/test_store_spark.py): no report may round; `dfit query`
     rounds only what it prints."""
-    from dfit_mlir.store.reports import REPORTS
+    from dfit_mlir.fleet.store.reports import REPORTS
 
     for name, report in REPORTS.items():
         code = "\n".join(line.split("--", 1)[0] for line in report.text().splitlines())
@@ -67,7 +67,7 @@ def test_top_sites_values_are_the_exact_quotients(work: Path) -> None:
 
 
 def test_printed_floats_are_rounded_for_reading() -> None:
-    from dfit_mlir.store.output import render
+    from dfit_mlir.fleet.store.output import render
 
     table = pa.table({"mean_ns": [17007157.95, 0.123456789], "ids": [["a", "b"], None]})
     text = render(table)
@@ -125,8 +125,8 @@ def test_one_word_naming_a_table_gives_its_rows(work: Path) -> None:
 
 
 def test_report_parameters_are_checked_in_the_library_too(work: Path) -> None:
-    from dfit_mlir.errors import InvalidInputError
-    from dfit_mlir.store.dialects import DUCKDB, SPARK
+    from dfit_mlir.core.errors import InvalidInputError
+    from dfit_mlir.fleet.store.dialects import DUCKDB, SPARK
 
     for dialect in (DUCKDB, SPARK):
         for value in (math.nan, math.inf, -0.5, 1e7):
@@ -180,7 +180,7 @@ def test_printing_reads_only_the_rows_shown(work: Path) -> None:
 def test_files_are_streamed_in_batches_with_every_row(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Batches of 17 rows: the table file and the trace hold what the whole result
     gives, the count printed is every row."""
-    from dfit_mlir.store import engines, output
+    from dfit_mlir.fleet.store import engines, output
     from tests.conftest import read_pftrace
 
     sql = "SELECT * FROM events WHERE start_ns IS NOT NULL"

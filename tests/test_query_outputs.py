@@ -32,7 +32,7 @@ class StoreArt:
 @pytest.fixture(scope="module")
 def store_art(tmp_path_factory: pytest.TempPathFactory, iree_bundles: dict[str, Path],
               sambanova_bundle: Path) -> StoreArt:
-    from dfit_mlir.store import Placement, collect
+    from dfit_mlir.fleet.store import Placement, collect
 
     store = tmp_path_factory.mktemp("query-outputs") / "store"
     collect([iree_bundles["full"], sambanova_bundle], store, Placement(label="base"))
@@ -167,8 +167,8 @@ def test_collect_and_merge_rewrite_their_own_outputs(store_art: StoreArt, tmp_pa
 
 def test_a_store_url_is_the_cluster_s_and_not_checked_as_a_local_path(tmp_path: Path) -> None:
     """``s3a://bucket/store`` names no local folder: only the local output's own rules apply."""
-    from dfit_mlir.errors import OutputRefusedError
-    from dfit_mlir.store.output import check_paths
+    from dfit_mlir.core.errors import OutputRefusedError
+    from dfit_mlir.fleet.store.output import check_paths
 
     check_paths("s3a://bucket/store", tmp_path / "rows.csv", tmp_path / "t.pftrace")
     (tmp_path / "rows.csv").write_text("mine\n")

@@ -1,4 +1,4 @@
-"""The read-only policy of ``dfit query`` (``dfit_mlir/store/policy.py``), through the real
+"""The read-only policy of ``dfit query`` (``dfit_mlir/fleet/store/policy.py``), through the real
 CLI on stores collected from real bundles (the convnet compiled and run by IREE, full and
 lite, and its compile manifest; the report store of ``tests/store_fixtures.py``):
 
@@ -55,7 +55,7 @@ class Scene:
 
 @pytest.fixture(scope="module")
 def small_store(tmp_path_factory: pytest.TempPathFactory, iree_bundles: dict[str, Path]) -> Path:
-    from dfit_mlir.store import Placement, collect
+    from dfit_mlir.fleet.store import Placement, collect
 
     store = tmp_path_factory.mktemp("policy-store") / "store"
     collect([iree_bundles["full"], iree_bundles["lite"], iree_bundles["manifest"]], store, Placement(label="base"))
@@ -68,7 +68,7 @@ def scene(tmp_path: Path, small_store: Path, monkeypatch: pytest.MonkeyPatch, re
     import tempfile
 
     if getattr(request.node, "callspec", None) and request.node.callspec.params.get("engine") == S:
-        from dfit_mlir.store import engines
+        from dfit_mlir.fleet.store import engines
 
         engines.spark_session()  # started (its own scratch folder made) before the watch begins
 
@@ -247,7 +247,7 @@ def unrestricted(monkeypatch: pytest.MonkeyPatch) -> None:
     of the text (what the comparisons below are made against)."""
     import duckdb
 
-    from dfit_mlir.store import policy
+    from dfit_mlir.fleet.store import policy
 
     def plain(location: str, limits: Any, prelude: tuple[str, ...] = ()) -> Any:
         connection = duckdb.connect()
@@ -301,7 +301,7 @@ def _before_and_after(store: Path, monkeypatch: pytest.MonkeyPatch, run: Any) ->
 @pytest.mark.parametrize(("report", "parameters"), REPORTS)
 def test_every_report_answers_as_without_the_policy_on_duckdb(store: Path, report: str, parameters: dict[str, Any],
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    from dfit_mlir import store as bundle_store
+    from dfit_mlir.fleet import store as bundle_store
 
     before, after = _before_and_after(store, monkeypatch, lambda: bundle_store.query(
         store, report=report, parameters=parameters))
@@ -311,7 +311,7 @@ def test_every_report_answers_as_without_the_policy_on_duckdb(store: Path, repor
 @pytest.mark.parametrize("sql", ANALYST)
 def test_analyst_queries_answer_as_without_the_policy_on_duckdb(store: Path, sql: str,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from dfit_mlir import store as bundle_store
+    from dfit_mlir.fleet import store as bundle_store
 
     before, after = _before_and_after(store, monkeypatch, lambda: bundle_store.query(store, sql))
     assert after.num_rows > 0 and normalized(after) == normalized(before)
@@ -319,7 +319,7 @@ def test_analyst_queries_answer_as_without_the_policy_on_duckdb(store: Path, sql
 
 def test_duckdb_only_query_forms_still_run(store: Path) -> None:
     """DESCRIBE, SUMMARIZE, PIVOT, EXPLAIN, FROM-first, and a store file read by path."""
-    from dfit_mlir import store as bundle_store
+    from dfit_mlir.fleet import store as bundle_store
 
     described = bundle_store.query(store, "DESCRIBE events").column("column_name").to_pylist()
     assert {"run", "kind", "duration_ns"} <= set(described)
@@ -339,7 +339,7 @@ def test_duckdb_only_query_forms_still_run(store: Path) -> None:
 @pytest.mark.spark
 def test_reports_and_analyst_queries_on_spark_answer_as_duckdb_without_the_policy(
         store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from dfit_mlir import store as bundle_store
+    from dfit_mlir.fleet import store as bundle_store
 
     with monkeypatch.context() as patched:
         unrestricted(patched)
@@ -353,7 +353,7 @@ def test_reports_and_analyst_queries_on_spark_answer_as_duckdb_without_the_polic
     assert bundle_store.query(store, f"SELECT count(*) AS n FROM parquet.`{file}`", engine="spark").to_pylist() == \
         [{"n": 1}]
     # A syntax error names the token and where it is (Spark's message starts with a blank line).
-    from dfit_mlir.store.engines import QueryError
+    from dfit_mlir.fleet.store.engines import QueryError
 
     with pytest.raises(QueryError, match=r"^query failed \(spark\): \[PARSE_SYNTAX_ERROR\] Syntax error at or near "
                                          r"'events'.*\(line 1, pos 17\)$"):
@@ -380,7 +380,7 @@ def test_a_query_runs_with_dfits_resources_and_cannot_raise_them(small_store: Pa
 
 def _dfit(argv: list[str], cwd: Path, scratch: Path) -> subprocess.Popen[str]:
     env = {**os.environ, "TMPDIR": str(scratch)}
-    return subprocess.Popen([sys.executable, "-m", "dfit_mlir.cli", *argv], cwd=cwd, env=env,
+    return subprocess.Popen([sys.executable, "-m", "dfit_mlir", *argv], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -446,8 +446,8 @@ def test_sigint_during_a_long_query_exits_130_and_leaves_nothing(engine: str, sm
 # --- the policy's own pieces (no engine) ---------------------------------------------------
 
 def test_sizes_and_limits_are_checked_before_an_engine_starts() -> None:
-    from dfit_mlir.errors import InvalidInputError
-    from dfit_mlir.store import policy
+    from dfit_mlir.core.errors import InvalidInputError
+    from dfit_mlir.fleet.store import policy
 
     assert policy.parse_size("4GB") == 4 * 1000**3 and policy.parse_size("512MiB") == 512 << 20
     assert policy.parse_size("2g") == 2 * 1000**3 and policy.parse_size(" 1.5 GiB ") == int(1.5 * (1 << 30))
@@ -466,7 +466,7 @@ def test_sizes_and_limits_are_checked_before_an_engine_starts() -> None:
 def test_a_path_under_the_store_is_one_that_stays_there(tmp_path: Path) -> None:
     """Spark's ``FORMAT.`PATH``` check: ``..``, globs, other schemes and symlinks out of
     the store are outside it (SYNTHETIC folders)."""
-    from dfit_mlir.store import policy
+    from dfit_mlir.fleet.store import policy
 
     store = tmp_path / "store"
     (store / "bundles").mkdir(parents=True)
@@ -482,8 +482,8 @@ def test_a_path_under_the_store_is_one_that_stays_there(tmp_path: Path) -> None:
 
 
 def test_comments_and_strings_do_not_hide_or_fake_statements() -> None:
-    from dfit_mlir.errors import InvalidInputError
-    from dfit_mlir.store import policy
+    from dfit_mlir.core.errors import InvalidInputError
+    from dfit_mlir.fleet.store import policy
 
     assert policy.first_keyword("/* a */ -- b\n  copy t to 'x'") == "COPY"
     policy.check_duckdb("SELECT ';' AS a, '--' AS b /* ; */")
@@ -500,8 +500,8 @@ def test_spark_is_refused_a_store_its_scratch_folder_lies_in(small_store: Path, 
     it is refused (exit 2) before any query (the session itself stubbed: no JVM)."""
     import shutil
 
-    from dfit_mlir.errors import InvalidInputError
-    from dfit_mlir.store import engines
+    from dfit_mlir.core.errors import InvalidInputError
+    from dfit_mlir.fleet.store import engines
 
     store = tmp_path / "store"
     shutil.copytree(small_store, store)

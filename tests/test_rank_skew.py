@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-from dfit_mlir import store as bundle_store
 from dfit_mlir.adapters.sambanova import SambaFlowRunLogReader
+from dfit_mlir.fleet import store as bundle_store
 from tests.conftest import vendor_fixture
 from tests.store_fixtures import sambanova_mnist_bundle  # noqa: F401  (fixture)
 
@@ -124,8 +124,8 @@ def copy_with(source: Path, target: Path, edit: dict[str, float]) -> Path:
 @pytest.fixture(scope="module")
 def skew_store(tmp_path_factory: pytest.TempPathFactory, sambanova_bundle: Path,
                sambanova_mnist_bundle: Path) -> Path:  # noqa: F811
-    from dfit_mlir.reconstruct import reconstruct_bundle
-    from dfit_mlir.store import Placement, collect
+    from dfit_mlir.adapters.reconstruct import reconstruct_bundle
+    from dfit_mlir.fleet.store import Placement, collect
 
     root = tmp_path_factory.mktemp("rank-skew")
     path = root / "store"
@@ -227,7 +227,7 @@ def test_a_query_trace_gives_each_task_its_track_group(skew_store: Path, tmp_pat
     rank), the Cerebras pair's events one per rank."""
     from click.testing import CliRunner
 
-    from dfit_mlir.cli import main
+    from dfit_mlir.cli.app import main
     from tests.conftest import read_pftrace
 
     out = tmp_path / "tasks.pftrace"

@@ -33,14 +33,14 @@ from dfit_mlir.adapters.lines import (
     iter_lines,
     read_file,
 )
+from dfit_mlir.adapters.reconstruct import reconstruct_bundle
 from dfit_mlir.adapters.recovery import ArtifactError, LineAccount, Measurement, Recovery, read_head
 from dfit_mlir.adapters.sambanova.compile_log import SambaFlowCompileLogReader
 from dfit_mlir.adapters.sambanova.run_log import SambaFlowRunLogReader
 from dfit_mlir.adapters.sambanova.sambatune import SambaTuneLogReader
-from dfit_mlir.reconstruct import reconstruct_bundle
 from tests.conftest import vendor_fixture
 
-DFIT = [sys.executable, "-m", "dfit_mlir.cli"]
+DFIT = [sys.executable, "-m", "dfit_mlir"]
 BERT_512 = "cerebras/alcf_bert_large_bs512_r2x/mytest.log"
 BERT_2048 = "cerebras/alcf_bert_large_bs2048_r2x/mytest.log"
 GNN_PRODUCTS = "cerebras/gnn_graphsage_products_client1.1.0/products_wse_not.log"
@@ -142,7 +142,7 @@ TEXT_FIXTURES = {
 
 
 def fixture_accounts() -> dict[str, LineAccount]:
-    from dfit_mlir.reconstruct import line_accounts
+    from dfit_mlir.adapters.reconstruct import line_accounts
 
     accounts: dict[str, LineAccount] = {}
     for name, (backend, *patterns) in TEXT_FIXTURES.items():

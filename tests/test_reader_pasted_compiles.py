@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from dfit_mlir.adapters.reconstruct import reconstruct_bundle
 from dfit_mlir.adapters.recovery import Recovery
 from dfit_mlir.adapters.sambanova.compile_log import SambaFlowCompileLogReader
-from dfit_mlir.cli import main
-from dfit_mlir.reconstruct import reconstruct_bundle
+from dfit_mlir.cli.app import main
 from tests.conftest import vendor_fixture
 
 SN_117 = "sambanova/bertlarge_compile_sf1.17.7_sn30/BertLarge_HW_compile_log_base.out"

@@ -18,14 +18,14 @@ import pyarrow.parquet as pq
 import pytest
 
 import dfit_mlir
-from dfit_mlir import lineage, manifest, toolchain
+from dfit_mlir.core import lineage, manifest, toolchain
+from dfit_mlir.core.vmfb import read_module
+from dfit_mlir.passes.compile_report import attribution_summary
 from dfit_mlir.passes.instrumented_compile import SOURCE_STAGE, compile_instrumented
 from dfit_mlir.passes.plain_compile import plain_compile
-from dfit_mlir.report import attribution_summary
 from dfit_mlir.runtime_hooks import hal_profile, inputs
 from dfit_mlir.runtime_hooks.inprocess import Runner
 from dfit_mlir.runtime_hooks.run import run_bundle
-from dfit_mlir.vmfb import read_module
 from tests import realmodels
 
 pytestmark = pytest.mark.slow

@@ -15,15 +15,15 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from dfit_mlir import event_schema as es
-from dfit_mlir import manifest, outputs
 from dfit_mlir.adapters import registry
 from dfit_mlir.adapters.base import ASPECTS, STEPS, UnsupportedStep
-from dfit_mlir.errors import InvalidInputError
-from dfit_mlir.reconstruct import reconstruct_bundle
+from dfit_mlir.adapters.reconstruct import reconstruct_bundle
+from dfit_mlir.core import event_schema as es
+from dfit_mlir.core import manifest, outputs
+from dfit_mlir.core.errors import InvalidInputError
 from tests.conftest import read_pftrace, vendor_fixture
 
-DFIT = [sys.executable, "-m", "dfit_mlir.cli"]
+DFIT = [sys.executable, "-m", "dfit_mlir"]
 TOY = metadata.EntryPoint(name="toy", value="tests.plugins.toy_backend:ToyAdapter", group=registry.ENTRY_POINT_GROUP)
 
 

@@ -189,7 +189,7 @@ def test_calls_without_device_work_cannot_be_split_and_say_why(compiled, tmp_pat
     writes no flush and the other four cannot be told apart from it."""
     vmfb = compiled["full"].vmfb
     out = tmp_path / "b"
-    cli = subprocess.run([sys.executable, "-m", "dfit_mlir.cli", "run", str(vmfb), "--function", "loop_only",
+    cli = subprocess.run([sys.executable, "-m", "dfit_mlir", "run", str(vmfb), "--function", "loop_only",
                           "--input", "2", "--input", "16x16xf32=0.01", "--repeat", "5", "-o", str(out)],
                          capture_output=True, text=True)
     assert cli.returncode == 2 and not out.exists() and "Traceback" not in cli.stderr
@@ -299,7 +299,7 @@ def starts_both_ways(vmfb: Path, manifest: dict, inputs: list[str], invocations:
 def test_flushes_agree_with_the_entry_block_anchor(iree_bundles) -> None:
     """Where a function has an anchor (the convnet's first command buffer runs in its
     entry block), both ways of splitting give the same invocation starts."""
-    from dfit_mlir import manifest as manifest_io
+    from dfit_mlir.core import manifest as manifest_io
 
     manifest_path = iree_bundles["manifest"]
     vmfb = manifest_path.with_name("full.vmfb")
@@ -321,7 +321,7 @@ def test_a_profile_that_dropped_records_is_an_error(compiled, tmp_path: Path) ->
     keep between two flushes. The run stops (exit 3, one line, no bundle) rather than
     writing a bundle that lacks dispatches."""
     out = tmp_path / "b"
-    cli = subprocess.run([sys.executable, "-m", "dfit_mlir.cli", "run", str(compiled["full"].vmfb), "--function",
+    cli = subprocess.run([sys.executable, "-m", "dfit_mlir", "run", str(compiled["full"].vmfb), "--function",
                           "loop_first", "--input", "1100", "--input", "16x16xf32=0.0001", "--repeat", "2", "-o",
                           str(out)], capture_output=True, text=True)
     assert cli.returncode == 3 and not out.exists() and len(cli.stderr.strip().splitlines()) == 1

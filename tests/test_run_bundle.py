@@ -14,11 +14,11 @@ import pyarrow.parquet as pq
 import pytest
 from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TrackEvent
 
-from dfit_mlir import outputs
+from dfit_mlir.core import outputs
 from dfit_mlir.passes.instrumented_compile import compile_instrumented
 from tests.conftest import CONVNET, REPO, read_pftrace
 
-DFIT = [sys.executable, "-m", "dfit_mlir.cli"]
+DFIT = [sys.executable, "-m", "dfit_mlir"]
 REPEAT = 3
 
 

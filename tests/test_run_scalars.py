@@ -14,12 +14,12 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.core.errors import InvalidInputError
+from dfit_mlir.core.vmfb import ExportedFunction
 from dfit_mlir.passes.instrumented_compile import CompileResult, compile_instrumented
 from dfit_mlir.runtime_hooks import hal_profile
 from dfit_mlir.runtime_hooks.inputs import check_inputs, load_input
 from dfit_mlir.runtime_hooks.run import is_mlir_source, run_bundle
-from dfit_mlir.vmfb import ExportedFunction
 from tests.conftest import REPO
 
 SHAPES = REPO / "tests" / "inputs" / "shapes"
@@ -145,7 +145,7 @@ def test_scalar_from_a_0d_npy(tmp_path: Path) -> None:
 
 
 def test_missing_input_names_the_signature_in_the_cli(compiled, tmp_path: Path) -> None:
-    cli = subprocess.run([sys.executable, "-m", "dfit_mlir.cli", "run", str(compiled["i32"].vmfb), "-o",
+    cli = subprocess.run([sys.executable, "-m", "dfit_mlir", "run", str(compiled["i32"].vmfb), "-o",
                           str(tmp_path / "b"), "--input", "i32=5"], capture_output=True, text=True)
     assert cli.returncode == 2 and not (tmp_path / "b").exists()
     assert cli.stderr.strip() == ("dfit: the function takes 2 input(s) (16x16xf32, i32), 1 given; "
@@ -155,7 +155,7 @@ def test_missing_input_names_the_signature_in_the_cli(compiled, tmp_path: Path) 
 @pytest.mark.parametrize("mode", ["none", "full"])
 def test_mlir_source_is_refused_with_how_to_compile_it(tmp_path: Path, mode: str) -> None:
     source = SHAPES / "loop_index_scalar.mlir"
-    cli = subprocess.run([sys.executable, "-m", "dfit_mlir.cli", "run", str(source), "-o", str(tmp_path / "b"),
+    cli = subprocess.run([sys.executable, "-m", "dfit_mlir", "run", str(source), "-o", str(tmp_path / "b"),
                           "--mode", mode], capture_output=True, text=True)
     assert cli.returncode == 2 and not (tmp_path / "b").exists()
     assert cli.stderr.strip() == (f"dfit: {source}: this is MLIR source, not a compiled module; compile it first "

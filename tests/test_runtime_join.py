@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from dfit_mlir.core.toolchain import runtime_tool
 from dfit_mlir.passes.instrumented_compile import CompileResult, compile_instrumented
 from dfit_mlir.passes.plain_compile import plain_compile
 from dfit_mlir.runtime_hooks import hal_profile
-from dfit_mlir.toolchain import runtime_tool
 from tests.conftest import CONVNET, REPO
 
 DEDUP = REPO / "tests" / "inputs" / "repeated_blocks.mlir"

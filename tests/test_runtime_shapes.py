@@ -112,7 +112,7 @@ def test_two_public_functions_run_one_at_a_time(compiled, tmp_path: Path, driver
 
 
 def test_entry_points_come_from_the_export_table(compiled, tmp_path: Path) -> None:
-    from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.core.errors import InvalidInputError
 
     with pytest.raises(InvalidInputError, match=r"exports 2 functions \(first, second\); choose one with --function"):
         run(compiled["two"], tmp_path / "b")
@@ -191,7 +191,7 @@ def test_plain_vmfb_runs_without_a_manifest(tmp_path: Path) -> None:
         result = run_bundle(vmfb, None, tmp_path / mode, mode=mode, function="second", repeat=2)
         assert result.summary["invocations"] == 2 and result.summary["manifest"] is None
         assert result.summary["inputs"] == [{"shape": [32, 32], "dtype": "f32", "made": "random-normal"}]
-    cli = subprocess.run([sys.executable, "-m", "dfit_mlir.cli", "run", str(vmfb), "--function", "first", "-o",
+    cli = subprocess.run([sys.executable, "-m", "dfit_mlir", "run", str(vmfb), "--function", "first", "-o",
                           str(tmp_path / "full")], capture_output=True, text=True)
     assert cli.returncode == 2 and not (tmp_path / "full").exists()
     assert cli.stderr.strip() == (f"dfit: {tmp_path / 'plain.manifest.json'}: no such file; --mode full needs the "
@@ -202,7 +202,7 @@ def test_plain_vmfb_runs_without_a_manifest(tmp_path: Path) -> None:
 def test_a_module_fault_is_one_line_exit_3_and_no_bundle(compiled, tmp_path: Path, mode: str) -> None:
     result = compiled["fault"]
     out = tmp_path / "bundle"
-    cli = subprocess.run([sys.executable, "-m", "dfit_mlir.cli", "run", str(result.vmfb), "--mode", mode,
+    cli = subprocess.run([sys.executable, "-m", "dfit_mlir", "run", str(result.vmfb), "--mode", mode,
                           "--input", "8xf32=1", "--input", "4xi64=1000000000000000", "-o", str(out)],
                          capture_output=True, text=True)
     assert cli.returncode == 3

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from dfit_mlir.core.vmfb import ExportedFunction
 from dfit_mlir.passes.recordings import anchor
 from dfit_mlir.runtime_hooks.inputs import integer_bounds
 from dfit_mlir.runtime_hooks.run import fault_signal
-from dfit_mlir.vmfb import ExportedFunction
 
 
 @pytest.mark.parametrize("returncode, signal", [
@@ -108,7 +108,7 @@ def test_a_fault_saves_the_generated_inputs(tmp_path) -> None:
     copies them beside the (unwritten) bundle and names that directory."""
     import numpy as np
 
-    from dfit_mlir.errors import ModuleFaultError
+    from dfit_mlir.core.errors import ModuleFaultError
     from dfit_mlir.runtime_hooks.run import FaultContext
 
     scratch = tmp_path / "dfit-run-abc"

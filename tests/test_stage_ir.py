@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from dfit_mlir import manifest as manifest_io
-from dfit_mlir import stage_ir_table, toolchain
+from dfit_mlir.core import manifest as manifest_io
+from dfit_mlir.core import stage_ir_table, toolchain
 from dfit_mlir.passes import stage_ir
 from tests.conftest import CONVNET
 
@@ -96,9 +96,9 @@ def read_printout(text: str) -> list[PrintedOp]:
     """Every op of a generic-form printout with local-scope locations, with the source IDs
     its location names and its nesting. An op's location ends its line, or the line that
     closes its regions. Which names of a location are its IDs is the project's rule
-    (:func:`dfit_mlir.locations.dfit_ids`: an inlined op's ``callsite(… at "dfit:main")``
+    (:func:`dfit_mlir.core.locations.dfit_ids`: an inlined op's ``callsite(… at "dfit:main")``
     does not carry ``main``), applied to the location text as printed."""
-    from dfit_mlir import locations
+    from dfit_mlir.core import locations
     from dfit_mlir.passes.pass_history import parse_loc
 
     def ids_in(loc_text: str) -> tuple[str, ...]:
@@ -259,7 +259,7 @@ def test_recording_is_bounded_and_interned(iree_bundles: dict[str, Path]) -> Non
 
 
 def test_only_full_compiles_keep_ir(iree_bundles: dict[str, Path]) -> None:
-    from dfit_mlir.tools.model import SemanticModel
+    from dfit_mlir.analysis.model import SemanticModel
 
     assert "stage_ir" not in SemanticModel.open(iree_bundles["lite"]).manifest
     assert "stage_ir" in SemanticModel.open(iree_bundles["full"]).manifest  # a run bundle keeps it
@@ -273,7 +273,7 @@ def test_view_of_a_damaged_table_is_bad_input(iree_bundles: dict[str, Path], tmp
 
     from click.testing import CliRunner
 
-    from dfit_mlir.cli import main
+    from dfit_mlir.cli.app import main
 
     document = json.loads(iree_bundles["manifest"].read_text())
     table = document["stage_ir"]

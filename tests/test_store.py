@@ -16,9 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from dfit_mlir import store as bundle_store
-from dfit_mlir.cli import main
-from dfit_mlir.errors import InvalidInputError
+from dfit_mlir.cli.app import main
+from dfit_mlir.core.errors import InvalidInputError
+from dfit_mlir.fleet import store as bundle_store
 from tests.store_fixtures import *  # noqa: F403  (the store fixtures)
 from tests.store_fixtures import SLOWED_ID
 
@@ -84,7 +84,7 @@ def test_collect_is_idempotent_and_atomic_per_bundle(tmp_path: Path, iree_bundle
         bundle_store.collect([iree_bundles["lite"], broken], target)
     # Every bundle is checked before any is written: neither is in, no temporary directories left.
     assert len(rows(target, "SELECT run FROM runs")) == 1
-    from dfit_mlir.outputs import MARKER
+    from dfit_mlir.core.outputs import MARKER
 
     leftovers = [p for p in target.rglob("*") if p.name.startswith(".") and p.name != MARKER]
     assert leftovers == []
@@ -130,8 +130,8 @@ def test_older_minor_still_reads(tmp_path: Path, iree_bundles: dict[str, Path]) 
 
 def ledger_entries(bundle: Path) -> list[dict[str, Any]]:
     """The bundle's ledger entries as dfit analyze / show compute them (not the store's)."""
-    from dfit_mlir.ledger import Ledger
-    from dfit_mlir.tools.model import SemanticModel
+    from dfit_mlir.analysis.ledger import Ledger
+    from dfit_mlir.analysis.model import SemanticModel
 
     model = SemanticModel.open(bundle)
     found = Ledger(model).entries.to_pylist()
@@ -145,7 +145,7 @@ def ledger_entries(bundle: Path) -> list[dict[str, Any]]:
 
 def test_top_sites_is_the_ledgers_time_by_source_line_across_runs(store: Path, store_bundles: dict[str, Any]) -> None:
     """Each location's time is the sum of its ops' ledger entries (their shares of their
-    dispatches' time) over the runs, computed here by dfit_mlir.ledger from the bundles."""
+    dispatches' time) over the runs, computed here by dfit_mlir.analysis.ledger from the bundles."""
     iree, convnet = store_bundles["iree"], store_bundles["convnet"]
     expected: dict[str, float] = defaultdict(float)
     runs: dict[str, set[Any]] = defaultdict(set)
@@ -292,7 +292,7 @@ def test_collect_refuses_a_directory_that_is_not_a_store(tmp_path: Path, iree_bu
 
 
 def test_dialect_literals_round_trip_on_duckdb(tmp_path: Path, iree_bundles: dict[str, Path]) -> None:
-    from dfit_mlir.store import dialects, engines
+    from dfit_mlir.fleet.store import dialects, engines
 
     bundle_store.collect([iree_bundles["full"]], tmp_path / "s")
     engine = engines.DuckDBEngine(str(tmp_path / "s"))
@@ -309,7 +309,7 @@ def test_collect_says_what_it_does_not_apply(tmp_path: Path, iree_bundles: dict[
     not a valid partition value is stored under another name: both are said, on stderr."""
     from click.testing import CliRunner
 
-    from dfit_mlir.cli import main
+    from dfit_mlir.cli.app import main
 
     runner = CliRunner()
     store = tmp_path / "store"

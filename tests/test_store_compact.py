@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from dfit_mlir import store as bundle_store
-from dfit_mlir.cli import main
-from dfit_mlir.store import compact as compaction
-from dfit_mlir.store import engines, layout, reports
+from dfit_mlir.cli.app import main
+from dfit_mlir.fleet import store as bundle_store
+from dfit_mlir.fleet.store import compact as compaction
+from dfit_mlir.fleet.store import engines, layout, reports
 from tests.store_fixtures import *  # noqa: F403  (the store fixtures)
 
 pytestmark = pytest.mark.slow
@@ -318,7 +318,7 @@ def test_a_missing_store_dependency_is_a_one_line_toolchain_error(monkeypatch: p
     """``dfit collect`` computes rollups with DuckDB: without the store extra, say so (exit 3)."""
     import sys
 
-    from dfit_mlir.errors import ToolchainError
+    from dfit_mlir.core.errors import ToolchainError
 
     monkeypatch.setitem(sys.modules, "duckdb", None)  # what an environment without it imports
     with pytest.raises(ToolchainError, match=r"needs duckdb: pip install 'dfit-mlir\[store\]'") as raised:

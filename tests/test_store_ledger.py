@@ -1,6 +1,6 @@
 """The store's figures are the ledger's (store layout 1.2, ``op_ledger``): on a real run
 of a ``transformers`` GPT-2 (config, random weights) collected into a store,
-``dfit query top-sites`` gives each module path the time ``dfit_mlir.ledger`` gives it
+``dfit query top-sites`` gives each module path the time ``dfit_mlir.analysis.ledger`` gives it
 (``Ledger.rollup("module_path")``, what ``dfit analyze`` reads), on DuckDB and on Spark;
 the GELU fused into each ``c_fc`` dispatch has a share of its own; a dispatch's ops
 sum to what its dispatch events took; transcendentals are placed so that partitions sum
@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from dfit_mlir import store as bundle_store
+from dfit_mlir.fleet import store as bundle_store
 from tests import frontend_models
 
 pytestmark = [
@@ -48,8 +48,8 @@ def gpt2_store(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def _book(bundle: Path) -> Any:
-    from dfit_mlir.ledger import Ledger
-    from dfit_mlir.tools.model import SemanticModel
+    from dfit_mlir.analysis.ledger import Ledger
+    from dfit_mlir.analysis.model import SemanticModel
 
     return Ledger(SemanticModel.open(bundle))
 
@@ -127,8 +127,8 @@ def test_a_bundle_collected_before_the_ledger_table_is_refused_then_upgraded(
     again (exit 2, one line); collecting it again adds the table in place, label kept."""
     import shutil
 
-    from dfit_mlir.cli import main
-    from dfit_mlir.store import Placement, layout
+    from dfit_mlir.cli.app import main
+    from dfit_mlir.fleet.store import Placement, layout
 
     store = tmp_path / "store"
     bundle_store.collect([gpt2_store["bundle"]], store, Placement(label="nightly"))
@@ -153,7 +153,7 @@ def test_a_bundle_collected_before_the_ledger_table_is_refused_then_upgraded(
 def test_analysis_csvs_write_transcendentals_apart(gpt2_store: dict[str, Any], tmp_path: Path) -> None:
     """``sites.csv`` and ``phases.csv`` of ``dfit analyze`` carry the transcendentals
     column: each sums to the manifest's ops (the GELU's tanh and the softmax's exp)."""
-    from dfit_mlir.tools.session import analyze
+    from dfit_mlir.analysis.tools.session import analyze
     from tests.conftest import read_csv
 
     manifest = json.loads(gpt2_store["manifest"].read_text())

@@ -1,6 +1,6 @@
 """The same store and the same report SQL on a real local Spark (``local[2]``, one
 SparkSession for the test session): every named report returns the rows DuckDB returns,
-and the dialect rules of ``dfit_mlir/store/dialects.py`` hold on Spark."""
+and the dialect rules of ``dfit_mlir/fleet/store/dialects.py`` hold on Spark."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from dfit_mlir import store as bundle_store
+from dfit_mlir.fleet import store as bundle_store
 from tests.store_fixtures import *  # noqa: F403  (the store fixtures)
 from tests.store_fixtures import SLOWED_ID
 
@@ -37,7 +37,7 @@ def half_mean_store(tmp_path_factory: pytest.TempPathFactory, iree_bundles: dict
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from dfit_mlir.store import collect
+    from dfit_mlir.fleet.store import collect
 
     root = tmp_path_factory.mktemp("half-mean")
     bundle = root / "bundle"
@@ -146,7 +146,7 @@ def test_spark_reads_the_tables_with_the_store_schema(store: Path) -> None:
 
 
 def test_dialect_rules_hold_on_spark(store: Path) -> None:
-    from dfit_mlir.store import dialects, engines
+    from dfit_mlir.fleet.store import dialects, engines
 
     tricky = "it's a \\path\\ 'quoted'"
     sql = (f"SELECT {dialects.SPARK.literal(tricky)} AS s, get_json_object('{{\"a\": 3}}', '$.a') AS j, "
@@ -170,7 +170,7 @@ def test_a_table_named_after_a_comma_is_set_up_when_the_engine_misses_it(compact
 
 
 def test_spark_query_errors_are_one_line(store: Path) -> None:
-    from dfit_mlir.store.engines import QueryError
+    from dfit_mlir.fleet.store.engines import QueryError
 
     with pytest.raises(QueryError, match=r"query failed \(spark\): .*nope"):
         bundle_store.query(store, "SELECT nope FROM events", engine="spark")
@@ -179,7 +179,7 @@ def test_spark_query_errors_are_one_line(store: Path) -> None:
 def test_spark_storage_it_cannot_read_is_one_line_exit_3(store: Path) -> None:
     """``s3a://`` without hadoop-aws on the classpath: the engine's failure (exit 3), the
     Java exception's message only, never its stack."""
-    from dfit_mlir.store.engines import EngineError
+    from dfit_mlir.fleet.store.engines import EngineError
 
     bundle_store.query(store, "SELECT 1 AS x", engine="spark")  # the session is up: this is quick
     with pytest.raises(EngineError) as caught:
@@ -196,7 +196,7 @@ def test_spark_result_with_list_columns_streams_to_csv_as_json(store: Path, tmp_
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
-    from dfit_mlir.store import output
+    from dfit_mlir.fleet.store import output
 
     sql = "SELECT run, site, ids FROM sites ORDER BY run, site"
     with bundle_store.prepare(store, sql, engine="spark") as prepared:

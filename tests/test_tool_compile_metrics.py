@@ -10,8 +10,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from dfit_mlir.errors import InvalidInputError
-from dfit_mlir.tools.session import analyze
+from dfit_mlir.analysis.tools.session import analyze
+from dfit_mlir.core.errors import InvalidInputError
 from tests.conftest import bundle_path, read_csv
 
 OUTPUTS = ("stages.csv", "phases.csv", "materialised.csv")

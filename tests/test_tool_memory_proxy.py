@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dfit_mlir.errors import InvalidInputError
-from dfit_mlir.tools import calibration
-from dfit_mlir.tools.api import ToolContext
-from dfit_mlir.tools.builtin.memory_proxy import MemoryProxy
-from dfit_mlir.tools.model import SemanticModel
-from dfit_mlir.tools.session import analyze
+from dfit_mlir.analysis import calibration
+from dfit_mlir.analysis.model import SemanticModel
+from dfit_mlir.analysis.tools.api import ToolContext
+from dfit_mlir.analysis.tools.builtin.memory_proxy import MemoryProxy
+from dfit_mlir.analysis.tools.session import analyze
+from dfit_mlir.core.errors import InvalidInputError
 from tests.conftest import bundle_path, vendor_fixture
 
 BUNDLES = ("iree-full", "iree-lite", "iree-ids", "iree-none", "iree-manifest", "edgetpu", "sambanova", "cerebras")
@@ -43,7 +43,7 @@ def models_of(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def reconstructed(tmp_path_factory: pytest.TempPathFactory, name: str, *relative: str) -> Path:
-    from dfit_mlir.reconstruct import reconstruct_bundle
+    from dfit_mlir.adapters.reconstruct import reconstruct_bundle
 
     out = tmp_path_factory.mktemp(name) / "bundle"
     reconstruct_bundle([vendor_fixture(r) for r in relative], out)

@@ -10,9 +10,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from dfit_mlir.errors import InvalidInputError
-from dfit_mlir.tools.builtin.overhead import NOT_MEASURABLE
-from dfit_mlir.tools.session import analyze
+from dfit_mlir.analysis.tools.builtin.overhead import NOT_MEASURABLE
+from dfit_mlir.analysis.tools.session import analyze
+from dfit_mlir.core.errors import InvalidInputError
 from tests.conftest import bundle_path, read_csv
 
 BUNDLES = ("iree-full", "iree-lite", "iree-ids", "iree-none", "iree-manifest", "edgetpu", "sambanova", "cerebras")

@@ -12,10 +12,10 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from dfit_mlir.errors import InvalidInputError
-from dfit_mlir.tools import calibration
-from dfit_mlir.tools.profiles import bundled, load_profile
-from dfit_mlir.tools.session import analyze
+from dfit_mlir.analysis import calibration
+from dfit_mlir.analysis.profiles import bundled, load_profile
+from dfit_mlir.analysis.tools.session import analyze
+from dfit_mlir.core.errors import InvalidInputError
 from tests.conftest import bundle_path, read_csv
 
 BUNDLES = ("iree-full", "iree-lite", "iree-ids", "iree-none", "iree-manifest", "edgetpu", "sambanova", "cerebras")
@@ -204,9 +204,9 @@ def test_calibration_is_measured_once_and_cached(calibration_cache: Path, tmp_pa
 def test_without_a_tensor_graph_or_a_profile(tmp_path: Path) -> None:
     """No tensors: an op's own operand + result bytes stand in (an upper bound); no profile
     for the backend: intensities without a roof, every region 'unknown', no plot."""
-    from dfit_mlir.tools.api import ToolContext
-    from dfit_mlir.tools.builtin.program_analyzer import ProgramAnalyzer
-    from dfit_mlir.tools.model import SemanticModel
+    from dfit_mlir.analysis.model import SemanticModel
+    from dfit_mlir.analysis.tools.api import ToolContext
+    from dfit_mlir.analysis.tools.builtin.program_analyzer import ProgramAnalyzer
 
     def op(name: str, macs: int | None, size: int) -> dict[str, Any]:
         return {"id": f"m/{name}", "op": f"toy.{name}", "macs": macs, "bytes": size}
@@ -336,8 +336,8 @@ def test_split_ops_count_once_on_a_real_onnx_model(shufflenet_run: Path, tmp_pat
 
 
 def test_cost_placement_rule() -> None:
-    """SYNTHETIC: the rule of dfit_mlir.site_costs on IREE's export names."""
-    from dfit_mlir.site_costs import moves_data_only, placed_costs
+    """SYNTHETIC: the rule of dfit_mlir.core.site_costs on IREE's export names."""
+    from dfit_mlir.core.site_costs import moves_data_only, placed_costs
 
     assert moves_data_only("m$async_dispatch_0_slow_memcpy") and moves_data_only("main_dispatch_3_pack_f32")
     assert not moves_data_only("main_dispatch_1_conv_24x112x112x3x3x3_f32") and not moves_data_only(None)

@@ -16,13 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from dfit_mlir.adapters.base import UnsupportedStep
-from dfit_mlir.errors import InvalidInputError
-from dfit_mlir.tools import HOOKS, SemanticModel, Session, Tool, ToolContext
-from dfit_mlir.tools import registry as tool_registry
-from dfit_mlir.tools.session import SessionError
+from dfit_mlir.analysis.tools import HOOKS, SemanticModel, Session, Tool, ToolContext
+from dfit_mlir.analysis.tools import registry as tool_registry
+from dfit_mlir.analysis.tools.session import SessionError
+from dfit_mlir.core.errors import InvalidInputError
 from tests.conftest import CONVNET, REPO, vendor_fixture
 
-DFIT = [sys.executable, "-m", "dfit_mlir.cli"]
+DFIT = [sys.executable, "-m", "dfit_mlir"]
 
 
 class Recorder(Tool):
@@ -179,7 +179,7 @@ def test_tools_never_import_backend_code() -> None:
     """Tools see the semantic model only: no adapter, pass or runtime-hook imports."""
     forbidden = ("dfit_mlir.adapters", "dfit_mlir.passes", "dfit_mlir.runtime_hooks", "adapters", "passes",
                  "runtime_hooks", "iree")
-    modules = sorted((REPO / "dfit_mlir" / "tools" / "builtin").glob("*.py"))
+    modules = sorted((REPO / "dfit_mlir" / "analysis" / "tools" / "builtin").glob("*.py"))
     modules += sorted((REPO / "examples" / "external_tool").rglob("*.py"))
     assert len(modules) >= 2
     for path in modules:

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dfit_mlir import traces
+from dfit_mlir.exporters import traces
 from tests.conftest import bundle_path
 from tests.perfetto_reference import write_chrome_json_reference, write_perfetto_reference
 

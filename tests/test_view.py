@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from dfit_mlir import flamegraph, ledger
-from dfit_mlir.cli import main
-from dfit_mlir.tools.builtin.semantic_attribution import op_site
-from dfit_mlir.tools.model import SemanticModel
+from dfit_mlir.analysis import ledger
+from dfit_mlir.analysis.model import SemanticModel
+from dfit_mlir.analysis.tools.builtin.semantic_attribution import op_site
+from dfit_mlir.cli.app import main
+from dfit_mlir.core import module_paths
 from dfit_mlir.views import html
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -256,7 +257,7 @@ def test_browser_edgetpu_reconstruction(browser: Any, edgetpu_bundle: Path, tmp_
     click(browser, module)
     path = module.get_attribute("data-module")
     members = {op.id for op in model.operators.values()
-               if model.module_path(op.id) is not None and path in flamegraph.ancestry(model.module_path(op.id))}
+               if model.module_path(op.id) is not None and path in module_paths.ancestry(model.module_path(op.id))}
     assert members and highlighted(browser, "#source [data-line]", "data-line") == lines_of(model, members)
     # Double-click zooms the icicle into the module: it becomes the first, full-width box.
     from selenium.webdriver.common.action_chains import ActionChains
@@ -264,7 +265,7 @@ def test_browser_edgetpu_reconstruction(browser: Any, edgetpu_bundle: Path, tmp_
     ActionChains(browser).double_click(module).perform()
     boxes = browser.find_elements(By.CSS_SELECTOR, ".mod")
     assert boxes[0].get_attribute("data-module") == path
-    assert all(path in flamegraph.ancestry(box.get_attribute("data-module")) for box in boxes)
+    assert all(path in module_paths.ancestry(box.get_attribute("data-module")) for box in boxes)
     browser.save_screenshot(str(tmp_path / "edgetpu.png"))
     no_console_errors(browser)
 
@@ -338,7 +339,7 @@ CONV1_BYTES = (1 * 32 * 32 * 3 + 3 * 3 * 3 * 8 + 8 + 1 * 30 * 30 * 8) * F32
 def _host_roof(summary: dict[str, Any]) -> tuple[float, Any]:
     """(Peak FLOP/s, bytes → bandwidth roof) of this host, read from its calibration
     (measured once per session and cached), independently of the view's code."""
-    from dfit_mlir.tools import calibration
+    from dfit_mlir.analysis import calibration
 
     cal = calibration.calibrate(threads=calibration.threads_of_run(summary)[0])
 
@@ -355,7 +356,7 @@ def test_roofline_of_the_convnet_run_recounted(iree_bundles: dict[str, Path], tm
     program-analyzer's (its regions.csv, through the tool itself)."""
     import pyarrow.parquet as pq
 
-    from dfit_mlir.tools.session import analyze
+    from dfit_mlir.analysis.tools.session import analyze
     from tests.conftest import read_csv
 
     model = SemanticModel.open(iree_bundles["full"])
@@ -391,7 +392,7 @@ def test_roofline_of_the_convnet_run_recounted(iree_bundles: dict[str, Path], tm
 def test_roofline_of_a_reconstruction_uses_the_vendor_peaks(cerebras_bundle: Path) -> None:
     import yaml
 
-    from dfit_mlir.tools.profiles import bundled
+    from dfit_mlir.analysis.profiles import bundled
 
     model = SemanticModel.open(cerebras_bundle)
     data = html.view_data(model)
@@ -505,7 +506,7 @@ def test_browser_node_name_tree_collapses(browser: Any, edgetpu_bundle: Path, tm
     book = ledger.of(model)
     column = "time_ns" if book.totals.measured_ns else "flops"  # the gutter's rule (the module doc)
     by_op = {row["op_id"]: row[column] or 0 for row in book.rollup("op_id").to_pylist()}
-    whole = book.totals.measured_ns or sum(by_op.values())
+    whole = book.attributed_time_ns if book.totals.measured_ns else sum(by_op.values())
     open_view(browser, edgetpu_bundle, tmp_path)
     groups = browser.find_elements(By.CSS_SELECTOR, "#source .node.group")
 
@@ -540,7 +541,7 @@ def test_stages_panel_shows_each_phase_ir_of_the_clicked_op(browser: Any, iree_b
     (tests/test_stage_ir.py checks those against iree-compile's own printouts)."""
     from selenium.webdriver.common.by import By
 
-    from dfit_mlir.stage_ir_table import read_table
+    from dfit_mlir.core.stage_ir_table import read_table
 
     model = SemanticModel.open(iree_bundles["full"])
     table = read_table(model.manifest["stage_ir"])

@@ -16,7 +16,7 @@ from iree.compiler import ir
 from xdsl.dialects import builtin
 from xdsl.universe import Universe
 
-from dfit_mlir import ids, locations
+from dfit_mlir.core import ids, locations
 from dfit_mlir.passes import mlir_engine, xdsl_engine
 from tests.conftest import CONVNET, tag_text
 

@@ -201,7 +201,7 @@ def _run_once(vmfb: Path, ids: Path) -> Any:
 def test_index_outside_the_vocabulary_is_refused_with_its_size(zoo: Any, tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from dfit_mlir.cli import main
+    from dfit_mlir.cli.app import main
 
     result = zoo("gpt2")
     refused = CliRunner().invoke(main, ["run", str(result.vmfb), "--mode", "ids", "--input", "1x8xi64=64",

@@ -29,7 +29,7 @@ from tests import realmodels
 
 ZOO = realmodels.REPO_ROOT / "examples" / "zoo"
 #: Ops that are no computation of the model (the function frame); constants are left
-#: out by :func:`dfit_mlir.lineage.is_constant`.
+#: out by :func:`dfit_mlir.core.lineage.is_constant`.
 STRUCTURAL = frozenset({"func.func", "func.return", "util.func", "util.return"})
 REPEAT = 5
 
@@ -119,7 +119,7 @@ def dfit(*arguments: str) -> str:
     """Run one ``dfit`` command in this process; its output, or :class:`ZooCommandFailed`."""
     from click.testing import CliRunner
 
-    from dfit_mlir.cli import main
+    from dfit_mlir.cli.app import main
 
     result = CliRunner().invoke(main, list(arguments), catch_exceptions=False)
     if result.exit_code != 0:
@@ -149,7 +149,7 @@ def cpu_seconds() -> float:
 
 def run_and_analyze(model: ZooModel, vmfb: Path, workdir: Path, compiled: str, compile_s: float) -> ZooResult:
     """The run and analysis steps of :func:`run_zoo_model` for a compiled ``vmfb``."""
-    from dfit_mlir import manifest as manifest_io
+    from dfit_mlir.core import manifest as manifest_io
 
     bundle = workdir / "run"
     ran = dfit("run", str(vmfb), "--mode", "full", "--repeat", str(model.repeat), "-o", str(bundle), "--force")
@@ -161,15 +161,15 @@ def run_and_analyze(model: ZooModel, vmfb: Path, workdir: Path, compiled: str, c
 
 
 def non_constant_ops(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    from dfit_mlir.lineage import is_constant
+    from dfit_mlir.core.lineage import is_constant
 
     return [op for op in manifest["operators"] if not is_constant(op["op"]) and op["op"] not in STRUCTURAL]
 
 
 def attribution_shares(manifest: dict[str, Any]) -> dict[str, float]:
     """Shares (0–1) of non-constant ops with a module path and with a model-code line."""
+    from dfit_mlir.core.locations import model_frame
     from dfit_mlir.frontends import CodeRules
-    from dfit_mlir.locations import model_frame
 
     rules = CodeRules.default()
     ops = non_constant_ops(manifest)

@@ -12,7 +12,10 @@ and workflow ids link the log and ``summary.json``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ from dfit_mlir.adapters.cerebras.reports import (
     TrackJsonReader,
     compile_hash_of,
 )
+from dfit_mlir.adapters.coverage import assess, graded
 from dfit_mlir.adapters.recovery import (
     Coverage,
     CoverageNote,
@@ -34,7 +38,7 @@ from dfit_mlir.adapters.recovery import (
     files_of,
     readers_of,
 )
-from dfit_mlir.perf import paused_gc
+from dfit_mlir.core.perf import paused_gc
 
 __all__ = [
     "BACKEND",
@@ -122,46 +126,63 @@ def _union(values: Iterable[Any]) -> list[Any]:
 
 def _merge(parts: list[tuple[type, Path, Recovery]], ignored: list[str]) -> Recovery:
     recoveries = [part for _, _, part in parts]
-    cirh = [(path, part) for reader, path, part in parts if reader is CirhReader]
-    logs = [(path, part) for reader, path, part in parts if reader is ConsoleLogReader]
-    summaries = [part for reader, _, part in parts if reader is RunSummaryReader]
-    reports = [(path, part) for reader, path, part in parts if reader is CompileReportReader]
-    joins: list[dict[str, Any]] = []
-
-    # Kernels: a CIRH kernel and the compile report row of the same name and compile.
-    partitions: dict[str, RecoveredPartition] = {}
-    joined_kernels = 0
-    for part in recoveries:
-        for partition in part.partitions:
-            found = partitions.get(partition.id)
-            if found is None:
-                partitions[partition.id] = partition
-                continue
-            joined_kernels += 1
-            partitions[partition.id] = RecoveredPartition(
-                id=partition.id,
-                kind=partition.kind,
-                operator_ids=found.operator_ids + partition.operator_ids,
-                attributes={**found.attributes, **partition.attributes, "joined": True},
-            )
-    if joined_kernels:
-        joins.append({"join": "cirh cs.kernel = compile_report kernel row", "kernels": joined_kernels})
-
-    # Compiles: the log's compile hash names the directory of the CIRH dump and report.
-    ops_by_hash: dict[str, list[str]] = {}
-    for path, part in cirh:
-        compile_hash = compile_hash_of(path)
-        if compile_hash:
-            ops_by_hash.setdefault(compile_hash, []).extend(op.id for op in part.operators)
-    op_ids = {compile_hash: tuple(ids) for compile_hash, ids in ops_by_hash.items()}
+    cirh = _read_by(CirhReader, parts)
+    logs = _read_by(ConsoleLogReader, parts)
+    reports = _read_by(CompileReportReader, parts)
+    summaries = [part for _, part in _read_by(RunSummaryReader, parts)]
     report_hashes = {compile_hash_of(path) for path, _ in reports} - {None}
-    measurements: list[Measurement] = []
-    for part in recoveries:
-        for measurement in part.measurements:
-            compile_hash = measurement.attributes.get("compile_hash")
-            if measurement.kind == "compile" and measurement.name == "compile" and compile_hash in op_ids:
-                measurement = dataclasses.replace(measurement, ids=op_ids[compile_hash])
-            measurements.append(measurement)
+    partitions, kernel_joins = _join_kernels(recoveries)
+    measurements, compile_joins = _join_compiles(recoveries, cirh, logs, report_hashes)
+    measurements, run_joins = _join_runs(summaries, measurements)
+    joins = [*kernel_joins, *compile_joins, *run_joins, *_shared_id_joins(parts)]
+    merged = Recovery(
+        backend=BACKEND,
+        sources=tuple(source for part in recoveries for source in part.sources),
+        operators=tuple(op for _, part in cirh for op in part.operators),
+        tensors=tuple(tensor for _, part in cirh for tensor in part.tensors),
+        partitions=tuple(partitions),
+        measurements=tuple(measurements),
+        attributes=_attributes(parts, logs, cirh, report_hashes, joins, ignored),
+    )
+    return dataclasses.replace(merged, coverage=_coverage(merged, cirh, reports))
+
+
+def _read_by(reader: type, parts: list[tuple[type, Path, Recovery]]) -> list[tuple[Path, Recovery]]:
+    return [(path, part) for read_by, path, part in parts if read_by is reader]
+
+
+def _join_kernels(recoveries: list[Recovery]) -> tuple[list[RecoveredPartition], list[dict[str, Any]]]:
+    """Kernels: a CIRH kernel and the compile report row of the same name and compile
+    become one partition."""
+    partitions: dict[str, RecoveredPartition] = {}
+    joined = 0
+    for partition in (partition for part in recoveries for partition in part.partitions):
+        found = partitions.get(partition.id)
+        if found is None:
+            partitions[partition.id] = partition
+            continue
+        joined += 1
+        partitions[partition.id] = RecoveredPartition(
+            id=partition.id,
+            kind=partition.kind,
+            operator_ids=found.operator_ids + partition.operator_ids,
+            attributes={**found.attributes, **partition.attributes, "joined": True},
+        )
+    joins = [{"join": "cirh cs.kernel = compile_report kernel row", "kernels": joined}] if joined else []
+    return list(partitions.values()), joins
+
+
+def _join_compiles(
+    recoveries: list[Recovery],
+    cirh: list[tuple[Path, Recovery]],
+    logs: list[tuple[Path, Recovery]],
+    report_hashes: set[str | None],
+) -> tuple[list[Measurement], list[dict[str, Any]]]:
+    """Compiles: the log's compile hash names the directory of the CIRH dump and report;
+    a whole compile's measurement gets the IDs of the ops of its CIRH dump."""
+    op_ids = _op_ids_by_compile(cirh)
+    measurements = [_with_compile_ops(m, op_ids) for part in recoveries for m in part.measurements]
+    joins = []
     for path, part in logs:
         for compile_hash in part.attributes.get("compile_hashes", []):
             files = [str(p) for p, _ in cirh if compile_hash_of(p) == compile_hash]
@@ -176,44 +197,85 @@ def _merge(parts: list[tuple[type, Path, Recovery]], ignored: list[str]) -> Reco
                         "operators": len(op_ids.get(compile_hash, ())),
                     }
                 )
+    return measurements, joins
 
-    # Runs: summary.json's artifact_dir names the cerebras_logs/<run>/ of the executors.
+
+def _op_ids_by_compile(cirh: list[tuple[Path, Recovery]]) -> dict[str, tuple[str, ...]]:
+    ops_by_hash: dict[str, list[str]] = {}
+    for path, part in cirh:
+        compile_hash = compile_hash_of(path)
+        if compile_hash:
+            ops_by_hash.setdefault(compile_hash, []).extend(op.id for op in part.operators)
+    return {compile_hash: tuple(ids) for compile_hash, ids in ops_by_hash.items()}
+
+
+def _with_compile_ops(measurement: Measurement, op_ids: dict[str, tuple[str, ...]]) -> Measurement:
+    compile_hash = measurement.attributes.get("compile_hash")
+    if measurement.kind == "compile" and measurement.name == "compile" and compile_hash in op_ids:
+        return dataclasses.replace(measurement, ids=op_ids[compile_hash])
+    return measurement
+
+
+def _join_runs(
+    summaries: list[Recovery], measurements: list[Measurement]
+) -> tuple[list[Measurement], list[dict[str, Any]]]:
+    """Runs: summary.json's artifact_dir names the cerebras_logs/<run>/ of the executors,
+    whose measurements get the run's workflow, index and status."""
+    runs = _runs_by_directory(summaries)
+    if not runs:
+        return measurements, []
+    joined = []
+    matched = 0
+    for measurement in measurements:
+        run = runs.get(measurement.attributes.get("run_dir", ""))
+        if run is not None:
+            measurement = dataclasses.replace(measurement, attributes={**measurement.attributes, **run})
+            matched += 1
+        joined.append(measurement)
+    joins = [{"join": "summary.json artifact_dir = cerebras_logs/<run>", "measurements": matched}] if matched else []
+    return joined, joins
+
+
+def _runs_by_directory(summaries: list[Recovery]) -> dict[str, dict[str, Any]]:
     runs: dict[str, dict[str, Any]] = {}
     for summary in summaries:
-        for index, run in enumerate(summary.attributes["run_summary"]["runs"]):
+        run_summary = summary.attributes["run_summary"]
+        for index, run in enumerate(run_summary["runs"]):
             run_dir = str(run.get("artifact_dir") or "").rstrip("/").rsplit("/", 1)[-1]
             if run_dir:
-                runs[run_dir] = {
-                    "workflow_id": summary.attributes["run_summary"]["workflow_id"],
-                    "run": index,
-                    "status": run.get("status"),
-                }
-    if runs:
-        matched = 0
-        for position, measurement in enumerate(measurements):
-            run = runs.get(measurement.attributes.get("run_dir", ""))
-            if run is not None:
-                measurements[position] = dataclasses.replace(
-                    measurement, attributes={**measurement.attributes, **run}
-                )
-                matched += 1
-        if matched:
-            joins.append({"join": "summary.json artifact_dir = cerebras_logs/<run>", "measurements": matched})
+                runs[run_dir] = {"workflow_id": run_summary["workflow_id"], "run": index, "status": run.get("status")}
+    return runs
 
-    # Jobs and workflows: the same wsjob or wflow id in a log and in summary.json.
-    for kind, ids_of in (
-        ("wsjob id", lambda part: {job["id"] for job in part.attributes.get("jobs", [])}),
-        ("workflow id", lambda part: set(part.attributes.get("workflow_ids", []))),
-    ):
+
+#: Ids a log and summary.json can both name, and how to read them from a part.
+_SHARED_IDS = (
+    ("wsjob id", lambda part: {job["id"] for job in part.attributes.get("jobs", [])}),
+    ("workflow id", lambda part: set(part.attributes.get("workflow_ids", []))),
+)
+
+
+def _shared_id_joins(parts: list[tuple[type, Path, Recovery]]) -> list[dict[str, Any]]:
+    """Jobs and workflows: the same wsjob or wflow id in a log and in summary.json."""
+    joins = []
+    for kind, ids_of in _SHARED_IDS:
         ids_by_file = {str(path): ids for _, path, part in parts if (ids := ids_of(part))}
-        files = list(ids_by_file)
-        for i, first in enumerate(files):
-            for second in files[i + 1 :]:
-                shared = sorted(ids_by_file[first] & ids_by_file[second])
-                if shared:
-                    joins.append({"join": kind, "files": [first, second], "ids": shared})
+        for first, second in itertools.combinations(ids_by_file, 2):
+            shared = sorted(ids_by_file[first] & ids_by_file[second])
+            if shared:
+                joins.append({"join": kind, "files": [first, second], "ids": shared})
+    return joins
 
-    attributes = {
+
+def _attributes(
+    parts: list[tuple[type, Path, Recovery]],
+    logs: list[tuple[Path, Recovery]],
+    cirh: list[tuple[Path, Recovery]],
+    report_hashes: set[str | None],
+    joins: list[dict[str, Any]],
+    ignored: list[str],
+) -> dict[str, Any]:
+    recoveries = [part for _, _, part in parts]
+    return {
         "artifacts": {str(path): dict(part.attributes) for _, path, part in parts},
         "compile_hashes": _union(
             [
@@ -227,136 +289,157 @@ def _merge(parts: list[tuple[type, Path, Recovery]], ignored: list[str]) -> Reco
         "joins": joins,
         "ignored_files": ignored,
     }
-    operators = tuple(op for _, part in cirh for op in part.operators)
-    merged = Recovery(
-        backend=BACKEND,
-        sources=tuple(source for part in recoveries for source in part.sources),
-        operators=operators,
-        tensors=tuple(tensor for _, part in cirh for tensor in part.tensors),
-        partitions=tuple(partitions.values()),
-        measurements=tuple(measurements),
-        attributes=attributes,
-    )
-    return dataclasses.replace(merged, coverage=_coverage(merged, cirh, reports))
+
+
+# ---------------------------------------------------------------------------- coverage
 
 
 def _coverage(
     merged: Recovery, cirh: list[tuple[Path, Recovery]], reports: list[tuple[Path, Recovery]]
 ) -> tuple[CoverageNote, ...]:
-    notes: list[CoverageNote] = []
-    operators = merged.operators
-    names = {(m.kind, m.name) for m in merged.measurements}
-    if cirh:
-        fallbacks = [str(path) for path, part in cirh if "parser_fallback" in part.attributes["cirh"]]
-        parsers = sorted({source.parser for source in merged.sources if source.parser})
-        detail = f"{len(operators)} ops from {len(cirh)} CIRH dump(s), read by the {' and '.join(parsers)}"
-        if fallbacks:
-            notes.append(
-                CoverageNote(
-                    "compiler_ir",
-                    Coverage.PARTIAL,
-                    detail
-                    + "; the MLIR parser rejected "
-                    + ", ".join(fallbacks)
-                    + " (read line by line, not verified)",
-                )
-            )
-        else:
-            notes.append(CoverageNote("compiler_ir", Coverage.RECOVERED, detail))
-        with_path = sum(1 for op in operators if op.module_path)
-        phases: dict[str, int] = {}
-        for op in operators:
-            phases[str(op.phase)] = phases.get(str(op.phase), 0) + 1
-        notes.append(
-            CoverageNote(
-                "lineage",
-                Coverage.RECOVERED
-                if with_path == len(operators) and "None" not in phases
-                else Coverage.PARTIAL,
-                f"module path from CIRH locations for {with_path} of {len(operators)} ops; "
-                "phase by location, "
-                f"then op name: " + ", ".join(f"{key} {value}" for key, value in sorted(phases.items())),
-            )
+    measured = frozenset((m.kind, m.name) for m in merged.measurements)
+    return assess(_Merged(merged, cirh, reports, measured), _RULES)
+
+
+@dataclass(frozen=True)
+class _Merged:
+    """What the coverage notes of a Cerebras dump look at: the merged recovery, the CIRH
+    dumps and compile reports among its parts, and the (kind, name) of its measurements."""
+
+    recovery: Recovery
+    cirh: list[tuple[Path, Recovery]]
+    reports: list[tuple[Path, Recovery]]
+    measured: frozenset[tuple[str, str]]
+
+
+def _compiler_ir(merged: _Merged) -> CoverageNote:
+    if not merged.cirh:
+        return CoverageNote(
+            "compiler_ir",
+            Coverage.NOT_EXPOSED,
+            "no CIRH dump among the inputs (kept only in the compile directory cs_<hash>/)",
         )
-        with_source = sum(1 for op in operators if op.source is not None)
-        notes.append(
-            CoverageNote(
-                "source_locations",
-                Coverage.RECOVERED if with_source == len(operators) else Coverage.PARTIAL,
-                f"file:line:col for {with_source} of {len(operators)} ops (the rest: unknown)",
-            )
-        )
-        notes.append(
-            CoverageNote(
-                "tensor_shapes",
-                Coverage.RECOVERED,
-                f"{len(merged.tensors)} tensors, shapes and dtypes from CIRH types",
-            )
-        )
-    else:
-        notes.append(
-            CoverageNote(
-                "compiler_ir",
-                Coverage.NOT_EXPOSED,
-                "no CIRH dump among the inputs (kept only in the compile directory cs_<hash>/)",
-            )
-        )
-        notes.append(CoverageNote("lineage", Coverage.NOT_EXPOSED, "needs a CIRH dump"))
-    kernels = [p for p in merged.partitions if p.kind == "kernel"]
-    if kernels:
-        estimated = sum(1 for p in kernels if "samples_per_sec" in p.attributes)
-        with_ops = sum(1 for p in kernels if p.operator_ids)
-        notes.append(
-            CoverageNote(
-                "partitions",
-                Coverage.RECOVERED if estimated == with_ops == len(kernels) else Coverage.PARTIAL,
-                f"{len(kernels)} kernels: {with_ops} with CIRH ops, "
-                f"{estimated} with compile-report estimates",
-            )
-        )
-    else:
-        notes.append(CoverageNote("partitions", Coverage.NOT_EXPOSED, "no kernel table and no CIRH dump"))
-    macs = sum(1 for op in operators if op.macs is not None)
-    if reports or macs:
-        notes.append(
-            CoverageNote(
-                "static_cost",
-                Coverage.PARTIAL,
-                f"compiler estimates from {len(reports)} compile report(s); MACs of {macs} "
-                "matmuls from shapes; no per-op cost model for the rest",
-            )
-        )
-    notes.append(
-        CoverageNote(
-            "per_op_timing", Coverage.NOT_EXPOSED, "the appliance reports no per-op or per-kernel time"
-        )
+    fallbacks = [str(path) for path, part in merged.cirh if "parser_fallback" in part.attributes["cirh"]]
+    parsers = sorted({source.parser for source in merged.recovery.sources if source.parser})
+    detail = (
+        f"{len(merged.recovery.operators)} ops from {len(merged.cirh)} CIRH dump(s), "
+        f"read by the {' and '.join(parsers)}"
     )
-    notes.append(CoverageNote("per_partition_timing", Coverage.NOT_EXPOSED, "no per-kernel time is reported"))
-    if ("program", "train.steps") in names or ("program", "eval.steps") in names:
-        notes.append(
-            CoverageNote(
-                "per_program_timing",
-                Coverage.PARTIAL,
-                "seconds per step over each logging window (log timestamps); single steps are not logged",
-            )
+    if not fallbacks:
+        return CoverageNote("compiler_ir", Coverage.RECOVERED, detail)
+    rejected = ", ".join(fallbacks)
+    return CoverageNote(
+        "compiler_ir",
+        Coverage.PARTIAL,
+        f"{detail}; the MLIR parser rejected {rejected} (read line by line, not verified)",
+    )
+
+
+def _lineage(merged: _Merged) -> CoverageNote:
+    if not merged.cirh:
+        return CoverageNote("lineage", Coverage.NOT_EXPOSED, "needs a CIRH dump")
+    operators = merged.recovery.operators
+    with_path = sum(1 for op in operators if op.module_path)
+    phases = Counter(str(op.phase) for op in operators)
+    return graded(
+        "lineage",
+        f"module path from CIRH locations for {with_path} of {len(operators)} ops; "
+        "phase by location, then op name: "
+        + ", ".join(f"{key} {value}" for key, value in sorted(phases.items())),
+        recovered=with_path == len(operators) and "None" not in phases,
+        partial=True,
+    )
+
+
+def _source_locations(merged: _Merged) -> CoverageNote | None:
+    if not merged.cirh:
+        return None
+    operators = merged.recovery.operators
+    with_source = sum(1 for op in operators if op.source is not None)
+    return graded(
+        "source_locations",
+        f"file:line:col for {with_source} of {len(operators)} ops (the rest: unknown)",
+        recovered=with_source == len(operators),
+        partial=True,
+    )
+
+
+def _tensor_shapes(merged: _Merged) -> CoverageNote | None:
+    if not merged.cirh:
+        return None
+    return CoverageNote(
+        "tensor_shapes",
+        Coverage.RECOVERED,
+        f"{len(merged.recovery.tensors)} tensors, shapes and dtypes from CIRH types",
+    )
+
+
+def _partitions(merged: _Merged) -> CoverageNote:
+    kernels = [p for p in merged.recovery.partitions if p.kind == "kernel"]
+    if not kernels:
+        return CoverageNote("partitions", Coverage.NOT_EXPOSED, "no kernel table and no CIRH dump")
+    estimated = sum(1 for p in kernels if "samples_per_sec" in p.attributes)
+    with_ops = sum(1 for p in kernels if p.operator_ids)
+    return graded(
+        "partitions",
+        f"{len(kernels)} kernels: {with_ops} with CIRH ops, {estimated} with compile-report estimates",
+        recovered=estimated == with_ops == len(kernels),
+        partial=True,
+    )
+
+
+def _static_cost(merged: _Merged) -> CoverageNote | None:
+    macs = sum(1 for op in merged.recovery.operators if op.macs is not None)
+    if not (merged.reports or macs):
+        return None
+    return CoverageNote(
+        "static_cost",
+        Coverage.PARTIAL,
+        f"compiler estimates from {len(merged.reports)} compile report(s); MACs of {macs} "
+        "matmuls from shapes; no per-op cost model for the rest",
+    )
+
+
+def _per_program_timing(merged: _Merged) -> CoverageNote:
+    if merged.measured & {("program", "train.steps"), ("program", "eval.steps")}:
+        return CoverageNote(
+            "per_program_timing",
+            Coverage.PARTIAL,
+            "seconds per step over each logging window (log timestamps); single steps are not logged",
         )
-    elif ("program", "total_time") in names or ("program", "processed_samples") in names:
-        notes.append(CoverageNote("per_program_timing", Coverage.PARTIAL, "run totals only"))
-    else:
-        notes.append(CoverageNote("per_program_timing", Coverage.NOT_EXPOSED, "no log or run report given"))
-    if ("compile", "compile.phase") in names:
-        notes.append(
-            CoverageNote(
-                "compile_timing",
-                Coverage.RECOVERED,
-                "compile phases from the timestamps of the compiler's phase records",
-            )
+    if merged.measured & {("program", "total_time"), ("program", "processed_samples")}:
+        return CoverageNote("per_program_timing", Coverage.PARTIAL, "run totals only")
+    return CoverageNote("per_program_timing", Coverage.NOT_EXPOSED, "no log or run report given")
+
+
+def _compile_timing(merged: _Merged) -> CoverageNote | None:
+    if ("compile", "compile.phase") in merged.measured:
+        return CoverageNote(
+            "compile_timing",
+            Coverage.RECOVERED,
+            "compile phases from the timestamps of the compiler's phase records",
         )
-    elif ("compile", "compile") in names:
-        notes.append(
-            CoverageNote(
-                "compile_timing", Coverage.PARTIAL, "whole compiles only (cached compiles log no phases)"
-            )
+    if ("compile", "compile") in merged.measured:
+        return CoverageNote(
+            "compile_timing", Coverage.PARTIAL, "whole compiles only (cached compiles log no phases)"
         )
-    notes.append(CoverageNote("memory", Coverage.NOT_EXPOSED, "no memory figures in these artifacts"))
-    return tuple(notes)
+    return None
+
+
+#: The aspects a Cerebras reconstruction reports, in order: what the CIRH dumps give
+#: when there are some, then what the appliance never reports.
+_RULES = (
+    _compiler_ir,
+    _lineage,
+    _source_locations,
+    _tensor_shapes,
+    _partitions,
+    _static_cost,
+    CoverageNote(
+        "per_op_timing", Coverage.NOT_EXPOSED, "the appliance reports no per-op or per-kernel time"
+    ),
+    CoverageNote("per_partition_timing", Coverage.NOT_EXPOSED, "no per-kernel time is reported"),
+    _per_program_timing,
+    _compile_timing,
+    CoverageNote("memory", Coverage.NOT_EXPOSED, "no memory figures in these artifacts"),
+)

@@ -49,7 +49,6 @@ from collections.abc import Callable, Hashable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dfit_mlir import costs, locations
 from dfit_mlir.adapters.cerebras.logs import BACKEND
 from dfit_mlir.adapters.cerebras.reports import compile_hash_of, kernel_partition_id
 from dfit_mlir.adapters.recovery import (
@@ -64,8 +63,9 @@ from dfit_mlir.adapters.recovery import (
     ValueInfo,
     source_artifact,
 )
-from dfit_mlir.locations import CallSiteLoc, FileLoc, FusedLoc, Loc, NameLoc
-from dfit_mlir.perf import paused_gc
+from dfit_mlir.core import costs, locations
+from dfit_mlir.core.locations import CallSiteLoc, FileLoc, FusedLoc, Loc, NameLoc
+from dfit_mlir.core.perf import paused_gc
 
 #: Above this size the line reader is used directly (see the module docstring).
 BINDINGS_MAX_BYTES = 8 << 20
@@ -453,7 +453,7 @@ def _unquote(text: str) -> str:
 
 
 class _Locations:
-    """``loc(...)`` texts → :mod:`dfit_mlir.locations` trees, aliases resolved lazily."""
+    """``loc(...)`` texts → :mod:`dfit_mlir.core.locations` trees, aliases resolved lazily."""
 
     def __init__(self, path: Path, aliases: dict[str, tuple[str, int]]):
         self.path = path

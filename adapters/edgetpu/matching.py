@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dfit_mlir.adapters.coverage import Notes, assess, graded
 from dfit_mlir.adapters.recovery import (
     ArtifactError,
     Coverage,
@@ -502,144 +503,202 @@ def _ids_by_type(pairs: Iterable[tuple[str, str]]) -> dict[str, list[str]]:
     return table
 
 
+@dataclass(frozen=True)
+class _MatchedPair:
+    """A group's original and compiled model with the matching of their ops: what each
+    step of :func:`_render_matched` reads."""
+
+    group: ModelGroup
+    original: TFLiteModel
+    compiled: TFLiteModel
+    log: OperationLog | None
+    #: The scopes of the original's and of the compiled model's IDs.
+    oscope: str
+    cscope: str
+    match: ModelMatch
+    #: The Edge TPU partition of each custom op, by its ordinal.
+    partition_ids: tuple[str, ...]
+
+    def absorbed_ops(self) -> list[TFLiteOperator]:
+        """The original ops inside a custom op, custom op by custom op."""
+        return [
+            self.original.subgraphs[custom.op.subgraph].operators[index]
+            for custom in self.match.custom_ops
+            for index in custom.absorbed
+        ]
+
+    def cpu_ops(self) -> list[TFLiteOperator]:
+        """The original ops a compiled CPU op matched, in (subgraph, compiled op) order."""
+        return [self.original.subgraphs[s].operators[index] for (s, _), index in sorted(self.match.cpu.items())]
+
+
+#: Where an original op runs: (partition, status, extra attributes of its record).
+_Placement = tuple[str, str | None, dict[str, Any]]
+
+
 def _render_matched(group: ModelGroup, scopes: dict[Path, str], parts: _Parts) -> tuple[str, ...]:
     """Original + compiled model: ops placed by matching. Returns the Edge TPU partition IDs."""
-    original, compiled, log = group.original, group.compiled, group.log
+    original, compiled = group.original, group.compiled
     assert original is not None and compiled is not None
-    oscope, cscope = scopes[original.path], scopes[compiled.path]
+    cscope = scopes[compiled.path]
     check_same_model(original, compiled)
     match = match_models(original, compiled)
     parts.problems.extend(f"{group.key}: {problem}" for problem in match.problems)
+    partition_ids = tuple(edgetpu_partition_id(cscope, custom.ordinal) for custom in match.custom_ops)
+    pair = _MatchedPair(group, original, compiled, group.log, scopes[original.path], cscope, match, partition_ids)
 
-    # (subgraph, original op index) -> (partition, status, extra attributes)
-    placement: dict[tuple[int, int], tuple[str, str, dict[str, Any]]] = {}
-    partition_ids = [edgetpu_partition_id(cscope, custom.ordinal) for custom in match.custom_ops]
-    for custom in match.custom_ops:
+    on_cpu, became = _render_placed_originals(pair, parts)
+    _render_custom_ops(pair, parts)
+    unmatched = _render_unmatched_cpu(pair, parts)
+    _render_compiled_tensors(pair, parts)
+    if on_cpu or unmatched:
+        parts.partitions.append(
+            RecoveredPartition(
+                id=cpu_partition_id(cscope),
+                kind="cpu",
+                operator_ids=tuple(on_cpu + unmatched),
+                attributes={"model": group.name, "compiled_operator_ids": became + unmatched},
+            )
+        )
+    if pair.log is not None:
+        _render_matched_log(pair, pair.log, parts)
+    return partition_ids
+
+
+def _placements(pair: _MatchedPair) -> tuple[dict[tuple[int, int], _Placement], dict[tuple[int, int], str]]:
+    """Where each matched original op runs, by (subgraph, op index); and the ID of the
+    compiled CPU op each original CPU op became."""
+    placement: dict[tuple[int, int], _Placement] = {}
+    for custom in pair.match.custom_ops:
         for index in custom.absorbed:
             placement[custom.op.subgraph, index] = (
-                partition_ids[custom.ordinal],
+                pair.partition_ids[custom.ordinal],
                 MAPPED,
-                {"custom_op": scoped(cscope, custom.op.id)},
+                {"custom_op": scoped(pair.cscope, custom.op.id)},
             )
     compiled_ids: dict[tuple[int, int], str] = {}
-    for (s, compiled_index), index in match.cpu.items():
-        status, extra = _cpu_status(log, original.subgraphs[s].operators[index].op_type)
-        compiled_ids[s, index] = scoped(cscope, compiled.subgraphs[s].operators[compiled_index].id)
+    for (s, compiled_index), index in pair.match.cpu.items():
+        status, extra = _cpu_status(pair.log, pair.original.subgraphs[s].operators[index].op_type)
+        compiled_ids[s, index] = scoped(pair.cscope, pair.compiled.subgraphs[s].operators[compiled_index].id)
         placement[s, index] = (
-            cpu_partition_id(cscope),
+            cpu_partition_id(pair.cscope),
             status,
             {"compiled_op": compiled_ids[s, index], **extra},
         )
+    return placement, compiled_ids
 
-    cpu_members: list[str] = []
-    compiled_cpu_members: list[str] = []
-    for graph in original.subgraphs:
+
+def _render_placed_originals(pair: _MatchedPair, parts: _Parts) -> tuple[list[str], list[str]]:
+    """The original model's ops and tensors, each op where the matching placed it.
+    Returns the IDs of the original ops on the CPU and of the compiled ops they became."""
+    placement, compiled_ids = _placements(pair)
+    on_cpu: list[str] = []
+    became: list[str] = []
+    for graph in pair.original.subgraphs:
         for op in graph.operators:
             partition, status, extra = placement.get((graph.index, op.index), (None, None, {}))
             parts.operators.append(
-                build_operator(op, graph, oscope, partition=partition, status=status, attributes=extra)
+                build_operator(op, graph, pair.oscope, partition=partition, status=status, attributes=extra)
             )
             if (graph.index, op.index) in compiled_ids:
-                cpu_members.append(scoped(oscope, op.id))
-                compiled_cpu_members.append(compiled_ids[graph.index, op.index])
-        parts.tensors.extend(build_tensors(graph, oscope))
+                on_cpu.append(scoped(pair.oscope, op.id))
+                became.append(compiled_ids[graph.index, op.index])
+        parts.tensors.extend(build_tensors(graph, pair.oscope))
+    return on_cpu, became
 
-    for custom in match.custom_ops:
-        graph = original.subgraphs[custom.op.subgraph]
-        compiled_graph = compiled.subgraphs[custom.op.subgraph]
-        absorbed_ids = [scoped(oscope, graph.operators[i].id) for i in custom.absorbed]
-        macs = [operator_macs(graph.operators[i], graph) for i in custom.absorbed]
+
+def _render_custom_ops(pair: _MatchedPair, parts: _Parts) -> None:
+    """Each custom op (scoped by the compiled model) and its Edge TPU partition, both
+    naming the original ops it absorbed."""
+    for custom in pair.match.custom_ops:
+        graph = pair.original.subgraphs[custom.op.subgraph]
+        absorbed_ids = [scoped(pair.oscope, graph.operators[i].id) for i in custom.absorbed]
         parts.operators.append(
             build_operator(
                 custom.op,
-                compiled_graph,
-                cscope,
-                partition=partition_ids[custom.ordinal],
+                pair.compiled.subgraphs[custom.op.subgraph],
+                pair.cscope,
+                partition=pair.partition_ids[custom.ordinal],
                 status=MAPPED,
                 attributes={"absorbed_operator_ids": absorbed_ids},
             )
         )
         parts.partitions.append(
             RecoveredPartition(
-                id=partition_ids[custom.ordinal],
+                id=pair.partition_ids[custom.ordinal],
                 kind=EDGETPU_CUSTOM_OP,
                 operator_ids=tuple(absorbed_ids),
-                attributes={
-                    "model": group.name,
-                    "custom_op": scoped(cscope, custom.op.id),
-                    "absorbed_op_count": len(absorbed_ids),
-                    "absorbed_op_types": dict(Counter(graph.operators[i].op_type for i in custom.absorbed)),
-                    # Summed over the ops whose MACs the shapes give; the others are counted.
-                    "absorbed_macs": sum(m for m in macs if m is not None),
-                    "absorbed_ops_without_macs": sum(m is None for m in macs),
-                    "executable_bytes": custom.op.custom_options_bytes,
-                    "boundary_inputs": [compiled_graph.tensors[i].name for i in custom.op.inputs if i >= 0],
-                    "boundary_outputs": [compiled_graph.tensors[i].name for i in custom.op.outputs],
-                },
+                attributes=_custom_op_attributes(pair, custom, absorbed_ids),
             )
         )
-    # Compiled records that match nothing stay as they are (CPU ops in the CPU partition).
-    for op in match.unmatched_cpu:
-        status, extra = _cpu_status(log, op.op_type)
+
+
+def _custom_op_attributes(pair: _MatchedPair, custom: CustomOpMatch, absorbed_ids: list[str]) -> dict[str, Any]:
+    graph = pair.original.subgraphs[custom.op.subgraph]
+    compiled_graph = pair.compiled.subgraphs[custom.op.subgraph]
+    macs = [operator_macs(graph.operators[i], graph) for i in custom.absorbed]
+    return {
+        "model": pair.group.name,
+        "custom_op": scoped(pair.cscope, custom.op.id),
+        "absorbed_op_count": len(absorbed_ids),
+        "absorbed_op_types": dict(Counter(graph.operators[i].op_type for i in custom.absorbed)),
+        # Summed over the ops whose MACs the shapes give; the others are counted.
+        "absorbed_macs": sum(m for m in macs if m is not None),
+        "absorbed_ops_without_macs": sum(m is None for m in macs),
+        "executable_bytes": custom.op.custom_options_bytes,
+        "boundary_inputs": [compiled_graph.tensors[i].name for i in custom.op.inputs if i >= 0],
+        "boundary_outputs": [compiled_graph.tensors[i].name for i in custom.op.outputs],
+    }
+
+
+def _render_unmatched_cpu(pair: _MatchedPair, parts: _Parts) -> list[str]:
+    """Compiled CPU ops that match no original op stay as they are, in the CPU partition.
+    Returns their IDs."""
+    ids = []
+    for op in pair.match.unmatched_cpu:
+        status, extra = _cpu_status(pair.log, op.op_type)
         parts.operators.append(
             build_operator(
                 op,
-                compiled.subgraphs[op.subgraph],
-                cscope,
-                partition=cpu_partition_id(cscope),
+                pair.compiled.subgraphs[op.subgraph],
+                pair.cscope,
+                partition=cpu_partition_id(pair.cscope),
                 status=status,
                 attributes={**extra, "unmatched": True},
             )
         )
-        cpu_members.append(scoped(cscope, op.id))
-        compiled_cpu_members.append(scoped(cscope, op.id))
-    for compiled_graph in compiled.subgraphs:
+        ids.append(scoped(pair.cscope, op.id))
+    return ids
+
+
+def _render_compiled_tensors(pair: _MatchedPair, parts: _Parts) -> None:
+    """The compiled model's tensors that the original has no tensor of the same name for
+    (the others are folded into the original's)."""
+    original = pair.original
+    for compiled_graph in pair.compiled.subgraphs:
         known = (
             {t.name for t in original.subgraphs[compiled_graph.index].tensors}
             if compiled_graph.index < len(original.subgraphs)
             else set()
         )
-        parts.tensors.extend(t for t in build_tensors(compiled_graph, cscope) if t.name not in known)
-    if cpu_members:
-        parts.partitions.append(
-            RecoveredPartition(
-                id=cpu_partition_id(cscope),
-                kind="cpu",
-                operator_ids=tuple(cpu_members),
-                attributes={"model": group.name, "compiled_operator_ids": compiled_cpu_members},
-            )
-        )
+        parts.tensors.extend(t for t in build_tensors(compiled_graph, pair.cscope) if t.name not in known)
 
-    if log is not None:
-        mapped = Counter(
-            original.subgraphs[c.op.subgraph].operators[i].op_type
-            for c in match.custom_ops
-            for i in c.absorbed
-        )
-        cpu = Counter(original.subgraphs[s].operators[i].op_type for (s, _), i in match.cpu.items())
-        cpu.update(op.op_type for op in match.unmatched_cpu)
-        total = Counter(op.op_type for op in original.operators)
-        parts.problems.extend(f"{group.key}: {p}" for p in _compare_with_log(log, mapped, cpu, total))
-        absorbed_ids = _ids_by_type(
-            (
-                original.subgraphs[c.op.subgraph].operators[i].op_type,
-                scoped(oscope, original.subgraphs[c.op.subgraph].operators[i].id),
-            )
-            for c in match.custom_ops
-            for i in c.absorbed
-        )
-        cpu_ids = _ids_by_type(
-            (
-                original.subgraphs[s].operators[i].op_type,
-                scoped(oscope, original.subgraphs[s].operators[i].id),
-            )
-            for (s, _), i in sorted(match.cpu.items())
-        )
-        for op in match.unmatched_cpu:
-            cpu_ids.setdefault(op.op_type, []).append(scoped(cscope, op.id))
-        links = _row_links(log, absorbed_ids, cpu_ids, partition_ids, cpu_partition_id(cscope))
-        parts.measurements.extend(log_measurements(log, links))
-    return tuple(partition_ids)
+
+def _render_matched_log(pair: _MatchedPair, log: OperationLog, parts: _Parts) -> None:
+    """The log's per-type counts checked against the matching, and its measurements with
+    the ops each of its table rows counts."""
+    unmatched = pair.match.unmatched_cpu
+    mapped = Counter(op.op_type for op in pair.absorbed_ops())
+    cpu = Counter(op.op_type for op in pair.cpu_ops())
+    cpu.update(op.op_type for op in unmatched)
+    total = Counter(op.op_type for op in pair.original.operators)
+    parts.problems.extend(f"{pair.group.key}: {p}" for p in _compare_with_log(log, mapped, cpu, total))
+    absorbed_ids = _ids_by_type((op.op_type, scoped(pair.oscope, op.id)) for op in pair.absorbed_ops())
+    cpu_ids = _ids_by_type((op.op_type, scoped(pair.oscope, op.id)) for op in pair.cpu_ops())
+    for op in unmatched:
+        cpu_ids.setdefault(op.op_type, []).append(scoped(pair.cscope, op.id))
+    links = _row_links(log, absorbed_ids, cpu_ids, pair.partition_ids, cpu_partition_id(pair.cscope))
+    parts.measurements.extend(log_measurements(log, links))
 
 
 def _render_compiled(group: ModelGroup, scopes: dict[Path, str], parts: _Parts) -> tuple[str, ...]:
@@ -783,101 +842,130 @@ def reconstruct(paths: Sequence[Path | str]) -> Recovery:
     )
 
 
+# ---------------------------------------------------------------------------- coverage
+
+
 def _coverage(
     inputs: _Inputs, groups: Sequence[ModelGroup], problems: Sequence[str], unattached: Sequence[str]
 ) -> tuple[CoverageNote, ...]:
-    matched = [g.key for g in groups if g.compiled and g.original]
-    compiled_only = [g.key for g in groups if g.compiled and not g.original]
-    logs_only = [g.key for g in groups if g.log and not g.compiled and not g.original]
-    notes = []
+    return assess(_Grouped.of(inputs, groups, problems, unattached), _RULES)
 
-    if not inputs.models:
-        notes.append(
-            CoverageNote(
-                "operators",
-                Coverage.PARTIAL if inputs.logs else Coverage.NOT_EXPOSED,
-                "no .tflite given"
-                + (": ops are only counted per type by the operation logs" if inputs.logs else ""),
-            )
+
+@dataclass(frozen=True)
+class _Grouped:
+    """What the coverage notes of an Edge TPU reconstruction look at: the files read,
+    how their groups came out, the disagreements the matching found and the console
+    blocks that attached to no group."""
+
+    inputs: _Inputs
+    problems: Sequence[str]
+    unattached: Sequence[str]
+    #: Keys of the groups with both models, with the compiled model only, with a log only.
+    matched: list[str]
+    compiled_only: list[str]
+    logs_only: list[str]
+    any_compiled: bool
+
+    @classmethod
+    def of(
+        cls, inputs: _Inputs, groups: Sequence[ModelGroup], problems: Sequence[str], unattached: Sequence[str]
+    ) -> _Grouped:
+        return cls(
+            inputs,
+            problems,
+            unattached,
+            matched=[g.key for g in groups if g.compiled and g.original],
+            compiled_only=[g.key for g in groups if g.compiled and not g.original],
+            logs_only=[g.key for g in groups if g.log and not g.compiled and not g.original],
+            any_compiled=any(g.compiled for g in groups),
         )
-    elif compiled_only or logs_only:
+
+
+def _operators_note(grouped: _Grouped) -> CoverageNote:
+    inputs, compiled_only, logs_only = grouped.inputs, grouped.compiled_only, grouped.logs_only
+    if not inputs.models:
+        return graded(
+            "operators",
+            "no .tflite given" + (": ops are only counted per type by the operation logs" if inputs.logs else ""),
+            partial=bool(inputs.logs),
+        )
+    if compiled_only or logs_only:
         gaps = (
             [f"ops inside the Edge TPU custom op are unknown without the original model for {compiled_only}"]
             if compiled_only
             else []
         ) + ([f"only per-type counts for {logs_only}"] if logs_only else [])
-        notes.append(CoverageNote("operators", Coverage.PARTIAL, "; ".join(gaps)))
-    else:
-        notes.append(
-            CoverageNote(
-                "operators", Coverage.RECOVERED, "every original op with operands, results, shapes and dtypes"
-            )
-        )
-    if inputs.models:
-        notes.append(
-            CoverageNote(
-                "tensor_shapes",
-                Coverage.RECOVERED,
-                "every tensor's shape, dtype and size (concrete shapes, as compiled)",
-            )
-        )
-        notes.append(
-            CoverageNote(
-                "static_cost",
-                Coverage.PARTIAL,
-                "MACs of CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED from shapes; bytes of every op",
-            )
-        )
-        notes.append(
-            CoverageNote(
-                "source_locations",
-                Coverage.PARTIAL,
-                "tensor names only (an op's output tensor name is its name and module path)",
-            )
-        )
-    else:
-        notes.append(CoverageNote("tensor_shapes", Coverage.NOT_EXPOSED, "the logs carry no tensors"))
+        return CoverageNote("operators", Coverage.PARTIAL, "; ".join(gaps))
+    return CoverageNote(
+        "operators", Coverage.RECOVERED, "every original op with operands, results, shapes and dtypes"
+    )
 
+
+#: What a .tflite gives whenever one is among the inputs.
+_MODEL_NOTES = (
+    CoverageNote(
+        "tensor_shapes",
+        Coverage.RECOVERED,
+        "every tensor's shape, dtype and size (concrete shapes, as compiled)",
+    ),
+    CoverageNote(
+        "static_cost",
+        Coverage.PARTIAL,
+        "MACs of CONV_2D, DEPTHWISE_CONV_2D and FULLY_CONNECTED from shapes; bytes of every op",
+    ),
+    CoverageNote(
+        "source_locations",
+        Coverage.PARTIAL,
+        "tensor names only (an op's output tensor name is its name and module path)",
+    ),
+)
+
+
+def _model_notes(grouped: _Grouped) -> Notes:
+    if grouped.inputs.models:
+        return _MODEL_NOTES
+    return CoverageNote("tensor_shapes", Coverage.NOT_EXPOSED, "the logs carry no tensors")
+
+
+def _lineage_note(grouped: _Grouped) -> CoverageNote:
+    matched, compiled_only = grouped.matched, grouped.compiled_only
     if matched and not compiled_only:
-        notes.append(
-            CoverageNote(
-                "lineage",
-                # Disagreements (ops placed nowhere, boundaries the original lacks) mean
-                # the lineage is only as good as the matches that held.
-                Coverage.PARTIAL if problems else Coverage.RECOVERED,
-                f"per original op to its Edge TPU custom op or the CPU, matched through boundary "
-                f"tensor names ({matched}); compiled CPU ops and tensors are folded into the "
-                "original records of the same name",
-            )
+        return CoverageNote(
+            "lineage",
+            # Disagreements (ops placed nowhere, boundaries the original lacks) mean
+            # the lineage is only as good as the matches that held.
+            Coverage.PARTIAL if grouped.problems else Coverage.RECOVERED,
+            f"per original op to its Edge TPU custom op or the CPU, matched through boundary "
+            f"tensor names ({matched}); compiled CPU ops and tensors are folded into the "
+            "original records of the same name",
         )
-    elif matched:
-        notes.append(
-            CoverageNote(
-                "lineage",
-                Coverage.PARTIAL,
-                f"per op to partition for {matched}; not for {compiled_only} (original missing)",
-            )
+    if matched:
+        return CoverageNote(
+            "lineage",
+            Coverage.PARTIAL,
+            f"per op to partition for {matched}; not for {compiled_only} (original missing)",
         )
-    else:
-        notes.append(
-            CoverageNote(
-                "lineage",
-                Coverage.NOT_EXPOSED,
-                "needs the original and the compiled .tflite of the same model",
-            )
-        )
+    return CoverageNote(
+        "lineage",
+        Coverage.NOT_EXPOSED,
+        "needs the original and the compiled .tflite of the same model",
+    )
 
-    if any(g.compiled for g in groups):
-        status = Coverage.PARTIAL if problems or compiled_only else Coverage.RECOVERED
+
+def _partition_notes(grouped: _Grouped) -> list[CoverageNote]:
+    """How partitions were recovered, then one note per disagreement the matching found."""
+    problems = grouped.problems
+    notes = []
+    if grouped.any_compiled:
         notes.append(
             CoverageNote(
                 "partitions",
-                status,
+                Coverage.PARTIAL if problems or grouped.compiled_only else Coverage.RECOVERED,
                 "one edgetpu-custom-op partition per custom op and a cpu partition"
                 + (f"; {len(problems)} disagreement(s) in the notes that follow" if problems else ""),
             )
         )
-    elif inputs.logs:
+    elif grouped.inputs.logs:
         notes.append(
             CoverageNote(
                 "partitions",
@@ -886,66 +974,76 @@ def _coverage(
             )
         )
     notes.extend(CoverageNote("partitions", Coverage.PARTIAL, problem) for problem in problems)
+    return notes
 
-    executable = sum(op.custom_options_bytes for m in inputs.models for op in m.operators if op.is_edgetpu)
-    notes.append(
-        CoverageNote(
-            "compiler_ir",
-            Coverage.NOT_EXPOSED,
-            f"the Edge TPU executable inside edgetpu-custom-op is an opaque binary "
-            f"({executable} bytes in the given models)",
-        )
+
+def _compiler_ir_note(grouped: _Grouped) -> CoverageNote:
+    models = grouped.inputs.models
+    executable = sum(op.custom_options_bytes for m in models for op in m.operators if op.is_edgetpu)
+    return CoverageNote(
+        "compiler_ir",
+        Coverage.NOT_EXPOSED,
+        f"the Edge TPU executable inside edgetpu-custom-op is an opaque binary "
+        f"({executable} bytes in the given models)",
     )
-    notes.append(
-        CoverageNote(
-            "per_op_timing",
-            Coverage.NOT_EXPOSED,
-            "the Edge TPU runtime exposes per-invoke latency only; ops inside a custom op are never timed",
-        )
-    )
-    notes.append(
-        CoverageNote(
-            "per_partition_timing",
-            Coverage.NOT_EXPOSED,
-            "compile artifacts hold no run timing (a TFLite op profiler at run time would "
-            "time the custom op as a whole)",
-        )
-    )
-    notes.append(
-        CoverageNote("per_program_timing", Coverage.NOT_EXPOSED, "compile artifacts hold no run timing")
-    )
-    if inputs.consoles:
-        notes.append(
-            CoverageNote(
-                "memory",
-                Coverage.PARTIAL,
-                "on-chip cached / remaining and off-chip streamed parameter bytes per model "
-                "from the console summary (two decimals as printed); static tensor sizes",
-            )
-        )
-        notes.extend(
-            CoverageNote(
-                "memory",
-                Coverage.PARTIAL,
-                f"console block tied to no given model file (figures kept, no partition): {where}",
-            )
-            for where in unattached
-        )
-        timed = any(s.compile_time_s is not None for s in inputs.consoles)
-        notes.append(
-            CoverageNote(
-                "compile_timing",
-                Coverage.RECOVERED if timed else Coverage.NOT_EXPOSED,
-                "total time of each compiler run (no phases)",
-            )
-        )
-    else:
-        notes.append(
+
+
+def _memory_notes(grouped: _Grouped) -> list[CoverageNote]:
+    """The console summary's memory figures (and blocks tied to no model), and its
+    compile times; without one, what the models' sizes give."""
+    inputs = grouped.inputs
+    if not inputs.consoles:
+        return [
             CoverageNote(
                 "memory",
                 Coverage.PARTIAL if inputs.models else Coverage.NOT_EXPOSED,
                 "static tensor and weight sizes only; the on-chip / off-chip parameter split "
                 "is in the compiler's console summary, which was not given",
             )
-        )
-    return tuple(notes)
+        ]
+    timed = any(s.compile_time_s is not None for s in inputs.consoles)
+    return [
+        CoverageNote(
+            "memory",
+            Coverage.PARTIAL,
+            "on-chip cached / remaining and off-chip streamed parameter bytes per model "
+            "from the console summary (two decimals as printed); static tensor sizes",
+        ),
+        *(
+            CoverageNote(
+                "memory",
+                Coverage.PARTIAL,
+                f"console block tied to no given model file (figures kept, no partition): {where}",
+            )
+            for where in grouped.unattached
+        ),
+        CoverageNote(
+            "compile_timing",
+            Coverage.RECOVERED if timed else Coverage.NOT_EXPOSED,
+            "total time of each compiler run (no phases)",
+        ),
+    ]
+
+
+#: The aspects an Edge TPU reconstruction reports, in order; run timing is never in
+#: compile artifacts.
+_RULES = (
+    _operators_note,
+    _model_notes,
+    _lineage_note,
+    _partition_notes,
+    _compiler_ir_note,
+    CoverageNote(
+        "per_op_timing",
+        Coverage.NOT_EXPOSED,
+        "the Edge TPU runtime exposes per-invoke latency only; ops inside a custom op are never timed",
+    ),
+    CoverageNote(
+        "per_partition_timing",
+        Coverage.NOT_EXPOSED,
+        "compile artifacts hold no run timing (a TFLite op profiler at run time would "
+        "time the custom op as a whole)",
+    ),
+    CoverageNote("per_program_timing", Coverage.NOT_EXPOSED, "compile artifacts hold no run timing"),
+    _memory_notes,
+)

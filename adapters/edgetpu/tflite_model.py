@@ -186,7 +186,7 @@ def operator_macs(op: TFLiteOperator, subgraph: TFLiteSubgraph) -> int | None:
 
 
 def operator_bytes(op: TFLiteOperator, subgraph: TFLiteSubgraph) -> int | None:
-    """Static sizes of every operand and result (the convention of ``dfit_mlir.costs``)."""
+    """Static sizes of every operand and result (the convention of ``dfit_mlir.core.costs``)."""
     sizes = [subgraph.tensors[i].nbytes for i in (*op.inputs, *op.outputs) if i >= 0]
     return None if not sizes or None in sizes else sum(sizes)  # type: ignore[arg-type]
 

@@ -10,11 +10,13 @@ through the PEF they name.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from dfit_mlir.adapters.coverage import assess, graded
 from dfit_mlir.adapters.recovery import (
     Coverage,
     CoverageNote,
@@ -233,125 +235,166 @@ def _coverage(
     measurements: tuple[Measurement, ...],
     matches: list[dict[str, Any]],
 ) -> tuple[CoverageNote, ...]:
-    def note(aspect: str, recovered: bool, partial: bool, detail: str) -> CoverageNote:
-        status = (
-            Coverage.RECOVERED
-            if recovered
-            else Coverage.PARTIAL
-            if partial
-            else Coverage.NOT_EXPOSED
-        )
-        return CoverageNote(aspect, status, detail)
+    counted = _Counted.of(operators, partitions, measurements, matches)
+    return assess(counted, _RULES) + _reader_notes(parts)
 
-    def count(kind: str | None = None, name: str | None = None, prefix: str | None = None) -> int:
-        return sum(
-            1
-            for m in measurements
-            if (kind is None or m.kind == kind)
-            and (name is None or m.name == name)
-            and (prefix is None or m.name.startswith(prefix))
+
+@dataclass(frozen=True)
+class _Counted:
+    """What the coverage notes of a SambaNova dump count, over its merged records."""
+
+    operators: int
+    #: Operators with shapes (printed NamedTensors or types in warnings).
+    shaped: int
+    #: Operators with a module path decoded from their name.
+    pathed: int
+    #: Operators with a file:line (a failing op's traceback).
+    located: int
+    #: Operators tied to a partition through rail's buffer-context names.
+    placed: int
+    #: Partitions from rail's compile lines, and the Plasma units grouping them.
+    rail: int
+    sections: int
+    #: Graph-level "Amortized resources" figures (compiler estimates).
+    estimates: int
+    #: Measurements by name (``loss``, ``run.phase``, ...) and by kind (``function``).
+    names: Counter[str]
+    kinds: Counter[str]
+    #: Run-summary figures (measured throughput).
+    summary: int
+    matches: list[dict[str, Any]]
+
+    @classmethod
+    def of(
+        cls,
+        operators: tuple[RecoveredOperator, ...],
+        partitions: tuple[RecoveredPartition, ...],
+        measurements: tuple[Measurement, ...],
+        matches: list[dict[str, Any]],
+    ) -> _Counted:
+        return cls(
+            operators=len(operators),
+            shaped=sum(1 for o in operators if o.inputs or o.outputs),
+            pathed=sum(1 for o in operators if o.module_path),
+            located=sum(1 for o in operators if o.source is not None),
+            placed=sum(1 for o in operators if o.partition is not None),
+            rail=sum(1 for p in partitions if p.kind == "partition"),
+            sections=sum(1 for p in partitions if p.kind == "section"),
+            estimates=sum(1 for m in measurements if m.name.startswith("amortized.")),
+            names=Counter(m.name for m in measurements),
+            kinds=Counter(m.kind for m in measurements),
+            summary=sum(1 for m in measurements if m.attributes.get("what") == "run summary"),
+            matches=matches,
         )
 
-    shaped = sum(1 for o in operators if o.inputs or o.outputs)
-    pathed = sum(1 for o in operators if o.module_path)
-    located = sum(1 for o in operators if o.source is not None)
-    placed = sum(1 for o in operators if o.partition is not None)
-    rail = sum(1 for p in partitions if p.kind == "partition")
-    sections = sum(1 for p in partitions if p.kind == "section")
-    estimates = count(prefix="amortized.")
-    steps = count(name="loss")
-    summary = sum(1 for m in measurements if m.attributes.get("what") == "run summary")
-    host = count(kind="function")
-    notes = [
-        note(
-            "compiler_ir",
-            False,
-            False,
-            "SambaFlow keeps its IR inside the compiler and the PEF; logs show none",
-        ),
-        note(
-            "lineage",
-            False,
-            False,
-            "no pass-by-pass op lineage in the logs; operator names carry module paths only",
-        ),
-        note(
-            "source_locations",
-            False,
-            bool(pathed or located),
-            f"module paths for {pathed} operators (decoded from their names), no file:line; "
-            f"file:line for {located} failing operators from a traceback",
-        ),
-        note(
-            "tensor_shapes",
-            False,
-            bool(shaped),
-            f"shapes of {shaped} of {len(operators)} operators, "
-            "only where warnings print NamedTensors or types",
-        ),
-        note(
-            "operators",
-            False,
-            bool(operators),
-            f"{len(operators)} operators named in warnings, rail contexts or tracebacks; "
-            "the graph is not logged; "
-            f"{placed} tied to a partition through rail's buffer-context names",
-        ),
-        note(
-            "partitions",
-            bool(rail),
-            bool(sections),
-            f"{rail} partitions from 'Compilation succeeded for partition_N_M_' lines, "
-            f"{sections} Plasma units ('sections_A_B') grouping them",
-        ),
-        note(
-            "static_cost",
-            False,
-            bool(estimates),
-            f"{estimates} graph-level 'Amortized resources' figures: compiler estimates, not measurements",
-        ),
-        note("per_op_timing", False, False, "no per-operator timing in SambaFlow console output"),
-        note(
-            "per_partition_timing",
-            False,
-            False,
-            "per-partition figures appear only as compiler estimates (projected latency), "
-            "recorded as estimates; "
-            "measured section latencies live in SambaTune/snprof reports, not in console logs",
-        ),
-        note(
-            "per_program_timing",
-            bool(steps or summary),
-            bool(host or count(name="test_accuracy") or count(name="run.phase")),
-            f"{steps} step losses with tqdm step times and {summary} run-summary figures "
-            "(measured throughput); "
-            f"{count(name='run.phase')} per-task phases between the app's milestone lines; "
-            f"{host} host call-tree frames from pyinstrument",
-        ),
-        note(
-            "memory",
-            False,
-            False,
-            "PMU counts only; no byte sizes of tensors or buffers in the logs",
-        ),
-        note(
-            "matching",
-            bool(matches),
-            False,
-            "artifacts matched by the name of the PEF they name "
-            "(compile output, run --pef, profiled program): "
-            + (
-                ", ".join(
-                    f"{m['pef_name']} ({len(m['artifacts'])} artifacts, "
-                    f"{'same path' if m['same_path'] else 'different directories'})"
-                    for m in matches
-                )
-                or "none in common"
-            ),
-        ),
-    ]
-    extra = _reader_notes(parts)
-    return tuple(notes) + extra
+
+def _source_locations(counted: _Counted) -> CoverageNote:
+    return graded(
+        "source_locations",
+        f"module paths for {counted.pathed} operators (decoded from their names), no file:line; "
+        f"file:line for {counted.located} failing operators from a traceback",
+        partial=bool(counted.pathed or counted.located),
+    )
+
+
+def _tensor_shapes(counted: _Counted) -> CoverageNote:
+    return graded(
+        "tensor_shapes",
+        f"shapes of {counted.shaped} of {counted.operators} operators, "
+        "only where warnings print NamedTensors or types",
+        partial=bool(counted.shaped),
+    )
+
+
+def _operators(counted: _Counted) -> CoverageNote:
+    return graded(
+        "operators",
+        f"{counted.operators} operators named in warnings, rail contexts or tracebacks; "
+        "the graph is not logged; "
+        f"{counted.placed} tied to a partition through rail's buffer-context names",
+        partial=bool(counted.operators),
+    )
+
+
+def _partitions(counted: _Counted) -> CoverageNote:
+    return graded(
+        "partitions",
+        f"{counted.rail} partitions from 'Compilation succeeded for partition_N_M_' lines, "
+        f"{counted.sections} Plasma units ('sections_A_B') grouping them",
+        recovered=bool(counted.rail),
+        partial=bool(counted.sections),
+    )
+
+
+def _static_cost(counted: _Counted) -> CoverageNote:
+    return graded(
+        "static_cost",
+        f"{counted.estimates} graph-level 'Amortized resources' figures: compiler estimates, not measurements",
+        partial=bool(counted.estimates),
+    )
+
+
+def _per_program_timing(counted: _Counted) -> CoverageNote:
+    steps, host, phases = counted.names["loss"], counted.kinds["function"], counted.names["run.phase"]
+    return graded(
+        "per_program_timing",
+        f"{steps} step losses with tqdm step times and {counted.summary} run-summary figures "
+        "(measured throughput); "
+        f"{phases} per-task phases between the app's milestone lines; "
+        f"{host} host call-tree frames from pyinstrument",
+        recovered=bool(steps or counted.summary),
+        partial=bool(host or counted.names["test_accuracy"] or phases),
+    )
+
+
+def _matching(counted: _Counted) -> CoverageNote:
+    matched = ", ".join(
+        f"{m['pef_name']} ({len(m['artifacts'])} artifacts, "
+        f"{'same path' if m['same_path'] else 'different directories'})"
+        for m in counted.matches
+    )
+    return graded(
+        "matching",
+        "artifacts matched by the name of the PEF they name "
+        "(compile output, run --pef, profiled program): " + (matched or "none in common"),
+        recovered=bool(counted.matches),
+    )
+
+
+#: The aspects of :data:`_ASPECTS` in report order: what SambaFlow's logs never show is
+#: a fixed note, the rest is counted.
+_RULES = (
+    CoverageNote(
+        "compiler_ir",
+        Coverage.NOT_EXPOSED,
+        "SambaFlow keeps its IR inside the compiler and the PEF; logs show none",
+    ),
+    CoverageNote(
+        "lineage",
+        Coverage.NOT_EXPOSED,
+        "no pass-by-pass op lineage in the logs; operator names carry module paths only",
+    ),
+    _source_locations,
+    _tensor_shapes,
+    _operators,
+    _partitions,
+    _static_cost,
+    CoverageNote("per_op_timing", Coverage.NOT_EXPOSED, "no per-operator timing in SambaFlow console output"),
+    CoverageNote(
+        "per_partition_timing",
+        Coverage.NOT_EXPOSED,
+        "per-partition figures appear only as compiler estimates (projected latency), "
+        "recorded as estimates; "
+        "measured section latencies live in SambaTune/snprof reports, not in console logs",
+    ),
+    _per_program_timing,
+    CoverageNote(
+        "memory",
+        Coverage.NOT_EXPOSED,
+        "PMU counts only; no byte sizes of tensors or buffers in the logs",
+    ),
+    _matching,
+)
 
 
 def _reader_notes(parts: Iterable[Recovery]) -> tuple[CoverageNote, ...]:

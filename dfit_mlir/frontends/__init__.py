@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Protocol
 
+from dfit_mlir.core.filters import parse_globs  # noqa: F401  (the frontends' name for it)
+
 PHASES = ("forward", "backward", "optimizer", "loss", "initializer")
 #: Op kinds that hold initial values of the model (weights, buffers) rather than
 #: computing: their phase is ``initializer``.
@@ -268,14 +270,6 @@ def installed_framework_roots() -> tuple[str, ...]:
     return tuple(dict.fromkeys(roots))
 
 
-def parse_globs(text: str | Iterable[str] | None) -> tuple[str, ...]:
-    """``"a/*,b/*"`` (or a list of such strings) → globs."""
-    if not text:
-        return ()
-    items = [text] if isinstance(text, str) else list(text)
-    return tuple(g.strip() for item in items for g in item.split(",") if g.strip())
-
-
 # --- registry --------------------------------------------------------------------------
 
 #: Frontend name → zero-argument factory importing its module on call. Detection tries
@@ -405,7 +399,7 @@ def _updates_of_gradients(operators: Sequence[dict[str, Any]], tensors: Sequence
 def common_module(paths: Iterable[str | None]) -> str | None:
     """The innermost module that holds every path (``MLP/block1``, ``MLP/block2`` →
     ``MLP``; the root ``""`` if only that); ``None`` if any path is unknown."""
-    from dfit_mlir.flamegraph import ancestry
+    from dfit_mlir.core.module_paths import ancestry
 
     paths = list(paths)
     if not paths or any(p is None for p in paths):

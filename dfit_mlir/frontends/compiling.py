@@ -18,11 +18,11 @@ def compile_text(text: str, output: str | Path, *, default_flags: Sequence[str],
     :func:`dfit_mlir.frontends.jax.compile`): write the exported MLIR ``text`` beside
     ``output`` (``<output stem>.mlir`` unless ``mlir_path``), compile it with tags
     (``flags``, default: the frontend's ``default_flags``) and, unless ``quiet``, print
-    what ``dfit compile`` prints (:func:`dfit_mlir.report.compile_report`); returns the
+    what ``dfit compile`` prints (:func:`dfit_mlir.passes.compile_report.compile_report`); returns the
     :class:`~dfit_mlir.passes.instrumented_compile.CompileResult`."""
-    from dfit_mlir import atomic
+    from dfit_mlir.core import atomic
+    from dfit_mlir.passes.compile_report import compile_report
     from dfit_mlir.passes.instrumented_compile import compile_instrumented
-    from dfit_mlir.report import compile_report
 
     output = Path(output)
     source = Path(mlir_path) if mlir_path else output.with_suffix(".mlir")

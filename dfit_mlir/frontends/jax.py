@@ -250,7 +250,7 @@ def lower_text(fn: Any, *args: Any, static_argnums: int | Sequence[int] = (), **
     """StableHLO text of ``jax.jit(fn)`` at these arguments, with debug info; a private
     helper called from several phases is copied once per phase
     (:func:`dfit_mlir.frontends.jax_helpers.specialize_by_phase`)."""
-    from dfit_mlir.errors import CompileError, ToolchainError
+    from dfit_mlir.core.errors import CompileError, ToolchainError
 
     try:
         import jax

@@ -109,7 +109,8 @@ def _call_site_records(module: Any, frontend: Any) -> tuple[list[dict[str, Any]]
     numbered), the call ops (record ID → (callee, op)) and the private functions by name."""
     from iree.compiler import ir
 
-    from dfit_mlir import frontends, locations
+    from dfit_mlir import frontends
+    from dfit_mlir.core import locations
     from dfit_mlir.passes import mlir_engine
 
     tree = mlir_engine.OpTree(module.operation)

@@ -42,7 +42,7 @@ class ExportedFile:
 def default_factory(path: Path) -> str:
     """``make_model`` or ``make_step``, whichever the file defines (or assigns) at top
     level (see the module docstring); ``make_model`` when it has neither."""
-    from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.core.errors import InvalidInputError
 
     try:
         tree = ast.parse(path.read_bytes(), filename=str(path))
@@ -72,7 +72,7 @@ def _is_torch_module(value: Any) -> bool:
 
 def export_model_file(path: str | Path, factory: str | None = None) -> ExportedFile:
     """Run the file's factory and export what it returns (see the module docstring)."""
-    from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.core.errors import InvalidInputError
     from dfit_mlir.frontends import jax as jax_frontend
     from dfit_mlir.frontends import torch as torch_frontend
 

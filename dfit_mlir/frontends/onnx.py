@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from dfit_mlir.errors import EXIT_TOOLCHAIN_FAILED, DfitError, InvalidInputError
+from dfit_mlir.core.errors import EXIT_TOOLCHAIN_FAILED, DfitError, InvalidInputError
 from dfit_mlir.frontends import SourceModel
 
 #: Models below this opset are upgraded to it before import: IREE does not legalize

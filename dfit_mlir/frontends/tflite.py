@@ -2,7 +2,7 @@
 
 Every op carries its TFLite output tensor name wrapped around the file:
 ``loc("model_1/model/add_3/add"("model.tflite":0:0))``. Line 0 of a ``.tflite`` is no
-source line (:func:`dfit_mlir.locations.is_source_line`). Tensor names are Keras/TF
+source line (:func:`dfit_mlir.core.locations.is_source_line`). Tensor names are Keras/TF
 layer paths with the op last, so the module path is the name's ``/``-prefix
 (``model_1/model/add_3``); a name without ``/`` (``input``, the function's own
 ``main``) sits in the root (``""``). The converter joins the names of fused TF ops with ``;``

@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from dfit_mlir.errors import EXIT_TOOLCHAIN_FAILED, DfitError
+from dfit_mlir.core.errors import EXIT_TOOLCHAIN_FAILED, DfitError
 from dfit_mlir.frontends import SourceModel
 from dfit_mlir.frontends.torch_caches import register_cache_pytrees
 
@@ -204,7 +204,7 @@ def _block_ops(function: Any) -> list[Any]:
 def export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None, *,
                 strict: bool = False) -> str:
     """The model as torch-dialect MLIR text with locations and module names."""
-    from dfit_mlir.errors import ToolchainError
+    from dfit_mlir.core.errors import ToolchainError
 
     try:
         import torch
@@ -253,7 +253,7 @@ def _export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | Non
     import torch
     from iree.turbine import aot
 
-    from dfit_mlir.errors import CompileError
+    from dfit_mlir.core.errors import CompileError
 
     # A transformers KV cache among the inputs or outputs passes as its tensors.
     register_cache_pytrees()
@@ -584,7 +584,7 @@ def load_module_file(path: str | Path, factory: str | None = None) -> tuple[Any,
     ``make_model()`` (or ``factory``) returning ``(module, example_args)``."""
     import importlib.util
 
-    from dfit_mlir.errors import InvalidInputError
+    from dfit_mlir.core.errors import InvalidInputError
 
     path = Path(path)
     name = factory or "make_model"

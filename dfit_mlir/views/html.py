@@ -1,12 +1,13 @@
 """``dfit view``: one self-contained HTML file that links a model's source lines, module
 tree, IREE phases and dispatches (all script and style inline, no network, opens from disk).
 
-Figures come only from the ledger (:mod:`dfit_mlir.ledger`): per-op rollups for source
-lines and modules, per-partition rollups for dispatches; the gutter figure of a line is
-its ops' ledger time over the ledger's measured union (``Totals.measured_ns``), or their
-FLOPs over the ledger's total FLOPs when nothing was run. Per-invocation min/median/max
-of a dispatch are its events summed per invocation. An op's *site* is
-:func:`~dfit_mlir.tools.builtin.semantic_attribution.op_site`: a model-code line whose
+Figures come only from the ledger (:mod:`dfit_mlir.analysis.ledger`): per-op rollups for source
+lines and modules, per-partition rollups for dispatches. A line's figure is its share of
+the ledger's attributed time (:meth:`~dfit_mlir.analysis.ledger.Ledger.share`, the share
+every tool prints), or of the model's FLOPs when nothing was run; the icicle's widths are
+the ledger's module tree, per phase. Per-invocation min/median/max of a dispatch are the
+ledger's per-instance sums. The page's script sums nothing but a collapsed group's rows. An op's *site* is
+:func:`~dfit_mlir.analysis.tools.builtin.semantic_attribution.op_site`: a model-code line whose
 file exists is shown in its file's text; anything else (ONNX/TFLite node names,
 reconstructions) is a row of the node-name tree.
 
@@ -19,16 +20,16 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections import defaultdict
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dfit_mlir import flamegraph, ledger
+from dfit_mlir.analysis import ledger
+from dfit_mlir.analysis.model import SemanticModel
+from dfit_mlir.analysis.tools.builtin.semantic_attribution import op_site
+from dfit_mlir.core import module_paths
 from dfit_mlir.frontends import CodeRules
-from dfit_mlir.tools.builtin.semantic_attribution import op_site
-from dfit_mlir.tools.model import SemanticModel
 
 OUTPUT_KIND = "view"
 #: Files above this size are not embedded (a generated file is not the model's code).
@@ -75,13 +76,16 @@ def view_data(model: SemanticModel, rules: CodeRules | None = None) -> dict[str,
     weight = "time" if measured else "flops"
     sites = _sites(model, ops, rules or CodeRules.default())
     files, site_rows, op_site_index = _site_table(model, ops, sites, strings)
+    site_rows["share"] = _site_shares(book, ops, op_site_index, len(site_rows["file"]), weight)
     modules, op_module = _module_table(model, ops, strings)
+    modules["figures"] = _module_figures(book, ops, modules, strings)
     lineage = model.manifest.get("lineage") or {}
     data: dict[str, Any] = {
         "title": str(model.manifest.get("input", {}).get("path") or model.source),
         "source": model.source, "backend": model.backend,
         "mode": model.manifest.get("compile", {}).get("mode"), "run": model.events_path is not None,
         "measured_ns": measured, "attributed_pct": book.totals.attributed_pct,
+        "attributed_ns": book.attributed_time_ns, "share_basis": ledger.SHARE_BASIS if measured else "FLOPs",
         "time_model": book.time_model.label, "weight": weight,
         "stages": list(lineage.get("stages") or []),
         "legend": {letter: name for name, letter in (lineage.get("legend") or
@@ -100,7 +104,7 @@ def view_data(model: SemanticModel, rules: CodeRules | None = None) -> dict[str,
         "passes": _pass_table(model, op_index, strings),
         "stage_ir": _stage_ir_table(model, ops, strings),
     }
-    data["total_flops"] = _num(sum(row.get("flops") or 0 for row in by_op.values()))
+    data["total_flops"] = _num(book.total_flops)
     data["strings"] = strings.strings
     return data
 
@@ -111,6 +115,33 @@ def _num(value: Any) -> float:
 
 def _bytes(row: dict[str, Any]) -> float:
     return _num((row.get("bytes_read") or 0) + (row.get("bytes_written") or 0))
+
+
+def _site_shares(book: ledger.Ledger, ops: list, op_site_index: list[int], count: int,
+                 weight: str) -> list[float]:
+    """Each site row's share of attributed time (FLOPs when nothing ran), the ledger's."""
+    rolled = book.rollup_ops({op.id: site for op, site in zip(ops, op_site_index, strict=True) if site >= 0})
+    share = book.share if weight == "time" else book.flop_share
+    key = "time_ns" if weight == "time" else "flops"
+    return [(share(rolled[site][key]) or 0) if site in rolled else 0 for site in range(count)]
+
+
+def _module_figures(book: ledger.Ledger, ops: list, modules: dict[str, list],
+                    strings: Interner) -> dict[str, dict[str, list[float]]]:
+    """Phase (``""``: all) → figure → inclusive value per module row, from the ledger's
+    module tree (the icicle's widths; the page sums nothing)."""
+    index = {strings.strings[code]: row for row, code in enumerate(modules["path"]) if code >= 0}
+    phases = [""] + sorted({op.phase for op in ops if op.phase})
+    found = {}
+    for phase in phases:
+        tree = book.module_tree([op.id for op in ops if not phase or op.phase == phase])
+        columns = {name: [0.0] * len(index) for name in ("time", "flops", "bytes", "ops")}
+        for path, node in tree.items():
+            if path in index:
+                for name, key in (("time", "time_ns"), ("flops", "flops"), ("bytes", "bytes"), ("ops", "ops")):
+                    columns[name][index[path]] = _num(node.values[key])
+        found[phase] = columns
+    return found
 
 
 def _rollup(book: ledger.Ledger, key: str) -> dict[Any, dict[str, Any]]:
@@ -175,11 +206,11 @@ def _module_table(model: SemanticModel, ops: list, strings: Interner) -> tuple[d
     def add(path: str) -> int:
         found = index.get(path)
         if found is None:
-            chain = flamegraph.ancestry(path)
+            chain = module_paths.ancestry(path)
             parent = add(chain[-2]) if len(chain) > 1 else -1
             found = index[path] = len(table["path"])
             table["path"].append(strings(path))
-            table["name"].append(strings(flamegraph.leaf_name(path)))
+            table["name"].append(strings(module_paths.leaf_name(path)))
             table["parent"].append(parent)
         return found
 
@@ -193,12 +224,11 @@ def _module_table(model: SemanticModel, ops: list, strings: Interner) -> tuple[d
 def _dispatch_table(model: SemanticModel, book: ledger.Ledger, op_index: dict[str, int],
                     strings: Interner) -> dict[str, list]:
     by_part = _rollup(book, "partition")
-    per_call = _invocation_times(model)
     table: dict[str, list] = {key: [] for key in ("name", "export", "kind", "root", "ops", "calls", "time", "flops",
                                                   "bytes", "min", "median", "max")}
     for part in model.partitions:
         row = by_part.get(part.id, {})
-        times = per_call.get(part.id, [])
+        times = book.partition_time_by_instance(part.id)
         table["name"].append(strings(part.id))
         table["export"].append(strings(part.attributes.get("export")))
         table["kind"].append(strings(part.kind))
@@ -225,28 +255,6 @@ def _roofline(model: SemanticModel, book: ledger.Ledger, strings: Interner) -> d
         columns[key] = [strings(value) for value in columns[key]]
     return {"roof": None if profile is None else roofline.roof(profile).as_dict(), "roof_note": why,
             "roofline": columns}
-
-
-def _invocation_times(model: SemanticModel) -> dict[str, list[int]]:
-    """Partition → its dispatch events' summed duration per invocation (one figure per
-    run of the program: a site inside a loop sums its trips)."""
-    events = model.events()
-    if events is None or events.num_rows == 0:
-        return {}
-    import pyarrow.compute as pc
-
-    timed = events.filter(pc.equal(events["kind"].cast("string"), "dispatch"))
-    columns = timed.select(["site", "partition", "invocation", "duration_ns"]).to_pydict()
-    sums: dict[tuple[str, int], int] = defaultdict(int)
-    for site, name, invocation, duration in zip(columns["site"], columns["partition"], columns["invocation"],
-                                                columns["duration_ns"], strict=True):
-        part = model.partition_of_event({"kind": "dispatch", "site": site, "partition": name})
-        if part is not None and duration is not None:
-            sums[(part.id, invocation if invocation is not None else -1)] += duration
-    found: dict[str, list[int]] = defaultdict(list)
-    for (part_id, _), total in sums.items():
-        found[part_id].append(total)
-    return found
 
 
 def _pass_table(model: SemanticModel, op_index: dict[str, int], strings: Interner) -> dict[str, list]:
@@ -278,8 +286,8 @@ def _stage_ir_table(model: SemanticModel, ops: list, strings: Interner) -> dict[
     table = model.manifest.get("stage_ir")
     if not table:
         return None
-    from dfit_mlir.errors import InvalidInputError
-    from dfit_mlir.stage_ir_table import read_table
+    from dfit_mlir.core.errors import InvalidInputError
+    from dfit_mlir.core.stage_ir_table import read_table
 
     try:
         decoded = read_table(table)

@@ -1,11 +1,11 @@
 """The dispatch panel's roofline position of every partition (IREE dispatch call site or a
 reconstruction's group), in FLOP terms.
 
-Every figure is the ledger's (:mod:`dfit_mlir.ledger`): FLOPs (per trip, placed once
+Every figure is the ledger's (:mod:`dfit_mlir.analysis.ledger`): FLOPs (per trip, placed once
 where IREE split an op), the bytes crossing the partition's boundary
-(:meth:`~dfit_mlir.ledger.Ledger.bytes_moved`), calls and summed dispatch time. The roof
+(:meth:`~dfit_mlir.analysis.ledger.Ledger.bytes_moved`), calls and summed dispatch time. The roof
 is the backend's performance profile, the one program-analyzer draws
-(:func:`dfit_mlir.tools.profiles.load_profile`; the local CPU's is calibrated on this
+(:func:`dfit_mlir.analysis.profiles.load_profile`; the local CPU's is calibrated on this
 host for the run's threads and cached), and the class (memory-bound / balanced /
 compute-bound) is program-analyzer's own (:func:`program_analyzer.region_row`), so the view
 and ``regions.csv`` never disagree on it.
@@ -27,10 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dfit_mlir import ledger
-from dfit_mlir.errors import InvalidInputError
-from dfit_mlir.tools.model import SemanticModel
-from dfit_mlir.tools.profiles import Profile
+from dfit_mlir.analysis import ledger
+from dfit_mlir.analysis.model import SemanticModel
+from dfit_mlir.analysis.profiles import Profile
+from dfit_mlir.core.errors import InvalidInputError
 
 #: FLOPs per MAC (a fused multiply-add).
 FLOPS_PER_MAC = 2
@@ -59,8 +59,8 @@ class Roof:
 
 def profile_of(model: SemanticModel) -> tuple[Profile | None, str | None]:
     """(The backend's profile, else ``None`` and why), as program-analyzer loads it."""
-    from dfit_mlir.tools.calibration import threads_of_run
-    from dfit_mlir.tools.profiles import load_profile
+    from dfit_mlir.analysis.calibration import threads_of_run
+    from dfit_mlir.analysis.profiles import load_profile
 
     try:
         profile = load_profile(model.backend, threads=threads_of_run(model.summary)[0])
@@ -80,7 +80,7 @@ def roof(profile: Profile) -> Roof:
 
 def table(model: SemanticModel, book: ledger.Ledger, profile: Profile | None) -> dict[str, list]:
     """Columns, one row per partition in model order (``None``: no figure)."""
-    from dfit_mlir.tools.builtin import program_analyzer
+    from dfit_mlir.analysis.tools.builtin import program_analyzer
 
     flops = {row["partition"]: row["flops"] for row in book.rollup("partition").to_pylist()}
     columns: dict[str, list] = {key: [] for key in ("intensity", "flops_per_s", "bytes_per_s", "roof", "pct",

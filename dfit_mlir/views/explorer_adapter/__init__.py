@@ -13,7 +13,7 @@ manifest, an IREE run bundle or a reconstructed bundle (Edge TPU, Cerebras, Samb
 * **edges** are the manifest's tensors: one per (producer, consumer) pair of shown ops;
   each output carries its tensor name, so ``dfit export-explorer`` node data keyed by
   name lands on this graph too;
-* **node attributes** are the ledger's figures per op (:mod:`dfit_mlir.ledger`, the
+* **node attributes** are the ledger's figures per op (:mod:`dfit_mlir.analysis.ledger`, the
   spec; nothing is re-derived here): ``time_ns`` (measured, summed over the run's
   dispatches, present when the bundle measured time), ``macs``, ``flops``,
   ``bytes_read``, ``bytes_written``, ``bytes`` (their sum), ``dispatch`` (the partitions
@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dfit_mlir import diff, ledger
-from dfit_mlir.errors import InvalidInputError, ToolchainError
-from dfit_mlir.model_explorer import GRADIENT, PALETTE
-from dfit_mlir.tools.model import Operator, SemanticModel
+from dfit_mlir.analysis import ledger
+from dfit_mlir.analysis.model import Operator, SemanticModel, stands_for_partition
+from dfit_mlir.core.errors import InvalidInputError, ToolchainError
+from dfit_mlir.views.model_explorer import GRADIENT, PALETTE
 
 ADAPTER_ID = "dfit_semantic_model"
 #: What ``--extensions=`` names (Model Explorer imports its ``.main``).
@@ -97,7 +97,7 @@ def shown_ops(model: SemanticModel) -> list[Operator]:
     for op in operators.values():
         parent = operators.get(op.raw.get("parent") or "")
         top_level = parent is None or parent.op in FUNCTION_OPS
-        if top_level and op.op not in FUNCTION_OPS and not diff.stands_for_partition(model, op):
+        if top_level and op.op not in FUNCTION_OPS and not stands_for_partition(model, op):
             shown.append(op)
     return shown
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from dfit_mlir.tools import Tool, ToolContext
+from dfit_mlir.analysis.tools import Tool, ToolContext
 
 
 class OpHistogram(Tool):

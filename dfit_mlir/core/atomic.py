@@ -1,0 +1,210 @@
+"""Atomic output: write next to the target, fsync, rename. A reader never sees a
+half-written file, and a failed or interrupted run leaves whatever was there before
+untouched and no temporary file behind.
+
+Ownership (``dfit_mlir.core.outputs``): a directory written here carries a marker naming its
+``kind``, and an existing target is replaced only if it is a dfit output of that kind (or
+empty, or the user passed ``--force``); a file written with a ``kind`` is recorded as
+dfit's and an existing one is replaced on the same terms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+from dfit_mlir.core import outputs
+from dfit_mlir.core.errors import OutputRefusedError
+
+#: Temporary files and directories of writes in progress; the CLI removes what is left
+#: of them when a signal ends the process in a way ``finally`` cannot see.
+LIVE_TEMPORARIES: set[Path] = set()
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | os.PathLike[str], kind: str | None = None) -> Iterator[Path]:
+    """Yield a temporary path beside ``target``; on success it replaces ``target``.
+    ``kind``: a user-named output (``vmfb``, ``manifest``, ``mlir``, ...): an existing
+    ``target`` dfit did not write is refused, and the new one is recorded as dfit's."""
+    target = outputs.resolve(target) if kind is not None else Path(target)
+    if kind is not None:
+        _require(target, kind, directory=False)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _signals_held():
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.close(fd)
+        tmp = Path(tmp_name)
+        LIVE_TEMPORARIES.add(tmp)
+    try:
+        yield tmp
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual mode
+        if kind is not None:
+            # Recorded first: the moment the file appears it is known as dfit's (another
+            # dfit writing the same path concurrently must not take it for the user's).
+            outputs.record_file(target, kind, content=tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+        LIVE_TEMPORARIES.discard(tmp)
+
+
+def write_text(target: str | os.PathLike[str], text: str, kind: str | None = None) -> None:
+    with atomic_path(target, kind) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_bytes(target: str | os.PathLike[str], data: bytes, kind: str | None = None) -> None:
+    with atomic_path(target, kind) as tmp:
+        tmp.write_bytes(data)
+
+
+@contextlib.contextmanager
+def atomic_directory(target: str | os.PathLike[str], kind: str = "output") -> Iterator[Path]:
+    """Yield an empty temporary directory beside ``target``; on success it becomes
+    ``target``, with a ``kind`` marker inside. An existing ``target`` is replaced only
+    if it is empty or a dfit ``kind`` output holding nothing but dfit's files (else
+    :class:`OutputRefusedError`); it is moved aside first and removed only once the new
+    one is in place. On failure or interrupt the temporary directory is removed and
+    ``target`` is left as it was."""
+    target = outputs.resolve(target)  # `-o .` names the directory itself, not "" in it
+    _require(target, kind, directory=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _signals_held():
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        LIVE_TEMPORARIES.add(tmp)
+    old: Path | None = None
+    try:
+        yield tmp
+        outputs.write_marker(tmp, kind)
+        os.chmod(tmp, 0o777 & ~_umask())
+        _require(target, kind, directory=True)  # again: something may have appeared meanwhile
+        with _signals_held():  # the swap is not interrupted half-way
+            old = _swap_in(tmp, target)
+    finally:
+        for leftover in (tmp, old):
+            if leftover is not None:
+                shutil.rmtree(leftover, ignore_errors=True)
+                LIVE_TEMPORARIES.discard(leftover)
+
+
+@contextlib.contextmanager
+def scratch_directory(prefix: str = "dfit-") -> Iterator[Path]:
+    """A temporary working folder (in ``$TMPDIR``) removed on exit, on an exception and
+    on SIGINT/SIGTERM: it is registered before any signal can arrive (they are held
+    back while it is created), so no interrupt leaves it behind."""
+    with _signals_held():
+        path = Path(tempfile.mkdtemp(prefix=prefix))
+        LIVE_TEMPORARIES.add(path)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        LIVE_TEMPORARIES.discard(path)
+
+
+#: Depth of the sections that must not be interrupted half-way, and a signal that
+#: arrived meanwhile (raised when the outermost section ends).
+_held = 0
+_pending: int | None = None
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Defer SIGINT/SIGTERM (as routed by :func:`on_signal`) to the end of the block: a
+    temporary is then created *and* registered, or not created. Blocking the signals
+    with a thread mask would not do: another thread (pyarrow's, numpy's) takes them."""
+    global _held, _pending
+    _held += 1
+    try:
+        yield
+    finally:
+        _held -= 1
+        if not _held and _pending is not None:
+            signum, _pending = _pending, None
+            _raise_for(signum)
+
+
+def on_signal(signum: int, frame: object) -> None:
+    """The CLI's SIGINT and SIGTERM handler: raise at once, or when the section that
+    creates or swaps an output ends."""
+    global _pending
+    if _held:
+        _pending = signum
+        return
+    _raise_for(signum)
+
+
+def _raise_for(signum: int) -> None:
+    import signal
+
+    from dfit_mlir.core.errors import Interrupted
+
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Interrupted(f"signal {signum}")
+
+
+def _swap_in(tmp: Path, target: Path, attempts: int = 5) -> Path | None:
+    """Rename ``tmp`` to ``target``, moving a previous ``target`` aside first; returns
+    the folder holding the previous one (removed by the caller). Several dfit processes
+    writing one output race here: a target that vanished or reappeared meanwhile is
+    retried, and the last writer's output stands, complete."""
+    old: Path | None = None
+    for attempt in range(attempts):
+        if target.exists() or target.is_symlink():
+            if old is None:
+                old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
+                LIVE_TEMPORARIES.add(old)
+            aside = old / f"{target.name}.{attempt}"
+            try:
+                os.replace(target, aside)
+            except FileNotFoundError:
+                pass  # another writer moved it first
+        try:
+            os.replace(tmp, target)
+            return old
+        except OSError as error:
+            if attempt == attempts - 1 or not (target.exists() or target.is_symlink()):
+                _restore(old, target)
+                if old is not None:
+                    shutil.rmtree(old, ignore_errors=True)
+                    LIVE_TEMPORARIES.discard(old)
+                raise OutputRefusedError(f"{target}: cannot put the new output in place: {error.strerror}") from None
+    return old
+
+
+def _restore(old: Path | None, target: Path) -> None:
+    """Put the most recent previous output back where the new one could not go."""
+    if old is None or target.exists():
+        return
+    previous = sorted(old.iterdir(), key=lambda p: int(p.name.rsplit(".", 1)[1]))
+    if previous:
+        os.replace(previous[-1], target)
+
+
+def remove_temporaries() -> None:
+    """Remove every temporary of a write still in progress (signal handlers, atexit)."""
+    for path in list(LIVE_TEMPORARIES):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        LIVE_TEMPORARIES.discard(path)
+
+
+def _require(target: Path, kind: str, *, directory: bool) -> None:
+    reason = outputs.refusal(target, kind, directory=directory)
+    if reason is not None:
+        raise OutputRefusedError(f"{target}: refusing to overwrite: {reason} (use --force to replace it)")
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

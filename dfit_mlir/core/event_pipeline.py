@@ -1,0 +1,339 @@
+"""The normalized event pipeline: raw dispatch records → policy → normalized rows →
+a streaming Parquet sink (plus the site table that interns each site's IDs).
+
+Everything is columnar: dispatch records arrive as arrays (site index, start, duration,
+workgroups, tiles), the policy filters them with masks, and per-site values (root ID,
+fused IDs, export name, MACs/FLOPs) are gathered with ``take`` from tables built once
+from the manifest. Memory is bounded by the batch size, whatever the run's length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Protocol, Sequence
+
+import numpy as np
+
+from dfit_mlir.core import event_schema as es
+from dfit_mlir.core import filters
+from dfit_mlir.core.site_costs import dispatch_site_costs
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What to keep. ``ids``: globs over the names of root and fused ops — IDs, op names
+    as the frontend shows them, module paths, ignoring case (``dfit_mlir/core/filters.py``;
+    empty: all);
+    ``sample_every``: keep one dispatch event in k, deterministically by event index;
+    ``max_events``: a budget, events past it are dropped and counted."""
+
+    mode: str = "full"
+    ids: tuple[str, ...] = ()
+    sample_every: int = 1
+    max_events: int | None = None
+    batch_size: int = 65_536
+
+    def __post_init__(self) -> None:
+        if self.sample_every < 1:
+            raise ValueError("sample_every must be >= 1")
+        if self.batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+
+    def selects(self, ids: Sequence[str], names: Mapping[str, Iterable[str]] | None = None) -> bool:
+        """Whether any of ``ids`` matches; ``names``: each ID's names (else the ID and its
+        op name)."""
+        if not self.ids:
+            return True
+        selection = filters.NameFilter(self.ids, "--ids")
+        return any(selection.matches((names or {}).get(i) or filters.id_names(i)) for i in ids)
+
+    def check(self, manifest: dict[str, Any], where: str = "the manifest") -> dict[str, tuple[str, ...]]:
+        """Each operator's names; :class:`~dfit_mlir.core.filters.FilterMatchesNothing` if an
+        ``ids`` glob matches no operator of ``manifest``."""
+        names = filters.names_by_id(manifest.get("operators") or ())
+        if self.ids:
+            filters.NameFilter(self.ids, "--ids").select(names, where)
+        return names
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    """One non-dispatch event before normalization (``None``: the field does not apply)."""
+
+    invocation: int | None
+    partition: str | None
+    root_id: str | None
+    start_ns: int | None
+    duration_ns: int | None
+    bytes: int | None = None
+    attributes: dict[str, Any] | None = None
+    tensor_min: float | None = None
+    tensor_max: float | None = None
+    tensor_mean: float | None = None
+    tensor_std: float | None = None
+    tensor_nans: int | None = None
+    tensor_infs: int | None = None
+    name: str | None = None
+    value: float | None = None
+    step: int | None = None
+
+
+def _tensor_columns(pa: Any) -> tuple[tuple[str, str, Any], ...]:
+    return (
+        (es.TENSOR_MIN, "tensor_min", pa.float64()), (es.TENSOR_MAX, "tensor_max", pa.float64()),
+        (es.TENSOR_MEAN, "tensor_mean", pa.float64()), (es.TENSOR_STD, "tensor_std", pa.float64()),
+        (es.TENSOR_NANS, "tensor_nans", pa.int64()), (es.TENSOR_INFS, "tensor_infs", pa.int64()),
+    )
+
+
+@dataclass
+class Counts:
+    seen: int = 0
+    kept: int = 0
+    filtered: int = 0
+    sampled_out: int = 0
+    dropped: int = 0
+
+
+class EventSink(Protocol):
+    """Where normalized batches go (narrow, like an OpenTelemetry exporter)."""
+
+    def export(self, batch: Any) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+class ParquetSink:
+    """Streams record batches into one Parquet file; nothing is kept in memory."""
+
+    def __init__(self, path: Path):
+        import pyarrow.parquet as pq
+
+        self.path = path
+        self._writer = pq.ParquetWriter(str(path), es.arrow_schema(), compression="zstd")
+
+    def export(self, batch: Any) -> None:
+        self._writer.write_batch(batch)
+
+    def shutdown(self) -> None:
+        self._writer.close()
+
+
+class MemorySink:
+    """Keeps every batch: for tests."""
+
+    def __init__(self) -> None:
+        self.batches: list[Any] = []
+
+    def export(self, batch: Any) -> None:
+        self.batches.append(batch)
+
+    def shutdown(self) -> None:
+        pass
+
+    def table(self) -> Any:
+        import pyarrow as pa
+
+        return pa.Table.from_batches(self.batches, schema=es.arrow_schema())
+
+
+@dataclass
+class _SiteTable:
+    """Per-site values, gathered by site index: built once from the manifest."""
+
+    root_ids: Any
+    partitions: Any
+    macs: Any
+    flops: Any
+    selected: np.ndarray
+
+
+def _site_table(manifest: dict[str, Any], policy: Policy,
+                names: Mapping[str, Iterable[str]] | None = None) -> _SiteTable:
+    import pyarrow as pa
+
+    sites = manifest["partitions"]["dispatch_sites"]
+    return _SiteTable(
+        root_ids=pa.array([s["root_id"] for s in sites], pa.string()).dictionary_encode(),
+        partitions=pa.array([s["export"] for s in sites], pa.string()).dictionary_encode(),
+        # An op split over several dispatches counts once, where it computes.
+        macs=pa.array(dispatch_site_costs(manifest, "macs"), pa.int64()),
+        flops=pa.array(dispatch_site_costs(manifest, "flops"), pa.int64()),
+        selected=np.array([policy.selects(s["fused_ids"] or s["ids"], names) for s in sites], dtype=bool),
+    )
+
+
+@dataclass
+class EventPipeline:
+    """Dispatch records in, normalized ``events.parquet`` rows out."""
+
+    manifest: dict[str, Any]
+    policy: Policy
+    sink: EventSink
+    session: str
+    backend: str = "iree"
+    stage: str = "runtime"
+    counts: Counts = field(default_factory=Counts)
+
+    def __post_init__(self) -> None:
+        self._names = self.policy.check(self.manifest) if self.policy.ids else {}
+        self._sites = _site_table(self.manifest, self.policy, self._names)
+        self._pending: list[dict[str, np.ndarray]] = []
+        self._pending_rows = 0
+
+    def add_dispatches(self, site: np.ndarray, start_ns: np.ndarray, duration_ns: np.ndarray,
+                       workgroups: np.ndarray, tiles: np.ndarray, invocation: np.ndarray) -> None:
+        """A block of dispatch records (equal-length arrays, events in runtime order)."""
+        count = len(site)
+        first = self.counts.seen
+        self.counts.seen += count
+        keep = self._sites.selected[site]
+        self.counts.filtered += int(count - keep.sum())
+        if self.policy.sample_every > 1:
+            sampled = (np.arange(first, first + count) % self.policy.sample_every) == 0
+            self.counts.sampled_out += int((keep & ~sampled).sum())
+            keep &= sampled
+        indices = np.flatnonzero(keep)
+        if self.policy.max_events is not None:
+            room = max(0, self.policy.max_events - self.counts.kept - self._pending_rows)
+            self.counts.dropped += max(0, len(indices) - room)
+            indices = indices[:room]
+        if not len(indices):
+            return
+        columns = {"site": site[indices], "start_ns": start_ns[indices], "duration_ns": duration_ns[indices],
+                   "workgroups": workgroups[indices], "tiles": tiles[indices], "invocation": invocation[indices]}
+        self._pending.append(columns)
+        self._pending_rows += len(indices)
+        while self._pending_rows >= self.policy.batch_size:
+            self._flush(self.policy.batch_size)
+
+    def add_joined(self, joined: Iterable[Any], invocation: int) -> None:
+        """Records from :func:`dfit_mlir.runtime_hooks.hal_profile.join`."""
+        rows = [(j.site_index, j.event.start_ns, j.event.duration_ns,
+                 int(np.prod(j.event.workgroup_count)) if j.event.workgroup_count else -1,
+                 j.event.tile_count if j.event.tile_count is not None else -1) for j in joined]
+        if not rows:
+            return
+        site, start, duration, workgroups, tiles = (np.array(column, dtype=np.int64) for column in zip(*rows, strict=True))
+        self.add_dispatches(site.astype(np.int32), start, duration, workgroups, tiles,
+                            np.full(len(rows), invocation, dtype=np.int32))
+
+    def add_programs(self, function: str, spans: Sequence[tuple[int, int]], first_invocation: int = 0) -> None:
+        """One ``program`` event per invocation of ``function``: (start ns, duration ns)."""
+        self.add_rows("program", [EventRow(first_invocation + k, function, None, start, duration)
+                                  for k, (start, duration) in enumerate(spans)])
+
+    def add_rows(self, kind: str, rows: Sequence[EventRow]) -> None:
+        """Events other than dispatches (program, function, queue, memory, tensor): few
+        per invocation, built row by row. The ID filter applies to rows that carry an
+        ID, the event budget to all; sampling is the producer's business (tensor
+        traces are sampled before they are copied)."""
+        import json
+
+        import pyarrow as pa
+
+        if kind not in es.EVENT_KINDS:
+            raise ValueError(f"unknown event kind {kind!r}")
+        self.counts.seen += len(rows)
+        kept = [row for row in rows if row.root_id is None or self.policy.selects((row.root_id,), self._names)]
+        self.counts.filtered += len(rows) - len(kept)
+        if self.policy.max_events is not None:
+            room = max(0, self.policy.max_events - self.counts.kept - self._pending_rows)
+            self.counts.dropped += max(0, len(kept) - room)
+            kept = kept[:room]
+        if not kept:
+            return
+        self.counts.kept += len(kept)
+
+        def column(name: str, arrow_type: Any) -> Any:
+            return pa.array([getattr(row, name) for row in kept], arrow_type)
+
+        self.sink.export(self._record_batch(len(kept), {
+            es.KIND: kind,
+            es.INVOCATION: column("invocation", pa.int32()),
+            es.ROOT_ID: column("root_id", pa.string()).dictionary_encode(),
+            es.PARTITION: column("partition", pa.string()).dictionary_encode(),
+            es.START_NS: column("start_ns", pa.int64()),
+            es.DURATION_NS: column("duration_ns", pa.int64()),
+            es.BYTES: column("bytes", pa.int64()),
+            **{field_name: column(attr, arrow_type) for field_name, attr, arrow_type in _tensor_columns(pa)},
+            es.ATTRIBUTES: pa.array([None if row.attributes is None else json.dumps(row.attributes, sort_keys=True)
+                                     for row in kept], pa.string()),
+            es.NAME: column("name", pa.string()).dictionary_encode(),
+            es.VALUE: column("value", pa.float64()),
+            es.STEP: column("step", pa.int64()),
+        }))
+
+    def close(self) -> Counts:
+        while self._pending_rows:
+            self._flush(self._pending_rows)
+        self.sink.shutdown()
+        return self.counts
+
+    def _flush(self, rows: int) -> None:
+        merged = {name: np.concatenate([block[name] for block in self._pending]) for name in self._pending[0]}
+        now = {name: values[:rows] for name, values in merged.items()}
+        rest = {name: values[rows:] for name, values in merged.items()}
+        self._pending = [rest] if len(rest["site"]) else []
+        self._pending_rows = len(rest["site"])
+        self.sink.export(self._batch(now))
+        self.counts.kept += rows
+
+    def _batch(self, columns: dict[str, np.ndarray]) -> Any:
+        import pyarrow as pa
+
+        sites = pa.array(columns["site"], pa.int32())
+        table = self._sites
+
+        def optional(values: np.ndarray) -> Any:
+            return pa.array(values, pa.int64(), mask=values < 0)
+
+        return self._record_batch(len(columns["site"]), {
+            es.KIND: "dispatch",
+            es.INVOCATION: pa.array(columns["invocation"], pa.int32()),
+            es.SITE: sites,
+            es.ROOT_ID: table.root_ids.take(sites),
+            es.PARTITION: table.partitions.take(sites),
+            es.START_NS: pa.array(columns["start_ns"], pa.int64()),
+            es.DURATION_NS: pa.array(columns["duration_ns"], pa.int64()),
+            es.MACS: table.macs.take(sites),
+            es.FLOPS: table.flops.take(sites),
+            es.WORKGROUPS: optional(columns["workgroups"]),
+            es.TILES: optional(columns["tiles"]),
+        })
+
+    def _record_batch(self, count: int, columns: dict[str, Any]) -> Any:
+        """A batch of the event schema: ``columns`` plus this session's constants; strings
+        become one-value dictionary columns, fields not given are null."""
+        import pyarrow as pa
+
+        schema = es.arrow_schema()
+        given = {es.SESSION: self.session, es.BACKEND: self.backend, es.STAGE: self.stage, **columns}
+        arrays = []
+        for column in schema:
+            value = given.get(column.name)
+            if value is None:
+                arrays.append(pa.nulls(count, column.type))
+            elif isinstance(value, str):
+                indices = pa.array(np.zeros(count, dtype=np.int32), pa.int32())
+                arrays.append(pa.DictionaryArray.from_arrays(indices, pa.array([value])))
+            else:
+                arrays.append(value)
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def site_table(manifest: dict[str, Any]) -> Any:
+    """The interned IDs of ``events.parquet``: one row per dispatch call site with its
+    export, root ID and every source ID fused into it."""
+    import pyarrow as pa
+
+    sites = manifest["partitions"]["dispatch_sites"]
+    return pa.table({
+        "site": pa.array([s["index"] for s in sites], pa.int32()),
+        "function": [s["function"] for s in sites],
+        "partition": [s["export"] for s in sites],
+        "root_id": [s["root_id"] for s in sites],
+        "ids": pa.array([s["fused_ids"] or s["ids"] for s in sites], pa.list_(pa.string())),
+    })
