@@ -43,8 +43,10 @@ test-all: test test-heavy  ## everything: what CI runs
 test-fast: $(STAMP)  ## skip the real-model compiles, PyTorch/JAX exports and Spark
 	$(VENV)/bin/pytest -q -m "not slow and not frontends and not spark"
 
-lint: $(STAMP)  ## ruff (pyflakes, bugbear, import order)
+lint: $(STAMP)  ## ruff, the import layers (tests/import_layers.py) and mypy on the typed layers
 	$(VENV)/bin/ruff check dfit_mlir passes dialects adapters runtime_hooks tests benchmarks examples
+	$(PY) -m tests.import_layers
+	$(PY) -m tests.typecheck
 
 bench: $(STAMP)  ## every benchmark; each rewrites its section of benchmarks/RESULTS.md
 	$(PY) benchmarks/compile_overhead.py --rounds 5

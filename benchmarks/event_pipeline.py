@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks.compile_overhead import command_line, publish  # noqa: E402
 from dfit_mlir.core.event_pipeline import EventPipeline, ParquetSink, Policy  # noqa: E402
-from dfit_mlir.exporters import traces  # noqa: E402
+from dfit_mlir.exporters import chrome, perfetto  # noqa: E402
 
 BEGIN = "<!-- event_pipeline:begin -->"
 END = "<!-- event_pipeline:end -->"
@@ -78,7 +78,7 @@ def trace_export(manifest: dict[str, Any], parquet: Path, out: Path, *, traced: 
     if traced:
         tracemalloc.start()
     started = time.perf_counter()
-    written = traces.write_perfetto(parquet, manifest, out)
+    written = perfetto.write_perfetto(parquet, manifest, out)
     elapsed = time.perf_counter() - started
     peak = 0.0
     if traced:
@@ -90,7 +90,7 @@ def trace_export(manifest: dict[str, Any], parquet: Path, out: Path, *, traced: 
 def chrome_export(manifest: dict[str, Any], parquet: Path, out: Path) -> float:
     """Events per second written to trace.json (one run: it is the slower writer)."""
     started = time.perf_counter()
-    written = traces.write_chrome_json(parquet, manifest, out)
+    written = chrome.write_chrome_json(parquet, manifest, out)
     return written / (time.perf_counter() - started)
 
 

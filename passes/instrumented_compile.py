@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from iree.compiler import ir
+
 from dfit_mlir import frontends
 from dfit_mlir.core import atomic, costs, filters, lineage, manifest, site_costs, toolchain, vmfb
 from dfit_mlir.core.errors import InvalidInputError
@@ -112,6 +114,31 @@ def compile_instrumented(
     :data:`PROBE_MODES`). ``lineage_detail="passes"`` also records which pass changed each
     ID's class (:mod:`dfit_mlir.passes.pass_history`; ``full`` mode only: the history is
     checked against the snapshot of every phase)."""
+    _check_options(mode, lineage_detail)
+    request = _Request(
+        source=source,
+        output=output,
+        manifest_path=manifest_path or manifest.default_path(output),
+        mode=mode,
+        trace_tensors=trace_tensors,
+        with_probes=mode in PROBE_MODES if probes is None else probes,
+        observing=lineage_detail == "passes",
+    )
+    started = time.perf_counter()
+    if request.observing:
+        driver = pass_history.observing_driver(flags)
+    else:
+        driver = phases.open_driver(flags, driver_name)
+    try:
+        tagged = _tag_source(driver, request)
+        lowered = _run_phases(driver, request, tagged)
+        document = _write_outputs(driver, request, tagged, lowered, started)
+    finally:
+        driver.close()
+    return CompileResult(output, request.manifest_path, document)
+
+
+def _check_options(mode: str, lineage_detail: str) -> None:
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; expected one of {', '.join(MODES)}")
     if lineage_detail not in LINEAGE_DETAILS:
@@ -119,88 +146,152 @@ def compile_instrumented(
     if lineage_detail == "passes" and mode != "full":
         raise InvalidInputError(f"--lineage passes needs --mode full (got --mode {mode}): the pass history is "
                                 "checked against the lineage snapshot of every phase")
-    manifest_path = manifest_path or manifest.default_path(output)
-    started = time.perf_counter()
-    observing = lineage_detail == "passes"
-    driver = pass_history.observing_driver(flags) if observing else phases.open_driver(flags, driver_name)
-    try:
-        module = driver.parse(source)
-        phases.require_functions(module, source)
-        cache = snapshot.LocationCache()
-        t0 = time.perf_counter()
-        tagged = mlir_engine.tag_module(module)
-        ops, tensors = operators.operator_table(tagged, cache)
-        mlir_engine.strip_dfit_attributes(module)
-        tag_s = time.perf_counter() - t0
-        # The printed IR of each ID's carriers per phase, for `dfit view` (full mode only).
-        carrier_texts = stage_ir.StageIR() if mode in STAGE_IR_MODES else None
-        source_figures = snapshot.take_snapshot(module, SOURCE_STAGE, cache, carrier_texts)
-        source_figures.time_s += tag_s
-        with_probes = mode in PROBE_MODES if probes is None else probes
-        probe_sites: list[function_probes.ProbeSite] = []
 
-        stages: list[StageFigures] = [source_figures]
-        phase_s: dict[str, float] = {}
-        after: str | None = None
-        trace_plan = tensor_traces.TracePlan((), ())
-        host_program: dict[str, Any] = {"recordings": [], "functions": {}}
-        dispatch_regions = materialisation.RegionLog()  # what carries each ID per dispatch region
-        # Stop only where a snapshot is taken or traces are inserted: each stop costs a
-        # pipeline set-up.
-        inserting = trace_tensors or with_probes
-        stops = [p for p in toolchain.IREE_PHASES
-                 if p in SNAPSHOT_PHASES[mode] or (inserting and p == INSERT_AFTER_PHASE)]
-        for phase in stops:
-            t0 = time.perf_counter()
-            module = driver.run(module, after, phase)
-            phase_s[phase] = time.perf_counter() - t0
-            if phase in SNAPSHOT_PHASES[mode]:
-                stages.append(snapshot.take_snapshot(module, phase, cache, carrier_texts))
-                dispatch_regions.observe(module, phase, cache)
-            if phase == HOST_PROGRAM_PHASE:
-                host_program = recordings.host_program(module)
-            if phase == INSERT_AFTER_PHASE:
-                # After the snapshot: the stage figures describe the module IREE would
-                # build without dfit's runtime hooks.
-                if trace_tensors:
-                    trace_plan = tensor_traces.insert_tensor_traces(module, trace_tensors, filters.names_by_id(ops), str(source))
-                if with_probes:
-                    probe_sites = function_probes.insert_function_probes(module)
-                if trace_tensors or with_probes:
-                    driver.mark_changed(module)
-            after = phase
-        with atomic.atomic_path(output, kind="vmfb") as tmp_vmfb:
-            t0 = time.perf_counter()
-            driver.write_vmfb(module, after, tmp_vmfb)
-            phase_s["serialize"] = time.perf_counter() - t0
-            document = build_manifest(
-                source=source,
-                mode=mode,
-                flags=driver.flags,
-                driver=driver.name,
-                operators=ops,
-                tensors=tensors,
-                stages=stages,
-                phase_s=phase_s,
-                total_s=time.perf_counter() - started,
-                vmfb_bytes=tmp_vmfb.stat().st_size,
-                vmfb_sha256=hashlib.sha256(tmp_vmfb.read_bytes()).hexdigest(),
-                output=output,
-                probe_sites=probe_sites,
-                trace_plan=trace_plan,
-                host_program=host_program,
-            )
-            if carrier_texts is not None:
-                document["stage_ir"] = carrier_texts.table(op["id"] for op in ops)
-            if observing:
-                document["pass_history"] = _pass_history_table(driver.history, stages, ops)
-            document["partitions"] = materialisation.separate_shared(document["partitions"], dispatch_regions.regions, ops)
-            site_costs.settle_manifest_costs(document)
-            document["compile"]["codegen"] = vmfb.codegen_facts(tmp_vmfb, driver.flags)  # for `dfit diff`
-            manifest.save(document, manifest_path, kind="manifest")
-    finally:
-        driver.close()
-    return CompileResult(output, manifest_path, document)
+
+@dataclass(frozen=True)
+class _Request:
+    """What one instrumented compile is asked for, options checked."""
+
+    source: Path
+    output: Path
+    manifest_path: Path
+    mode: str
+    trace_tensors: tuple[str, ...]
+    with_probes: bool
+    #: Record which pass changed each ID's class (``--lineage passes``).
+    observing: bool
+
+
+@dataclass(frozen=True)
+class _TaggedSource:
+    """The parsed source with its IDs read into the operator table, before any phase."""
+
+    module: ir.Operation
+    ops: list[dict]
+    tensors: list[dict]
+    cache: snapshot.LocationCache
+    #: The printed IR of each ID's carriers per phase, for `dfit view` (full mode only).
+    carrier_texts: stage_ir.StageIR | None
+    figures: StageFigures
+
+
+def _tag_source(driver: phases.PhaseDriver, request: _Request) -> _TaggedSource:
+    module = driver.parse(request.source)
+    phases.require_functions(module, request.source)
+    cache = snapshot.LocationCache()
+    t0 = time.perf_counter()
+    tagged = mlir_engine.tag_module(module)
+    ops, tensors = operators.operator_table(tagged, cache)
+    mlir_engine.strip_dfit_attributes(module)
+    tag_s = time.perf_counter() - t0
+    carrier_texts = stage_ir.StageIR() if request.mode in STAGE_IR_MODES else None
+    figures = snapshot.take_snapshot(module, SOURCE_STAGE, cache, carrier_texts)
+    figures.time_s += tag_s
+    return _TaggedSource(module, ops, tensors, cache, carrier_texts, figures)
+
+
+@dataclass(frozen=True)
+class _Lowered:
+    """What running IREE phase by phase gave: the module after the last phase run, the
+    figures of each snapshot taken on the way, and the runtime hooks inserted."""
+
+    module: ir.Operation
+    #: The last phase run: the vmfb is written from there.
+    last_phase: str | None
+    stages: list[StageFigures]
+    phase_s: dict[str, float]
+    trace_plan: tensor_traces.TracePlan
+    probe_sites: list[function_probes.ProbeSite]
+    host_program: dict[str, Any]
+    #: What carries each ID per dispatch region.
+    dispatch_regions: materialisation.RegionLog
+
+
+def _run_phases(driver: phases.PhaseDriver, request: _Request, tagged: _TaggedSource) -> _Lowered:
+    mode, module = request.mode, tagged.module
+    stages: list[StageFigures] = [tagged.figures]
+    phase_s: dict[str, float] = {}
+    after: str | None = None
+    trace_plan = tensor_traces.TracePlan((), ())
+    probe_sites: list[function_probes.ProbeSite] = []
+    host_program: dict[str, Any] = {"recordings": [], "functions": {}}
+    dispatch_regions = materialisation.RegionLog()
+    for phase in _stops(request):
+        t0 = time.perf_counter()
+        module = driver.run(module, after, phase)
+        phase_s[phase] = time.perf_counter() - t0
+        if phase in SNAPSHOT_PHASES[mode]:
+            stages.append(snapshot.take_snapshot(module, phase, tagged.cache, tagged.carrier_texts))
+            dispatch_regions.observe(module, phase, tagged.cache)
+        if phase == HOST_PROGRAM_PHASE:
+            host_program = recordings.host_program(module)
+        if phase == INSERT_AFTER_PHASE:
+            # After the snapshot: the stage figures describe the module IREE would
+            # build without dfit's runtime hooks.
+            trace_plan, probe_sites = _insert_runtime_hooks(driver, request, module, tagged.ops)
+        after = phase
+    return _Lowered(module, after, stages, phase_s, trace_plan, probe_sites, host_program, dispatch_regions)
+
+
+def _stops(request: _Request) -> list[str]:
+    """The phases to stop after: only where a snapshot is taken or runtime hooks go in,
+    since each stop costs a pipeline set-up."""
+    inserting = request.trace_tensors or request.with_probes
+    return [p for p in toolchain.IREE_PHASES
+            if p in SNAPSHOT_PHASES[request.mode] or (inserting and p == INSERT_AFTER_PHASE)]
+
+
+def _insert_runtime_hooks(
+    driver: phases.PhaseDriver, request: _Request, module: ir.Operation, ops: list[dict]
+) -> tuple[tensor_traces.TracePlan, list[function_probes.ProbeSite]]:
+    """Tensor traces and function probes, as asked for."""
+    trace_plan = tensor_traces.TracePlan((), ())
+    probe_sites: list[function_probes.ProbeSite] = []
+    if request.trace_tensors:
+        trace_plan = tensor_traces.insert_tensor_traces(
+            module, request.trace_tensors, filters.names_by_id(ops), str(request.source))
+    if request.with_probes:
+        probe_sites = function_probes.insert_function_probes(module)
+    if request.trace_tensors or request.with_probes:
+        driver.mark_changed(module)
+    return trace_plan, probe_sites
+
+
+def _write_outputs(driver: phases.PhaseDriver, request: _Request, tagged: _TaggedSource,
+                   lowered: _Lowered, started: float) -> dict[str, Any]:
+    """The vmfb and the manifest, each written whole or not at all; returns the manifest."""
+    ops = tagged.ops
+    with atomic.atomic_path(request.output, kind="vmfb") as tmp_vmfb:
+        t0 = time.perf_counter()
+        driver.write_vmfb(lowered.module, lowered.last_phase, tmp_vmfb)
+        phase_s = {**lowered.phase_s, "serialize": time.perf_counter() - t0}
+        document = build_manifest(
+            source=request.source,
+            mode=request.mode,
+            flags=driver.flags,
+            driver=driver.name,
+            operators=ops,
+            tensors=tagged.tensors,
+            stages=lowered.stages,
+            phase_s=phase_s,
+            total_s=time.perf_counter() - started,
+            vmfb_bytes=tmp_vmfb.stat().st_size,
+            vmfb_sha256=hashlib.sha256(tmp_vmfb.read_bytes()).hexdigest(),
+            output=request.output,
+            probe_sites=lowered.probe_sites,
+            trace_plan=lowered.trace_plan,
+            host_program=lowered.host_program,
+        )
+        if tagged.carrier_texts is not None:
+            document["stage_ir"] = tagged.carrier_texts.table(op["id"] for op in ops)
+        if request.observing:
+            document["pass_history"] = _pass_history_table(driver.history, lowered.stages, ops)
+        document["partitions"] = materialisation.separate_shared(
+            document["partitions"], lowered.dispatch_regions.regions, ops)
+        site_costs.settle_manifest_costs(document)
+        document["compile"]["codegen"] = vmfb.codegen_facts(tmp_vmfb, driver.flags)  # for `dfit diff`
+        manifest.save(document, request.manifest_path, kind="manifest")
+    return document
 
 
 def _pass_history_table(history: pass_history.PassHistory, stages: list[StageFigures],

@@ -84,99 +84,159 @@ class HostFunction:
 
 def host_program(module: ir.Operation) -> dict[str, Any]:
     """``{"recordings": [...], "functions": {...}}`` of a ``hal``-phase module (JSON)."""
-    tree = OpTree(module)
-    recordings: list[Recording] = []
-    functions: dict[str, HostFunction] = {}
-    recording_of: dict[Any, Recording] = {}  # command-buffer value -> its recording
-    memo_global: dict[str, str] = {}  # function returning a recorded buffer -> global it is stored in
-    loads: dict[str, set[str]] = {}  # global -> functions loading it
-    site_index = 0
-    initializers = 0
-    executions: list[tuple[HostFunction, ir.Operation]] = []
-    constants: dict[Any, int] = {}
-
-    def visit(op: ir.Operation, function: HostFunction | None) -> None:
-        nonlocal site_index, initializers
-        kind = op.name
-        if kind in FUNCTION_KINDS and function is None:
-            if kind == "util.initializer":
-                name, public, init = f"initializer#{initializers}", False, True
-                initializers += 1
-            else:
-                name = symbol_name(op) or "?"
-                visibility = op.attributes["sym_visibility"] if "sym_visibility" in op.attributes else None
-                public, init = visibility is None or str(visibility) == '"public"', False
-            function = functions[name] = HostFunction(name, public, init)
-            _entry_anchor_ops(op, tree, function)
-        if kind in SITE_KINDS and _site_target(op) is not None:
-            target = _site_target(op)
-            if function is not None and op.operands and op.operands[0] in recording_of:
-                recording_of[op.operands[0]].commands.append(
-                    Command("dispatch", site_index, target[1], _workgroups(op, constants)))
-            site_index += 1
-        elif function is not None:
-            if kind == "arith.constant" and len(op.results) == 1:
-                try:
-                    constants[op.results[0]] = ir.IntegerAttr(op.attributes["value"]).value
-                except (ValueError, TypeError, KeyError):
-                    pass
-            elif kind == "hal.command_buffer.create":
-                recording = Recording(len(recordings), function.name)
-                recordings.append(recording)
-                recording_of[op.results[0]] = recording
-            elif kind.startswith("hal.command_buffer.") and kind not in NOT_COMMANDS and op.operands \
-                    and op.operands[0] in recording_of:
-                recording_of[op.operands[0]].commands.append(Command(kind.removeprefix("hal.command_buffer.")))
-            elif kind in CALL_KINDS:
-                callee = str(op.attributes["callee"]).lstrip("@").strip('"')
-                function.calls.append(callee)
-                if function.initializer:
-                    for user in op.results[0].uses if op.results else ():
-                        owner = user.owner
-                        if owner.name == "util.global.store" and str(op.results[0].type) == COMMAND_BUFFER_TYPE:
-                            memo_global[callee] = str(owner.attributes["global"]).lstrip("@").strip('"')
-            elif kind == "util.global.load":
-                loads.setdefault(str(op.attributes["global"]).lstrip("@").strip('"'), set()).add(function.name)
-            elif kind == "util.global.store" and op.operands and op.operands[0] in recording_of:
-                recording_of[op.operands[0]].global_name = str(op.attributes["global"]).lstrip("@").strip('"')
-            elif kind in EXECUTE_KINDS:
-                executions.append((function, op))
-            if kind.startswith("hal.device.queue."):
-                function.queue_ops += 1
-        for child in tree.children(op):
-            visit(child, function)
-
-    for top in tree.children(module):
-        visit(top, None)
-
-    by_global: dict[str, list[int]] = {}
-    for recording in recordings:
-        if recording.global_name is None and recording.function in memo_global:
-            recording.global_name = memo_global[recording.function]
-        if recording.global_name is not None:
-            by_global.setdefault(recording.global_name, []).append(recording.index)
-            recording.executors = sorted(loads.get(recording.global_name, ()))
-        else:
-            recording.executors = [recording.function]
-    for function, op in executions:
-        function.executes.append(_traced(_command_operand(op), recording_of, by_global))
-    for function in functions.values():
-        if function.entry and function.entry[-1][0] == "execute":
-            function.entry[-1] = ["execute", _traced(_command_operand(function.entry[-1][1]), recording_of, by_global)]
-    load_roots = {name for name, f in functions.items() if f.initializer}
-    load_reach = reachable(load_roots, {n: f.calls for n, f in functions.items()})
-    call_reach = reachable({name for name, f in functions.items() if f.public},
-                           {n: f.calls for n, f in functions.items()})
-    for recording in recordings:
-        # A buffer stored in a global is executed by the functions that load it; one
-        # recorded where it runs, by that function. Load time: only initializers (and
-        # what only they call) execute it.
-        executors = [e for e in recording.executors if e in functions]
-        recording.load_time = bool(executors) and all(e in load_reach and e not in call_reach for e in executors)
+    walk = _HostWalk(OpTree(module))
+    for top in walk.tree.children(module):
+        walk.visit(top, None)
+    walk.trace_executions(walk.link_globals())
+    walk.mark_load_time()
     return {
-        "recordings": [_recording_json(r) for r in recordings],
-        "functions": {name: {k: v for k, v in asdict(f).items() if k != "name"} for name, f in functions.items()},
+        "recordings": [_recording_json(r) for r in walk.recordings],
+        "functions": {name: {k: v for k, v in asdict(f).items() if k != "name"} for name, f in walk.functions.items()},
     }
+
+
+@dataclass
+class _HostWalk:
+    """What one walk over a module's host code collects (:func:`host_program`); filled
+    by :meth:`visit`, then linked."""
+
+    tree: OpTree
+    recordings: list[Recording] = field(default_factory=list)
+    functions: dict[str, HostFunction] = field(default_factory=dict)
+    #: Command-buffer value -> its recording.
+    recording_of: dict[Any, Recording] = field(default_factory=dict)
+    #: Function returning a recorded buffer -> the global an initializer stores it in.
+    memo_global: dict[str, str] = field(default_factory=dict)
+    #: Global -> the functions loading it.
+    loads: dict[str, set[str]] = field(default_factory=dict)
+    #: Command-buffer executions, with the function issuing each.
+    executions: list[tuple[HostFunction, ir.Operation]] = field(default_factory=list)
+    #: Integer constants by value (what constant workgroup counts are read from).
+    constants: dict[Any, int] = field(default_factory=dict)
+    #: Dispatch call sites seen so far: they are numbered in program order, as snapshots do.
+    sites: int = 0
+    initializers: int = 0
+
+    def visit(self, op: ir.Operation, function: HostFunction | None) -> None:
+        if op.name in FUNCTION_KINDS and function is None:
+            function = self._open_function(op)
+        if op.name in SITE_KINDS and _site_target(op) is not None:
+            self._visit_site(op, function)
+        elif function is not None:
+            self._visit_host_op(op, function)
+        for child in self.tree.children(op):
+            self.visit(child, function)
+
+    def _open_function(self, op: ir.Operation) -> HostFunction:
+        if op.name == "util.initializer":
+            name, public, initializer = f"initializer#{self.initializers}", False, True
+            self.initializers += 1
+        else:
+            name = symbol_name(op) or "?"
+            visibility = op.attributes["sym_visibility"] if "sym_visibility" in op.attributes else None
+            public, initializer = visibility is None or str(visibility) == '"public"', False
+        function = self.functions[name] = HostFunction(name, public, initializer)
+        _entry_anchor_ops(op, self.tree, function)
+        return function
+
+    def _recording_fed(self, op: ir.Operation) -> Recording | None:
+        """The recording whose command buffer is ``op``'s first operand."""
+        if op.operands and op.operands[0] in self.recording_of:
+            return self.recording_of[op.operands[0]]
+        return None
+
+    def _visit_site(self, op: ir.Operation, function: HostFunction | None) -> None:
+        target = _site_target(op)
+        recording = self._recording_fed(op) if function is not None else None
+        if recording is not None and target is not None:
+            recording.commands.append(Command("dispatch", self.sites, target[1], _workgroups(op, self.constants)))
+        self.sites += 1
+
+    def _visit_host_op(self, op: ir.Operation, function: HostFunction) -> None:
+        kind = op.name
+        if kind == "arith.constant":
+            self._note_constant(op)
+        elif kind.startswith("hal.command_buffer."):
+            self._visit_command_buffer_op(op, function)
+        elif kind in CALL_KINDS:
+            self._visit_call(op, function)
+        elif kind == "util.global.load":
+            self.loads.setdefault(_symbol_ref(op.attributes["global"]), set()).add(function.name)
+        elif kind == "util.global.store":
+            if (recording := self._recording_fed(op)) is not None:
+                recording.global_name = _symbol_ref(op.attributes["global"])
+        elif kind in EXECUTE_KINDS:
+            self.executions.append((function, op))
+        if kind.startswith("hal.device.queue."):
+            function.queue_ops += 1
+
+    def _note_constant(self, op: ir.Operation) -> None:
+        if len(op.results) != 1:
+            return
+        try:
+            self.constants[op.results[0]] = ir.IntegerAttr(op.attributes["value"]).value
+        except (ValueError, TypeError, KeyError):
+            pass
+
+    def _visit_command_buffer_op(self, op: ir.Operation, function: HostFunction) -> None:
+        """``create`` opens a recording; every other command is one of its commands."""
+        kind = op.name
+        if kind == "hal.command_buffer.create":
+            recording = Recording(len(self.recordings), function.name)
+            self.recordings.append(recording)
+            self.recording_of[op.results[0]] = recording
+        elif kind not in NOT_COMMANDS and (fed := self._recording_fed(op)) is not None:
+            fed.commands.append(Command(kind.removeprefix("hal.command_buffer.")))
+
+    def _visit_call(self, op: ir.Operation, function: HostFunction) -> None:
+        """A call; in an initializer, one whose command buffer it stores in a global
+        names the memoized recording's global."""
+        callee = _symbol_ref(op.attributes["callee"])
+        function.calls.append(callee)
+        if not function.initializer:
+            return
+        for user in op.results[0].uses if op.results else ():
+            owner = user.owner
+            if owner.name == "util.global.store" and str(op.results[0].type) == COMMAND_BUFFER_TYPE:
+                self.memo_global[callee] = _symbol_ref(owner.attributes["global"])
+
+    def link_globals(self) -> dict[str, list[int]]:
+        """Each recording's global and executors: a buffer stored in a global is executed
+        by the functions that load it; one recorded where it runs, by that function.
+        Returns the recordings stored in each global."""
+        by_global: dict[str, list[int]] = {}
+        for recording in self.recordings:
+            if recording.global_name is None and recording.function in self.memo_global:
+                recording.global_name = self.memo_global[recording.function]
+            if recording.global_name is not None:
+                by_global.setdefault(recording.global_name, []).append(recording.index)
+                recording.executors = sorted(self.loads.get(recording.global_name, ()))
+            else:
+                recording.executors = [recording.function]
+        return by_global
+
+    def trace_executions(self, by_global: dict[str, list[int]]) -> None:
+        """The recordings each execution, and each function's entry anchor, may run."""
+        for function, op in self.executions:
+            function.executes.append(_traced(_command_operand(op), self.recording_of, by_global))
+        for function in self.functions.values():
+            if function.entry and function.entry[-1][0] == "execute":
+                executed = _traced(_command_operand(function.entry[-1][1]), self.recording_of, by_global)
+                function.entry[-1] = ["execute", executed]
+
+    def mark_load_time(self) -> None:
+        """Load time: only initializers (and what only they call) execute the recording."""
+        calls = {n: f.calls for n, f in self.functions.items()}
+        load_reach = reachable({name for name, f in self.functions.items() if f.initializer}, calls)
+        call_reach = reachable({name for name, f in self.functions.items() if f.public}, calls)
+        for recording in self.recordings:
+            executors = [e for e in recording.executors if e in self.functions]
+            recording.load_time = bool(executors) and all(e in load_reach and e not in call_reach for e in executors)
+
+
+def _symbol_ref(attribute: Any) -> str:
+    """``@name`` (or ``@"name"``) -> ``name``."""
+    return str(attribute).lstrip("@").strip('"')
 
 
 def reachable(roots: set[str] | list[str], calls: dict[str, list[str]]) -> set[str]:
@@ -228,7 +288,7 @@ def _traced(value: Any, recording_of: dict[Any, Recording], by_global: dict[str,
         return None  # a block argument
     owner = owner.operation if isinstance(owner, ir.OpView) else owner
     if owner.name == "util.global.load":
-        return by_global.get(str(owner.attributes["global"]).lstrip("@").strip('"'))
+        return by_global.get(_symbol_ref(owner.attributes["global"]))
     if owner.name == "arith.select":
         parts = [_traced(v, recording_of, by_global) for v in list(owner.operands)[1:]]
         return None if any(p is None for p in parts) else sorted({i for p in parts for i in p})  # type: ignore[union-attr]
@@ -247,7 +307,7 @@ def _entry_anchor_ops(function_op: ir.Operation, tree: OpTree, function: HostFun
         if op.name.startswith("hal.device.queue."):
             function.entry.append(["queue"])
         elif op.name in CALL_KINDS:
-            function.entry.append(["call", str(op.attributes["callee"]).lstrip("@").strip('"')])
+            function.entry.append(["call", _symbol_ref(op.attributes["callee"])])
 
 
 def anchor(functions: dict[str, dict[str, Any]], name: str, depth: int = 0) -> tuple[list[int], int] | None:

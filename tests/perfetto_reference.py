@@ -1,8 +1,8 @@
 """The trace writers as they were before the column-wise encoders, one event at a time:
 the Perfetto writer (one ``TracePacket`` object per event, 62-69k events/s) and the
 Chrome JSON writer (one ``json.dumps`` per event, ~20k events/s). They are the oracles
-the tests hold :func:`dfit_mlir.exporters.traces.write_perfetto` and
-:func:`dfit_mlir.exporters.traces.write_chrome_json` against."""
+the tests hold :func:`dfit_mlir.exporters.perfetto.write_perfetto` and
+:func:`dfit_mlir.exporters.chrome.write_chrome_json` against."""
 
 from __future__ import annotations
 
@@ -11,15 +11,13 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from dfit_mlir.core import event_schema as es
+from dfit_mlir.exporters.perfetto import _SEQUENCE_ID, CLOCK_MONOTONIC, _Interner
 from dfit_mlir.exporters.traces import (
-    _DESCRIBING,
-    _DESCRIPTION_CACHE,
     _PER_EVENT_ARGS,
-    _SEQUENCE_ID,
-    CLOCK_MONOTONIC,
-    _Interner,
-    _SliceNamer,
-    _trace_columns,
+    DESCRIBING,
+    DESCRIPTION_CACHE,
+    SliceNamer,
+    trace_columns,
     track_name,
 )
 
@@ -34,7 +32,7 @@ def write_perfetto_reference(parquet: Path, manifest: dict[str, Any], path: Path
     a sequence of ``Trace`` messages, and concatenated ``Trace``s read as one."""
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace, TracePacket, TrackEvent
 
-    namer = _SliceNamer(manifest)
+    namer = SliceNamer(manifest)
     described: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
     interner = _Interner()
     written = 0
@@ -115,7 +113,7 @@ def write_perfetto_reference(parquet: Path, manifest: dict[str, Any], path: Path
 
 
 #: Serialized slice packets kept for reuse.
-_PACKET_CACHE = _DESCRIPTION_CACHE
+_PACKET_CACHE = DESCRIPTION_CACHE
 _PACKETS_PER_WRITE = 4096
 
 
@@ -124,14 +122,14 @@ def _track(event: dict[str, Any]) -> tuple[str, str]:
     return event[es.STAGE], track_name(event[es.KIND], event[es.INVOCATION], event[es.PARTITION], event.get(es.NAME))
 
 
-def _describe(namer: _SliceNamer, event: dict[str, Any],
+def _describe(namer: SliceNamer, event: dict[str, Any],
               memo: dict[tuple[Any, ...], tuple[str, dict[str, Any]]]) -> tuple[tuple[Any, ...], str, dict[str, Any]]:
     """(memo key, slice name, args) of an event, memoised (in ``memo``) by its describing fields."""
-    key = tuple(event.get(field) for field in (*_DESCRIBING, *_PER_EVENT_ARGS))
+    key = tuple(event.get(field) for field in (*DESCRIBING, *_PER_EVENT_ARGS))
     found = memo.get(key)
     if found is None:
         found = (namer.name(event), namer.args(event))
-        if len(memo) < _DESCRIPTION_CACHE:
+        if len(memo) < DESCRIPTION_CACHE:
             memo[key] = found
     return key, found[0], found[1]
 
@@ -148,7 +146,7 @@ def _packet(packet: Any, event_type: int) -> Any:
 def write_chrome_json_reference(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
     """Write ``trace.json`` (Chrome trace event format: complete and instant events),
     streaming one event per line."""
-    namer = _SliceNamer(manifest)
+    namer = SliceNamer(manifest)
     described: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
     pids: dict[str, int] = {}
     tids: dict[tuple[str, str], int] = {}
@@ -190,7 +188,7 @@ def _events(parquet: Path) -> Iterator[dict[str, Any]]:
     """The events of ``parquet`` as dicts of the fields the traces read, column by column
     (a whole-row ``to_pylist`` costs most of the export)."""
     events = es.open_parquet(parquet)
-    fields = _trace_columns(events)
+    fields = trace_columns(events)
     for batch in events.iter_batches(batch_size=16_384, columns=fields):
         columns = [_pylist(batch.column(name)) for name in fields]
         for values in zip(*columns, strict=True):

@@ -72,6 +72,16 @@ def test_two_runs_with_different_clocks_on_one_timeline(tmp_path: Path, convnet_
             flows.setdefault(flow, []).append(packet.track_event.track_uuid)
     assert len(flows) == 3 and all(len(uuids) == 2 and len(set(uuids)) == 2 for uuids in flows.values())
     assert summary["trace_slices"] == len(merged)
+    # Written through the run bundle's own writer: the same files, the Chrome trace too,
+    # each rank a process group of its own, and the CSVs counting every merged event.
+    run_files = {p.name for p in rank0.iterdir() if not p.name.startswith(".")}
+    merged_files = {p.name for p in (tmp_path / "merged").iterdir() if not p.name.startswith(".")}
+    assert run_files <= merged_files and merged_files - run_files == {"steps.csv"}
+    chrome = json.loads((tmp_path / "merged" / "trace.json").read_text())["traceEvents"]
+    assert sum(1 for e in chrome if e.get("ph") in ("X", "i")) == len(merged)
+    counts = read_csv(tmp_path / "merged" / "events.csv")
+    assert sum(int(row["duration_ns_count"]) for row in counts) == sum(1 for e in merged if e["duration_ns"] is not None)
+    assert summary["toolchain"] == json.loads((rank0 / "summary.json").read_text())["toolchain"]
 
 
 def test_recorded_offsets_win_over_anchors(tmp_path: Path, convnet_runs: dict[str, Path], shifted: Path) -> None:  # noqa: F811

@@ -188,5 +188,5 @@ def test_cerebras_skips_framework_frames(cerebras_bundle: Path, tmp_path: Path) 
 
 
 def test_unknown_options_are_refused(iree_bundles: dict[str, Path], tmp_path: Path) -> None:
-    with pytest.raises(InvalidInputError, match="unknown option top .*framework_code, model_code"):
+    with pytest.raises(InvalidInputError, match="semantic-attribution: unknown option 'top'; known: framework_code, model_code"):
         run(iree_bundles["manifest"], tmp_path, top="3")

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from dfit_mlir.exporters import traces
+from dfit_mlir.exporters import chrome, perfetto, traces
 from tests.conftest import bundle_path
 from tests.perfetto_reference import write_chrome_json_reference, write_perfetto_reference
 
@@ -30,7 +30,7 @@ def test_same_packets_as_one_message_per_event(request: pytest.FixtureRequest, t
     bundle = bundle_path(request, name)
     manifest = json.loads((bundle / "manifest.json").read_text())
     ours, theirs = tmp_path / "columnar.pftrace", tmp_path / "reference.pftrace"
-    written = traces.write_perfetto(bundle / "events.parquet", manifest, ours)
+    written = perfetto.write_perfetto(bundle / "events.parquet", manifest, ours)
     assert written == write_perfetto_reference(bundle / "events.parquet", manifest, theirs)
     assert written > 0
     new, old = packets(ours), packets(theirs)
@@ -102,7 +102,7 @@ def test_same_chrome_json_as_one_record_per_event(request: pytest.FixtureRequest
     bundle = bundle_path(request, name)
     manifest = json.loads((bundle / "manifest.json").read_text())
     ours, theirs = tmp_path / "columnar.json", tmp_path / "reference.json"
-    written = traces.write_chrome_json(bundle / "events.parquet", manifest, ours)
+    written = chrome.write_chrome_json(bundle / "events.parquet", manifest, ours)
     assert written == write_chrome_json_reference(bundle / "events.parquet", manifest, theirs) > 0
 
     def named(path: Path) -> list[dict[str, Any]]:
@@ -122,8 +122,8 @@ def test_batches_split_anywhere_give_the_same_trace(tmp_path: Path, iree_bundles
     manifest = json.loads((bundle / "manifest.json").read_text())
     table = pq.read_table(bundle / "events.parquet")
     whole, split = io.BytesIO(), io.BytesIO()
-    traces.PerfettoWriter(manifest, whole).write_batches(table.to_batches())
-    traces.PerfettoWriter(manifest, split).write_batches(table.to_batches(max_chunksize=7))
+    perfetto.PerfettoWriter(manifest, whole).write_batches(table.to_batches())
+    perfetto.PerfettoWriter(manifest, split).write_batches(table.to_batches(max_chunksize=7))
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
 
     def without_descriptors(data: bytes) -> list[Any]:
@@ -138,7 +138,7 @@ def test_track_groups_and_flows(tmp_path: Path, iree_bundles: dict[str, Path]) -
     groups = pa.array(["rank 0" if k % 2 else "rank 1" for k in range(table.num_rows)])
     flows = pa.array([7 if k < 3 else None for k in range(table.num_rows)], pa.uint64())
     out = io.BytesIO()
-    written = traces.PerfettoWriter({}, out).write_batches(
+    written = perfetto.PerfettoWriter({}, out).write_batches(
         table.append_column("track_group", groups).append_column("flow_id", flows).to_batches())
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
 
@@ -163,7 +163,7 @@ def test_padded_varints_read_back_as_their_values(width: int) -> None:
     limit = min(2**63 - 1, 2 ** (7 * width) - 1)
     values = np.array(sorted(v for v in {0, 1, 127, 128, 300, limit // 2, limit} if v <= limit), dtype=np.uint64)
     rows = np.empty((len(values), width), dtype=np.uint8)
-    traces._padded_varints(rows, values, width)
+    perfetto._padded_varints(rows, values, width)
     for value, row in zip(values.tolist(), rows, strict=True):
         encoded = bytes([0x40]) + row.tobytes()  # TracePacket.timestamp = 8, varint
         assert len(encoded) == 1 + width
@@ -184,9 +184,9 @@ def test_bounded_track_table_still_describes_every_track(monkeypatch: pytest.Mon
     table = table.take(pa.array(sorted(range(table.num_rows), key=lambda row: (row % 5, row))))
 
     def track_names_per_event(live_tracks: int) -> tuple[list[str], int]:
-        monkeypatch.setattr(traces, "_LIVE_TRACKS", live_tracks)
+        monkeypatch.setattr(traces, "LIVE_TRACKS", live_tracks)
         out = io.BytesIO()
-        traces.PerfettoWriter(manifest, out).write_batches(table.to_batches(max_chunksize=3))
+        perfetto.PerfettoWriter(manifest, out).write_batches(table.to_batches(max_chunksize=3))
         described: dict[int, str] = {}
         names: list[str] = []
         for packet in Trace.FromString(out.getvalue()).packet:
@@ -207,7 +207,7 @@ def test_microseconds_are_exact_decimals() -> None:
     from decimal import Decimal
 
     nanoseconds = np.array([0, 1, 999, 1000, 1_234_567, -1_500, -7, 2**62 + 1], dtype=np.int64)
-    texts = traces._microseconds(nanoseconds).to_pylist()
+    texts = chrome._microseconds(nanoseconds).to_pylist()
     assert texts[:4] == ["0.000", "0.001", "0.999", "1.000"]
     for value, text in zip(nanoseconds.tolist(), texts, strict=True):
         assert Decimal(text) * 1000 == value
@@ -216,7 +216,7 @@ def test_microseconds_are_exact_decimals() -> None:
 
 def test_attributes_are_json_escaped_column_wise() -> None:
     values = ['{"a": 1}', 'back\\slash', "tab\tand\nnewline \x01", "", "ünï"]
-    members = traces._json_attributes(pa.array([v.encode() for v in values], pa.large_binary())).to_pylist()
+    members = chrome._json_attributes(pa.array([v.encode() for v in values], pa.large_binary())).to_pylist()
     assert members[3] == ""  # no attributes: no member
     for value, member in zip(values, members, strict=True):
         if value:
@@ -234,7 +234,7 @@ def test_crossing_slices_go_on_lanes_that_nest() -> None:
     table = pa.table({"kind": ["queue"] * 8, "stage": ["runtime"] * 8, "partition": ["submit execute"] * 8,
                       "start_ns": pa.array(starts, pa.int64()), "duration_ns": pa.array(durations, pa.int64())})
     out = io.BytesIO()
-    traces.PerfettoWriter({}, out).write_batches(table.to_batches(max_chunksize=4))
+    perfetto.PerfettoWriter({}, out).write_batches(table.to_batches(max_chunksize=4))
     found = list(Trace.FromString(out.getvalue()).packet)
     assert paired_durations(found) == sorted(durations)
     names = {p.track_descriptor.uuid: p.track_descriptor.name for p in found if p.HasField("track_descriptor")}
@@ -258,7 +258,7 @@ def test_lanes_nest_whatever_the_slices(seed: int) -> None:
                       "partition": rng.choice(["a", "b"], count),
                       "start_ns": pa.array(starts, pa.int64()), "duration_ns": pa.array(durations, pa.int64())})
     out = io.BytesIO()
-    traces.PerfettoWriter({}, out).write_batches(table.to_batches(max_chunksize=int(rng.integers(7, 120))))
+    perfetto.PerfettoWriter({}, out).write_batches(table.to_batches(max_chunksize=int(rng.integers(7, 120))))
     found = list(Trace.FromString(out.getvalue()).packet)
     assert paired_durations(found) == sorted(durations.tolist())
 
@@ -279,7 +279,7 @@ def test_lanes_nest_when_a_batch_is_out_of_time_order() -> None:
                       "start_ns": pa.array(starts, pa.int64()), "duration_ns": pa.array(durations, pa.int64())})
     assert not (np.diff(starts) >= 0).all()  # really out of order
     out = io.BytesIO()
-    traces.PerfettoWriter({}, out).write_batches(table.to_batches())
+    perfetto.PerfettoWriter({}, out).write_batches(table.to_batches())
     found = list(Trace.FromString(out.getvalue()).packet)
     assert paired_durations(found) == sorted(durations.tolist())
     assert len({p.track_event.track_uuid for p in found if p.HasField("track_event")}) > 1  # overlaps: lanes

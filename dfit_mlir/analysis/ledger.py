@@ -593,7 +593,8 @@ def _timing(model: SemanticModel, batches: Iterable[Any]) -> _Timing:
     offset = 0
     for batch in batches:
         codes = _kind_codes(np, pa, batch.column("kind"))
-        timed = pc.fill_null(pc.greater(batch.column("duration_ns"), 0), False).to_numpy(zero_copy_only=False)
+        timed = pc.fill_null(pc.greater(batch.column("duration_ns"), pa.scalar(0)), False) \
+            .to_numpy(zero_copy_only=False)
         keep = timed & (codes >= 0)
         if not keep.any():
             continue

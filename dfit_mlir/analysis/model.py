@@ -366,9 +366,10 @@ def _check_event_sites(path: Path, events: Any, roots: dict[int, str]) -> None:
     import pyarrow.compute as pc
 
     kinds = events.column("kind").cast(pa.string())
-    dispatches = events.filter(pc.equal(kinds, "dispatch"))
+    dispatches = events.filter(pc.equal(kinds, pa.scalar("dispatch")))
     pairs = dispatches.select(["site", "root_id"]).group_by(["site", "root_id"]).aggregate([])
-    pairs = pairs.cast(pa.schema([("site", pa.int64()), ("root_id", pa.string())]))
+    columns: dict[str, pa.DataType] = {"site": pa.int64(), "root_id": pa.string()}
+    pairs = pairs.cast(pa.schema(columns))
     for site, root in zip(pairs.column("site").to_pylist(), pairs.column("root_id").to_pylist(), strict=True):
         if site is None:
             continue

@@ -1,6 +1,6 @@
-"""Trace exporters for a run bundle: Perfetto's native protobuf format (the ``perfetto``
-package's TracePacket protos, streamed) and Chrome trace JSON. Both open in the
-Perfetto UI.
+"""How a run's events become trace tracks and slices: the part the two trace writers
+share (:mod:`dfit_mlir.exporters.perfetto`, Perfetto's native protobuf, and
+:mod:`dfit_mlir.exporters.chrome`, Chrome trace JSON; both open in the Perfetto UI).
 
 Tracks: under one process-like track per stage, one track per invocation carrying
 ``program`` / ``function`` / ``dispatch`` slices (they nest: a function runs inside its
@@ -12,14 +12,13 @@ and tensor statistics in their args.
 
 Both writers stream: they read ``events.parquet`` batch by batch and write as they go,
 so memory stays bounded however long the run (only the track table and a bounded cache
-of serialized slice descriptions are kept). The Perfetto writer encodes the protobuf
-wire format column-wise (:class:`PerfettoWriter`), not one message object per event.
+of serialized slice descriptions are kept).
 """
 
 from __future__ import annotations
 
-import json
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,24 +29,29 @@ from dfit_mlir.core import event_schema as es
 from dfit_mlir.core import locations
 from dfit_mlir.core.ids import op_name_of
 
-#: Perfetto's built-in monotonic clock (BUILTIN_CLOCK_MONOTONIC): the HAL host times.
-CLOCK_MONOTONIC = 3
-_SEQUENCE_ID = 0xDF17
 #: Kinds drawn on an invocation's track; the others get a track per operation.
 INVOCATION_KINDS = frozenset({"program", "function", "dispatch", "tensor"})
+
+
 _TENSOR_ARGS = (es.TENSOR_MIN, es.TENSOR_MAX, es.TENSOR_MEAN, es.TENSOR_STD, es.TENSOR_NANS, es.TENSOR_INFS)
 
 
 #: Event fields the traces read; all but the per-event ones (invocation, start,
 #: duration) describe a slice, and runs repeat the same description many times.
 _PER_EVENT = (es.INVOCATION, es.START_NS, es.DURATION_NS)
-_DESCRIBING = (es.KIND, es.STAGE, es.SITE, es.ROOT_ID, es.PARTITION, es.MACS, es.BYTES, es.NAME, *_TENSOR_ARGS)
+
+
+DESCRIBING = (es.KIND, es.STAGE, es.SITE, es.ROOT_ID, es.PARTITION, es.MACS, es.BYTES, es.NAME, *_TENSOR_ARGS)
+
+
 #: Per-event text (a queue submission's or an allocation's own numbers, as JSON): it is
 #: not part of a slice's description, or every such event would have its own; the
 #: writers add it to the event's args column-wise, uninterned.
 _PER_EVENT_ARGS = (es.ATTRIBUTES,)
+
+
 #: Slice descriptions kept for reuse (distinct ones: call sites, operations).
-_DESCRIPTION_CACHE = 100_000
+DESCRIPTION_CACHE = 100_000
 
 
 def track_name(kind: str, invocation: int | None, partition: str | None, name: str | None) -> str:
@@ -72,7 +76,7 @@ def view_link(op_id: str, page: str = VIEW_PAGE) -> str:
     return page + "#op=" + quote(op_id, safe="-_.!~*'()")
 
 
-class _SliceNamer:
+class SliceNamer:
     """Event → slice name and args, with the per-site and per-op lookups built once (the
     writers memoise descriptions themselves)."""
 
@@ -134,49 +138,18 @@ class _SliceNamer:
         return locations.model_frame(frames, self.rules.is_model_code) or op.get("source")
 
 
-def _trace_columns(events: Any) -> list[str]:
-    """The columns of ``events`` (a ``pq.ParquetFile``) the traces read."""
-    return [name for name in (*_PER_EVENT, *_DESCRIBING, *_PER_EVENT_ARGS) if name in events.schema_arrow.names]
-
-
-class _Interner:
-    """Perfetto's incremental interning: each string (event name, category, annotation
-    name, string value) travels once, in the ``interned_data`` of the first packet that
-    uses it; packets refer to it by iid. A run's slices repeat a few dozen strings
-    millions of times, so this is most of the file's size (337 → ~120 bytes per event)."""
-
-    def __init__(self) -> None:
-        from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import InternedData
-
-        self.tables: dict[str, dict[str, int]] = {}
-        self.pending = InternedData()
-
-    def iid(self, table: str, text: str) -> int:
-        known = self.tables.setdefault(table, {})
-        found = known.get(text)
-        if found is None:
-            found = known[text] = len(known) + 1
-            entry = getattr(self.pending, table).add()
-            entry.iid = found
-            if table == "debug_annotation_string_values":
-                entry.str = text.encode()
-            else:
-                entry.name = text
-        return found
-
-
-
-def write_perfetto(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
-    """Write ``trace.pftrace`` from ``events.parquet``; returns the number of slices and
-    instants written (events without a start time are left out and not counted)."""
+def event_batches(parquet: Path) -> Iterator[Any]:
+    """``events.parquet``'s batches, with the columns the writers read."""
     events = es.open_parquet(parquet)
-    fields = _trace_columns(events)
-    with path.open("wb") as file, _WriteBehind(file) as stream:
-        return PerfettoWriter(manifest, stream).write_batches(
-            events.iter_batches(batch_size=_BATCH_ROWS, columns=fields))
+    return events.iter_batches(batch_size=BATCH_ROWS, columns=trace_columns(events))
 
 
-class _WriteBehind:
+def trace_columns(events: Any) -> list[str]:
+    """The columns of ``events`` (a ``pq.ParquetFile``) the traces read."""
+    return [name for name in (*_PER_EVENT, *DESCRIBING, *_PER_EVENT_ARGS) if name in events.schema_arrow.names]
+
+
+class WriteBehind:
     """A stream whose writes go to ``file`` from a thread, so the disk takes the previous
     batch's bytes while the next batch is encoded (both release the GIL). At most
     ``depth`` writes wait; a failed write is raised by the next write or on exit."""
@@ -205,7 +178,7 @@ class _WriteBehind:
         self.pending.put(data)  # a memoryview keeps its Arrow buffer alive until written
         return len(data)
 
-    def __enter__(self) -> _WriteBehind:
+    def __enter__(self) -> WriteBehind:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -218,154 +191,26 @@ class _WriteBehind:
 #: Tracks of invocations (and operations) remembered: events of an invocation that come
 #: back after this many others were drawn go on a second track of the same name. Keeps
 #: the writer's memory bounded however many invocations a run has.
-_LIVE_TRACKS = 65_536
+LIVE_TRACKS = 65_536
 
 
-def _forget_oldest(recent: OrderedDict[Any, Any]) -> None:
-    """Keep the :data:`_LIVE_TRACKS` most recently used entries of ``recent`` (used ones
+def forget_oldest(recent: OrderedDict[Any, Any]) -> None:
+    """Keep the :data:`LIVE_TRACKS` most recently used entries of ``recent`` (used ones
     are popped and put back, so they come last). An OrderedDict: dropping the first
     entries of a plain dict again and again makes each drop slower (its iteration skips
     the emptied slots), which showed past 65,536 invocations."""
-    while len(recent) > _LIVE_TRACKS:
+    while len(recent) > LIVE_TRACKS:
         recent.popitem(last=False)
+
+
 #: Events encoded at a time: bounds the writer's memory (~100 bytes of output per event).
-_BATCH_ROWS = 131_072
-#: TracePacket / TrackEvent field tags (wire type in the low 3 bits), as Perfetto's protos number them.
-_TRACE_PACKET = 0x0A  # Trace.packet = 1, length-delimited
-_TIMESTAMP = 0x40  # TracePacket.timestamp = 8, varint
-_INTERNED_DATA = 0x62  # TracePacket.interned_data = 12, length-delimited
-_TRACK_EVENT = 0x5A  # TracePacket.track_event = 11, length-delimited
-_TRACK_UUID = 0x58  # TrackEvent.track_uuid = 11, varint
-_FLOW_IDS = b"\xf9\x02"  # TrackEvent.flow_ids = 47, fixed64
-_SLICE_END = b"\x48\x02"  # TrackEvent.type = 9: TYPE_SLICE_END
+BATCH_ROWS = 131_072
 
 
-def _varint(value: int) -> bytes:
-    if value < 0x80:  # most lengths and uuids: no loop
-        return _SMALL_VARINTS[value]
-    if value < 0x4000:
-        return bytes((value & 0x7F | 0x80, value >> 7))
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-_SMALL_VARINTS = [bytes((value,)) for value in range(0x80)]
-
-
-def _varint_width(value: int) -> int:
-    """Bytes ``value`` (non-negative) takes as a minimal protobuf varint."""
-    return max(1, (int(value).bit_length() + 6) // 7)
-
-
-def _padded_varints(out: np.ndarray, values: np.ndarray, width: int) -> None:
-    """Write ``values`` into the ``width`` columns of ``out`` (rows × width bytes) as
-    varints padded to ``width`` bytes: every byte but the last has its continuation bit
-    set, so 5 in three bytes is ``85 80 00``. Protobuf parsers read padded varints as the
-    value (Perfetto's own writer pads message lengths the same way); a fixed width per
-    batch is what lets every packet's head be one row of a byte matrix."""
-    rest = values.astype(np.uint64, copy=False)
-    for k in range(width):
-        byte = (rest >> np.uint64(7 * k)) & np.uint64(0x7F)
-        out[:, k] = byte.astype(np.uint8) | (0x80 if k + 1 < width else 0)
-
-
-def _data_end(array: Any) -> int:
+def data_end(array: Any) -> int:
     """Where the values of ``array`` (large_binary, unsliced) end in its data buffer."""
     assert array.offset == 0
     return int(np.frombuffer(array.buffers()[1], dtype=np.int64, count=len(array) + 1)[-1])
-
-
-def _joined(*columns: Any) -> Any:
-    """Arrow's row-wise concatenation of binary ``columns``. They are ``large_binary``
-    (64-bit offsets), so a batch of long descriptions cannot overflow them."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    return pc.binary_join_element_wise(*columns, pa.scalar(b"", pa.large_binary()))
-
-
-def _fixed_rows(matrix: np.ndarray, present: np.ndarray | None = None) -> Any:
-    """An Arrow binary array whose values are the rows of ``matrix`` (no copy); with
-    ``present`` (a mask, one row of ``matrix`` per True), empty values where it is False."""
-    import pyarrow as pa
-
-    rows, width = matrix.shape
-    if present is None:
-        offsets = np.arange(rows + 1, dtype=np.int64) * width
-    else:
-        offsets = np.concatenate([[0], np.cumsum(present * width)]).astype(np.int64)
-    return pa.Array.from_buffers(pa.large_binary(), len(offsets) - 1,
-                                 [None, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(matrix))])
-
-
-def _sparse_rows(count: int, values: dict[int, bytes]) -> Any:
-    """An Arrow binary array of ``count`` values, empty but at the rows of ``values``."""
-    import pyarrow as pa
-
-    lengths = np.zeros(count + 1, dtype=np.int64)
-    rows = sorted(values)
-    lengths[np.asarray(rows, dtype=np.int64) + 1] = [len(values[row]) for row in rows]
-    data = b"".join(values[row] for row in rows)
-    return pa.Array.from_buffers(pa.large_binary(), count, [None, pa.py_buffer(np.cumsum(lengths)),
-                                                      pa.py_buffer(data)])
-
-
-def _track_descriptor(uuid: int, name: str, parent: int | None) -> bytes:
-    """A TracePacket holding one TrackDescriptor (uuid = 1, name = 2, parent_uuid = 5;
-    TracePacket.track_descriptor = 60)."""
-    encoded = name.encode()
-    descriptor = b"\x08" + _varint(uuid) + b"\x12" + _varint(len(encoded)) + encoded + \
-        (b"\x28" + _varint(parent) if parent is not None else b"")
-    packet = b"\xe2\x03" + _varint(len(descriptor)) + descriptor
-    return bytes([_TRACE_PACKET]) + _varint(len(packet)) + packet
-
-
-def _track_descriptors(tracks: list[tuple[int, str, int]]) -> bytes:
-    """:func:`_track_descriptor` of many (uuid, name, parent) at once: a run has a track per
-    invocation, so a batch can hold thousands of new ones. Heads are fixed-width rows
-    (padded varints), the names a column joined after them."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    uuids = np.fromiter((uuid for uuid, _, _ in tracks), dtype=np.int64, count=len(tracks))
-    parents = np.fromiter((parent for _, _, parent in tracks), dtype=np.int64, count=len(tracks))
-    names = pa.array([name for _, name, _ in tracks], pa.large_string()).cast(pa.large_binary())
-    name_lengths = np.asarray(pc.binary_length(names), dtype=np.int64)
-    uuid_width = _varint_width(int(max(uuids.max(), parents.max())))
-    name_width = _varint_width(int(name_lengths.max()))
-    descriptor = 2 * (1 + uuid_width) + 1 + name_width + name_lengths
-    descriptor_width = _varint_width(int(descriptor.max()))
-    packet = 2 + descriptor_width + descriptor
-    packet_width = _varint_width(int(packet.max()))
-    layout = [(_TRACE_PACKET, 1), (packet, packet_width), (b"\xe2\x03", 2), (descriptor, descriptor_width),
-              (0x08, 1), (uuids, uuid_width), (0x28, 1), (parents, uuid_width), (0x12, 1),
-              (name_lengths, name_width)]
-    heads = _fixed_rows(_byte_rows(len(tracks), layout))
-    return _joined(heads, names).buffers()[2].to_pybytes()
-
-
-def _byte_rows(rows: int, layout: list[tuple[Any, int]]) -> np.ndarray:
-    """A rows × width byte matrix laid out by ``layout``: (value, width) in order, where a
-    value is constant bytes, a constant byte (int < 128, width 1), or an int or int array
-    written as varints padded to ``width``."""
-    matrix = np.empty((rows, sum(width for _, width in layout)), dtype=np.uint8)
-    at = 0
-    for value, width in layout:
-        if isinstance(value, bytes):
-            matrix[:, at:at + width] = np.frombuffer(value, dtype=np.uint8)
-        elif isinstance(value, int) and width == 1 and value < 0x80:
-            matrix[:, at] = value
-        else:
-            _padded_varints(matrix[:, at:at + width], np.broadcast_to(np.asarray(value), (rows,)), width)
-        at += width
-    return matrix
 
 
 def _codes(column: Any) -> tuple[np.ndarray, list[Any]]:
@@ -407,13 +252,13 @@ def _row_keys(codes: list[tuple[np.ndarray, list[Any]]], count: int) -> tuple[np
     return first, inverse.reshape(-1), np.argsort(first, kind="stable")
 
 
-class _Lanes:
+class Lanes:
     """Which lane of its track each slice goes on, so that the slices of one lane nest
     (Perfetto ends the most recent open slice of a track: crossing slices would be paired
     wrongly). Most tracks nest already and stay on lane 0, found by a vectorized check
     that also sees the slices still open at the end of the previous batch; a track with
     crossing slices is laid out slice by slice, first-fit, and keeps its lanes' open
-    slices for the next batches (the most recently used :data:`_LIVE_TRACKS` tracks).
+    slices for the next batches (the most recently used :data:`LIVE_TRACKS` tracks).
 
     Events are expected in time order across batches, as every bundle writes them: a
     slice starting before the previous batch's last start is checked against the slices
@@ -472,7 +317,7 @@ class _Lanes:
                 if row[at] >= 0:
                     lanes[row[at]] = _first_fit(stacks, int(start[at]), int(end[at]))
             self.open[key] = stacks
-        _forget_oldest(self.open)
+        forget_oldest(self.open)
         # What the nesting tracks carry into the next batch.
         last_start = int(starts[rows].max())
         keep = end > last_start
@@ -544,7 +389,7 @@ def _crossing(track: np.ndarray, kind: np.ndarray, start: np.ndarray, end: np.nd
 
 
 @dataclass(frozen=True)
-class _Grouped:
+class Grouped:
     """A batch of events (those with a start time), grouped for the trace writers: the
     few distinct tracks and slice descriptions, and which one each event has."""
 
@@ -567,8 +412,8 @@ class _Grouped:
     attributes: Any
 
 
-def _group(batch: Any, lanes: _Lanes) -> _Grouped | None:
-    """Group ``batch``'s events (Arrow record batch of :func:`_trace_columns`, plus the
+def group_batch(batch: Any, lanes: Lanes) -> Grouped | None:
+    """Group ``batch``'s events (Arrow record batch of :func:`trace_columns`, plus the
     optional ``track_group`` and ``flow_id``); ``None`` when none has a start time.
     A track whose slices cross is split into lanes (``lanes``, the writer's own)."""
     import pyarrow as pa
@@ -630,13 +475,13 @@ def _group(batch: Any, lanes: _Lanes) -> _Grouped | None:
     # Descriptions: distinct (instant, describing fields), in first-use order.
     describing = [(instant.astype(np.int64), [False, True])] + \
         [_codes(column[name]) if name in column else (np.zeros(count, dtype=np.int64), [None])
-         for name in _DESCRIBING]
+         for name in DESCRIBING]
     first, description_of_row, order = _row_keys(describing, count)
     descriptions = []
     for key_index in order.tolist():
         row = first[key_index]
         descriptions.append((bool(instant[row]), {name: describing[k + 1][1][describing[k + 1][0][row]]
-                                                  for k, name in enumerate(_DESCRIBING)}))
+                                                  for k, name in enumerate(DESCRIBING)}))
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
     flows: dict[int, int] = {}
@@ -644,382 +489,5 @@ def _group(batch: Any, lanes: _Lanes) -> _Grouped | None:
         flows = {row: int(flow) for row, flow in enumerate(column["flow_id"].to_pylist()) if flow is not None}
     attributes = pa.nulls(count, pa.large_binary()) if es.ATTRIBUTES not in column \
         else column[es.ATTRIBUTES].cast(pa.large_string()).cast(pa.large_binary())
-    return _Grouped(count, starts, durations, instant, tracks, np.asarray(track_of_row).reshape(-1), descriptions,
+    return Grouped(count, starts, durations, instant, tracks, np.asarray(track_of_row).reshape(-1), descriptions,
                     rank[description_of_row], first[order], flows, attributes.fill_null(b""))
-
-
-class PerfettoWriter:
-    """Events → ``.pftrace`` bytes, encoded a batch of events at a time.
-
-    The wire format is plain protobuf, so packets are written column-wise: what a slice
-    looks like (its name, category and arguments, interned) is built once per distinct
-    description with Perfetto's own message classes; each event adds only its head (a
-    fixed-width byte row: timestamp, track and the lengths around them, as padded
-    varints), filled for the whole batch with numpy, and Arrow joins heads and
-    descriptions row by row into the output bytes. The packets decode to the ones one
-    ``TracePacket`` object per event would give (``tests/perfetto_reference.py``).
-
-    Optional columns: ``track_group`` (a string: the host/rank a track belongs under, as
-    a parent track) and ``flow_id`` (an integer: events sharing one are linked by a
-    Perfetto flow, in time order).
-    """
-
-    def __init__(self, manifest: dict[str, Any], stream: Any):
-        from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import TracePacket, TrackEvent
-
-        self.stream = stream
-        self.namer = _SliceNamer(manifest)
-        self.interner = _Interner()
-        #: Track uuid by the events' track fields, and by (group, stage, track name).
-        #: Uuids of the group and stage tracks (few), and of the tracks events are drawn on
-        #: by (group, stage, track name): one per invocation, so the writer keeps only the
-        #: most recently used :data:`_LIVE_TRACKS` of those.
-        self.parents: dict[tuple[Any, ...], int] = {}
-        self.tracks: OrderedDict[tuple[Any, ...], int] = OrderedDict()
-        self.next_uuid = 1
-        self.lanes = _Lanes()
-        self.descriptions: dict[tuple[Any, ...], bytes] = {}
-        self._track_event = TrackEvent
-        self._trace_packet = TracePacket
-        header = TracePacket()
-        header.timestamp_clock_id = CLOCK_MONOTONIC
-        header.trusted_packet_sequence_id = _SEQUENCE_ID
-        header.sequence_flags = TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
-        #: The fields every event packet shares (clock, sequence, flags), serialized.
-        self.common = header.SerializeToString()
-        start = TracePacket()
-        start.trusted_packet_sequence_id = _SEQUENCE_ID
-        start.sequence_flags = TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
-        start.first_packet_on_sequence = True
-        self._emit_packet(start)
-        self.written = 0
-
-    def _emit_packet(self, packet: Any) -> None:
-        body = packet.SerializeToString()
-        self.stream.write(bytes([_TRACE_PACKET]) + _varint(len(body)) + body)
-
-    def _stage_track(self, group: str | None, stage: str, out: list[bytes]) -> int:
-        """The uuid of ``stage``'s track (under ``group``'s, if any); descriptors of those
-        new so far go to ``out``."""
-        stage_uuid = self.parents.get((group, stage))
-        if stage_uuid is None:
-            parent = None if group is None else self._parent_track((group,), group, None, out)
-            stage_uuid = self._parent_track((group, stage), f"stage: {stage}", parent, out)
-        return stage_uuid
-
-    def _parent_track(self, key: tuple[Any, ...], name: str, parent: int | None, out: list[bytes]) -> int:
-        uuid = self.parents.get(key)
-        if uuid is None:
-            uuid = self.parents[key] = self._new_uuid()
-            out.append(_track_descriptor(uuid, name, parent))
-        return uuid
-
-    def _new_uuid(self) -> int:
-        self.next_uuid += 1
-        return self.next_uuid - 1
-
-    def _description(self, instant: bool, event: dict[str, Any]) -> tuple[bytes, bytes]:
-        """(TrackEvent fields of a slice begin or instant, body of the interned data first
-        used by it)."""
-        key = (instant, *(event.get(field) for field in _DESCRIBING))
-        found = self.descriptions.get(key)
-        if found is not None:
-            return found, b""
-        name, args = self.namer.name(event), self.namer.args(event)
-        interner = self.interner
-        message = self._track_event()
-        message.type = self._track_event.TYPE_INSTANT if instant else self._track_event.TYPE_SLICE_BEGIN
-        message.name_iid = interner.iid("event_names", name)
-        message.category_iids.append(interner.iid("event_categories", "dfit"))
-        for arg, value in args.items():
-            annotation = message.debug_annotations.add()
-            annotation.name_iid = interner.iid("debug_annotation_names", arg)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                annotation.string_value_iid = interner.iid("debug_annotation_string_values", str(value))
-            elif isinstance(value, int):
-                annotation.int_value = value
-            else:
-                annotation.double_value = value
-        fields = message.SerializeToString()
-        if len(self.descriptions) < _DESCRIPTION_CACHE:
-            self.descriptions[key] = fields
-        return fields, self._interned_body()
-
-    def _interned_body(self) -> bytes:
-        """The InternedData fields interned since the last call (unwrapped: a packet must
-        carry one ``interned_data`` field, so bodies of one packet are concatenated)."""
-        pending = self.interner.pending
-        if not pending.ByteSize():
-            return b""
-        body = pending.SerializeToString()
-        pending.Clear()
-        return body
-
-    def write_batches(self, batches: Any) -> int:
-        for batch in batches:
-            self.write_batch(batch)
-        return self.written
-
-    def write_batch(self, batch: Any) -> None:
-        grouped = _group(batch, self.lanes)
-        if grouped is None:
-            return
-        parents: list[bytes] = []
-        new_tracks: list[tuple[int, str, int]] = []  # (uuid, name, parent uuid): one per new invocation, mostly
-        uuids = np.zeros(len(grouped.tracks), dtype=np.int64)
-        live = self.tracks
-        for index, key in enumerate(grouped.tracks):
-            uuid = live.pop(key, None)  # popped and put back: the most recently used come last
-            if uuid is None:
-                parent = self._stage_track(key[0], key[1], parents)
-                uuid = self._new_uuid()
-                new_tracks.append((uuid, key[2], parent))
-            live[key] = uuids[index] = uuid
-        _forget_oldest(live)
-        self.stream.write(b"".join(parents))
-        if new_tracks:
-            self.stream.write(_track_descriptors(new_tracks))
-
-        fields_of: list[bytes] = []
-        interned_at: dict[int, bytes] = {}
-        for (instant, event), row in zip(grouped.descriptions, grouped.description_rows.tolist(), strict=True):
-            fields, interned = self._description(instant, event)
-            fields_of.append(fields)
-            if interned:
-                interned_at[row] = interned
-        attributes = self._attribute_annotations(grouped.attributes, interned_at)
-        interned_at = {row: bytes([_INTERNED_DATA]) + _varint(len(body)) + body for row, body in interned_at.items()}
-        flows = {row: _FLOW_IDS + flow.to_bytes(8, "little") for row, flow in grouped.flows.items()}
-        self._encode(grouped.starts, grouped.durations, grouped.instant, uuids[grouped.track_of_row],
-                     grouped.description_of_row, fields_of, attributes, interned_at, flows)
-        self.written += grouped.count
-
-    def _attribute_annotations(self, attributes: Any, interned_at: dict[int, bytes]) -> list[Any]:
-        """Each event's ``attributes`` debug annotation (TrackEvent.debug_annotations = 4:
-        name_iid = 1, string_value = 6), column-wise: [] when no event has any, else two
-        Arrow columns (fixed-width heads, the text) joined into the TrackEvent. A new
-        ``attributes`` name iid goes with the first row that has one."""
-        import pyarrow.compute as pc
-
-        lengths = np.asarray(pc.binary_length(attributes), dtype=np.int64)
-        present = lengths > 0
-        if not present.any():
-            return []
-        iid = self.interner.iid("debug_annotation_names", "attributes")
-        body = self._interned_body()
-        if body:
-            row = int(np.argmax(present))
-            interned_at[row] = interned_at.get(row, b"") + body
-        lengths = lengths[present]
-        text_width, iid_width = _varint_width(int(lengths.max())), _varint_width(iid)
-        annotation = 1 + iid_width + 1 + text_width + lengths
-        annotation_width = _varint_width(int(annotation.max()))
-        heads = _byte_rows(len(lengths), [(0x22, 1), (annotation, annotation_width), (0x08, 1), (iid, iid_width),
-                                          (0x32, 1), (lengths, text_width)])
-        return [_fixed_rows(heads, present), attributes]
-
-    def _encode(self, starts: np.ndarray, durations: np.ndarray, instant: np.ndarray, tracks: np.ndarray,
-                descriptions: np.ndarray, fields_of: list[bytes], attributes: list[Any],
-                interned_at: dict[int, bytes], flows: dict[int, bytes]) -> None:
-        """Every event's packets (a begin or instant packet, then an end packet unless an
-        instant), laid out as columns joined row by row by Arrow:
-
-        * head: ``[packet tag][length][timestamp tag][timestamp][shared fields]
-          [TrackEvent tag][length][track_uuid tag][uuid]`` — one row of a byte matrix;
-        * the description's TrackEvent fields (type, name, category, arguments), taken
-          from the few distinct ones;
-        * the event's own ``attributes`` annotation, if any (two columns: heads, text);
-        * sparse extras: a flow id (still inside the TrackEvent, which is why it comes
-          right after the fields) and interned data first used here (a TracePacket field
-          after the TrackEvent; a packet's fields may come in any order);
-        * the end packet (slices only): again one row of a byte matrix.
-
-        Varints in the heads are padded to one width per batch (:func:`_padded_varints`),
-        so the heads are fixed-width rows and the only per-event work is filling their
-        varying columns (timestamp, uuid, lengths), a few numpy operations per column."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        count = len(starts)
-        common = self.common
-        ends = starts + durations
-        timestamp_width = _varint_width(max(int(starts.max()), int(ends.max())))
-        uuid_width = _varint_width(int(tracks.max()))
-        fields_length = np.array([len(blob) for blob in fields_of], dtype=np.int64)[descriptions]
-        flow_length = np.zeros(count, dtype=np.int64)
-        interned_length = np.zeros(count, dtype=np.int64)
-        for row, data in flows.items():
-            flow_length[row] = len(data)
-        for row, data in interned_at.items():
-            interned_length[row] = len(data)
-        attributes_length = sum((np.asarray(pc.binary_length(column), dtype=np.int64) for column in attributes),
-                                np.zeros(count, dtype=np.int64))
-        event_length = 1 + uuid_width + fields_length + attributes_length + flow_length
-        end_event_length = 1 + uuid_width + len(_SLICE_END)
-        event_width = _varint_width(max(int(event_length.max()), end_event_length))
-        fixed = 1 + timestamp_width + len(common) + 1 + event_width  # up to the TrackEvent's contents
-        packet_length = fixed + event_length + interned_length
-        end_packet_length = fixed + end_event_length
-        packet_width = _varint_width(max(int(packet_length.max()), end_packet_length))
-
-        def heads(rows: int, lengths: np.ndarray | int, timestamps: np.ndarray, events: np.ndarray | int,
-                  uuids: np.ndarray, tail: bytes = b"") -> np.ndarray:
-            return _byte_rows(rows, [(_TRACE_PACKET, 1), (lengths, packet_width), (_TIMESTAMP, 1),
-                                     (timestamps, timestamp_width), (common, len(common)), (_TRACK_EVENT, 1),
-                                     (events, event_width), (_TRACK_UUID, 1), (uuids, uuid_width),
-                                     (tail, len(tail))])
-
-        columns = [_fixed_rows(heads(count, packet_length, starts, event_length, tracks)),
-                   pa.array(fields_of, pa.large_binary()).take(pa.array(descriptions)), *attributes]
-        if flows or interned_at:
-            extras = {row: flows.get(row, b"") + interned_at.get(row, b"") for row in {*flows, *interned_at}}
-            columns.append(_sparse_rows(count, extras))
-        slices = ~instant
-        if slices.any():
-            end_rows = heads(int(slices.sum()), end_packet_length, ends[slices], end_event_length, tracks[slices],
-                             _SLICE_END)
-            columns.append(_fixed_rows(end_rows, slices))
-        packets = _joined(*columns)
-        self.stream.write(memoryview(packets.buffers()[2])[:_data_end(packets)])
-
-
-def write_chrome_json(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
-    """Write ``trace.json`` (Chrome trace event format: complete and instant events),
-    streamed from ``events.parquet``; returns the number of events written."""
-    events = es.open_parquet(parquet)
-    fields = _trace_columns(events)
-    with path.open("wb") as file, _WriteBehind(file) as stream:
-        writer = ChromeJsonWriter(manifest, stream)
-        written = writer.write_batches(events.iter_batches(batch_size=_BATCH_ROWS, columns=fields))
-        writer.close()
-    return written
-
-
-class ChromeJsonWriter:
-    """Events → Chrome trace JSON text, a batch at a time, grouped like
-    :class:`PerfettoWriter`'s: a process per (group and) stage, a thread per track. Each
-    distinct slice description becomes its JSON text once; each event adds its thread,
-    timestamp and duration, formatted for the whole batch by Arrow (exact decimal
-    microseconds, so nanoseconds survive) and joined row by row."""
-
-    def __init__(self, manifest: dict[str, Any], stream: Any):
-        self.stream = stream
-        self.namer = _SliceNamer(manifest)
-        self.pids: dict[tuple[str | None, str], int] = {}
-        #: Threads by (group, stage, track name); like the Perfetto writer's tracks, only
-        #: the most recently used are kept (a forgotten one comes back as a new thread).
-        self.tids: OrderedDict[tuple[str | None, str, str, int], int] = OrderedDict()
-        self.next_tid = 1
-        self.lanes = _Lanes()
-        self.descriptions: dict[tuple[Any, ...], tuple[str, str]] = {}
-        self.written = 0
-        self.first = True
-        stream.write(b'{"displayTimeUnit": "ns", "traceEvents": [\n')
-
-    def _emit(self, text: str | bytes | memoryview) -> None:
-        """Write records (text joined by ",\\n"; bytes already separated)."""
-        if not text:
-            return
-        if isinstance(text, str):
-            text = (text if self.first else ",\n" + text).encode()
-        self.stream.write(text)
-        self.first = False
-
-    def write_batches(self, batches: Any) -> int:
-        for batch in batches:
-            self.write_batch(batch)
-        return self.written
-
-    def close(self) -> None:
-        self.stream.write(b"\n]}\n")
-
-    def write_batch(self, batch: Any) -> None:
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        grouped = _group(batch, self.lanes)
-        if grouped is None:
-            return
-        metadata: list[str] = []
-        threads = []
-        for key in grouped.tracks:
-            group, stage, track, _ = key
-            pid = self.pids.get((group, stage))
-            if pid is None:
-                pid = self.pids[(group, stage)] = len(self.pids) + 1
-                name = f"stage: {stage}" if group is None else f"{group} / stage: {stage}"
-                metadata.append(json.dumps({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}))
-            tid = self.tids.pop(key, None)
-            if tid is None:
-                tid = self.next_tid
-                self.next_tid += 1
-                metadata.append(json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                                            "args": {"name": track}}))
-            self.tids[key] = tid
-            threads.append(f'}}, "pid": {pid}, "tid": {tid}, "ts": ')
-        _forget_oldest(self.tids)
-        self._emit(",\n".join(metadata))
-
-        heads = []
-        for instant, event in grouped.descriptions:
-            key = (instant, *(event.get(field) for field in _DESCRIBING))
-            found = self.descriptions.get(key)
-            if found is None:
-                # The record and its args left open: the event's attributes go in args,
-                # its thread, timestamp and duration after them.
-                found = (json.dumps({"cat": "dfit", "name": self.namer.name(event), "args": self.namer.args(event)})
-                         [:-2],
-                         ', "ph": "i", "s": "t"}' if instant else ', "ph": "X", "dur": ')
-                if len(self.descriptions) < _DESCRIPTION_CACHE:
-                    self.descriptions[key] = found
-            heads.append(found)
-        text = pa.large_string()
-        description = pa.array(grouped.description_of_row)
-        columns = [pa.array([head for head, _ in heads], text).take(description),
-                   _json_attributes(grouped.attributes),
-                   pa.array(threads, text).take(pa.array(grouped.track_of_row)),
-                   _microseconds(grouped.starts),
-                   pa.array([tail for _, tail in heads], text).take(description),
-                   pc.if_else(pa.array(grouped.instant), pa.scalar("", text),
-                              pc.binary_join_element_wise(_microseconds(grouped.durations), pa.scalar("}", text),
-                                                          pa.scalar("", text)))]
-        # Every record is preceded by its separator; the first of the file drops it.
-        records = pc.binary_join_element_wise(pa.scalar(",\n", text), *columns, pa.scalar("", text)) \
-            .cast(pa.large_binary())
-        data = memoryview(records.buffers()[2])[:_data_end(records)]
-        self._emit(bytes(data[2:]) if self.first else data)
-        self.written += grouped.count
-
-
-def _json_attributes(attributes: Any) -> Any:
-    """Each event's ``, "attributes": "…"`` member of its args (empty for none), an Arrow
-    string array: the text JSON-escaped column-wise (backslashes and quotes; the rare
-    value with control characters goes through ``json.dumps``)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    text = attributes.cast(pa.large_string())
-    escaped = pc.replace_substring(pc.replace_substring(text, "\\", "\\\\"), '"', '\\"')
-    controls = np.asarray(pc.match_substring_regex(text, "[\\x00-\\x1f]"), dtype=bool)
-    if controls.any():
-        values = escaped.to_pylist()
-        for row in np.flatnonzero(controls).tolist():
-            values[row] = json.dumps(text[row].as_py())[1:-1]
-        escaped = pa.array(values, pa.large_string())
-    member = pc.binary_join_element_wise(pa.scalar(', "attributes": "', pa.large_string()), escaped,
-                                         pa.scalar('"', pa.large_string()), pa.scalar("", pa.large_string()))
-    return pc.if_else(pc.greater(pc.binary_length(text), 0), member, pa.scalar("", pa.large_string()))
-
-
-def _microseconds(nanoseconds: np.ndarray) -> Any:
-    """Nanoseconds as exact decimal microseconds (``1234567`` → ``"1234.567"``), an Arrow
-    string array: JSON numbers, with no float rounding of large timestamps."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    text = pa.large_string()
-    magnitude = np.abs(nanoseconds)
-    whole = pc.cast(pa.array(magnitude // 1000), text)
-    fraction = pc.utf8_lpad(pc.cast(pa.array(magnitude % 1000), text), 3, "0")
-    sign = pc.if_else(pa.array(nanoseconds < 0), pa.scalar("-", text), pa.scalar("", text))
-    return pc.binary_join_element_wise(sign, whole, pa.scalar(".", text), fraction, pa.scalar("", text))

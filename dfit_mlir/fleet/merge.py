@@ -313,7 +313,7 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
         base += bundle.events.num_rows
 
     summary = {
-        "schema": "dfit.run-summary", "version": "1.1", "mode": "merged",
+        "mode": "merged",
         "backend": bundles[0].summary.get("backend") or "iree",
         "session": session,
         "sources": [str(b.path) for b in bundles],
@@ -324,28 +324,33 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
         "linked_steps": len(common),
         "events": merged.num_rows,
     }
-    from dfit_mlir.exporters.bundle import BUNDLE_KIND
+    traced = merged.append_column("track_group", group_names.take(pa.array(groups))) \
+                   .append_column("flow_id", pa.array(flow_ids, pa.uint64()))
+    return _write(output, bundles[0].manifest, merged, traced, step_rows, summary)
 
+
+def _write(output: Path, manifest: dict[str, Any], merged: Any, traced: Any, step_rows: list[dict[str, Any]],
+           summary: dict[str, Any]) -> dict[str, Any]:
+    """The merged bundle, through the writer every bundle goes through (its traces drawn
+    from ``traced``: the events with their rank's track group and the steps' flows), with
+    ``steps.csv`` beside it; returns its summary."""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
+
+    from dfit_mlir.exporters.bundle import BUNDLE_KIND, write_files
+
+    steps = io.BytesIO()
+    pacsv.write_csv(pa.Table.from_pylist(step_rows, schema=pa.schema([
+        ("step", pa.int64()), ("ranks", pa.int64()), ("first_rank", pa.string()), ("last_rank", pa.string()),
+        ("spread_ns", pa.int64())])), steps)
     with atomic.atomic_directory(output, kind=BUNDLE_KIND) as tmp:
-        import pyarrow.csv as pacsv
-        import pyarrow.parquet as pq
-
-        from dfit_mlir.core.event_pipeline import site_table
-        from dfit_mlir.exporters.traces import PerfettoWriter
-
         pq.write_table(merged, tmp / "events.parquet", compression="zstd")
-        pq.write_table(site_table(bundles[0].manifest), tmp / "sites.parquet")
-        (tmp / "manifest.json").write_text(json.dumps(bundles[0].manifest, indent=1) + "\n")
-        traced = merged.append_column("track_group", group_names.take(pa.array(groups))) \
-                       .append_column("flow_id", pa.array(flow_ids, pa.uint64()))
-        with (tmp / "trace.pftrace").open("wb") as stream:
-            summary["trace_slices"] = PerfettoWriter(bundles[0].manifest, stream).write_batches(
-                traced.to_batches(max_chunksize=65_536))
-        pacsv.write_csv(pa.Table.from_pylist(step_rows, schema=pa.schema([
-            ("step", pa.int64()), ("ranks", pa.int64()), ("first_rank", pa.string()), ("last_rank", pa.string()),
-            ("spread_ns", pa.int64())])), tmp / "steps.csv")
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    return summary
+        document = write_files(tmp, manifest, summary, trace_batches=lambda: traced.to_batches(max_chunksize=65_536),
+                               extra_files={"steps.csv": steps.getvalue().decode()})
+    return document
 
 
 def _check_distinct_runs(bundles: list[_Bundle]) -> None:

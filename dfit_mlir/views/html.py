@@ -28,12 +28,12 @@ from typing import Any
 from dfit_mlir.analysis import ledger
 from dfit_mlir.analysis.model import SemanticModel
 from dfit_mlir.analysis.tools.builtin.semantic_attribution import op_site
-from dfit_mlir.core import module_paths
+from dfit_mlir.core import module_paths, reading
 from dfit_mlir.frontends import CodeRules
 
 OUTPUT_KIND = "view"
 #: Files above this size are not embedded (a generated file is not the model's code).
-MAX_SOURCE_BYTES = 2_000_000
+MAX_SOURCE_BYTES = reading.MAX_SOURCE_BYTES
 TEMPLATE = "view_template.html"
 DATA_MARK = "/*DFIT_VIEW_DATA*/null"
 
@@ -76,6 +76,7 @@ def view_data(model: SemanticModel, rules: CodeRules | None = None) -> dict[str,
     weight = "time" if measured else "flops"
     sites = _sites(model, ops, rules or CodeRules.default())
     files, site_rows, op_site_index = _site_table(model, ops, sites, strings)
+    refused = site_rows.pop("refused")
     site_rows["share"] = _site_shares(book, ops, op_site_index, len(site_rows["file"]), weight)
     modules, op_module = _module_table(model, ops, strings)
     modules["figures"] = _module_figures(book, ops, modules, strings)
@@ -98,7 +99,7 @@ def view_data(model: SemanticModel, rules: CodeRules | None = None) -> dict[str,
             "bytes": [_bytes(by_op.get(op.id, {})) for op in ops],
             "lineage": [strings((lineage.get("classes") or {}).get(op.id, "")) for op in ops],
         },
-        "files": files, "sites": site_rows, "modules": modules,
+        "files": files, "source_refused": refused, "sites": site_rows, "modules": modules,
         "dispatches": _dispatch_table(model, book, op_index, strings),
         **_roofline(model, book, strings),
         "passes": _pass_table(model, op_index, strings),
@@ -153,21 +154,17 @@ def _sites(model: SemanticModel, ops: list, rules: CodeRules) -> list[tuple[str,
     return [op_site(model, op, rules) for op in ops]
 
 
-def _source_file(model: SemanticModel, name: str) -> Path | None:
-    """The file a location names, read at view time: absolute, else under the working
-    directory, the bundle's parent or the manifest's folder."""
-    path = Path(name)
-    bases = [Path.cwd()] + ([model.bundle.parent, model.bundle] if model.bundle else [Path(model.source).parent])
-    for candidate in [path] if path.is_absolute() else [base / path for base in bases]:
-        if candidate.is_file() and candidate.stat().st_size <= MAX_SOURCE_BYTES:
-            return candidate
-    return None
+def _source_roots(model: SemanticModel) -> list[Path]:
+    """The folders whose files the page may show (:func:`dfit_mlir.core.reading.source_roots`)."""
+    return reading.source_roots(model.bundle, None if model.bundle else Path(model.source), model.manifest)
 
 
 def _site_table(model: SemanticModel, ops: list, sites: list, strings: Interner) -> tuple[list, dict, list[int]]:
     """(files, site rows, op → site row): a site is a line of an embedded file
     (``file`` ≥ 0, ``line``) or a node-name row (``file`` -1, ``name``)."""
     files: list[dict[str, Any]] = []
+    refused: list[dict[str, Any]] = []  # "source not embedded: why", shown in the page
+    roots = _source_roots(model)
     file_index: dict[str, int] = {}
     rows: dict[tuple[int, int | str], int] = {}
     table: dict[str, list] = {"file": [], "line": [], "name": []}
@@ -177,11 +174,12 @@ def _site_table(model: SemanticModel, ops: list, sites: list, strings: Interner)
         if site is not None and site[1] == "source":
             name, line = site[0].rsplit(":", 1)
             if name not in file_index:
-                found = _source_file(model, name)
-                file_index[name] = -1 if found is None else len(files)
-                if found is not None:
-                    text = found.read_text(encoding="utf-8", errors="replace")
-                    files.append({"name": strings(name), "text": text})
+                found = reading.source_file(name, roots)
+                file_index[name] = -1 if found.text is None else len(files)
+                if found.text is not None:
+                    files.append({"name": strings(name), "text": found.text})
+                else:
+                    refused.append({"name": strings(name), "why": found.why})
             key = (file_index[name], int(line)) if file_index[name] >= 0 else (-1, site[0])
         elif site is not None:
             key = (-1, site[0])
@@ -194,6 +192,7 @@ def _site_table(model: SemanticModel, ops: list, sites: list, strings: Interner)
             table["line"].append(key[1] if key[0] >= 0 else 0)
             table["name"].append(strings(key[1]) if key[0] < 0 else -1)
         op_site_index.append(rows[key])
+    table["refused"] = refused
     return files, table, op_site_index
 
 

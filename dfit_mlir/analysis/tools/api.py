@@ -44,6 +44,7 @@ from typing import Any, ClassVar
 
 from dfit_mlir.analysis.model import SemanticModel
 from dfit_mlir.core import atomic
+from dfit_mlir.core.errors import InvalidInputError
 from dfit_mlir.core.event_pipeline import Policy
 
 #: The hooks, in the order a session calls them.
@@ -61,6 +62,9 @@ class Tool:
     description: ClassVar[str] = ""
     #: Aspects the tool needs; a backend that exposes none of them gets a note, not a crash.
     needs: ClassVar[tuple[str, ...]] = ()
+    #: The ``--option TOOL.KEY=VALUE`` keys the tool reads; ``None``: it checks its own.
+    #: Any other key is refused before ``on_init`` (:func:`check_options`).
+    options: ClassVar[tuple[str, ...] | None] = None
 
     def on_register(self, registry: Any) -> None: ...
     def on_init(self, ctx: ToolContext) -> None: ...
@@ -75,6 +79,17 @@ class Tool:
     def report(self, ctx: ToolContext) -> str:
         """A few lines for the terminal once the tool shut down."""
         return ""
+
+
+def check_options(tool: Tool, given: Mapping[str, Any]) -> None:
+    """Refuse an option ``tool`` does not declare, naming the ones it takes (one rule and
+    one message for every tool)."""
+    if tool.options is None:
+        return
+    unknown = sorted(set(given) - set(tool.options))
+    if unknown:
+        known = ", ".join(tool.options) or "none"
+        raise InvalidInputError(f"{tool.name}: unknown option {unknown[0]!r}; known: {known}")
 
 
 class ToolContext:

@@ -21,7 +21,7 @@ from typing import Any
 from dfit_mlir.adapters.base import Adapter
 from dfit_mlir.analysis.model import SemanticModel
 from dfit_mlir.analysis.tools import registry as tool_registry
-from dfit_mlir.analysis.tools.api import Tool, ToolContext
+from dfit_mlir.analysis.tools.api import Tool, ToolContext, check_options
 from dfit_mlir.core.errors import DfitError, InvalidInputError
 
 #: state → the states it may move to.
@@ -164,6 +164,7 @@ class Session:
             adapter = self._require_adapter()
             backend, capabilities = adapter.name, adapter.capabilities()
         for tool in self.tools:
+            check_options(tool, self.options.get(tool.name) or {})
             self.contexts[tool.name] = ToolContext(tool, self.out_dir / tool.name, self.shared, backend, capabilities,
                                                    self.options.get(tool.name))
         self._call_each("on_init")

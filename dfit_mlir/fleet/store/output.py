@@ -130,7 +130,7 @@ def write(schema: Any, batches: Iterable[Any], *, table_path: Path | None = None
     rows to print. A bad row for the trace (checked batch by batch) leaves neither file."""
     import pyarrow as pa
 
-    from dfit_mlir.exporters.traces import _BATCH_ROWS
+    from dfit_mlir.exporters.traces import BATCH_ROWS
 
     if trace_path is not None:
         check_trace_schema(schema)
@@ -140,7 +140,7 @@ def write(schema: Any, batches: Iterable[Any], *, table_path: Path | None = None
             sinks.append(_table_sink(stack, schema, table_path))
         writer = None
         if trace_path is not None:
-            from dfit_mlir.exporters.traces import PerfettoWriter
+            from dfit_mlir.exporters.perfetto import PerfettoWriter
 
             tmp = stack.enter_context(atomic.atomic_path(trace_path, TRACE_KIND))
             writer = PerfettoWriter({}, stack.enter_context(tmp.open("wb")))
@@ -151,7 +151,7 @@ def write(schema: Any, batches: Iterable[Any], *, table_path: Path | None = None
             for sink in sinks:
                 sink(batch)
             if writer is not None:
-                for chunk in pa.Table.from_batches([batch], schema=schema).to_batches(max_chunksize=_BATCH_ROWS):
+                for chunk in pa.Table.from_batches([batch], schema=schema).to_batches(max_chunksize=BATCH_ROWS):
                     writer.write_batch(_trace_batch(chunk, rows))
             rows += batch.num_rows
         return Written(pa.Table.from_batches(kept, schema=schema), rows, writer.written if writer else 0)

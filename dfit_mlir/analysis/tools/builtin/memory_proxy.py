@@ -36,7 +36,6 @@ from typing import Any
 from dfit_mlir.analysis.model import SemanticModel
 from dfit_mlir.analysis.profiles import load_profile
 from dfit_mlir.analysis.tools.api import Tool, ToolContext
-from dfit_mlir.core.errors import InvalidInputError
 
 OPTIONS = ("profile", "calibration")
 PARAMETER_EVENTS = ("on_chip_parameter_bytes", "off_chip_parameter_bytes")
@@ -47,11 +46,9 @@ class MemoryProxy(Tool):
     name = "memory-proxy"
     description = "peak live activations (liveness walk), weights, and whether they fit the on-chip memory"
     needs = ("tensor_shapes", "memory")
+    options = OPTIONS
 
     def on_init(self, ctx: ToolContext) -> None:
-        unknown = sorted(set(ctx.options) - set(OPTIONS))
-        if unknown:
-            raise InvalidInputError(f"{self.name}: unknown option {unknown[0]!r}; known: {', '.join(OPTIONS)}")
         ctx.state.update(compiler=defaultdict(dict), report=[])
 
     def on_event(self, ctx: ToolContext, batch: Any) -> None:

@@ -127,12 +127,9 @@ class SemanticAttribution(Tool):
     description = ("Ops, partitions and measured time → model-code line, module path and phase; a ranking of "
                    "source sites, a module tree with a flame graph, a per-phase table.")
     needs = ("source_locations",)
+    options = OPTIONS
 
     def on_init(self, ctx: ToolContext) -> None:
-        unknown = sorted(set(ctx.options) - set(OPTIONS))
-        if unknown:
-            raise InvalidInputError(f"semantic-attribution: unknown option {', '.join(unknown)} "
-                                    f"(options: {', '.join(OPTIONS)}, comma-separated path globs)")
         rules = CodeRules.default().extended(framework=parse_globs(ctx.options.get("framework_code")),
                                              model=parse_globs(ctx.options.get("model_code")))
         ctx.state.update(busy_s=0.0, rules=rules)
@@ -175,8 +172,8 @@ class SemanticAttribution(Tool):
             split = book.partition_summary(partition)
             partition_rows.append({
                 "partition": partition.id, "kind": partition.kind, "root_id": partition.root_id,
-                "root_site": (sites.get(partition.root_id or "") or (None,))[0],
-                "sites": ";".join(dict.fromkeys(sites[i][0] for i in compute if sites.get(i))),
+                "root_site": root_site[0] if (root_site := sites.get(partition.root_id or "")) else None,
+                "sites": ";".join(dict.fromkeys(site[0] for i in compute if (site := sites.get(i)))),
                 "module_paths": ";".join(dict.fromkeys(p for i in compute if (p := model.module_path(i)))),
                 "operators": len(partition.operator_ids), "compute_ops": len(compute),
                 "fused_ids": ";".join(split["fused"]),
@@ -284,9 +281,10 @@ class SemanticAttribution(Tool):
                                                                if not op.phase).most_common()),
             "non_constant_without_module_by_kind": dict(Counter(op.op for op in non_structural
                                                                 if model.module_path(op.id) is None).most_common()),
-            "top_modules": [row["module_path"] for row in sorted(
-                (r for r in module_rows if r["self_ops"]),
-                key=lambda r: (-r["self_time_ns"], -r["self_flops"], -r["self_ops"]))[:5]],
+            "top_modules": [path for path, node in sorted(
+                ((path, node) for path, node in tree.items() if node.self_values["ops"]),
+                key=lambda item: (-item[1].self_values["time_ns"], -item[1].self_values["flops"],
+                                  -item[1].self_values["ops"]))[:5]],
         }
 
     def report(self, ctx: ToolContext) -> str:

@@ -1,0 +1,171 @@
+"""``trace.json``: a run's events as Chrome trace event JSON (complete and instant
+events), streamed; tracks and slices grouped as :mod:`dfit_mlir.exporters.traces` says.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dfit_mlir.exporters.traces import (
+    DESCRIBING,
+    DESCRIPTION_CACHE,
+    Lanes,
+    SliceNamer,
+    WriteBehind,
+    data_end,
+    event_batches,
+    forget_oldest,
+    group_batch,
+)
+
+
+def write_chrome_json(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
+    """Write ``trace.json`` (Chrome trace event format: complete and instant events),
+    streamed from ``events.parquet``; returns the number of events written."""
+    return write_chrome_json_batches(event_batches(parquet), manifest, path)
+
+
+def write_chrome_json_batches(batches: Iterable[Any], manifest: dict[str, Any], path: Path) -> int:
+    """:func:`write_chrome_json` from event batches (``track_group`` and ``flow_id`` as
+    the Perfetto writer takes them)."""
+    with path.open("wb") as file, WriteBehind(file) as stream:
+        writer = ChromeJsonWriter(manifest, stream)
+        written = writer.write_batches(batches)
+        writer.close()
+    return written
+
+
+class ChromeJsonWriter:
+    """Events → Chrome trace JSON text, a batch at a time, grouped like
+    :class:`~dfit_mlir.exporters.perfetto.PerfettoWriter`'s: a process per (group and) stage, a thread per track. Each
+    distinct slice description becomes its JSON text once; each event adds its thread,
+    timestamp and duration, formatted for the whole batch by Arrow (exact decimal
+    microseconds, so nanoseconds survive) and joined row by row."""
+
+    def __init__(self, manifest: dict[str, Any], stream: Any):
+        self.stream = stream
+        self.namer = SliceNamer(manifest)
+        self.pids: dict[tuple[str | None, str], int] = {}
+        #: Threads by (group, stage, track name); like the Perfetto writer's tracks, only
+        #: the most recently used are kept (a forgotten one comes back as a new thread).
+        self.tids: OrderedDict[tuple[str | None, str, str, int], int] = OrderedDict()
+        self.next_tid = 1
+        self.lanes = Lanes()
+        self.descriptions: dict[tuple[Any, ...], tuple[str, str]] = {}
+        self.written = 0
+        self.first = True
+        stream.write(b'{"displayTimeUnit": "ns", "traceEvents": [\n')
+
+    def _emit(self, text: str | bytes | memoryview) -> None:
+        """Write records (text joined by ",\\n"; bytes already separated)."""
+        if not text:
+            return
+        if isinstance(text, str):
+            text = (text if self.first else ",\n" + text).encode()
+        self.stream.write(text)
+        self.first = False
+
+    def write_batches(self, batches: Any) -> int:
+        for batch in batches:
+            self.write_batch(batch)
+        return self.written
+
+    def close(self) -> None:
+        self.stream.write(b"\n]}\n")
+
+    def write_batch(self, batch: Any) -> None:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        grouped = group_batch(batch, self.lanes)
+        if grouped is None:
+            return
+        metadata: list[str] = []
+        threads = []
+        for key in grouped.tracks:
+            group, stage, track, _ = key
+            pid = self.pids.get((group, stage))
+            if pid is None:
+                pid = self.pids[(group, stage)] = len(self.pids) + 1
+                name = f"stage: {stage}" if group is None else f"{group} / stage: {stage}"
+                metadata.append(json.dumps({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name}}))
+            tid = self.tids.pop(key, None)
+            if tid is None:
+                tid = self.next_tid
+                self.next_tid += 1
+                metadata.append(json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                                            "args": {"name": track}}))
+            self.tids[key] = tid
+            threads.append(f'}}, "pid": {pid}, "tid": {tid}, "ts": ')
+        forget_oldest(self.tids)
+        self._emit(",\n".join(metadata))
+
+        heads = []
+        for instant, event in grouped.descriptions:
+            key = (instant, *(event.get(field) for field in DESCRIBING))
+            found = self.descriptions.get(key)
+            if found is None:
+                # The record and its args left open: the event's attributes go in args,
+                # its thread, timestamp and duration after them.
+                found = (json.dumps({"cat": "dfit", "name": self.namer.name(event), "args": self.namer.args(event)})
+                         [:-2],
+                         ', "ph": "i", "s": "t"}' if instant else ', "ph": "X", "dur": ')
+                if len(self.descriptions) < DESCRIPTION_CACHE:
+                    self.descriptions[key] = found
+            heads.append(found)
+        text = pa.large_string()
+        description = pa.array(grouped.description_of_row)
+        columns = [pa.array([head for head, _ in heads], text).take(description),
+                   _json_attributes(grouped.attributes),
+                   pa.array(threads, text).take(pa.array(grouped.track_of_row)),
+                   _microseconds(grouped.starts),
+                   pa.array([tail for _, tail in heads], text).take(description),
+                   pc.if_else(pa.array(grouped.instant), pa.scalar("", text),
+                              pc.binary_join_element_wise(_microseconds(grouped.durations), pa.scalar("}", text),
+                                                          pa.scalar("", text)))]
+        # Every record is preceded by its separator; the first of the file drops it.
+        records = pc.binary_join_element_wise(pa.scalar(",\n", text), *columns, pa.scalar("", text)) \
+            .cast(pa.large_binary())
+        data = memoryview(records.buffers()[2])[:data_end(records)]
+        self._emit(bytes(data[2:]) if self.first else data)
+        self.written += grouped.count
+
+
+def _json_attributes(attributes: Any) -> Any:
+    """Each event's ``, "attributes": "…"`` member of its args (empty for none), an Arrow
+    string array: the text JSON-escaped column-wise (backslashes and quotes; the rare
+    value with control characters goes through ``json.dumps``)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = attributes.cast(pa.large_string())
+    escaped = pc.replace_substring(pc.replace_substring(text, "\\", "\\\\"), '"', '\\"')
+    controls = np.asarray(pc.match_substring_regex(text, "[\\x00-\\x1f]"), dtype=bool)
+    if controls.any():
+        values = escaped.to_pylist()
+        for row in np.flatnonzero(controls).tolist():
+            values[row] = json.dumps(text[row].as_py())[1:-1]
+        escaped = pa.array(values, pa.large_string())
+    member = pc.binary_join_element_wise(pa.scalar(', "attributes": "', pa.large_string()), escaped,
+                                         pa.scalar('"', pa.large_string()), pa.scalar("", pa.large_string()))
+    return pc.if_else(pc.greater(pc.binary_length(text), 0), member, pa.scalar("", pa.large_string()))
+
+
+def _microseconds(nanoseconds: np.ndarray) -> Any:
+    """Nanoseconds as exact decimal microseconds (``1234567`` → ``"1234.567"``), an Arrow
+    string array: JSON numbers, with no float rounding of large timestamps."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    text = pa.large_string()
+    magnitude = np.abs(nanoseconds)
+    whole = pc.cast(pa.array(magnitude // 1000), text)
+    fraction = pc.utf8_lpad(pc.cast(pa.array(magnitude % 1000), text), 3, "0")
+    sign = pc.if_else(pa.array(nanoseconds < 0), pa.scalar("-", text), pa.scalar("", text))
+    return pc.binary_join_element_wise(sign, whole, pa.scalar(".", text), fraction, pa.scalar("", text))
