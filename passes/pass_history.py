@@ -650,18 +650,30 @@ def to_table(history: Sequence[PassChange], *, threads: str) -> dict[str, Any]:
             "threads": threads, "passes": passes, "columns": list(TABLE_COLUMNS), "rows": rows}
 
 
-def from_table(table: dict[str, Any]) -> list[PassChange]:
-    """The rows of a manifest's ``pass_history`` as records."""
-    passes = table["passes"]
-    columns = table["columns"]
+def from_table(table: dict[str, Any], source: str = "the manifest") -> list[PassChange]:
+    """The rows of a manifest's ``pass_history`` as records; a row that does not read
+    (a pass index past the table's passes, a missing value) is an InvalidInputError
+    naming ``source`` and the row (``manifest.load`` refuses these already)."""
+    from dfit_mlir.core.errors import InvalidInputError
+
     changes = []
-    for row in table["rows"]:
-        values = dict(zip(columns, row, strict=True))
-        run = passes[values["pass"]]
-        changes.append(PassChange(values["id"], run["name"], run["index"], run["phase"], run["unit"],
-                                  values["from"], values["to"], tuple(values["with"]),
-                                  tuple(values["kinds_before"]), tuple(values["kinds_after"]),
-                                  tuple(values.get("dispatch", ()))))
+    number = -1
+    try:
+        passes = table["passes"]
+        columns = table["columns"]
+        for number, row in enumerate(table["rows"]):
+            values = dict(zip(columns, row, strict=True))
+            if not isinstance(values["pass"], int) or not 0 <= values["pass"] < len(passes):
+                raise IndexError(f"names pass {str(values['pass'])[:40]}, the table lists {len(passes)} passes")
+            run = passes[values["pass"]]
+            changes.append(PassChange(values["id"], run["name"], run["index"], run["phase"], run["unit"],
+                                      values["from"], values["to"], tuple(values["with"]),
+                                      tuple(values["kinds_before"]), tuple(values["kinds_after"]),
+                                      tuple(values.get("dispatch", ()))))
+    except (KeyError, IndexError, TypeError, ValueError) as error:
+        where = f"pass_history/rows/{number}" if number >= 0 else "pass_history"
+        raise InvalidInputError(f"{source}: invalid manifest at {where}: {type(error).__name__}: "
+                                f"{str(error)[:200]}") from None
     return changes
 
 

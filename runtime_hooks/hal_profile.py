@@ -1,8 +1,13 @@
 """Per-dispatch events from IREE's HAL profiling, joined to dfit IDs.
 
 Capture goes through the shipped ``iree-run-module`` (the Python runtime bindings cannot
-capture a profile, RUNTIME-NOTES.md) with ``--device_profiling_mode=host-execution``,
-and decoding through ``iree-profile dispatch --dispatch_events --format=jsonl``: a run
+capture a profile, RUNTIME-NOTES.md) with the families the driver records
+(``drivers.CAPABILITIES``: ``host-execution`` on the CPU drivers, ``dispatch-events``
+with device timestamps on the GPU drivers), and decoding through ``iree-profile dispatch
+--dispatch_events --format=jsonl``. Both families give the same keys per dispatch
+(submission, command buffer, command index, export, workgroups); device ticks are put on
+the host's clock with the profile's clock-correlation samples (:class:`ClockFit`), so
+the join, the event pipeline and the traces see one kind of record whatever the driver. A run
 decodes the dispatch records straight to columns (:func:`decode_columns`, Arrow's JSON
 reader over the tool's output, a block at a time) and joins those, with no Python
 object per record; :func:`decode` gives the same records as objects (the reference).
@@ -46,10 +51,15 @@ from dfit_mlir.runtime_hooks.join_records import (
     invocation_starts,
 )
 
+#: The CPU drivers (the tests run each); every driver's families are in ``drivers.CAPABILITIES``.
 DRIVERS = ("local-sync", "local-task")
-#: HAL profiling families a ``full`` run records (all cheap on the CPU drivers,
+#: HAL profiling families a ``full`` run records on the CPU drivers (all cheap there,
 #: RUNTIME-NOTES.md); ``dispatch-events`` is unimplemented on ``local-*``.
 FULL_FAMILIES = ("host-execution", "queue-events", "memory-events")
+#: Families whose records carry device ticks (fitted to the host clock on decoding).
+DEVICE_TICK_FAMILIES = frozenset({"dispatch-events", "device-queue-events"})
+#: ``type`` of a dispatch record in ``iree-profile dispatch --dispatch_events``, per family.
+DISPATCH_RECORD_TYPES = ("host_dispatch_event", "dispatch_event")
 #: Queue operations that move or manage memory or launch command buffers: runtime work
 #: that belongs to no source op. IREE 3.13's host-execution ``op`` names.
 NON_MODEL_OPERATIONS = frozenset({
@@ -84,6 +94,13 @@ class Profile:
     host_operations: list[dict[str, Any]]
     queue_events: list[dict[str, Any]]
     memory_events: list[dict[str, Any]]
+    #: Device-timestamped queue operations (``device-queue-events``), their
+    #: ``start_host_time_ns`` / ``end_host_time_ns`` placed with :attr:`clocks`.
+    device_queue_events: list[dict[str, Any]] = ()  # type: ignore[assignment]
+    #: The device-tick → host fit of each physical device (device-tick families only).
+    clocks: dict[int, ClockFit] | None = None
+    #: The families recorded.
+    families: tuple[str, ...] = ()
     #: First submission of each invocation that issued any, from the benchmark tool's
     #: per-invocation flushes (:mod:`profile_flushes`); ``None`` when not read (one
     #: invocation, or no queue-events family).
@@ -94,6 +111,89 @@ class Profile:
         """The dispatch records as objects (tests, the per-record join); the run's route
         reads :attr:`dispatch_records`."""
         return self.dispatch_records.events()
+
+
+@dataclass(frozen=True)
+class ClockFit:
+    """Device ticks of one physical device on the host's clock (``iree_host_time_ns``,
+    CLOCK_MONOTONIC): IREE's clock fit (first and last clock-correlation sample of the
+    profile, ``iree-profile export``'s ``clock_fit.basis``), taken to the midpoint of the
+    host interval each sample was read in; ``uncertainty_ns``: the widest interval."""
+
+    device: int
+    first_tick: int
+    first_host_ns: int
+    last_tick: int
+    last_host_ns: int
+    samples: int
+    uncertainty_ns: int
+
+    @property
+    def ns_per_tick(self) -> float:
+        return (self.last_host_ns - self.first_host_ns) / (self.last_tick - self.first_tick)
+
+    def to_host(self, ticks: Any) -> Any:
+        """Host ns of ``ticks`` (an int or a numpy array of them), rounded to the ns."""
+        import numpy as np
+
+        offset = np.rint((np.asarray(ticks, dtype=np.int64) - self.first_tick) * self.ns_per_tick).astype(np.int64)
+        return self.first_host_ns + offset if offset.ndim else int(self.first_host_ns + offset)
+
+    def summary(self) -> dict[str, Any]:
+        return {"device": self.device, "basis": "first_last_clock_correlation", "to": "iree_host_time_ns",
+                "samples": self.samples, "ns_per_tick": round(self.ns_per_tick, 9),
+                "uncertainty_ns": self.uncertainty_ns}
+
+
+def clock_fits(profile: Path) -> dict[int, ClockFit]:
+    """Each physical device's :class:`ClockFit`, from the ``clock_correlation`` records
+    of ``iree-profile export`` (streamed, only those lines parsed). A device with fewer
+    than two usable samples has no fit: its ticks cannot be placed, which is an error
+    where they are read, not a guess."""
+    command = [runtime_tool("iree-profile"), "export", "--format=ireeperf-jsonl", str(profile)]
+    samples: dict[int, list[tuple[int, int, int]]] = {}
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
+        assert child.stdout is not None
+        for line in child.stdout:
+            if '"record_type":"clock_correlation"' not in line:
+                continue
+            record = json.loads(line)
+            if "device_tick" not in record or "host_time_begin_ns" not in record:
+                continue
+            begin, end = record["host_time_begin_ns"], record["host_time_end_ns"]
+            samples.setdefault(record.get("physical_device_ordinal", 0), []).append(
+                (record["device_tick"], (begin + end) // 2, end - begin))
+        stderr = child.stderr.read() if child.stderr else ""
+    if child.returncode != 0:
+        raise ProfileError(f"iree-profile export could not decode {profile}: {stderr.strip()}")
+    fits = {}
+    for device, found in samples.items():
+        found.sort()
+        if len(found) >= 2 and found[-1][0] > found[0][0]:
+            fits[device] = ClockFit(device, found[0][0], found[0][1], found[-1][0], found[-1][1], len(found),
+                                    max(sample[2] for sample in found))
+    return fits
+
+
+def _fit(clocks: dict[int, ClockFit] | None, device: int, what: str) -> ClockFit:
+    if not clocks or device not in clocks:
+        raise ProfileError(f"{what} of physical device {device} carries device ticks, but the profile has no clock "
+                           f"fit for that device (fewer than two clock-correlation samples), so its times cannot be "
+                           f"placed on the host's clock")
+    return clocks[device]
+
+
+def place_device_events(records: list[dict[str, Any]], clocks: dict[int, ClockFit] | None) -> list[dict[str, Any]]:
+    """``queue_device_event`` records with ``start_host_time_ns`` / ``end_host_time_ns``
+    from their ticks (:class:`ClockFit`); a record without valid ticks is an error."""
+    placed = []
+    for record in records:
+        if not record.get("valid", True):
+            raise ProfileError(f"device queue record without valid timestamps: {json.dumps(record, sort_keys=True)}")
+        fit = _fit(clocks, record.get("physical_device_ordinal", 0), "a device queue record")
+        placed.append({**record, "start_host_time_ns": fit.to_host(record["start_tick"]),
+                       "end_host_time_ns": fit.to_host(record["end_tick"])})
+    return placed
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,13 +223,17 @@ def capture_profile(vmfb: Path, inputs: Sequence[str], *, driver: str = "local-s
         tool, stdout = record_profile(vmfb, inputs, profile, driver=driver, function=function,
                                       invocations=invocations, families=families)
         queue_events = decode_records(profile, "queue", "queue_event") if "queue-events" in families else []
+        clocks = clock_fits(profile) if DEVICE_TICK_FAMILIES.intersection(families) else None
+        device_queue = place_device_events(decode_records(profile, "queue", "queue_device_event"), clocks) \
+            if "device-queue-events" in families else []
         return Profile(
             wall_ns_per_invocation=_benchmark_real_time_ns(stdout) if tool == "iree-benchmark-module" else None,
-            dispatch_records=decode_columns(profile),
+            dispatch_records=decode_columns(profile, clocks),
             host_operations=decode_host_operations(profile) if "queue-events" in families else [],
             queue_events=queue_events,
             memory_events=decode_records(profile, "memory", "memory_event") if "memory-events" in families else [],
             flush_starts=_flush_starts(profile, queue_events, invocations, "queue-events" in families),
+            device_queue_events=device_queue, clocks=clocks, families=tuple(families),
         )
 
 
@@ -139,9 +243,8 @@ def record_profile(vmfb: Path, inputs: Sequence[str], profile: Path, *, driver: 
     """Run ``vmfb`` under HAL profiling of ``families``, the raw profile written to
     ``profile``; inputs in ``iree-run-module`` form (``1x3xf32=0.5``, ``@x.npy``). One
     invocation runs ``iree-run-module``; several run ``iree-benchmark-module``, which
-    records exactly its timed iterations (it needs ``function``). (The tool, its stdout.)"""
-    if driver not in DRIVERS:
-        raise ProfileError(f"driver {driver!r} is not one of {', '.join(DRIVERS)}")
+    records exactly its timed iterations (it needs ``function``). ``driver``: a driver or
+    device URI (``vulkan://0``), checked by ``drivers.choose_device``. (The tool, its stdout.)"""
     if invocations == 1:
         tool, extra = "iree-run-module", []
     else:
@@ -162,6 +265,9 @@ def record_profile(vmfb: Path, inputs: Sequence[str], profile: Path, *, driver: 
     run = subprocess.run(command, capture_output=True, text=True)
     if run.returncode != 0:
         reason = run.stderr.strip().splitlines()
+        if "UNIMPLEMENTED" in run.stderr and "beginning device profiling" in run.stderr:
+            raise ProfileError(f"driver {driver} does not record one of the profiling families "
+                               f"{', '.join(families)} ({reason[-1] if reason else 'UNIMPLEMENTED'})")
         message = f"{tool} failed on {vmfb}: {reason[-1] if reason else f'exit {run.returncode}'}"
         raise ToolFault(message, tool, run.returncode, run.stderr)
     return tool, run.stdout
@@ -236,25 +342,36 @@ def non_model_operations(records: Sequence[dict[str, Any]]) -> list[dict[str, An
     return others
 
 
-def decode(profile: Path) -> list[DispatchEvent]:
+def decode(profile: Path, clocks: dict[int, ClockFit] | None = None) -> list[DispatchEvent]:
     """The dispatch events of a raw HAL profile, in the order the runtime executed them,
-    one object per record (the reference for :func:`decode_columns`, which a run uses)."""
+    one object per record (the reference for :func:`decode_columns`, which a run uses);
+    device ticks placed with ``clocks`` (read from the profile when not given)."""
     lines = _profile_jsonl(profile, "dispatch", "--dispatch_events")
-    events = [_event(json.loads(line)) for line in lines if '"host_dispatch_event"' in line]
+    records = [json.loads(line) for line in lines if '"dispatch_event"' in line]
+    if clocks is None and any(r["type"] == "dispatch_event" for r in records):
+        clocks = clock_fits(profile)
+    events = [_event(r, clocks) for r in records if r["type"] in DISPATCH_RECORD_TYPES]
     # local-task numbers commands (dispatches and barriers alternate: 0, 2, 4, ...);
     # local-sync does not, and records them in execution order.
     return sorted(events, key=lambda e: (e.submission_id, e.command_buffer_id, e.command_index or 0, e.start_ns))
 
 
-def _event(record: dict[str, Any]) -> DispatchEvent:
+def _event(record: dict[str, Any], clocks: dict[int, ClockFit] | None = None) -> DispatchEvent:
     index = record.get("command_index")
+    if record["type"] == "dispatch_event":  # device ticks: on the host clock by the fit
+        if not record.get("valid", True):
+            raise ProfileError(f"dispatch record without valid timestamps: {json.dumps(record, sort_keys=True)}")
+        fit = _fit(clocks, record.get("physical_device_ordinal", 0), "a dispatch record")
+        start, end = fit.to_host(record["start_tick"]), fit.to_host(record["end_tick"])
+    else:
+        start, end = record["start_host_time_ns"], record["end_host_time_ns"]
     return DispatchEvent(
         key=record["key"],
         submission_id=record["submission_id"],
         command_buffer_id=record["command_buffer_id"],
         command_index=None if index in (None, NO_COMMAND_INDEX) else index,
-        start_ns=record["start_host_time_ns"],
-        end_ns=record["end_host_time_ns"],
+        start_ns=start,
+        end_ns=end,
         workgroup_count=tuple(record.get("workgroup_count") or ()),
         tile_count=record.get("tile_count"),
     )
@@ -262,25 +379,29 @@ def _event(record: dict[str, Any]) -> DispatchEvent:
 
 #: Bytes of iree-profile's JSONL per Arrow block: the decode holds one block at a time.
 DECODE_BLOCK_BYTES = 4 << 20
-#: The fields of a ``host_dispatch_event`` line the join reads.
+#: The fields of a dispatch line (either :data:`DISPATCH_RECORD_TYPES`) the join reads:
+#: host times (host-execution) or device ticks (dispatch-events).
 _DISPATCH_FIELDS = (("type", "string"), ("key", "string"), ("submission_id", "int64"),
                     ("command_buffer_id", "int64"), ("command_index", "int64"), ("start_host_time_ns", "int64"),
-                    ("end_host_time_ns", "int64"), ("workgroup_count", "list<int64>"), ("tile_count", "int64"))
+                    ("end_host_time_ns", "int64"), ("workgroup_count", "list<int64>"), ("tile_count", "int64"),
+                    ("physical_device_ordinal", "int64"), ("start_tick", "int64"), ("end_tick", "int64"),
+                    ("valid", "bool"))
 
 
-def decode_columns(profile: Path) -> DispatchColumns:
+def decode_columns(profile: Path, clocks: dict[int, ClockFit] | None = None) -> DispatchColumns:
     """What :func:`decode` gives, as columns: ``iree-profile``'s JSONL is streamed through
     Arrow's JSON reader a block at a time (:data:`DECODE_BLOCK_BYTES`), so neither the
-    text nor a Python object per record is ever held; rows in runtime order."""
+    text nor a Python object per record is ever held; rows in runtime order. Device
+    ticks are placed with ``clocks`` (:func:`clock_fits`)."""
     import tempfile
 
     import pyarrow as pa
     import pyarrow.json as pj
 
-    types = {"string": pa.string(), "int64": pa.int64(), "list<int64>": pa.list_(pa.int64())}
+    types = {"string": pa.string(), "int64": pa.int64(), "list<int64>": pa.list_(pa.int64()), "bool": pa.bool_()}
     schema = pa.schema([(name, types[kind]) for name, kind in _DISPATCH_FIELDS])
     command = [runtime_tool("iree-profile"), "dispatch", "--dispatch_events", "--format=jsonl", str(profile)]
-    found = _DispatchBatches()
+    found = _DispatchBatches(clocks)
     with tempfile.TemporaryFile() as stderr:
         child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr)
         try:
@@ -306,10 +427,11 @@ def decode_columns(profile: Path) -> DispatchColumns:
 
 
 class _DispatchBatches:
-    """The ``host_dispatch_event`` rows of Arrow batches, gathered as numpy columns;
-    export names and workgroup counts coded over all batches."""
+    """The dispatch rows of Arrow batches, gathered as numpy columns (device ticks
+    placed on the host clock); export names and workgroup counts coded over all batches."""
 
-    def __init__(self) -> None:
+    def __init__(self, clocks: dict[int, ClockFit] | None = None) -> None:
+        self.clocks = clocks
         self.parts: dict[str, list[Any]] = {name: [] for name in (
             "key", "submission_id", "command_buffer_id", "command_index", "start_ns", "end_ns", "workgroup",
             "tile_count")}
@@ -318,13 +440,14 @@ class _DispatchBatches:
 
     def add(self, batch: Any) -> None:
         import numpy as np
+        import pyarrow as pa
         import pyarrow.compute as pc
 
-        batch = batch.filter(pc.equal(batch.column("type"), "host_dispatch_event"))
+        batch = batch.filter(pc.is_in(batch.column("type"), value_set=pa.array(DISPATCH_RECORD_TYPES)))
         if not batch.num_rows:
             return
         if batch.column("key").null_count or batch.column("submission_id").null_count:
-            raise ProfileError("iree-profile printed a host_dispatch_event without its export key or submission")
+            raise ProfileError("iree-profile printed a dispatch record without its export key or submission")
 
         def integers(name: str, missing: int = -1) -> np.ndarray:
             return pc.fill_null(batch.column(name), missing).to_numpy()
@@ -338,10 +461,33 @@ class _DispatchBatches:
         parts["submission_id"].append(integers("submission_id"))
         parts["command_buffer_id"].append(integers("command_buffer_id"))
         parts["command_index"].append(np.where(index == NO_COMMAND_INDEX, -1, index))
-        parts["start_ns"].append(integers("start_host_time_ns"))
-        parts["end_ns"].append(integers("end_host_time_ns"))
+        start, end = integers("start_host_time_ns"), integers("end_host_time_ns")
+        device = pc.equal(batch.column("type"), "dispatch_event").to_numpy(zero_copy_only=False)
+        if device.any():  # the columns may be Arrow's read-only buffers: placed in copies
+            start, end = self._place(batch, device, start.copy(), end.copy())
+        parts["start_ns"].append(start)
+        parts["end_ns"].append(end)
         parts["workgroup"].append(self._workgroups(batch.column("workgroup_count")))
         parts["tile_count"].append(integers("tile_count"))
+
+    def _place(self, batch: Any, device: Any, start: Any, end: Any) -> tuple[Any, Any]:
+        """``start`` and ``end`` with the device-tick rows (``device``) set to their host
+        times, per physical device."""
+        import numpy as np
+        import pyarrow.compute as pc
+
+        valid = pc.fill_null(batch.column("valid"), True).to_numpy(zero_copy_only=False)
+        ticks = [pc.fill_null(batch.column(name), -1).to_numpy() for name in ("start_tick", "end_tick")]
+        if (device & (~valid | (ticks[0] < 0) | (ticks[1] < 0))).any():
+            row = int(np.flatnonzero(device & ~valid)[0]) if (device & ~valid).any() else 0
+            raise ProfileError(f"dispatch record without valid device timestamps: {batch.slice(row, 1).to_pylist()}")
+        ordinal = pc.fill_null(batch.column("physical_device_ordinal"), 0).to_numpy()
+        for number in np.unique(ordinal[device]).tolist():
+            fit = _fit(self.clocks, number, "a dispatch record")
+            rows = device & (ordinal == number)
+            start[rows] = fit.to_host(ticks[0][rows])
+            end[rows] = fit.to_host(ticks[1][rows])
+        return start, end
 
     def _workgroups(self, counts: Any) -> Any:
         """Each row's workgroup count as a code of its distinct tuple (``()``: none)."""

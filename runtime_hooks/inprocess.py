@@ -70,6 +70,33 @@ def materialize(result: Any) -> None:
     """Wait for the invocation's results the way a user would: read them to host."""
     for value in result if isinstance(result, (tuple, list)) else (result,):
         if hasattr(value, "to_host"):
-            value.to_host()
+            try:
+                value.to_host()
+            except ValueError as error:
+                if "minImportedHostPointerAlignment" not in str(error):
+                    raise
+                staged_read(value)
         else:
             np.asarray(value)
+
+
+def staged_read(value: Any) -> np.ndarray:
+    """A device array read to host through a mapped staging buffer. IREE 3.13's
+    ``DeviceArray.to_host`` imports a fresh ``np.empty`` where the allocator says host
+    memory is importable, which the Vulkan driver then refuses when the array is not
+    page-aligned (lavapipe); this is the binding's own path for allocators that cannot
+    import."""
+    import iree.runtime as rt
+
+    view = value._buffer_view
+    source = view.get_buffer()
+    device = value._device
+    staging = device.allocator.allocate_buffer(
+        memory_type=int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE),
+        allowed_usage=int(rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED),
+        allocation_size=source.byte_length())
+    semaphore = device.create_semaphore(0)
+    device.queue_copy(source, staging, wait_semaphores=rt.HalFence.create_at(semaphore, 0),
+                      signal_semaphores=rt.HalFence.create_at(semaphore, 1))
+    rt.HalFence.create_at(semaphore, 1).wait()
+    return np.array(staging.map().asarray(view.shape, rt.HalElementType.map_to_dtype(view.element_type)))

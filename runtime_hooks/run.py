@@ -10,10 +10,14 @@ Modes:
   events of the same invocations from a second pass under HAL profiling;
 * ``full`` — under HAL profiling through the shipped ``iree-run-module`` /
   ``iree-benchmark-module``: one ``dispatch`` event per dispatch joined to the call site
-  that issued it (``hal_profile.join_structural``), ``queue`` events (submissions and
-  non-model host operations: allocations, command buffer executions, copies) and
-  ``memory`` events (pool reservations, allocations), each in the invocation of its
-  submission.
+  that issued it (``hal_profile.join_structural``), ``queue`` events (submissions,
+  non-model host operations: allocations, command buffer executions, copies, and on a
+  GPU the device's spans of them) and ``memory`` events (pool reservations,
+  allocations), each in the invocation of its submission.
+
+Which profiling families a run asks for, and which clock its times come from, is the
+driver's row in ``drivers.CAPABILITIES`` (the summary records both); every time in the
+bundle is on the host's clock.
 
 ``none`` and ``ids`` run any vmfb (no manifest needed); the function comes from the
 vmfb's export table; inputs not given are made so the model can take them
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -37,7 +41,7 @@ from dfit_mlir.core.errors import DfitError, InvalidInputError, ModuleFaultError
 from dfit_mlir.core.event_pipeline import EventPipeline, EventRow, Policy
 from dfit_mlir.core.vmfb import exported_functions
 from dfit_mlir.exporters.bundle import BUNDLE_KIND, write_bundle
-from dfit_mlir.runtime_hooks import hal_profile
+from dfit_mlir.runtime_hooks import drivers, hal_profile
 from dfit_mlir.runtime_hooks.inputs import (
     check_indices,
     check_inputs,
@@ -83,6 +87,7 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
                                 f"then run the .vmfb")
     if repeat < 1 or warmup < 0:
         raise InvalidInputError("--repeat must be at least 1 and --warmup at least 0")
+    caps = drivers.capabilities(driver)
     if tensors is not None and mode == "full":
         raise InvalidInputError("--tensors needs an in-process mode (ids or lite): full runs under iree-run-module, "
                                 "which prints traced tensors instead of handing them to dfit")
@@ -97,6 +102,8 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
             f"(--mode none and ids run any vmfb)")
     policy = policy or Policy(mode=mode)
     function, arguments, abi_model = entry_point(vmfb, manifest, function)
+    device = drivers.choose_device(vmfb, driver)  # after entry_point: the vmfb is readable
+    driver = device.runtime_uri
     if abi_model == "coarse-fences" and mode != "full":
         raise InvalidInputError(f"{vmfb}: {function} is an async (coarse-fences) function, which the in-process "
                                 f"modes cannot call; run it with --mode full (the IREE tools pass its fences)")
@@ -111,7 +118,8 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
             made = [plan.summary_entry(a, text) for a, plan, text in zip(arguments, plans, inputs, strict=True)]
         vmfb_sha256 = manifest["compile"]["vmfb_sha256"] if manifest else _sha256(vmfb)
         summary = {
-            "mode": mode, "driver": driver, "function": function, "repeat": repeat, "warmup": warmup,
+            "mode": mode, "driver": device.driver, "device": device.summary(), "function": function,
+            "repeat": repeat, "warmup": warmup,
             "inputs": made,
             "vmfb": {"path": str(vmfb), "sha256": vmfb_sha256},
             "manifest": str(manifest_path) if manifest else None,
@@ -120,7 +128,9 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
         fault = FaultContext(vmfb, function, inputs, bundle, warmup + repeat)
         if mode == "full":
             assert manifest is not None
-            profile = _profiled_run(vmfb, manifest, inputs, driver, function, repeat, warmup, fault=fault)
+            granted = drivers.ask(vmfb, driver, function, len(arguments)) if caps.source == "asked" else None
+            profile = _profiled_run(vmfb, manifest, inputs, driver, function, repeat, warmup,
+                                    drivers.run_families(caps, "full", granted), fault=fault)
             write_bundle(bundle, manifest, lambda sink: profile.pipeline(manifest, policy, sink),
                          {**summary, **profile.summary()})
         else:
@@ -323,8 +333,29 @@ def _child_main(run: InProcessRun, error_file: Path, progress_file: Path) -> Non
         error_file.write_bytes(pickle.dumps(ModuleFaultError(f"{run.vmfb}: {run.function} failed: {message}")))
 
 
+#: Host memory a device may import in place: IREE's Vulkan driver imports the arrays it
+#: is called with and refuses a pointer that is not ``minImportedHostPointerAlignment``
+#: (4096 on lavapipe) aligned; page-aligned inputs satisfy every driver.
+HOST_IMPORT_ALIGNMENT = 4096
+
+
+def page_aligned(value: Any) -> Any:
+    """``value`` (an input) in page-aligned memory, copied once before any call; scalars
+    and arrays already aligned as they are."""
+    import numpy as np
+
+    if not isinstance(value, np.ndarray) or value.ctypes.data % HOST_IMPORT_ALIGNMENT == 0:
+        return value
+    size = -(-max(value.nbytes, 1) // HOST_IMPORT_ALIGNMENT) * HOST_IMPORT_ALIGNMENT
+    block = np.empty(size + HOST_IMPORT_ALIGNMENT, np.uint8)
+    start = -block.ctypes.data % HOST_IMPORT_ALIGNMENT
+    aligned = block[start:start + value.nbytes].view(value.dtype).reshape(value.shape)
+    aligned[...] = value
+    return aligned
+
+
 def _run_in_process(run: InProcessRun, progress_file: Path | None = None) -> None:
-    arrays = [load_input(text) for text in run.inputs]
+    arrays = [page_aligned(load_input(text)) for text in run.inputs]
     summary = dict(run.summary)
     with InstrumentedModule(run.vmfb, run.manifest, mode=run.mode, driver=run.driver, tensors=run.tensors,
                             check_vmfb=False, max_events=run.policy.max_events) as module:
@@ -356,6 +387,10 @@ class ProfiledRun:
     #: Records of load time (initializers) and of no submission, counted.
     load_records: int = 0
     unsubmitted_records: int = 0
+    #: The profiling families recorded, the driver's row, and the clock fits used.
+    families: tuple[str, ...] = hal_profile.FULL_FAMILIES
+    capabilities: drivers.DriverCapabilities | None = None
+    clocks: tuple[hal_profile.ClockFit, ...] = ()
 
     def pipeline(self, manifest: dict[str, Any], policy: Policy, sink: Any) -> EventPipeline:
         import uuid
@@ -388,7 +423,9 @@ class ProfiledRun:
         wall = self.wall_ns_per_invocation
         load = ~recorded
         return {
-            "profiling_families": list(hal_profile.FULL_FAMILIES),
+            "profiling_families": list(self.families),
+            "driver_capabilities": None if self.capabilities is None else asdict(self.capabilities),
+            "clocks": self.clock_summary(),
             "join": "structural: command-buffer recordings of the hal-phase host code; invocations by submission",
             "dispatch_ns_per_invocation": duration_stats(totals.tolist()),
             # First dispatch start to last dispatch end: the device-side window.
@@ -407,6 +444,17 @@ class ProfiledRun:
         }
 
 
+    def clock_summary(self) -> dict[str, Any]:
+        """Which clock each table's times came from: all are on the host's
+        (``iree_host_time_ns``); device ticks got there by the fits listed."""
+        dispatch = self.capabilities.dispatch_clock if self.capabilities else drivers.HOST_CLOCK
+        fitted = "device_tick fitted to iree_host_time_ns"
+        return {"dispatch": fitted if dispatch == drivers.DEVICE_CLOCK else drivers.HOST_CLOCK,
+                "queue": drivers.HOST_CLOCK, "memory": drivers.HOST_CLOCK,
+                **({"queue device spans (device ...)": fitted} if "device-queue-events" in self.families else {}),
+                "fits": [fit.summary() for fit in self.clocks]}
+
+
 #: ``invocation`` of the events of load-time work (initializers).
 LOAD_INVOCATION = -1
 
@@ -423,8 +471,10 @@ def _profiled_run(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], d
         if fault is not None and signal_number is not None:
             fault.raise_for(signal_number, error.tool, (error.stderr.strip().splitlines() or [""])[-1])
         raise
-    executions = [(r["submission_id"], r["command_buffer_id"]) for r in profile.host_operations
-                  if r.get("op") == "execute"]
+    # Command-buffer executions from the host-execution records (CPU drivers) or the
+    # queue records (every driver records queue-events): the same (submission, buffer).
+    executions = sorted({(r["submission_id"], r["command_buffer_id"])
+                         for r in (*profile.host_operations, *profile.queue_events) if r.get("op") == "execute"})
     joined = hal_profile.join_structural(profile.dispatch_records, manifest, function, invocations, executions,
                                          profile.flush_starts)
 
@@ -439,6 +489,14 @@ def _profiled_run(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], d
                         bytes=record.get("payload_length") or None,
                         attributes=_pick(record, "submission_id", "command_buffer_id", "allocation_id"))
 
+    def device_operation(record: dict[str, Any], k: int | None) -> EventRow:
+        # The device's span of a queue operation (device-queue-events), ticks fitted.
+        return EventRow(k, f"device {record['op']}", None, record["start_host_time_ns"],
+                        record["end_host_time_ns"] - record["start_host_time_ns"],
+                        bytes=record.get("payload_length") or None,
+                        attributes={**_pick(record, "submission_id", "command_buffer_id", "allocation_id",
+                                            "start_tick", "end_tick"), "clock": "device_tick"})
+
     def memory(record: dict[str, Any], k: int | None) -> EventRow:
         return EventRow(k, record["event_type"], None, record["host_time_ns"], 0, bytes=record.get("length"),
                         attributes=_pick(record, "allocation_id", "pool_id", "pool_bytes_reserved",
@@ -450,6 +508,7 @@ def _profiled_run(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], d
     for records, rows, row_of in (
         (profile.queue_events, queue_rows, submission),
         (profile.host_operations, queue_rows, host_operation),
+        (profile.device_queue_events, queue_rows, device_operation),
         (profile.memory_events, memory_rows, memory),
     ):
         for record in records:
@@ -469,7 +528,8 @@ def _profiled_run(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], d
             else:
                 rows.append(row_of(record, k - warmup))
     return ProfiledRun(_recorded(joined.columns, warmup), repeat, queue_rows, memory_rows, counts["warmup"],
-                       profile.wall_ns_per_invocation, counts["load"], counts["unsubmitted"])
+                       profile.wall_ns_per_invocation, counts["load"], counts["unsubmitted"], tuple(families),
+                       drivers.capabilities(driver), tuple((profile.clocks or {}).values()))
 
 
 def _recorded(columns: hal_profile.JoinColumns, warmup: int) -> hal_profile.JoinColumns:
@@ -487,19 +547,21 @@ def _recorded(columns: hal_profile.JoinColumns, warmup: int) -> hal_profile.Join
 
 
 #: Queue events of a lite run come from a second pass under HAL profiling: Python cannot
-#: capture a profile (RUNTIME-NOTES.md), and host-execution is needed to tell invocations
-#: apart. Their timestamps are that pass's, on the same CLOCK_MONOTONIC.
+#: capture a profile (RUNTIME-NOTES.md), and the dispatch family is needed to tell
+#: invocations apart. Their timestamps are that pass's, on the same CLOCK_MONOTONIC.
+#: (The CPU drivers' row; each driver's is ``drivers.CAPABILITIES[...].lite``.)
 LITE_QUEUE_FAMILIES = ("host-execution", "queue-events")
 
 
 def _queue_pass(module: InstrumentedModule, vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str],
                 driver: str, function: str, repeat: int, warmup: int) -> dict[str, Any]:
     """Record the same invocations' queue submissions and host operations into ``module``."""
-    profiled = _profiled_run(vmfb, manifest, inputs, driver, function, repeat, warmup, LITE_QUEUE_FAMILIES)
+    families = drivers.capabilities(driver).lite
+    profiled = _profiled_run(vmfb, manifest, inputs, driver, function, repeat, warmup, families)
     rows = [replace(row, attributes={**(row.attributes or {}), "pass": "queue-profile"})
             for row in profiled.queue_rows]
     module.add_rows("queue", rows)
-    return {"families": list(LITE_QUEUE_FAMILIES), "tool": "iree-benchmark-module" if warmup + repeat > 1
+    return {"families": list(families), "tool": "iree-benchmark-module" if warmup + repeat > 1
             else "iree-run-module", "queue_events": len(rows), "warmup_records_dropped": profiled.warmup_records}
 
 

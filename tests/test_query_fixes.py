@@ -63,7 +63,7 @@ def test_top_sites_values_are_the_exact_quotients(work: Path) -> None:
         totals[(row["backend"], row["model"])] = totals.get((row["backend"], row["model"]), 0) + row["total_ns"]
         assert row["mean_ns"] == row["total_ns"] / row["events"]
     for row in got:
-        assert row["share"] == row["total_ns"] / totals[(row["backend"], row["model"])]
+        assert row["attributed_share"] == row["total_ns"] / totals[(row["backend"], row["model"])]
 
 
 def test_printed_floats_are_rounded_for_reading() -> None:

@@ -166,7 +166,7 @@ def test_top_sites_is_the_ledgers_time_by_source_line_across_runs(store: Path, s
         assert row["events"] == sum(calls[row["location"]].values())
     assert {r["location"]: r["runs"] for r in got} == {k: len(v) for k, v in runs.items()}
     assert [r["total_ns"] for r in got] == sorted((r["total_ns"] for r in got), reverse=True)
-    assert sum(r["share"] for r in got) == pytest.approx(1.0, abs=1e-6)
+    assert sum(r["attributed_share"] for r in got) == pytest.approx(1.0, abs=1e-6)
     squeezenet = [r for r in rows(store, report="top-sites", limit=1000) if r["model"] == "onnx_squeezenet"]
     assert squeezenet and all(r["runs"] == 1 for r in squeezenet)  # only the full run has per-dispatch times
 

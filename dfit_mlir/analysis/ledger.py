@@ -420,6 +420,20 @@ class Ledger:
         FLOPs, where nothing was timed)."""
         return sum(value or 0 for value in self.entries.column("flops").to_pylist())
 
+    def partition_figures(self, partition_id: str) -> dict[str, float]:
+        """{macs, flops, bytes, transcendentals, time_ns} summed over the partition's
+        entries: what a roofline places it by (program-analyzer and the view alike)."""
+        return self._partition_figures.get(partition_id, dict.fromkeys(OP_FIGURES, 0))
+
+    @cached_property
+    def _partition_figures(self) -> dict[str, dict[str, float]]:
+        found: dict[str, dict[str, float]] = {}
+        for row in self.rollup("partition").to_pylist():
+            found[row["partition"]] = {"macs": row["macs"] or 0, "flops": row["flops"] or 0,
+                                       "bytes": (row["bytes_read"] or 0) + (row["bytes_written"] or 0),
+                                       "transcendentals": row["transcendentals"] or 0, "time_ns": row["time_ns"] or 0}
+        return found
+
     def flop_share(self, flops: float | None) -> float | None:
         if flops is None or not self.total_flops:
             return None

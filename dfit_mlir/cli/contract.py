@@ -101,18 +101,19 @@ def _save_traceback(command: str) -> str:
     import time
     import traceback
 
-    from dfit_mlir.core.paths import CACHE_DIR_ENV
+    from dfit_mlir.core.paths import CACHE_DIR_ENV, private_dir, write_private
 
-    base = os.environ.get(CACHE_DIR_ENV) or os.path.join(tempfile.gettempdir(), f"dfit-{os.getuid()}")
-    folder = Path(base) / "tracebacks"
     text = f"dfit {command} ({' '.join(sys.argv)})\n" + traceback.format_exc()
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"{command}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
-        path.write_text(text, encoding="utf-8")
-        return str(path)
+        # $TMPDIR/dfit-UID is a predictable name: it must be this user's, mode 0700
+        # (a folder or symlink someone else planted is refused), and the file is new.
+        chosen = os.environ.get(CACHE_DIR_ENV)
+        base = Path(chosen) if chosen else private_dir(Path(tempfile.gettempdir()) / f"dfit-{os.getuid()}")
+        folder = private_dir(base / "tracebacks")
+        name = f"{command}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{os.urandom(4).hex()}.txt"
+        return str(write_private(folder, name, text))
     except OSError:
-        handle, name = tempfile.mkstemp(prefix=f"dfit-{command}-", suffix=".txt")
+        handle, name = tempfile.mkstemp(prefix=f"dfit-{command}-", suffix=".txt")  # O_EXCL, 0600, a random name
         with os.fdopen(handle, "w", encoding="utf-8") as out:
             out.write(text)
         return name

@@ -39,7 +39,9 @@ from dfit_mlir.fleet.placement import MAX_CLOCK_OFFSET_NS, MAX_RANK
               help="Invocations to record.")
 @click.option("--warmup", type=click.IntRange(0, MAX_REPEAT), default=0, show_default=True,
               help="Invocations to run first, unrecorded.")
-@click.option("--driver", type=click.Choice(["local-task", "local-sync"]), default="local-task", show_default=True)
+@click.option("--driver", default="local-task", show_default=True, metavar="DRIVER|URI",
+              help="IREE HAL driver or device URI: local-task, local-sync, vulkan, cuda, hip, or vulkan://0, "
+                   "cuda://GPU-<uuid>; it must be one the vmfb was compiled for, with a device here.")
 @click.option("--function", default=None,
               help="Exported function to run (default: the module's only one; the error lists them).")
 @click.option("--ids", "id_globs", multiple=True,

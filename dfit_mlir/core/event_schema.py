@@ -178,14 +178,42 @@ def checked_batches(path: Any, *, batch_size: int = 65_536, columns: list[str] |
     handle = handle or open_parquet(path)
     fields = check_events(path, handle)
     offset = 0
+    total = 0.0  # the durations read so far: their sum must stay an int64 where readers add them
     try:
         for batch in handle.iter_batches(batch_size=batch_size, columns=columns):
             check_values(path, batch, fields, offset)
+            total = _check_duration_sum(path, batch, offset, total)
             offset += batch.num_rows
             yield batch
     except (pa.ArrowException, OSError) as error:  # a page damaged past the footer
         first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
         raise InvalidInputError(f"{path}: not a readable Parquet file ({first})") from None
+
+
+#: The events' durations together: at most this many ns (146 years), so that every sum a
+#: reader takes of them (per site, per op, per run) fits an int64.
+MAX_TOTAL_DURATION_NS = 1 << 62
+
+
+def _check_duration_sum(path: Any, batch: Any, offset: int, total: float) -> float:
+    """``total`` plus this batch's durations, refused past :data:`MAX_TOTAL_DURATION_NS`."""
+    if "duration_ns" not in batch.schema.names:
+        return total
+    import numpy as np
+
+    values = batch.column("duration_ns").to_numpy(zero_copy_only=False)
+    running = total + np.nancumsum(values.astype(np.float64))
+    if len(running) and running[-1] > MAX_TOTAL_DURATION_NS:
+        row = offset + int(np.argmax(running > MAX_TOTAL_DURATION_NS))
+        raise _input_error(f"{path}: column 'duration_ns': the durations add up past 2^62 ns (146 years) at row "
+                           f"{row}; not a real run")
+    return float(running[-1]) if len(running) else total
+
+
+def _input_error(message: str) -> Exception:
+    from dfit_mlir.core.errors import InvalidInputError
+
+    return InvalidInputError(message)
 
 
 def check_values(path: Any, batch: Any, fields: dict[str, Any], offset: int = 0) -> None:

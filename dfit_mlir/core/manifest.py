@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from dfit_mlir.core import atomic
+from dfit_mlir.core import atomic, reading
 from dfit_mlir.core.errors import InvalidInputError
 from dfit_mlir.core.paths import manifest_path
 
@@ -52,6 +52,7 @@ def validate(manifest: dict[str, Any], source: str = "<manifest>") -> None:
     except RecursionError:
         surely_valid = False  # values nested deeper than Python's stack: jsonschema says so
     if surely_valid:
+        _check_references(manifest, source)
         return
     import jsonschema
 
@@ -60,22 +61,35 @@ def validate(manifest: dict[str, Any], source: str = "<manifest>") -> None:
     if error is not None:
         where = "/".join(str(part) for part in error.absolute_path) or "(top level)"
         raise InvalidInputError(f"{source}: invalid manifest at {where[:200]}: {error.message[:300]}")
+    _check_references(manifest, source)
+
+
+def _check_references(manifest: dict[str, Any], source: str) -> None:
+    """Indices one table of the manifest holds into another, which the schema cannot say:
+    a ``pass_history`` row names one of the table's passes and has one value per column."""
+    history = manifest.get("pass_history")
+    if not isinstance(history, dict):
+        return
+    passes, columns = len(history.get("passes") or ()), list(history.get("columns") or ())
+    at = columns.index("pass") if "pass" in columns else None
+    for number, row in enumerate(history.get("rows") or ()):
+        if len(row) != len(columns):
+            raise InvalidInputError(f"{source}: invalid manifest at pass_history/rows/{number}: {len(row)} values "
+                                    f"for {len(columns)} columns")
+        if at is not None and not (isinstance(row[at], int) and 0 <= row[at] < passes):
+            raise InvalidInputError(f"{source}: invalid manifest at pass_history/rows/{number}: names pass "
+                                    f"{str(row[at])[:40]}, the table lists {passes} passes")
 
 
 def load(path: str | Path) -> dict[str, Any]:
     """Read and validate a manifest; every way it can be wrong is one
     :class:`InvalidInputError` naming the file (and line:column for JSON errors)."""
     path = Path(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise InvalidInputError(f"{path}: no such file") from None
-    except IsADirectoryError:
+    if path.is_dir():
         hint = " (a bundle directory: give it to analyze/diff, or its manifest.json)" \
             if (path / "manifest.json").is_file() else ""
-        raise InvalidInputError(f"{path}: is a directory, not a manifest{hint}") from None
-    except OSError as error:
-        raise InvalidInputError(f"{path}: cannot read: {error.strerror}") from None
+        raise InvalidInputError(f"{path}: is a directory, not a manifest{hint}")
+    data = reading.read_bytes(path, what="manifest")  # a regular file, bounded (core/reading.py)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -83,14 +97,7 @@ def load(path: str | Path) -> dict[str, Any]:
                                 f"0x{data[error.start]:02x}){_kind_hint(path, data)}") from None
     if not text.strip():
         raise InvalidInputError(f"{path}: not a dfit manifest (the file is empty)")
-    try:
-        manifest = json.loads(text, parse_constant=_refuse_constant)
-    except json.JSONDecodeError as error:
-        raise InvalidInputError(f"{path}:{error.lineno}:{error.colno}: invalid JSON: {error.msg}") from None
-    except RecursionError:
-        raise InvalidInputError(f"{path}: not a dfit manifest (JSON nested too deeply)") from None
-    except ValueError as error:  # a number of thousands of digits, NaN / Infinity
-        raise InvalidInputError(f"{path}: invalid manifest: {str(error).split(';')[0][:200]}") from None
+    manifest = reading.parse_json(text, path)  # depth-limited, no duplicate key, no NaN
     if not isinstance(manifest, dict):
         raise InvalidInputError(f"{path}: not a dfit manifest (a manifest is a JSON object, "
                                 f"this is a JSON {type(manifest).__name__})")
@@ -99,11 +106,6 @@ def load(path: str | Path) -> dict[str, Any]:
     except RecursionError:
         raise InvalidInputError(f"{path}: invalid manifest (values nested too deeply)") from None
     return manifest
-
-
-def _refuse_constant(name: str) -> Any:
-    """``NaN``, ``Infinity``: Python's json reads them, JSON has no such numbers."""
-    raise ValueError(f"{name} is not a JSON number")
 
 
 def _kind_hint(path: Path, data: bytes) -> str:

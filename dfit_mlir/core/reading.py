@@ -20,9 +20,9 @@ name is data from a stranger. The rule, in four parts:
 * **Paths read from an index, manifest or marker stay inside their root**
   (:func:`inside`): relative, no ``..``, and inside the root once symlinks are resolved.
 * **Source files a location names** (:func:`source_file`, what ``dfit view`` embeds) are
-  shown only from the bundle's own folder (the manifest's folder for a bare manifest) or
-  the folder of the compile's recorded input — that one only while the input file there
-  still has the sha256 the manifest records, and never a system folder — resolved inside
+  shown only from the bundle's own folder or the folder of the compile's recorded input
+  — that one only while the input file there still has the sha256 the manifest records,
+  and never a system, shared or home folder (:func:`source_roots`) — resolved inside
   that root (no symlink out of it), not a hidden path (``.env``, ``.ssh/…``), a regular
   UTF-8 text file of at most :data:`MAX_SOURCE_BYTES`. Anything else is named in the page
   as "source not embedded: why".
@@ -49,17 +49,19 @@ MAX_DOCUMENT_BYTES: Final = 1 << 30
 #: nests about 8 deep).
 MAX_JSON_DEPTH: Final = 256
 #: A decompressed payload is at most this many times its compressed size ...
-INFLATE_RATIO: Final = 200
+INFLATE_RATIO: Final = 100
 #: ... and never more than this many bytes.
 INFLATE_CEILING: Final = 256 << 20
 #: A source file larger than this is not embedded (a generated file is not the model's code).
 MAX_SOURCE_BYTES: Final = 2_000_000
 #: Never read from these trees, whatever names them: their files are the machine's state.
 SPECIAL_TREES: Final = ("/proc", "/sys", "/dev")
-#: Never a root for source files: a recorded input there vouches for nothing of the user's.
-SYSTEM_FOLDERS: Final = ("/", "/etc", "/usr", "/var", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/boot",
-                         "/root", "/run", "/snap", "/srv", "/opt", "/home", "/tmp", "/mnt", "/media",
-                         *SPECIAL_TREES)
+#: Never a root for source files, nor inside one of these trees: a recorded input there
+#: vouches for nothing of the user's.
+SYSTEM_TREES: Final = ("/etc", "/usr", "/var", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot",
+                       "/root", "/run", "/snap", *SPECIAL_TREES)
+#: Never a root for source files themselves (folders that hold everyone's or everything).
+SHARED_FOLDERS: Final = ("/", "/home", "/tmp", "/mnt", "/media", "/opt", "/srv", "/var/tmp")
 
 
 def resolve(path: str | os.PathLike[str]) -> Path:
@@ -258,17 +260,31 @@ class Source:
 
 
 def source_roots(bundle: Path | None, manifest_file: Path | None, manifest: dict[str, Any]) -> list[Path]:
-    """The folders whose files a bundle may show: the bundle's folder (or the bare
-    manifest's folder), and the folder of the compile's recorded input while that file
-    still has the recorded sha256 — never a system folder."""
-    roots = [resolve(bundle)] if bundle is not None else [resolve(manifest_file).parent] if manifest_file else []
-    recorded = manifest.get("input") if isinstance(manifest.get("input"), dict) else {}
+    """The folders whose files a bundle may show: the bundle's own folder (what it
+    carries), and the folder of the compile's recorded input while that file still has
+    the recorded sha256 (a relative input path is taken from the manifest's folder or the
+    working directory) — never a system folder, a shared one or the home folder itself.
+    A bare manifest's own folder is not a root: it is wherever the manifest was saved."""
+    roots = [resolve(bundle)] if bundle is not None else []
+    given = manifest.get("input")
+    recorded: dict[str, Any] = given if isinstance(given, dict) else {}
     path, digest = recorded.get("path"), recorded.get("sha256")
-    if isinstance(path, str) and isinstance(digest, str) and os.path.isabs(path):
-        folder = resolve(path).parent
-        if str(folder) not in SYSTEM_FOLDERS and special_tree(folder) is None and _digest(Path(path)) == digest:
+    if not (isinstance(path, str) and isinstance(digest, str) and path and "\0" not in path):
+        return roots
+    bases = [Path.cwd()] + ([manifest_file.parent] if manifest_file is not None else []) + \
+        ([bundle.parent] if bundle is not None else [])
+    for candidate in [Path(path)] if os.path.isabs(path) else [base / path for base in bases]:
+        folder = resolve(candidate).parent
+        if _vouched_folder(folder) and _digest(candidate) == digest:
             roots.append(folder)
+            break
     return list(dict.fromkeys(roots))
+
+
+def _vouched_folder(folder: Path) -> bool:
+    home = resolve(Path.home()) if os.environ.get("HOME") else None
+    return (str(folder) not in SHARED_FOLDERS and folder != home
+            and not any(_under(folder, Path(tree)) for tree in SYSTEM_TREES))
 
 
 def _digest(path: Path) -> str | None:

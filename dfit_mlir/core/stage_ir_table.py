@@ -20,6 +20,8 @@ import zlib
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from dfit_mlir.core.reading import inflate
+
 TABLE_VERSION = 1
 TEXT_ENCODING = "zlib+base64"
 
@@ -37,7 +39,9 @@ def unpack_texts(packed: dict[str, Any]) -> list[str]:
         raise ValueError(f"stage_ir texts: unknown encoding {packed.get('encoding')!r}")
     if not packed["count"]:
         return []
-    texts = zlib.decompress(base64.b64decode(packed["data"])).decode("utf-8").split("\0")
+    # Bounded (core/reading.py): a table's texts inflate at most INFLATE_RATIO times, and
+    # never past INFLATE_CEILING, whatever the manifest holds.
+    texts = inflate(base64.b64decode(packed["data"], validate=True), "stage_ir texts").decode("utf-8").split("\0")
     if len(texts) != packed["count"]:
         raise ValueError(f"stage_ir texts: {len(texts)} texts, the table says {packed['count']}")
     return texts

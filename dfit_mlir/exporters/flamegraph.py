@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,16 @@ from dfit_mlir.core import atomic
 from dfit_mlir.core.module_paths import ROOT, ModuleNode, ancestry, leaf_name
 
 WEIGHTS = ("time_ns", "flops", "ops")
+
+#: Characters XML 1.0 does not allow (C0 controls but tab and newline, lone surrogates,
+#: U+FFFE/U+FFFF): a name holding one would make the SVG unreadable.
+_NOT_XML = re.compile("[\x00-\x08\x0b-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml(text: str) -> str:
+    """``text`` escaped for XML content and attributes, characters XML cannot hold
+    written visibly (``\\x01``)."""
+    return html.escape(_NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
 
 
 def weight_of(nodes: dict[str, ModuleNode]) -> str:
@@ -78,7 +89,7 @@ def write_svg(nodes: dict[str, ModuleNode], path: str | Path, title: str, weight
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'font-family="monospace" font-size="11">',
              '<rect width="100%" height="100%" fill="#fdfdf6"/>',
-             f'<text x="6" y="16" font-size="13">{html.escape(title)} — width: {_UNITS[weight]} '
+             f'<text x="6" y="16" font-size="13">{_xml(title)} — width: {_UNITS[weight]} '
              f'(total {total:,.0f})</text>']
     for box in boxes:
         x, w = box.x * (width - 12) + 6, max(box.width * (width - 12), 0.5)
@@ -87,12 +98,12 @@ def write_svg(nodes: dict[str, ModuleNode], path: str | Path, title: str, weight
         label = leaf_name(box.path) + (f" ({node.module_class})" if node.module_class else "")
         tip = (f"{box.path or '(root)'}{' : ' + node.module_class if node.module_class else ''}\n"
                f"{_UNITS[weight]}: {box.value:,.0f} ({100 * box.width:.1f}%), ops {node.values['ops']:,.0f}")
-        parts.append(f'<g><title>{html.escape(tip)}</title><rect x="{x:.2f}" y="{y}" width="{w:.2f}" '
+        parts.append(f'<g><title>{_xml(tip)}</title><rect x="{x:.2f}" y="{y}" width="{w:.2f}" '
                      f'height="{row - 1}" fill="{_colour(box.path)}" rx="2"/>')
         chars = int(w / 6.6)
         if chars >= 3:
             text = label if len(label) <= chars else label[:chars - 2] + ".."
-            parts.append(f'<text x="{x + 3:.2f}" y="{y + row - 5}">{html.escape(text)}</text>')
+            parts.append(f'<text x="{x + 3:.2f}" y="{y + row - 5}">{_xml(text)}</text>')
         parts.append("</g>")
     parts.append("</svg>")
     atomic.write_text(path, "\n".join(parts) + "\n")

@@ -60,9 +60,19 @@ def render(path: str | Path, rules: CodeRules | None = None) -> str:
     model = SemanticModel.open(path)
     data = view_data(model, rules)
     page = resources.files("dfit_mlir.views").joinpath(TEMPLATE).read_text(encoding="utf-8")
-    # `</` inside a JSON string would end the <script> element early.
-    payload = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-    return page.replace(DATA_MARK, payload, 1)
+    return page.replace(DATA_MARK, script_json(data), 1)
+
+
+#: Characters that could change the HTML parser's state inside a <script> (``</script``,
+#: ``<!--``, ``<script``) or end a JS line: written as JSON escapes, which mean the same.
+_INERT = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028",
+                        "\u2029": "\\u2029"})
+
+
+def script_json(data: Any) -> str:
+    """``data`` as JSON that is inert inside an inline <script>: every ``<``, ``>``, ``&``
+    and U+2028/2029 escaped (the standard way; strings read back the same)."""
+    return json.dumps(data, separators=(",", ":"), allow_nan=False).translate(_INERT)
 
 
 def view_data(model: SemanticModel, rules: CodeRules | None = None) -> dict[str, Any]:
@@ -264,7 +274,7 @@ def _pass_table(model: SemanticModel, op_index: dict[str, int], strings: Interne
         return table
     from dfit_mlir.passes.pass_history import from_table
 
-    for change in from_table(history):
+    for change in from_table(history, model.source):
         if change.id in op_index:
             table["op"].append(op_index[change.id])
             table["phase"].append(strings(change.phase))

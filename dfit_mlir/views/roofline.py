@@ -1,7 +1,8 @@
 """The dispatch panel's roofline position of every partition (IREE dispatch call site or a
-reconstruction's group), in FLOP terms.
+reconstruction's group), in FLOP terms: program-analyzer's point (``regions.csv``, in MACs)
+with both axes and the roof in FLOPs, 2 per MAC — one point, two units.
 
-Every figure is the ledger's (:mod:`dfit_mlir.analysis.ledger`): FLOPs (per trip, placed once
+Every figure is the ledger's (:mod:`dfit_mlir.analysis.ledger`): MACs (per trip, placed once
 where IREE split an op), the bytes crossing the partition's boundary
 (:meth:`~dfit_mlir.analysis.ledger.Ledger.bytes_moved`), calls and summed dispatch time. The roof
 is the backend's performance profile, the one program-analyzer draws
@@ -10,8 +11,8 @@ host for the run's threads and cached), and the class (memory-bound / balanced /
 compute-bound) is program-analyzer's own (:func:`program_analyzer.region_row`), so the view
 and ``regions.csv`` never disagree on it.
 
-* intensity = FLOPs / boundary bytes (FLOP/B);
-* attained FLOP/s = FLOPs x calls / time, attained B/s = bytes x calls / time;
+* intensity = 2 x MACs / boundary bytes (FLOP/B);
+* attained FLOP/s = 2 x MACs x calls / time, attained B/s = bytes x calls / time;
 * the roof at that intensity = min(peak FLOP/s, intensity x the bandwidth roof), where
   peak FLOP/s is twice the profile's peak MAC/s (a MAC is a multiply and an add; the
   profiles halve the vendors' ops/s) and the bandwidth roof is the memory's or the
@@ -82,12 +83,11 @@ def table(model: SemanticModel, book: ledger.Ledger, profile: Profile | None) ->
     """Columns, one row per partition in model order (``None``: no figure)."""
     from dfit_mlir.analysis.tools.builtin import program_analyzer
 
-    flops = {row["partition"]: row["flops"] for row in book.rollup("partition").to_pylist()}
     columns: dict[str, list] = {key: [] for key in ("intensity", "flops_per_s", "bytes_per_s", "roof", "pct",
                                                     "bound", "above", "bandwidth_roof")}
     for part in model.partitions:
         region = program_analyzer.region_row(part, model, book, profile)
-        work, moved = flops.get(part.id) or 0, region["bytes_moved"]
+        work, moved = FLOPS_PER_MAC * region["macs"], region["bytes_moved"]
         time_ns, calls = region["time_ns"], region["calls"]
         intensity = work / moved if moved else None
         timed = bool(time_ns) and calls > 0

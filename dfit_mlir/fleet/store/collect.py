@@ -15,12 +15,13 @@ import contextlib
 import datetime as dt
 import hashlib
 import json
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dfit_mlir.core import atomic
+from dfit_mlir.core import atomic, reading
 from dfit_mlir.core import event_schema as es
 from dfit_mlir.core.errors import InvalidInputError
 from dfit_mlir.fleet.placement import bundle_backend, check_summary, placement_columns
@@ -74,11 +75,10 @@ def _read_meta(meta: Path) -> dict[str, Any]:
     if meta.is_symlink() or not meta.is_file():
         raise InvalidInputError(f"{meta}: not a dfit store description (not a regular file)")
     try:
-        document = json.loads(meta.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError:
-        raise InvalidInputError(f"{meta}: not a dfit store description (not UTF-8 JSON)") from None
-    except (OSError, ValueError, RecursionError) as error:
-        raise InvalidInputError(f"{meta}: not a dfit store description ({str(error)[:200]})") from None
+        document = reading.load_json(meta, what="store description", limit=1 << 20)
+    except InvalidInputError as error:
+        raise InvalidInputError(f"{meta}: not a dfit store description ({str(error).split(': ', 1)[-1][:200]})") \
+            from None
     if not isinstance(document, dict):
         raise InvalidInputError(f"{meta}: not a dfit store description (a JSON {type(document).__name__}, "
                                 "not an object)")
@@ -189,7 +189,7 @@ _NOT_MANIFESTS = {".vmfb": "an IREE module: `dfit run` it and collect the bundle
 def _manifest_file(path: Path) -> dict[str, Any]:
     """A file given to collect: a compile manifest, else one line saying what it is."""
     what = _NOT_MANIFESTS.get(path.suffix.lower())
-    with open(path, "rb") as handle:
+    with os.fdopen(reading.open_regular(path, "bundle or manifest"), "rb") as handle:  # no FIFO, no /proc
         head = handle.read(4096)
     if what is None:
         try:
@@ -209,10 +209,7 @@ def _manifest_file(path: Path) -> dict[str, Any]:
 
 
 def _json(path: Path) -> dict[str, Any]:
-    try:
-        document = json.loads(path.read_text())
-    except json.JSONDecodeError as error:
-        raise InvalidInputError(f"{path}:{error.lineno}: invalid JSON: {error.msg}") from None
+    document = reading.load_json(path)  # a regular file, bounded, strict JSON (core/reading.py)
     if not isinstance(document, dict):
         raise InvalidInputError(f"{path}: expected a JSON object")
     return document

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dfit_mlir.core import atomic
+from dfit_mlir.core import atomic, reading
 from dfit_mlir.core.errors import DfitError
 from dfit_mlir.fleet.store import layout, rollup
 from dfit_mlir.fleet.store.collect import open_store, require_reader
@@ -212,18 +212,19 @@ def _remove_superseded(store: Path, index: dict[str, Any]) -> int:
     its ownership marker) and parts the index does not list (a crashed compaction's)."""
     removed = 0
     for run, placed in index["runs"].items():
-        bundle = layout.bundle_dir(store, placed["backend"], placed["model"], run)
+        # Every name checked (layout.check_index) and the path kept inside the store (core/reading.py).
+        relative = f"{layout.BUNDLES}/backend={placed['backend']}/model={placed['model']}/run={run}"
         for table in placed["tables"]:
-            path = bundle / f"{table}.parquet"
-            if path.is_file():
+            path = reading.inside(store, f"{relative}/{table}.parquet", "compacted run's table")
+            if path.is_file() and not path.is_symlink():
                 path.unlink()
                 removed += 1
     listed = {(table, name) for table, names in index["parts"].items() for name in names}
     for table in layout.TABLES:
         for path in sorted((store / layout.COMPACTED / table).glob("backend=*/model=*/part-*.parquet")):
             relative = str(path.relative_to(store / layout.COMPACTED / table))
-            if (table, relative) not in listed:
-                path.unlink()
+            if (table, relative) not in listed and not path.is_symlink():
+                reading.inside(store / layout.COMPACTED / table, relative, "part").unlink()
                 removed += 1
     return removed
 

@@ -110,12 +110,14 @@ class _StoreFiles:
 
     def read_remote_index(self, read_text: Any) -> None:
         """A URL store's compaction index, read with the engine's own reader (None: absent)."""
-        import json
 
         text = read_text(f"{self.location.rstrip('/')}/{layout.COMPACTED}/{layout.INDEX_FILE}")
         if text:
-            document = json.loads(text)
-            if document.get("schema") == layout.INDEX_SCHEMA:
+            from dfit_mlir.core import reading
+
+            document = reading.parse_json(text, f"{self.location.rstrip('/')}/{layout.COMPACTED}/{layout.INDEX_FILE}")
+            if isinstance(document, dict) and document.get("schema") == layout.INDEX_SCHEMA:
+                layout.check_index(document, None, f"{self.location}/{layout.COMPACTED}/{layout.INDEX_FILE}")
                 self.index = document
 
     def listing(self) -> tuple[Any, ...] | None:

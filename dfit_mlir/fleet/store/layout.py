@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from dfit_mlir.core import event_schema as es
+from dfit_mlir.core import reading
 
 STORE_SCHEMA: Final = "dfit.store"
 STORE_VERSION: Final = "1.2"
@@ -181,20 +182,52 @@ INDEX_SCHEMA: Final = "dfit.store.compacted"
 def read_index(store: Path) -> dict[str, Any]:
     """The compaction index of a local store (parts per table, runs compacted); empty when
     the store was never compacted."""
-    import json
 
     from dfit_mlir.core.errors import InvalidInputError
 
     path = store / COMPACTED / INDEX_FILE
     if not path.is_file():
         return {"schema": INDEX_SCHEMA, "parts": {}, "runs": {}}
-    try:
-        document = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
-        raise InvalidInputError(f"{path}: unreadable compaction index ({error})") from None
+    document = reading.load_json(path, what="compaction index")
     if not isinstance(document, dict) or document.get("schema") != INDEX_SCHEMA:
         raise InvalidInputError(f"{path}: not a dfit store compaction index")
+    check_index(document, store, path)
     return document
+
+
+#: A part's path in the index: ``backend=B/model=M/part-ID.parquet`` (compact.py names them).
+_PART_NAME = re.compile(r"backend=[^/\\]+/model=[^/\\]+/part-[0-9a-f]{1,64}\.parquet")
+
+
+def check_index(document: dict[str, Any], store: Path | None, source: str | Path) -> None:
+    """Every path the index names stays in the store (core/reading.py): parts are
+    ``backend=B/model=M/part-ID.parquet`` of a known table, runs name plain backend,
+    model and run names and known tables; anything else refuses the store."""
+    from dfit_mlir.core.errors import InvalidInputError
+
+    parts, runs = document.get("parts"), document.get("runs")
+    if not isinstance(parts, dict) or not isinstance(runs, dict):
+        raise InvalidInputError(f"{source}: not a dfit store compaction index (no parts and runs)")
+    for table, names in parts.items():
+        if table not in TABLES or not isinstance(names, list):
+            raise InvalidInputError(f"{source}: parts of an unknown table {str(table)[:80]!r}")
+        for name in names:
+            if not isinstance(name, str) or not _PART_NAME.fullmatch(name) or ".." in name.split("/"):
+                raise InvalidInputError(f"{source}: part path {str(name)[:200]!r} is not a part of this store "
+                                        "(absolute, `..` or not backend=B/model=M/part-ID.parquet)")
+            for key in name.split("/")[:2]:
+                reading.simple_name(key.split("=", 1)[1], "a partition value", source)
+            if store is not None:
+                reading.inside(store / COMPACTED / table, name, "part path")
+    for run, placed in runs.items():
+        reading.simple_name(run, "run", source)
+        if not isinstance(placed, dict):
+            raise InvalidInputError(f"{source}: run {run[:80]!r} is not an object")
+        for key in ("backend", "model"):
+            reading.simple_name(placed.get(key), f"run {run[:80]!r}'s {key}", source)
+        tables = placed.get("tables")
+        if not isinstance(tables, list) or any(table not in TABLES for table in tables):
+            raise InvalidInputError(f"{source}: run {run[:80]!r} lists tables that are not the store's")
 
 
 def part_path(store: str, table: str, relative: str) -> str:

@@ -116,7 +116,7 @@ def region_row(part: Partition, model: SemanticModel, book: ledger.Ledger, profi
     """One region's row (``regions.csv``, and the view's roofline reads the same rule); MACs,
     bytes, calls and time are the ledger's."""
     ops = [model.operators[op_id] for op_id in part.operator_ids if op_id in model.operators]
-    macs = sum(model.placed_costs(part, "macs").values())
+    macs = book.partition_figures(part.id)["macs"]
     moved, how = book.bytes_moved(part)
     intensity = macs / moved if moved else None
     time_ns, calls = book.partition_ns(part.id) or None, book.calls(part.id)

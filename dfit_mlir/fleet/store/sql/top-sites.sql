@@ -4,7 +4,8 @@
 -- by `dfit collect` from dfit_mlir.analysis.ledger, never re-derived here): its share of its
 -- dispatch's measured time under the ledger's time model, so an elementwise op fused
 -- into a matmul's dispatch gets what it adds to the dispatch, not nothing, and the ops of
--- a dispatch sum to the dispatch's time. share: of the model's time on that backend.
+-- a dispatch sum to the dispatch's time. attributed_share: of the model's attributed time on that
+-- backend (the ledger's SHARE_BASIS: every share `dfit analyze` and `dfit view` print is of it).
 -- events: the dispatch calls running the location's ops (a call that runs several of
 -- them counts once). Only ops of dispatches that ran (calls > 0).
 -- Nothing is rounded here: DuckDB and Spark round a double differently (ROUND(17007157.95, 1)
@@ -38,7 +39,7 @@ per_location AS (
 )
 SELECT p.backend, p.model, p.location, p.located_by, p.runs, c.events, p.ops, p.total_ns,
        CAST(p.total_ns AS DOUBLE) / NULLIF(c.events, 0) AS mean_ns,
-       CAST(p.total_ns AS DOUBLE) / NULLIF(SUM(p.total_ns) OVER (PARTITION BY p.backend, p.model), 0) AS share
+       CAST(p.total_ns AS DOUBLE) / NULLIF(SUM(p.total_ns) OVER (PARTITION BY p.backend, p.model), 0) AS attributed_share
 FROM per_location p
 JOIN per_call c ON c.backend = p.backend AND c.model = p.model AND c.location = p.location
                 AND c.located_by = p.located_by
