@@ -347,7 +347,7 @@ def decode(profile: Path, clocks: dict[int, ClockFit] | None = None) -> list[Dis
     one object per record (the reference for :func:`decode_columns`, which a run uses);
     device ticks placed with ``clocks`` (read from the profile when not given)."""
     lines = _profile_jsonl(profile, "dispatch", "--dispatch_events")
-    records = [json.loads(line) for line in lines if '"dispatch_event"' in line]
+    records = [json.loads(line) for line in lines if 'dispatch_event"' in line]
     if clocks is None and any(r["type"] == "dispatch_event" for r in records):
         clocks = clock_fits(profile)
     events = [_event(r, clocks) for r in records if r["type"] in DISPATCH_RECORD_TYPES]

@@ -87,7 +87,6 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
                                 f"then run the .vmfb")
     if repeat < 1 or warmup < 0:
         raise InvalidInputError("--repeat must be at least 1 and --warmup at least 0")
-    caps = drivers.capabilities(driver)
     if tensors is not None and mode == "full":
         raise InvalidInputError("--tensors needs an in-process mode (ids or lite): full runs under iree-run-module, "
                                 "which prints traced tensors instead of handing them to dfit")
@@ -103,6 +102,7 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
     policy = policy or Policy(mode=mode)
     function, arguments, abi_model = entry_point(vmfb, manifest, function)
     device = drivers.choose_device(vmfb, driver)  # after entry_point: the vmfb is readable
+    caps = drivers.capabilities(device.driver)
     driver = device.runtime_uri
     if abi_model == "coarse-fences" and mode != "full":
         raise InvalidInputError(f"{vmfb}: {function} is an async (coarse-fences) function, which the in-process "

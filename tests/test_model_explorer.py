@@ -88,9 +88,11 @@ def test_edgetpu_ops_keyed_by_output_tensor_name(franco_edgetpu: Path) -> None:
     assert macs["results"] == {"tfl.fully_connected": {"value": 784 * 128},
                                "StatefulPartitionedCall:0_int8": {"value": 128 * 10}}
     sizes = model_explorer.node_data(SemanticModel.open(franco_edgetpu), "bytes")["results"]
-    # The last layer: input 1x128 i8, weights 10x128 i8, bias 10 i32, output 1x10 i8. The
-    # compiled model's custom op has the same output tensor name and is left out.
-    assert sizes["StatefulPartitionedCall:0_int8"] == {"value": 128 + 10 * 128 + 10 * 4 + 10}
+    # The last layer's bytes crossing its partition's boundary (the ledger's bytes): weights
+    # 10x128 i8, bias 10 i32 and output 1x10 i8; its 1x128 i8 input comes from the first
+    # layer inside the same Edge TPU partition. The compiled model's custom op has the same
+    # output tensor name and is left out.
+    assert sizes["StatefulPartitionedCall:0_int8"] == {"value": 10 * 128 + 10 * 4 + 10}
     assert set(sizes) == output_tensor_names(vendor_fixture(FRANCO) / "model.tflite")
 
 

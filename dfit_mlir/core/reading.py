@@ -108,6 +108,12 @@ def open_regular(path: str | os.PathLike[str], what: str = "file") -> int:
     if tree is not None:
         raise InvalidInputError(f"{path}: refusing to read a {what} under {tree} (dfit reads no machine state)")
     try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = stat.S_IFREG  # the open below says why
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):  # a socket cannot even be opened
+        raise InvalidInputError(f"{path}: refusing to read {file_kind(mode)} as a {what}")
+    try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_NOCTTY", 0))
     except FileNotFoundError:
         raise InvalidInputError(f"{path}: no such file") from None
@@ -307,19 +313,19 @@ def source_file(name: str, roots: Iterable[Path]) -> Source:
     if "\0" in name:
         return Source(name, why="not a file name")
     candidates = [Path(name)] if os.path.isabs(name) else [root / name for root in roots]
-    why = "not inside the bundle's folder or the recorded input's folder"
+    reasons = set()
     for candidate in candidates:
         resolved = resolve(candidate)
         root = next((r for r in roots if _under(resolved, r)), None)
         if root is None:
-            if any(_under(Path(os.path.normpath(os.path.abspath(candidate))), r) for r in roots):
-                why = "a symlink out of its folder"
+            reasons.add("a symlink out of its folder" if any(
+                _under(Path(os.path.normpath(os.path.abspath(candidate))), r) for r in roots) else "outside")
             continue
         if any(part.startswith(".") for part in resolved.relative_to(root).parts):
             return Source(name, why="a hidden file or folder")
         problem = refusal(resolved)
         if problem == "no such file":
-            why = problem
+            reasons.add(problem)
             continue
         if problem is not None:
             return Source(name, why=problem)
@@ -333,4 +339,7 @@ def source_file(name: str, roots: Iterable[Path]) -> Source:
             return Source(name, resolved, data.decode("utf-8"))
         except UnicodeDecodeError:
             return Source(name, why="not UTF-8 text")
-    return Source(name, why=why)
+    for why in ("a symlink out of its folder", "no such file"):
+        if why in reasons:
+            return Source(name, why=why)
+    return Source(name, why="not inside the bundle's folder or the recorded input's folder")

@@ -197,8 +197,42 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
     """Merge ``paths`` into the bundle ``output``; returns its summary. Bundles of
     different backends or models are refused unless ``allow_mixed``."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
+    _check_paths(paths, output)
+    bundles, ranks = _read_ranks(paths)
+    _check_distinct_runs(bundles)
+    if not allow_mixed:
+        _check_one_job(bundles)
+    steps = _step_starts(bundles, len(ranks))
+    common = sorted(set.intersection(*(set(s) for s in steps))) if steps else []
+    offsets, anchors, alignment = _align(bundles, ranks, steps, common, anchor)
+    ranks = [_with(rank, offset_ns=offsets[k], anchor_ns=anchors[k]) for k, rank in enumerate(ranks)]
+    flows, step_rows = _link_steps(ranks, steps, common, offsets)
+    merged, groups, sources, session = _shifted_events(bundles, ranks, offsets)
+    summary = {
+        "mode": "merged",
+        "backend": bundles[0].summary.get("backend") or "iree",
+        "session": session,
+        "sources": [str(b.path) for b in bundles],
+        "source_sessions": sources,
+        "mixed": allow_mixed and len({(bundle_backend(b.summary, b.manifest), _model(b.manifest)[1]) for b in bundles}) > 1,
+        "ranks": [asdict(rank) for rank in ranks],
+        "alignment": alignment,
+        "linked_steps": len(common),
+        "events": merged.num_rows,
+    }
+    flow_ids: list[int | None] = [None] * merged.num_rows
+    starts = np.cumsum([0] + [b.events.num_rows for b in bundles])
+    for (bundle_index, row), flow in flows.items():
+        flow_ids[int(starts[bundle_index]) + row] = flow
+    group_names = pa.array([rank.group for rank in ranks], pa.string())
+    traced = merged.append_column("track_group", group_names.take(pa.array(groups))) \
+                   .append_column("flow_id", pa.array(flow_ids, pa.uint64()))
+    return _write(output, bundles[0].manifest, merged, traced, step_rows, summary)
+
+
+def _check_paths(paths: Sequence[Path], output: Path) -> None:
+    """Each input exists, is given once, and is not the output."""
     if not paths:
         raise InvalidInputError("give the bundles of one job to merge")
     for path in paths:
@@ -211,6 +245,10 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
         first = seen.setdefault(Path(path).resolve(), Path(path))
         if first != Path(path) or list(paths).count(path) > 1:
             raise InvalidInputError(f"{path}: given twice (as {first}); each bundle is one rank or job part")
+
+
+def _read_ranks(paths: Sequence[Path]) -> tuple[list[_Bundle], list[Rank]]:
+    """The bundles, and the ranks their events ran on (with each rank's event count)."""
     ranks: list[Rank] = []
     by_key: dict[tuple[Any, ...], int] = {}
     bundles = []
@@ -218,23 +256,25 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
         summary, manifest, events = _load(Path(path))
         keys = _assign_ranks(index, Path(path), summary, events, ranks, by_key)
         bundles.append(_Bundle(Path(path), summary, manifest, events, keys))
-    _check_distinct_runs(bundles)
-    if not allow_mixed:
-        _check_one_job(bundles)
     for rank_index in range(len(ranks)):
         ranks[rank_index] = _with(ranks[rank_index],
                                   events=int(sum((b.rank_keys == rank_index).sum() for b in bundles)))
+    return bundles, ranks
 
-    steps = _step_starts(bundles, len(ranks))
-    common = sorted(set.intersection(*(set(s) for s in steps))) if steps else []
+
+def _align(bundles: list[_Bundle], ranks: list[Rank], steps: list[dict[Any, Any]], common: list[Any],
+           anchor: str | None) -> tuple[list[int], list[int | None], dict[str, Any]]:
+    """(clock offset per rank, its anchor time, how they were found): recorded offsets
+    win, then ``--anchor``, then the first common step, then each rank's first step."""
     offsets = [0] * len(ranks)
     alignment: dict[str, Any]
     recorded = [b.summary.get("clock_offset_ns") for b in bundles]
+    anchors: list[int | None]
     if all(value is not None for value in recorded):
         for rank_index, rank in enumerate(ranks):
             offsets[rank_index] = int(recorded[[str(b.path) for b in bundles].index(rank.source)])
         alignment = {"method": "recorded offsets (summary.clock_offset_ns)"}
-        anchors: list[int | None] = [None] * len(ranks)
+        anchors = [None] * len(ranks)
     elif anchor is not None:
         anchors = _anchor_starts(bundles, len(ranks), anchor)
         missing = [ranks[k].group for k, value in enumerate(anchors) if value is None]
@@ -251,28 +291,40 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
             alignment = {"method": "none (no step, invocation or recorded offset common to every rank)"}
         else:
             alignment = {"method": "anchor: first step of every rank (no step is common to all)"}
-    if anchors[0] is not None and all(value is not None for value in anchors):
-        offsets = [int(anchors[0] - value) for value in anchors]  # type: ignore[operator]
+    reference = anchors[0]
+    if reference is not None and all(value is not None for value in anchors):
+        offsets = [int(reference - value) for value in anchors if value is not None]
     offsets = _no_negative_times(bundles, offsets)
+    alignment.update(_residual(ranks, steps, common, offsets, anchors, alignment["method"]))
+    return offsets, anchors, alignment
+
+
+def _residual(ranks: list[Rank], steps: list[dict[Any, Any]], common: list[Any], offsets: list[int],
+              anchors: list[int | None], method: str) -> dict[str, Any]:
+    """How well the clocks line up: the median distance of the later common steps."""
     deviations = [abs((steps[k][s][0] + offsets[k]) - (steps[0][s][0] + offsets[0]))
                   for s in common[1:] for k in range(1, len(ranks))]
-    alignment["reference"] = ranks[0].group
-    alignment["common_steps"] = len(common)
-    alignment["aligned"] = any(value is not None for value in anchors) or alignment["method"].startswith("recorded")
-    alignment["residual_ns"] = int(statistics.median(deviations)) if deviations else None
+    found: dict[str, Any] = {
+        "reference": ranks[0].group, "common_steps": len(common),
+        "aligned": any(value is not None for value in anchors) or method.startswith("recorded"),
+        "residual_ns": int(statistics.median(deviations)) if deviations else None}
     if len(ranks) == 1:
-        alignment["aligned"] = True
-        alignment["residual_note"] = "one rank: nothing to align it with"
-    elif not alignment["aligned"]:
-        alignment["residual_note"] = "clocks not aligned: each rank keeps its own clock"
+        found["aligned"] = True
+        found["residual_note"] = "one rank: nothing to align it with"
+    elif not found["aligned"]:
+        found["residual_note"] = "clocks not aligned: each rank keeps its own clock"
     elif not deviations:
-        alignment["residual_note"] = "no second common step: the residual is not measurable"
-    ranks = [_with(rank, offset_ns=offsets[k], anchor_ns=anchors[k]) for k, rank in enumerate(ranks)]
+        found["residual_note"] = "no second common step: the residual is not measurable"
+    return found
 
-    # Link every rank's start of each common step (one flow per step, in time order).
+
+def _link_steps(ranks: list[Rank], steps: list[dict[Any, Any]], common: list[Any],
+                offsets: list[int]) -> tuple[dict[tuple[int, int], int], list[dict[str, Any]]]:
+    """Every rank's start of each common step linked by one flow (in time order), and a
+    ``steps.csv`` row per step; one rank: nothing to link."""
     flows: dict[tuple[int, int], int] = {}
     step_rows = []
-    for step in common if len(ranks) > 1 else []:  # one rank: nothing to link
+    for step in common if len(ranks) > 1 else []:
         arrivals = sorted((steps[k][step][0] + offsets[k], k) for k in range(len(ranks)))
         for k in range(len(ranks)):
             _, bundle_index, row = steps[k][step]
@@ -280,6 +332,15 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
         step_rows.append({"step": step, "ranks": len(ranks), "first_rank": ranks[arrivals[0][1]].group,
                           "last_rank": ranks[arrivals[-1][1]].group,
                           "spread_ns": arrivals[-1][0] - arrivals[0][0]})
+    return flows, step_rows
+
+
+def _shifted_events(bundles: list[_Bundle], ranks: list[Rank],
+                    offsets: list[int]) -> tuple[Any, Any, list[str], str]:
+    """(every event on the common clock, each event's rank, the source sessions, the
+    merged bundle's own session)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
     shifted = []
     for bundle in bundles:
@@ -303,30 +364,7 @@ def merge_bundles(paths: Sequence[Path], output: Path, anchor: str | None = None
                                pa.DictionaryArray.from_arrays(pa.array(np.zeros(merged.num_rows, np.int32)),
                                                               pa.array([session])))
     merged = _with_rank_attributes(merged, np.array([-1 if r.rank is None else r.rank for r in ranks])[groups])
-    group_names = pa.array([rank.group for rank in ranks], pa.string())
-    flow_ids = [None] * merged.num_rows
-    base = 0
-    for bundle_index, bundle in enumerate(bundles):
-        for (b, row), flow in flows.items():
-            if b == bundle_index:
-                flow_ids[base + row] = flow
-        base += bundle.events.num_rows
-
-    summary = {
-        "mode": "merged",
-        "backend": bundles[0].summary.get("backend") or "iree",
-        "session": session,
-        "sources": [str(b.path) for b in bundles],
-        "source_sessions": sources,
-        "mixed": allow_mixed and len({(bundle_backend(b.summary, b.manifest), _model(b.manifest)[1]) for b in bundles}) > 1,
-        "ranks": [asdict(rank) for rank in ranks],
-        "alignment": alignment,
-        "linked_steps": len(common),
-        "events": merged.num_rows,
-    }
-    traced = merged.append_column("track_group", group_names.take(pa.array(groups))) \
-                   .append_column("flow_id", pa.array(flow_ids, pa.uint64()))
-    return _write(output, bundles[0].manifest, merged, traced, step_rows, summary)
+    return merged, groups, sources, session
 
 
 def _write(output: Path, manifest: dict[str, Any], merged: Any, traced: Any, step_rows: list[dict[str, Any]],

@@ -158,10 +158,13 @@ def output_paths(out_path: str | Path, metrics: str | Iterable[str]) -> dict[str
 
 def _value_getter(model: SemanticModel, metric: str) -> Callable[[Operator], Any]:
     if metric in ("macs", "flops", "bytes"):
-        return lambda op: getattr(op, metric)
+        # The ledger's: placed once where IREE split an op; bytes cross the dispatch boundary.
+        # An op doing none of that work has no value (a node without a colour), not 0.
+        figures = ledger.of(model).op_figures()
+        return lambda op: figures[op.id][metric] or None if op.id in figures else None
     if metric == "time":
         book = ledger.of(model)
-        runs = book.totals.invocations or 1
+        runs = book.instances or 1
         times = {op_id: ns / runs for op_id, ns in book.op_time().items()}
         return lambda op: times.get(op.id)  # ops outside every timed partition: no value
     if metric == "module":

@@ -161,7 +161,7 @@ def _write_part(store: Path, table: str, relative: str, bundles: list[Path]) -> 
 
     base = layout.arrow_schema(table)
     schema = pa.schema([pa.field("run", pa.string()), *base], metadata=base.metadata)
-    target = Path(layout.part_path(str(store), table, relative))
+    target = reading.inside(store, f"{layout.COMPACTED}/{table}/{relative}", "part")  # no symlink out of the store
     rows = 0
     try:
         with atomic.atomic_path(target) as tmp:
@@ -232,6 +232,8 @@ def _remove_superseded(store: Path, index: dict[str, Any]) -> int:
 @contextlib.contextmanager
 def _locked(store: Path) -> Iterator[None]:
     (store / layout.COMPACTED).mkdir(exist_ok=True)
+    for table in ("", *layout.TABLES):  # every folder written under, inside the store (a symlink planted there is not)
+        reading.inside(store, f"{layout.COMPACTED}/{table}".rstrip("/"), "compacted folder")
     with open(store / layout.COMPACTED / ".lock", "w") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

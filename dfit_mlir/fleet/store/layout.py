@@ -186,8 +186,9 @@ def read_index(store: Path) -> dict[str, Any]:
     from dfit_mlir.core.errors import InvalidInputError
 
     path = store / COMPACTED / INDEX_FILE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return {"schema": INDEX_SCHEMA, "parts": {}, "runs": {}}
+    reading.inside(store, f"{COMPACTED}/{INDEX_FILE}", "compaction index")  # no symlink out of the store
     document = reading.load_json(path, what="compaction index")
     if not isinstance(document, dict) or document.get("schema") != INDEX_SCHEMA:
         raise InvalidInputError(f"{path}: not a dfit store compaction index")
