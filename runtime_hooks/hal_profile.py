@@ -50,6 +50,7 @@ from dfit_mlir.runtime_hooks.join_records import (
     explains,
     invocation_starts,
 )
+from dfit_mlir.runtime_hooks.profile_file import Records
 
 #: The CPU drivers (the tests run each); every driver's families are in ``drivers.CAPABILITIES``.
 DRIVERS = ("local-sync", "local-task")
@@ -91,12 +92,14 @@ class Profile:
     #: The dispatch records as columns, in runtime order (:func:`decode_columns`).
     dispatch_records: DispatchColumns
     #: Non-dispatch host-execution records (``op`` in :data:`NON_MODEL_OPERATIONS`).
-    host_operations: list[dict[str, Any]]
-    queue_events: list[dict[str, Any]]
-    memory_events: list[dict[str, Any]]
+    #: These families are columns (:class:`profile_file.Records`: named as
+    #: ``iree-profile``'s JSON fields; a row is the dict it prints).
+    host_operations: Records
+    queue_events: Records
+    memory_events: Records
     #: Device-timestamped queue operations (``device-queue-events``), their
     #: ``start_host_time_ns`` / ``end_host_time_ns`` placed with :attr:`clocks`.
-    device_queue_events: list[dict[str, Any]] = ()  # type: ignore[assignment]
+    device_queue_events: Records = Records({})
     #: The device-tick → host fit of each physical device (device-tick families only).
     clocks: dict[int, ClockFit] | None = None
     #: The families recorded.
@@ -217,24 +220,177 @@ def capture_profile(vmfb: Path, inputs: Sequence[str], *, driver: str = "local-s
                     function: str | None = None, invocations: int = 1,
                     families: Sequence[str] = FULL_FAMILIES) -> Profile:
     """Run ``vmfb`` under HAL profiling of ``families`` (:func:`record_profile`) and
-    decode what it recorded."""
+    decode what it recorded (:func:`decode_profile`)."""
     with atomic.scratch_directory("dfit-profile-") as tmp:
         profile = Path(tmp) / "profile.bin"
         tool, stdout = record_profile(vmfb, inputs, profile, driver=driver, function=function,
                                       invocations=invocations, families=families)
-        queue_events = decode_records(profile, "queue", "queue_event") if "queue-events" in families else []
-        clocks = clock_fits(profile) if DEVICE_TICK_FAMILIES.intersection(families) else None
-        device_queue = place_device_events(decode_records(profile, "queue", "queue_device_event"), clocks) \
-            if "device-queue-events" in families else []
-        return Profile(
-            wall_ns_per_invocation=_benchmark_real_time_ns(stdout) if tool == "iree-benchmark-module" else None,
-            dispatch_records=decode_columns(profile, clocks),
-            host_operations=decode_host_operations(profile) if "queue-events" in families else [],
-            queue_events=queue_events,
-            memory_events=decode_records(profile, "memory", "memory_event") if "memory-events" in families else [],
-            flush_starts=_flush_starts(profile, queue_events, invocations, "queue-events" in families),
-            device_queue_events=device_queue, clocks=clocks, families=tuple(families),
-        )
+        wall = _benchmark_real_time_ns(stdout) if tool == "iree-benchmark-module" else None
+        return decode_profile(profile, families, invocations, wall)
+
+
+def decode_profile(profile: Path, families: Sequence[str], invocations: int,
+                   wall_ns_per_invocation: float | None = None, *, direct: bool | None = None) -> Profile:
+    """The :class:`Profile` of the raw profile ``profile``. ``direct`` (default: when
+    :func:`profile_file.supported`): read the file itself (:mod:`profile_file`, one pass,
+    columns); otherwise decode it with ``iree-profile`` (the reference, and the route for
+    a format version the reader does not know)."""
+    from dfit_mlir.runtime_hooks import profile_file
+
+    try:
+        if direct if direct is not None else profile_file.supported(profile):
+            return _decode_direct(profile, families, invocations, wall_ns_per_invocation)
+    except profile_file.ProfileFormatError as error:
+        raise DamagedProfileError(f"cannot read the HAL profile: {error}") from None
+    queue_events = decode_records(profile, "queue", "queue_event") if "queue-events" in families else []
+    clocks = clock_fits(profile) if DEVICE_TICK_FAMILIES.intersection(families) else None
+    device_queue = place_device_events(decode_records(profile, "queue", "queue_device_event"), clocks) \
+        if "device-queue-events" in families else []
+    records = profile_file.Records.from_dicts
+    return Profile(
+        wall_ns_per_invocation=wall_ns_per_invocation,
+        dispatch_records=decode_columns(profile, clocks),
+        host_operations=records(decode_host_operations(profile) if "queue-events" in families else []),
+        queue_events=records(queue_events),
+        memory_events=records(decode_records(profile, "memory", "memory_event") if "memory-events" in families
+                              else []),
+        flush_starts=_flush_starts(profile, queue_events, invocations, "queue-events" in families),
+        device_queue_events=records(device_queue), clocks=clocks, families=tuple(families),
+    )
+
+
+class DamagedProfileError(DfitError):
+    """The raw profile is damaged or truncated (exit 2: the message names the file and
+    the byte offset)."""
+
+
+def _decode_direct(profile: Path, families: Sequence[str], invocations: int,
+                   wall_ns_per_invocation: float | None) -> Profile:
+    """:func:`decode_profile` by :mod:`profile_file`: no subprocess, no object per record."""
+    import numpy as np
+
+    from dfit_mlir.runtime_hooks import profile_file as pf
+
+    tables = pf.read_profile(profile)
+    if tables.dropped:
+        _dropped_error({family.removesuffix("-events") + "-events": n for family, n in tables.dropped.items()})
+    clocks = _fits(pf.clock_samples(tables)) if DEVICE_TICK_FAMILIES.intersection(families) else None
+    queue = pf.queue_records(tables) if "queue-events" in families else pf.Records({})
+    host_operations = pf.host_execution_records(tables) if "queue-events" in families else pf.Records({})
+    if host_operations:
+        ops = host_operations.columns["op"]
+        unknown = np.flatnonzero(~np.isin(ops, np.array(sorted(NON_MODEL_OPERATIONS), dtype=object)))
+        if len(unknown):
+            non_model_operations([host_operations[int(unknown[0])]])  # raises, the record shown
+    device_queue = pf.Records({})
+    if "device-queue-events" in families:
+        device_queue = _place_device_columns(pf.queue_device_records(tables), clocks)
+    flush_starts = None
+    if "queue-events" in families and invocations > 1:
+        flush_starts = _chunk_starts(tables, profile)
+    return Profile(
+        wall_ns_per_invocation=wall_ns_per_invocation, dispatch_records=_dispatch_columns(tables, clocks),
+        host_operations=host_operations, queue_events=queue,
+        memory_events=pf.memory_records(tables) if "memory-events" in families else pf.Records({}),
+        flush_starts=flush_starts, device_queue_events=device_queue, clocks=clocks, families=tuple(families))
+
+
+def _chunk_starts(tables: Any, profile: Path) -> tuple[int, ...]:
+    """:func:`profile_flushes.flush_split` over the reader's queue-event chunks: the
+    first submission of each flush that holds queue events."""
+    import numpy as np
+
+    records = tables.family("queue-events")
+    starts = tables.chunk_starts.get("queue-events", np.zeros(0, np.int64))
+    streams = tables.chunk_streams.get("queue-events", np.zeros(0, np.int64))
+    if len(np.unique(streams)) > 1:
+        raise ProfileError(f"cannot read the flushes of {profile.name}: queue events of {len(np.unique(streams))} "
+                           f"streams: one flush may write several queue-event chunks, so chunks are not invocations")
+    if not len(records):
+        return ()
+    submissions = records["submission_id"].astype(np.int64)
+    firsts = np.minimum.reduceat(submissions, starts)
+    lasts = np.maximum.reduceat(submissions, starts)
+    late = np.flatnonzero(firsts[1:] <= lasts[:-1])
+    if len(late):
+        k = int(late[0]) + 1
+        raise ProfileError(f"cannot read the flushes of {profile.name}: flush {k} holds submission "
+                           f"{int(firsts[k])}, not after the previous flush's last ({int(lasts[k - 1])})")
+    return tuple(firsts.tolist())
+
+
+def _fits(samples: dict[int, list[tuple[int, int, int]]]) -> dict[int, ClockFit]:
+    fits = {}
+    for device, found in samples.items():
+        found.sort()
+        if len(found) >= 2 and found[-1][0] > found[0][0]:
+            fits[device] = ClockFit(device, found[0][0], found[0][1], found[-1][0], found[-1][1], len(found),
+                                    max(sample[2] for sample in found))
+    return fits
+
+
+def _place_device_columns(records: Any, clocks: dict[int, ClockFit] | None) -> Any:
+    """:func:`place_device_events` over columns."""
+    import numpy as np
+
+    from dfit_mlir.runtime_hooks.profile_file import Records
+
+    if not records:
+        return records
+    valid = records.columns["valid"]
+    if not valid.all():
+        raise ProfileError(f"device queue record without valid timestamps: {records[int(np.flatnonzero(~valid)[0])]}")
+    ordinal = records.columns["physical_device_ordinal"]
+    start = np.zeros(len(records), np.int64)
+    end = np.zeros(len(records), np.int64)
+    for number in np.unique(ordinal).tolist():
+        fit = _fit(clocks, number, "a device queue record")
+        rows = ordinal == number
+        start[rows] = fit.to_host(records.columns["start_tick"][rows])
+        end[rows] = fit.to_host(records.columns["end_tick"][rows])
+    return Records({**records.columns, "start_host_time_ns": start, "end_host_time_ns": end})
+
+
+def _dispatch_columns(tables: Any, clocks: dict[int, ClockFit] | None) -> DispatchColumns:
+    """What :func:`decode_columns` gives, from the reader's tables: the host-execution
+    dispatch records and the dispatch-events records, in runtime order."""
+    import numpy as np
+
+    host = tables.family("host-execution-events")
+    host = host[host["type"] == 2]
+    device = tables.family("dispatch-events")
+    if len(device):
+        valid = (device["start_tick"] != 0) & (device["end_tick"] != 0) & (device["end_tick"] >= device["start_tick"])
+        if not valid.all():
+            row = device[int(np.flatnonzero(~valid)[0])]
+            raise ProfileError(f"dispatch record without valid device timestamps: event {int(row['event_id'])}, "
+                               f"submission {int(row['submission_id'])}")
+        ordinal = tables.devices("dispatch-events")
+        device_start = np.zeros(len(device), np.int64)
+        device_end = np.zeros(len(device), np.int64)
+        for number in np.unique(ordinal).tolist():
+            fit = _fit(clocks, number, "a dispatch record")
+            rows = ordinal == number
+            device_start[rows] = fit.to_host(device["start_tick"][rows])
+            device_end[rows] = fit.to_host(device["end_tick"][rows])
+    else:
+        device_start = device_end = np.zeros(0, np.int64)
+
+    def both(name: str) -> np.ndarray:
+        return np.concatenate([host[name].astype(np.int64), device[name].astype(np.int64)])
+
+    key, keys = tables.keys(both("executable_id"), both("function_ordinal"))
+    index = both("command_index")
+    grid = np.stack([both("wg_x"), both("wg_y"), both("wg_z")], axis=1)
+    distinct, inverse = np.unique(grid, axis=0, return_inverse=True)
+    return DispatchColumns(
+        key=key, keys=keys, submission_id=both("submission_id"), command_buffer_id=both("command_buffer_id"),
+        command_index=np.where(index == NO_COMMAND_INDEX, -1, index),
+        start_ns=np.concatenate([host["start_host_time_ns"].astype(np.int64), device_start]),
+        end_ns=np.concatenate([host["end_host_time_ns"].astype(np.int64), device_end]),
+        workgroup=inverse.ravel().astype(np.int32), workgroup_counts=tuple(tuple(map(int, g)) for g in distinct),
+        tile_count=np.concatenate([host["tile_count"].astype(np.int64), np.full(len(device), -1, np.int64)]),
+    ).in_runtime_order()
 
 
 def record_profile(vmfb: Path, inputs: Sequence[str], profile: Path, *, driver: str = "local-sync",
@@ -290,12 +446,17 @@ def _flush_starts(profile: Path, queue_events: list[dict[str, Any]], invocations
         if chunk.truncated:
             dropped[chunk.family] = dropped.get(chunk.family, 0) + chunk.dropped
     if dropped:
+        _dropped_error(dropped)
+    return split if split is not None and invocations > 1 else None
+
+
+def _dropped_error(dropped: dict[str, int]) -> None:
+    if dropped:
         raise ProfileError(
             f"the HAL profiler dropped records ({', '.join(f'{n} {family}' for family, n in sorted(dropped.items()))}): "
             f"IREE 3.13's local devices keep at most 4096 events of a family between two flushes (the benchmark "
             f"tool flushes once per invocation), so the run's events would be incomplete; profile fewer loop trips "
             f"or a smaller model per call")
-    return split if split is not None and invocations > 1 else None
 
 
 def _benchmark_real_time_ns(stdout: str) -> float | None:

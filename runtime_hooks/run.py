@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
+
 from dfit_mlir.core import atomic
 from dfit_mlir.core import manifest as manifest_io
 from dfit_mlir.core.errors import DfitError, InvalidInputError, ModuleFaultError
@@ -50,6 +52,7 @@ from dfit_mlir.runtime_hooks.inputs import (
     signature,
 )
 from dfit_mlir.runtime_hooks.instrument import InstrumentedModule, duration_stats
+from dfit_mlir.runtime_hooks.join_records import Executions
 from dfit_mlir.runtime_hooks.tensors import TensorPolicy
 
 MODES = ("none", "ids", "lite", "full")
@@ -342,7 +345,6 @@ HOST_IMPORT_ALIGNMENT = 4096
 def page_aligned(value: Any) -> Any:
     """``value`` (an input) in page-aligned memory, copied once before any call; scalars
     and arrays already aligned as they are."""
-    import numpy as np
 
     if not isinstance(value, np.ndarray) or value.ctypes.data % HOST_IMPORT_ALIGNMENT == 0:
         return value
@@ -379,8 +381,9 @@ class ProfiledRun:
 
     dispatches: hal_profile.JoinColumns
     invocations: int
-    queue_rows: list[EventRow]
-    memory_rows: list[EventRow]
+    #: Queue events (submissions, host operations, device spans) and memory events.
+    queue: tuple[RowColumns, ...]
+    memory: tuple[RowColumns, ...]
     warmup_records: int
     #: The benchmark tool's real time per invocation (several invocations only).
     wall_ns_per_invocation: float | None = None
@@ -402,9 +405,20 @@ class ProfiledRun:
         if len(found.site):
             pipeline.add_dispatches(found.site, found.start_ns, found.duration_ns, found.workgroups, found.tiles,
                                     found.invocation)
-        pipeline.add_rows("queue", self.queue_rows)
-        pipeline.add_rows("memory", self.memory_rows)
+        for part in self.queue:
+            part.add_to(pipeline, "queue")
+        for part in self.memory:
+            part.add_to(pipeline, "memory")
         return pipeline
+
+    @property
+    def queue_rows(self) -> list[EventRow]:
+        """The queue events as objects (lite's queue pass, tests)."""
+        return [row for part in self.queue for row in part.rows()]
+
+    @property
+    def memory_rows(self) -> list[EventRow]:
+        return [row for part in self.memory for row in part.rows()]
 
     def summary(self) -> dict[str, Any]:
         import numpy as np
@@ -438,7 +452,7 @@ class ProfiledRun:
             "load_time": {"dispatches": int(load.sum()), "dispatch_ns": int(found.duration_ns[load].sum()),
                           "invocation": LOAD_INVOCATION},
             "records": {"dispatch": int(recorded.sum()), "load_dispatch": int(load.sum()),
-                        "queue": len(self.queue_rows), "memory": len(self.memory_rows),
+                        "queue": sum(map(len, self.queue)), "memory": sum(map(len, self.memory)),
                         "warmup_records_dropped": self.warmup_records, "load_records": self.load_records,
                         "unsubmitted_records": self.unsubmitted_records},
         }
@@ -473,63 +487,121 @@ def _profiled_run(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], d
         raise
     # Command-buffer executions from the host-execution records (CPU drivers) or the
     # queue records (every driver records queue-events): the same (submission, buffer).
-    executions = sorted({(r["submission_id"], r["command_buffer_id"])
-                         for r in (*profile.host_operations, *profile.queue_events) if r.get("op") == "execute"})
+    executions = _executions(profile.host_operations, profile.queue_events)
     joined = hal_profile.join_structural(profile.dispatch_records, manifest, function, invocations, executions,
                                          profile.flush_starts)
-
-    def submission(record: dict[str, Any], k: int | None) -> EventRow:
-        return EventRow(k, f"submit {record['op']}", None, record["host_time_ns"],
-                        record["ready_host_time_ns"] - record["host_time_ns"], bytes=record.get("payload_length") or None,
-                        attributes=_pick(record, "submission_id", "command_buffer_id", "dependency_strategy",
-                                         "wait_count", "signal_count", "operation_count"))
-
-    def host_operation(record: dict[str, Any], k: int | None) -> EventRow:
-        return EventRow(k, f"host {record['op']}", None, record["start_host_time_ns"], record["duration_ns"],
-                        bytes=record.get("payload_length") or None,
-                        attributes=_pick(record, "submission_id", "command_buffer_id", "allocation_id"))
-
-    def device_operation(record: dict[str, Any], k: int | None) -> EventRow:
-        # The device's span of a queue operation (device-queue-events), ticks fitted.
-        return EventRow(k, f"device {record['op']}", None, record["start_host_time_ns"],
-                        record["end_host_time_ns"] - record["start_host_time_ns"],
-                        bytes=record.get("payload_length") or None,
-                        attributes={**_pick(record, "submission_id", "command_buffer_id", "allocation_id",
-                                            "start_tick", "end_tick"), "clock": "device_tick"})
-
-    def memory(record: dict[str, Any], k: int | None) -> EventRow:
-        return EventRow(k, record["event_type"], None, record["host_time_ns"], 0, bytes=record.get("length"),
-                        attributes=_pick(record, "allocation_id", "pool_id", "pool_bytes_reserved",
-                                         "pool_bytes_committed", "submission_id"))
-
-    queue_rows: list[EventRow] = []
-    memory_rows: list[EventRow] = []
+    starts = np.array(joined.starts, dtype=np.int64)
     counts = {"warmup": 0, "load": 0, "unsubmitted": 0}
-    for records, rows, row_of in (
-        (profile.queue_events, queue_rows, submission),
-        (profile.host_operations, queue_rows, host_operation),
-        (profile.device_queue_events, queue_rows, device_operation),
-        (profile.memory_events, memory_rows, memory),
+    queue: list[RowColumns] = []
+    memory: list[RowColumns] = []
+    for records, found, kind in (
+        (profile.queue_events, queue, "submit"),
+        (profile.host_operations, queue, "host"),
+        (profile.device_queue_events, queue, "device"),
+        (profile.memory_events, memory, "memory"),
     ):
-        for record in records:
-            submission_id = record.get("submission_id") or 0
-            if not submission_id:
-                # Released outside any submission (pool trims at teardown): no
-                # invocation's, kept with a null invocation and counted.
-                counts["unsubmitted"] += 1
-                rows.append(row_of(record, None))
-                continue
-            k = joined.invocation_of_submission(submission_id)
-            if k < 0:
-                counts["load"] += 1
-                rows.append(row_of(record, LOAD_INVOCATION))
-            elif k < warmup:
-                counts["warmup"] += 1
-            else:
-                rows.append(row_of(record, k - warmup))
-    return ProfiledRun(_recorded(joined.columns, warmup), repeat, queue_rows, memory_rows, counts["warmup"],
+        if not records:
+            continue
+        submission = records.column("submission_id")
+        k = np.searchsorted(starts, submission, side="right") - 1
+        # Released outside any submission (pool trims at teardown): no invocation's,
+        # kept with a null invocation and counted; load time at LOAD_INVOCATION.
+        unsubmitted, load = submission == 0, (submission != 0) & (k < 0)
+        warm = (submission != 0) & (k >= 0) & (k < warmup)
+        counts["unsubmitted"] += int(unsubmitted.sum())
+        counts["load"] += int(load.sum())
+        counts["warmup"] += int(warm.sum())
+        k = np.where(unsubmitted, NULL_INVOCATION, np.where(load, LOAD_INVOCATION, k - warmup)).astype(np.int32)
+        found.append(RowColumns.of(kind, records.where(~warm), k[~warm]))
+    return ProfiledRun(_recorded(joined.columns, warmup), repeat, tuple(queue), tuple(memory), counts["warmup"],
                        profile.wall_ns_per_invocation, counts["load"], counts["unsubmitted"], tuple(families),
                        drivers.capabilities(driver), tuple((profile.clocks or {}).values()))
+
+
+def _executions(*families: Any) -> Executions:
+    """(submission, command buffer) of every ``execute`` record of ``families``, distinct, sorted."""
+    pairs = [np.stack([r.column("submission_id"), r.column("command_buffer_id")], axis=1)[r.column("op") == "execute"]
+             for r in families if r]
+    found = np.unique(np.concatenate(pairs).astype(np.int64), axis=0) if pairs else np.zeros((0, 2), np.int64)
+    return Executions(found[:, 0], found[:, 1])
+
+
+#: ``invocation`` of :class:`RowColumns` rows that belong to no invocation (null).
+NULL_INVOCATION = -2
+#: Per kind of row: the event name's prefix (``None``: the record's ``event_type``), the
+#: attributes kept, and whether ``bytes`` is ``payload_length`` (``0``: none) or ``length``.
+_ROW_KINDS: dict[str, tuple[str | None, tuple[str, ...], str]] = {
+    "submit": ("submit", ("submission_id", "command_buffer_id", "dependency_strategy", "wait_count", "signal_count",
+                          "operation_count"), "payload_length"),
+    "host": ("host", ("submission_id", "command_buffer_id", "allocation_id"), "payload_length"),
+    "device": ("device", ("submission_id", "command_buffer_id", "allocation_id", "start_tick", "end_tick"),
+               "payload_length"),
+    "memory": (None, ("allocation_id", "pool_id", "pool_bytes_reserved", "pool_bytes_committed", "submission_id"),
+               "length"),
+}
+
+
+@dataclass(frozen=True)
+class RowColumns:
+    """Queue or memory events of a ``full`` run as columns (no object per event):
+    what the pipeline writes (:meth:`EventPipeline.add_columns`)."""
+
+    kind: str
+    partition: tuple[Any, tuple[str, ...]]
+    start_ns: Any
+    duration_ns: Any
+    invocation: Any
+    bytes: Any
+    attributes: dict[str, Any]
+
+    def __len__(self) -> int:
+        return len(self.start_ns)
+
+    @classmethod
+    def of(cls, kind: str, records: hal_profile.Records, invocation: Any) -> RowColumns:
+        prefix, kept, size = _ROW_KINDS[kind]
+        names = records.column("op" if prefix else "event_type", "")
+        distinct, code = np.unique(names.astype(str), return_inverse=True)
+        labels = tuple(f"{prefix} {name}" if prefix else str(name) for name in distinct.tolist())
+        if kind == "submit":
+            start = records.column("host_time_ns")
+            duration = records.column("ready_host_time_ns") - start
+        elif kind == "host":
+            start, duration = records.column("start_host_time_ns"), records.column("duration_ns")
+        elif kind == "device":
+            start = records.column("start_host_time_ns")
+            duration = records.column("end_host_time_ns") - start
+        else:
+            start, duration = records.column("host_time_ns"), np.zeros(len(records), np.int64)
+        raw = records.column(size, 0).astype(np.int64)
+        attributes = {name: records.columns[name] for name in kept if name in records.columns}
+        if kind == "device":
+            attributes["clock"] = np.full(len(records), "device_tick", dtype=object)
+        return cls(kind, (code.ravel().astype(np.int32), labels), start.astype(np.int64),
+                   duration.astype(np.int64), invocation, np.where(raw == 0, -1, raw) if size == "payload_length"
+                   else raw, attributes)
+
+    def add_to(self, pipeline: EventPipeline, kind: str) -> None:
+        pipeline.add_columns(kind, self.partition, self.start_ns, self.duration_ns, invocation=self.invocation,
+                             bytes_=self.bytes, attributes=self.attributes)
+
+    def rows(self) -> list[EventRow]:
+        """The events as :class:`EventRow` objects (lite's queue pass, tests)."""
+        codes, labels = self.partition
+        names = sorted(self.attributes)
+        found = []
+        for row in range(len(self)):
+            k = int(self.invocation[row])
+            size = int(self.bytes[row])
+            found.append(EventRow(None if k == NULL_INVOCATION else k, labels[int(codes[row])], None,
+                                  int(self.start_ns[row]), int(self.duration_ns[row]),
+                                  bytes=None if size < 0 else size,
+                                  attributes={name: _plain(self.attributes[name][row]) for name in names}))
+        return found
+
+
+def _plain(value: Any) -> Any:
+    return value.item() if hasattr(value, "item") else value
 
 
 def _recorded(columns: hal_profile.JoinColumns, warmup: int) -> hal_profile.JoinColumns:
@@ -575,8 +647,3 @@ def function_span_coverage(manifest: dict[str, Any]) -> str:
         return "covers the work issued (the sync wrapper awaits its $async function)"
     return ("issue only: the module has no $async wrappers, so function events close when their work is issued, "
             "not when it completes; program events time each call to completion")
-
-
-def _pick(record: dict[str, Any], *names: str) -> dict[str, Any]:
-    return {name: record[name] for name in names if name in record}
-

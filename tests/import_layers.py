@@ -45,6 +45,7 @@ INNER_LAYERS: dict[str, tuple[str, ...]] = {
     "dfit_mlir.analysis": (
         "dfit_mlir.analysis.tools",
         "dfit_mlir.analysis.ledger",
+        "dfit_mlir.analysis.op_timing",
         "dfit_mlir.analysis.model | dfit_mlir.analysis.profiles",
         "dfit_mlir.analysis.calibration",
     ),

@@ -59,6 +59,13 @@ SITE = "/work/main/.venv/lib/python3.11/site-packages"
     ("/home/me/.venv/bin/dfit", False),
     ("/opt/elsewhere/bin/dfit", False),  # a bundle made on another machine
     ("/home/me/proj/bin/train.py", True),  # a user's bin/ folder is no environment
+    # What launched the model: `dfit compile model.py` runs it under click (a JAX trace
+    # keeps click/decorators.py:34 in every op's stack), pytest, a notebook.
+    (f"{SITE}/click/decorators.py", False),
+    (f"{SITE}/click/core.py", False),
+    (f"{SITE}/_pytest/python.py", False),
+    (f"{SITE}/IPython/core/interactiveshell.py", False),
+    (f"{SITE}/ipykernel/ipkernel.py", False),
 ])
 def test_code_rules(path: str, model_code: bool) -> None:
     assert CodeRules.default().is_model_code(path) is model_code

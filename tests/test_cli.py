@@ -98,3 +98,17 @@ def test_show_reports_bad_json_with_line(tmp_path: Path) -> None:
     manifest.write_text('{\n  "schema": "dfit.manifest",\n  "version": \n}\n')
     result = run("show", str(manifest))
     assert result.returncode == 2 and f"{manifest}:4:1: invalid JSON" in result.stderr
+
+
+def test_run_line_names_the_statistic_it_prints(iree_bundles: dict[str, Path], tmp_path: Path) -> None:
+    """`dfit run`'s last line: a full run's time per invocation is iree-benchmark-module's
+    mean (it reports no distribution), an in-process run's the median of its calls."""
+    vmfb = iree_bundles["manifest"].parent / "full.vmfb"
+    full = run("run", str(vmfb), "--mode", "full", "--repeat", "3", "-o", str(tmp_path / "full"))
+    assert full.returncode == 0, full.stderr
+    summary = json.loads((tmp_path / "full" / "summary.json").read_text())
+    assert f"mean invocation {summary['invocation_ns']['mean'] / 1e6:.3f} ms (iree-benchmark-module)" in full.stdout
+    ids = run("run", str(vmfb), "--mode", "ids", "--repeat", "3", "-o", str(tmp_path / "ids"))
+    assert ids.returncode == 0, ids.stderr
+    summary = json.loads((tmp_path / "ids" / "summary.json").read_text())
+    assert f"median invocation {summary['invocation_ns']['median'] / 1e6:.3f} ms" in ids.stdout

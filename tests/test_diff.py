@@ -398,3 +398,50 @@ def test_without_duckdb_time_is_noted_not_judged(flags_diff: diff.DiffResult, ir
     assert any("time is not compared" in note and "dfit-mlir[store]" in note for note in result.notes)
     assert not [row for row in result.rows if "time" in row.changes]
     assert [row.key for row in result.rows] == [row.key for row in flags_diff.rows]
+
+
+@pytest.fixture(scope="module")
+def neox_manifests(tmp_path_factory: pytest.TempPathFactory) -> dict[int, Path]:
+    """A transformers GPT-NeoX (config, random weights) with 2 and with 3 layers."""
+    import torch
+    from transformers import GPTNeoXConfig, GPTNeoXModel
+
+    from dfit_mlir.frontends import torch as torch_frontend
+
+    root = tmp_path_factory.mktemp("neox-diff")
+    found = {}
+    for layers in (2, 3):
+        torch.manual_seed(0)
+        config = GPTNeoXConfig(vocab_size=100, hidden_size=64, num_hidden_layers=layers, num_attention_heads=2,
+                               intermediate_size=128, max_position_embeddings=32, use_cache=False)
+        model = GPTNeoXModel(config).eval()
+        ids = torch.randint(0, 100, (1, 8))
+        found[layers] = torch_frontend.compile(model, (ids,), output=root / f"neox_{layers}.vmfb", mode="ids",
+                                               quiet=True).manifest_path
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.frontends
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+def test_neox_with_a_third_layer_has_no_false_rows(neox_manifests: dict[int, Path]) -> None:
+    """Inserting ``layers.2`` renumbers ordinal IDs after it (``ListConstruct#14`` of A and
+    of B are two different ops): each op still pairs with its real counterpart, so
+    layers 0 and 1 show nothing changed and ``layers.2`` is added, whole."""
+    from dfit_mlir.core.manifest import load
+
+    result = diff.diff_bundles(neox_manifests[2], neox_manifests[3])
+    in_layer2 = {op["id"] for op in load(neox_manifests[3])["operators"]
+                 if (op["module_path"] or "").startswith("layers.2")}
+    assert len(in_layer2) > 40
+    assert [path for path, _ in result.added_modules] == ["layers.2"]
+    assert result.removed_modules == ()
+    false = [(row.key, row.changes) for row in result.rows if row.a and row.b
+             and set(row.changes) & {"op", "shape", "dtype", "bytes", "replaced"}]
+    assert false == []
+    added = {op_id for row in result.rows if row.b and not row.a for op_id in row.b.ids}
+    assert in_layer2 <= added
+    # No pair is two different ops under one ordinal ID (hash and line both differ).
+    for row in result.rows:
+        if row.a and row.b and row.match == "id":
+            assert not (row.a.hashes[0] != row.b.hashes[0] and row.a.lines[0] != row.b.lines[0]), row.key

@@ -8,7 +8,11 @@ sharing a callee (one deduplicated export at three call sites). Each run's dispa
 events come from the ``dispatch-events`` family (device timestamps), joined by the same
 structural join as on the CPU: every one resolved to its call site and source IDs,
 counts = call sites executed × invocations, device times > 0 and inside the device span
-of the submission that ran them. Skipped, saying why, without a Vulkan loader or device.
+of the submission that ran them. A PyTorch model file through ``dfit compile model.py …
+--iree-hal-target-device=vulkan``: each dispatch to its ``nn.Module``; its workgroups
+and lavapipe's roof in program-analyzer; ``--tensors`` from device buffers against
+PyTorch's values; ``dfit view`` of its bundle in headless Chromium. Skipped, saying why,
+without a Vulkan loader or device.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -26,6 +31,8 @@ from dfit_mlir.core.errors import InvalidInputError
 from dfit_mlir.passes.instrumented_compile import CompileResult, compile_instrumented
 from dfit_mlir.runtime_hooks import drivers, hal_profile
 from dfit_mlir.runtime_hooks.run import run_bundle
+from tests import test_view
+from tests.test_view import no_console_errors, open_view
 
 DFIT = [sys.executable, "-m", "dfit_mlir"]
 VULKAN = ["--iree-hal-target-device=vulkan"]
@@ -266,3 +273,165 @@ def test_analyze_and_view_on_a_vulkan_bundle(programs: dict[str, CompileResult],
     trace = json.loads((bundle / "trace.json").read_text())
     names = {event.get("name") for event in (trace["traceEvents"] if isinstance(trace, dict) else trace)}
     assert {"queue device execute", "queue submit execute", "linalg.matmul main/linalg.matmul#1"} <= names, names
+
+
+# --- a PyTorch model through `dfit compile model.py`, on the Vulkan device -----------------
+
+TORCH_MODEL = """import torch
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.fc2 = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def make_model():
+    torch.manual_seed(0)
+    return Tiny(), (torch.ones(2, 8),)
+"""
+TORCH_INPUT = "2x8xf32=1"
+browser = test_view.browser  # headless Chromium, the fixture of the view's own browser tests
+TORCH_MARKS = [pytest.mark.frontends,
+               pytest.mark.filterwarnings("ignore:While compiling, we found certain side effects:UserWarning"),
+               pytest.mark.filterwarnings("ignore::FutureWarning")]
+
+
+def _torch_test(test: Any) -> Any:
+    """A test of the PyTorch model (torch export's warnings are not errors here)."""
+    for mark in TORCH_MARKS:
+        test = mark(test)
+    return test
+
+
+def _compile_model_file(source: Path, output: Path, *extra: str) -> dict:
+    from click.testing import CliRunner
+
+    from dfit_mlir.cli.app import main
+    from dfit_mlir.core.manifest import load
+
+    result = CliRunner().invoke(main, ["compile", str(source), "--dfit-tag", "--mode", "full", *extra, "-o",
+                                       str(output), *VULKAN])
+    assert result.exit_code == 0, result.output
+    return load(output.with_suffix(".manifest.json"))
+
+
+@pytest.fixture(scope="module")
+def torch_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The model compiled with ``dfit compile tiny.py … --iree-hal-target-device=vulkan``
+    and run with ``--driver vulkan --mode full`` (2 invocations)."""
+    pytest.importorskip("iree.turbine", reason="iree-turbine is not installed")
+    root = tmp_path_factory.mktemp("torch-vulkan")
+    source = root / "tiny.py"
+    source.write_text(TORCH_MODEL)
+    manifest = _compile_model_file(source, root / "tiny.vmfb")
+    bundle = run_bundle(root / "tiny.vmfb", None, root / "run", inputs=[TORCH_INPUT], repeat=2, mode="full",
+                        driver="vulkan").bundle
+    return {"root": root, "source": source, "manifest": manifest, "bundle": bundle}
+
+
+@_torch_test
+def test_torch_model_file_every_dispatch_to_its_module(torch_run: dict) -> None:
+    manifest, bundle = torch_run["manifest"], torch_run["bundle"]
+    assert manifest["input"]["frontend"] == "torch" and manifest["compile"]["codegen"]["target"] == {"device": "vulkan"}
+    check_joined(bundle, manifest, Counter({"main/torch.aten.linear#0": 1, "main/torch.aten.linear#1": 1}), 2)
+    ops = {op["id"]: op for op in manifest["operators"]}
+    sites = {site["index"]: site for site in manifest["partitions"]["dispatch_sites"]}
+    rows = dispatch_rows(bundle)
+    # Each event's site names source IDs whose ops carry the nn.Module path and the
+    # model file's line.
+    modules = {row["root_id"]: {ops[i]["module_path"] for i in sites[row["site"]]["ids"] if ops[i]["module_path"]}
+               for row in rows}
+    assert modules == {"main/torch.aten.linear#0": {"fc1"}, "main/torch.aten.linear#1": {"fc2"}}
+    root_frames = [ops[row["root_id"]]["call_stack"] for row in rows]
+    assert all(any(frame["file"] == str(torch_run["source"]) and frame["line"] == 11 for frame in stack)
+               for stack in root_frames)
+    assert all(ops[row["root_id"]]["module_class"] == "Linear" for row in rows)
+
+
+@_torch_test
+def test_workgroups_and_lavapipe_roof_in_program_analyzer(torch_run: dict, tmp_path: Path) -> None:
+    """regions.csv has each dispatch's workgroup count as the driver recorded it (checked
+    against a profile decoded here); the roof is lavapipe's, the host CPU calibrated."""
+    from dfit_mlir.analysis.tools.session import analyze
+    from tests.conftest import read_csv
+
+    bundle, manifest = torch_run["bundle"], torch_run["manifest"]
+    profile = hal_profile.capture_profile(torch_run["root"] / "tiny.vmfb", [TORCH_INPUT], driver="vulkan",
+                                          function="main", invocations=1, families=("dispatch-events",))
+    expected = {}
+    for event in profile.dispatches:
+        assert len(event.workgroup_count) == 3
+        site = next(s for s in manifest["partitions"]["dispatch_sites"] if s["export"] == event.key)
+        expected[f"site{site['index']}:{site['export']}"] = str(event.workgroup_count[0] * event.workgroup_count[1]
+                                                                  * event.workgroup_count[2])
+    assert sorted(expected.values()) == ["1", "2"]
+    analyze(bundle, ["program-analyzer"], tmp_path / "analysis")
+    out = tmp_path / "analysis" / "program-analyzer"
+    assert {row["region"]: row["workgroups"] for row in read_csv(out / "regions.csv")} == expected
+    report = (out / "report.txt").read_text()
+    assert "profile lavapipe (Mesa software Vulkan) on the host CPU (measured on this host)" in report, report
+
+
+@_torch_test
+def test_tensors_from_device_buffers(torch_run: dict, tmp_path: Path) -> None:
+    """``--tensors`` on Vulkan: the HAL debug sink receives the traced device buffers in
+    the in-process modes; their statistics and leading values are torch's own."""
+    import torch
+
+    from dfit_mlir.frontends import torch as torch_frontend
+    from dfit_mlir.runtime_hooks.tensors import TensorPolicy
+
+    _compile_model_file(torch_run["source"], tmp_path / "traced.vmfb", "--tensors", "*linear*")
+    model, (x,) = torch_frontend.load_module_file(torch_run["source"])
+    with torch.no_grad():
+        hidden = model.fc1(x)
+        reference = {"main/torch.aten.linear#0": hidden, "main/torch.aten.linear#1": model.fc2(torch.relu(hidden))}
+    bundle = run_bundle(tmp_path / "traced.vmfb", None, tmp_path / "run", mode="ids", inputs=[TORCH_INPUT], repeat=2,
+                        driver="vulkan", tensors=TensorPolicy(values=4)).bundle
+    rows = [row for row in pq.read_table(bundle / "events.parquet").to_pylist() if row["kind"] == "tensor"]
+    assert Counter(row["root_id"] for row in rows) == Counter({key: 2 for key in reference})
+    for row in rows:
+        want = reference[row["root_id"]]
+        attributes = json.loads(row["attributes"])
+        assert attributes["shape"] == list(want.shape) and attributes["dtype"] == "float32"
+        assert row["tensor_min"] == pytest.approx(float(want.min()), abs=1e-5)
+        assert row["tensor_max"] == pytest.approx(float(want.max()), abs=1e-5)
+        assert row["tensor_mean"] == pytest.approx(float(want.mean()), abs=1e-5)
+        assert attributes["values"] == pytest.approx(want.flatten()[:4].tolist(), abs=1e-5)
+    # full runs under iree-run-module, which prints traced tensors: refused in one line.
+    with pytest.raises(InvalidInputError, match="--tensors needs an in-process mode"):
+        run_bundle(tmp_path / "traced.vmfb", None, tmp_path / "full", mode="full", inputs=[TORCH_INPUT],
+                   driver="vulkan", tensors=TensorPolicy())
+
+
+@_torch_test
+def test_browser_view_of_a_vulkan_run(torch_run: dict, browser: Any, tmp_path: Path) -> None:
+    """``dfit view`` of the Vulkan bundle in headless Chromium: one row per dispatch site
+    with its device time (> 0), its workgroups and its ops; the roof is lavapipe's."""
+    from selenium.webdriver.common.by import By
+
+    bundle, manifest = torch_run["bundle"], torch_run["manifest"]
+    open_view(browser, bundle, tmp_path)
+    rows = browser.find_elements(By.CSS_SELECTOR, "tr.dispatch")
+    sites = manifest["partitions"]["dispatch_sites"]
+    assert len(rows) == len(sites) == 2
+    heads = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#dispatch-body th")]
+    assert heads[3] == "time" and heads[11] == "workgroups"
+    events = dispatch_rows(bundle)
+    for row, site in zip(rows, sites, strict=True):
+        cells = [td.text for td in row.find_elements(By.CSS_SELECTOR, "td")]
+        assert cells[1] == site["export"] and cells[2] == "2"
+        device_ns = sum(e["duration_ns"] for e in events if e["site"] == site["index"])
+        assert device_ns > 0 and cells[3] != "-" and cells[3].split()[-1] in ("ns", "µs", "ms")
+        value, unit = cells[3].split()
+        assert float(value) * {"ns": 1, "µs": 1e3, "ms": 1e6}[unit] == pytest.approx(device_ns, rel=0.01)
+        assert cells[11] == str({e["workgroups"] for e in events if e["site"] == site["index"]}.pop())
+    caption = browser.find_element(By.CSS_SELECTOR, "#dispatch-body .roofline .empty").text
+    assert caption.startswith("roof: lavapipe (Mesa software Vulkan) on the host CPU (measured on this host)")
+    browser.save_screenshot(str(tmp_path / "vulkan-view.png"))
+    no_console_errors(browser)

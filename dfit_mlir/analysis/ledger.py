@@ -35,8 +35,8 @@ element as XLA's ``HloCostAnalysis`` counts its ``transcendentals`` (rules in
 1 FLOP per element plus 1 transcendental. They are placed over the partitions naming the
 op as FLOPs are (in proportion to what each dispatch's own lowered ops evaluate,
 ``region_transcendentals``, else on the partitions that compute), so partitions sum to
-the model's total. The time model does not weigh them (a transcendental is not a
-FLOP's vector slot: what one costs is the target's).
+the model's total. The roofline does not weigh them (a transcendental is not a
+FLOP's vector slot: what one costs is the target's); the measured time models do.
 
 **Executed work.** ``calls`` is the number of the run's dispatch events at the partition
 (a dispatch inside a loop runs once per trip, so ``lax.scan`` bodies and ``scf.while``
@@ -58,6 +58,17 @@ known cost at all splits ``equal`` (named so). An event with no call site that n
 ``root_id`` (reconstructions) goes whole to that op (``time_model`` ``root``). Anything
 else is unattributed, by (kind, partition), in :attr:`Ledger.unattributed`.
 
+**Measured time models** (:mod:`dfit_mlir.analysis.op_timing`, its docstring is their
+spec). Where someone measured the device (``dfit analyze BUNDLE --time-model measured``:
+the ops of the hottest dispatches compiled alone and timed on the run's host and driver,
+cached by op signature under ``$DFIT_CACHE_DIR``), a ledger built without an explicit
+``time_model`` weighs a partition's ops in ns instead: every op timed alone →
+``measured-standalone`` (the split is the standalone medians' proportions); else, where
+an elementwise or normalisation op has a per-element cost calibrated on the device →
+``calibrated-elementwise`` (each op: its standalone time, else elements × that cost,
+else its roofline weight over the device's matmul MACs/ns); else the roofline above.
+Without a cache for the bundle's device and compiled input, nothing changes.
+
 **Honest totals** (:class:`Totals`). Measured time is the union of the *leaf* intervals
 of execution events (kinds :data:`EXECUTION_KINDS`; a leaf encloses no other timed
 event: a program encloses its functions, a queue execute its dispatches), so
@@ -69,6 +80,20 @@ covers.
 
 **Rollups** (:meth:`Ledger.rollup`): per op (``op_id``), per partition, per module path
 and per phase, the sums of the entry columns; an op in several partitions sums them.
+:meth:`Ledger.op_figures` (per op), :meth:`Ledger.partition_figures`,
+:meth:`Ledger.rollup_ops` (per any grouping of ops: a source line, a site) and
+:meth:`Ledger.module_tree` (self and inclusive per module path) are what the readers
+print; none of them sums entries of its own.
+
+**What readers print, one way each.** Times are whole nanoseconds: a partition's time is
+split in proportion to the shares with the largest remainders rounded up, so its entries
+sum to its measured time exactly (:func:`whole_split`). Every share of time is a share of
+:attr:`Ledger.attributed_time_ns` (:data:`SHARE_BASIS`; :meth:`Ledger.share`); shares of
+FLOPs, where nothing ran, of :attr:`Ledger.total_flops`. The runs of the program are
+:attr:`Ledger.instances` — distinct invocations of the timed execution events, else
+their steps (a reconstruction's training steps), else one run — and
+:meth:`Ledger.op_time_by_instance` splits each run's time as the totals are split.
+Bytes are the boundary's (``bytes_read`` + ``bytes_written``) in every reader.
 """
 
 from __future__ import annotations
@@ -79,6 +104,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from dfit_mlir.analysis import op_timing
 from dfit_mlir.analysis.model import Partition, SemanticModel
 from dfit_mlir.core.module_paths import ModuleNode, build_tree
 
@@ -121,15 +147,17 @@ class TimeModel:
 
 
 def time_model_for(model: SemanticModel) -> TimeModel:
-    """The roofline of the model's backend: its bundled profile's ridge if the profile
-    publishes figures, else :data:`DEFAULT_CPU_RIDGE` (the local CPU)."""
+    """The roofline of the model's device (a GPU run's named part: its vendor peaks) or
+    backend: its bundled profile's ridge if the profile publishes figures, else
+    :data:`DEFAULT_CPU_RIDGE` (the local CPU, and lavapipe, which runs on it)."""
     import yaml
 
-    from dfit_mlir.analysis.profiles import bundled, read_profile
+    from dfit_mlir.analysis import profiles
 
-    path = bundled().get(model.backend)
+    gpu = profiles.gpu_device(model.summary.get("device"))
+    path = profiles.profile_path_for_device(*gpu) if gpu is not None else profiles.bundled().get(model.backend)
     if path is not None and not (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("calibrate"):
-        profile = read_profile(path)
+        profile = profiles.read_profile(path)
         return TimeModel("roofline", profile.ridge(None), f"{profile.name} profile ({path.name})")
     return TimeModel("roofline", DEFAULT_CPU_RIDGE, "dfit's default for a CPU (dfit_mlir.analysis.ledger.DEFAULT_CPU_RIDGE)")
 
@@ -190,6 +218,7 @@ class Ledger:
                  time_model: TimeModel | None = None):
         self.model = model
         self.time_model = time_model or time_model_for(model)
+        self._measured_allowed = time_model is None
         batches = model.event_batches() if events is None else events
         self._timing = _timing(model, batches)
         self._rows: dict[str, list[dict[str, Any]]] = {}
@@ -282,8 +311,12 @@ class Ledger:
         macs, flops = model.placed_costs(part, "macs"), model.placed_costs(part, "flops")
         moved = self._boundary.of(part, ops)
         weights = [self.time_model.weight(macs.get(i) or flops.get(i), sum(b or 0 for b in moved[i])) for i in ops]
+        label = self.time_model.label
+        measured = self._measured_weights(ops, weights)
+        if measured is not None:
+            weights, label = measured
         total = sum(weights)
-        label = self.time_model.label if total else "equal"
+        label = label if total else "equal"
         shares = [w / total for w in weights] if total else [1 / len(ops)] * len(ops) if ops else []
         time_ns, calls = timing.partition_ns.get(part.id, 0), timing.partition_calls.get(part.id, 0)
         whole = whole_split(time_ns, shares)
@@ -295,6 +328,34 @@ class Ledger:
                  "calls": calls, "time_ns": ns, "executed_macs": (macs.get(op_id) or 0) * calls,
                  "executed_flops": (flops.get(op_id) or 0) * calls, "time_model": label}
                 for op_id, weight, share, ns in zip(ops, weights, shares, whole, strict=True)]
+
+    def _measured_weights(self, ops: tuple[str, ...], roofline: list[float]) -> tuple[list[float], str] | None:
+        """Weights in ns from the device's measurements (:mod:`dfit_mlir.analysis.op_timing`):
+        every op timed alone (``measured-standalone``), else, where an op has a
+        calibrated per-element cost, each op by its standalone time, that cost, or its
+        roofline weight over the device's matmul rate (``calibrated-elementwise``); None:
+        the roofline's split."""
+        found = self._measurements
+        if found is None or not ops:
+            return None
+        standalone = [found.standalone.get(i) for i in ops]
+        if all(ns is not None for ns in standalone):
+            return [float(ns or 0) for ns in standalone], op_timing.MEASURED
+        if not found.macs_per_ns:
+            return None
+        per_element = [None if ns is not None else found.elementwise_ns(self.model, i)
+                       for i, ns in zip(ops, standalone, strict=True)]
+        if all(ns is None for ns in per_element):
+            return None
+        weights = [ns if ns is not None else element if element is not None else weight / found.macs_per_ns
+                   for ns, element, weight in zip(standalone, per_element, roofline, strict=True)]
+        return weights, op_timing.CALIBRATED
+
+    @cached_property
+    def _measurements(self) -> op_timing.Lookup | None:
+        """The device's cached op timings for this model, where someone measured them
+        (``dfit analyze --time-model measured``) and no time model was given."""
+        return op_timing.lookup(self.model) if self._measured_allowed else None
 
     def _root_rows(self) -> list[dict[str, Any]]:
         """Events naming a ``root_id`` but no call site: the whole time to that op."""

@@ -12,8 +12,18 @@ from dfit_mlir.core import atomic
 
 @click.command()
 @click.argument("bundle", type=click.Path(path_type=Path))
-@click.option("--tool", "tool_names", multiple=True, required=True,
+@click.option("--tool", "tool_names", multiple=True,
               help="Tool to run (repeatable; `all` for every built-in); see `dfit tools`.")
+@click.option("--time-model", "time_model", type=click.Choice(["cached", "measured"]), default="cached",
+              show_default=True,
+              help="measured: first compile each op of the hottest dispatches alone, time it on this device "
+                   "and cache it (minutes); the split then follows those timings (measured-standalone, else "
+                   "calibrated-elementwise). cached: use such timings where a measurement was cached, "
+                   "else the roofline.")
+@click.option("--measure-top", "measure_top", type=click.IntRange(0, MAX_ROWS), default=5, show_default=True,
+              help="With --time-model measured: the dispatches taken apart, longest first (0: all).")
+@click.option("--measure-repeat", "measure_repeat", type=click.IntRange(3, 100_000), default=100,
+              show_default=True, help="With --time-model measured: timed invocations per op (medians).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
               help="Output folder (default: BUNDLE/analysis, or next to a manifest).")
 @click.option("--option", "raw_options", multiple=True, metavar="TOOL.KEY=VALUE",
@@ -28,14 +38,22 @@ from dfit_mlir.core import atomic
               help="Print, for the ops of a sites.csv site, each frame and the code rule that decided it.")
 @force_option
 @user_errors
-def analyze(bundle: Path, tool_names: tuple[str, ...], out_dir: Path | None, raw_options: tuple[str, ...],
-            framework_code: tuple[str, ...], model_code: tuple[str, ...], explain_sites: tuple[str, ...],
-            force: bool) -> None:
+def analyze(bundle: Path, tool_names: tuple[str, ...], time_model: str, measure_top: int, measure_repeat: int,
+            out_dir: Path | None, raw_options: tuple[str, ...], framework_code: tuple[str, ...],
+            model_code: tuple[str, ...], explain_sites: tuple[str, ...], force: bool) -> None:
     """Run analysis tools over a run/reconstruct bundle or a compile's manifest."""
     from dfit_mlir.analysis.tools import registry
     from dfit_mlir.analysis.tools.session import analyze as run_tools
     from dfit_mlir.core.errors import InvalidInputError
 
+    if not tool_names and time_model != "measured":
+        raise InvalidInputError("give --tool (see `dfit tools`), or --time-model measured to measure op costs")
+    if time_model == "measured":
+        if not bundle.is_dir():
+            raise InvalidInputError(f"{bundle}: --time-model measured needs a run bundle (a directory)")
+        _measure_op_costs(bundle, measure_top, measure_repeat)
+    if not tool_names:
+        return
     names = list(registry.BUILTIN) if "all" in tool_names else list(dict.fromkeys(tool_names))
     options: dict[str, dict[str, str]] = {}
     for raw in raw_options:
@@ -75,6 +93,22 @@ def analyze(bundle: Path, tool_names: tuple[str, ...], out_dir: Path | None, raw
         semantic = SemanticModel.open(bundle)
         for site in explain_sites:
             click.echo(explain_site(semantic, site, rules))
+
+
+def _measure_op_costs(bundle: Path, top: int, repeat: int) -> None:
+    """Time the ops of the bundle's ``top`` longest dispatches alone on this device and
+    cache them (:mod:`dfit_mlir.analysis.op_timing`)."""
+    from dfit_mlir.analysis import ledger, op_timing
+    from dfit_mlir.analysis.model import SemanticModel
+
+    model = SemanticModel.open(bundle)
+    book = ledger.Ledger(model, time_model=ledger.time_model_for(model))  # the roofline's: ranks by time only
+    timed = [p for p in model.partitions if p.kind == "dispatch" and book.partition_ns(p.id) > 0]
+    timed.sort(key=lambda p: -book.partition_ns(p.id))
+    chosen = timed[:top] if top else timed
+    report = op_timing.measure(model, chosen, repeat=repeat, progress=lambda line: click.echo(line, err=True))
+    for line in report.lines():
+        click.echo(line)
 
 
 @click.command()

@@ -107,7 +107,12 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
                                    "clock_offset_ns": clock_offset_ns})
     counts = result.summary["counts"]
     timing = result.summary.get("invocation_ns") or {}
-    median = f", median invocation {timing['median'] / 1e6:.3f} ms" if timing else ""
+    # iree-benchmark-module (full mode) reports a mean per invocation, no distribution;
+    # the in-process modes time every call.
+    if timing and result.summary.get("timing_harness") == "iree-benchmark-module":
+        median = f", mean invocation {timing['mean'] / 1e6:.3f} ms (iree-benchmark-module)"
+    else:
+        median = f", median invocation {timing['median'] / 1e6:.3f} ms" if timing else ""
     dropped = result.summary["dropped_events"]
     click.echo(f"wrote {result.bundle}: {counts['kept']} events of {counts['seen']} seen, {dropped} dropped"
                f"{median} ({result.summary['trace_slices']} trace slices; open trace.pftrace in the Perfetto UI)")

@@ -266,6 +266,43 @@ class EventPipeline:
             es.STEP: column("step", pa.int64()),
         }))
 
+    def add_columns(self, kind: str, partition: tuple[np.ndarray, Sequence[str]], start_ns: np.ndarray, duration_ns: np.ndarray, *,
+                    invocation: np.ndarray, bytes_: np.ndarray | None = None,
+                    attributes: Mapping[str, np.ndarray] | None = None) -> None:
+        """Events other than dispatches as columns (no object per row): what
+        :meth:`add_rows` makes of :class:`EventRow` objects, for rows without an ID.
+        ``partition``: (code of each row, the names); ``invocation``: ``-2`` for none
+        (null); ``bytes_``: ``< 0`` for none;
+        ``attributes``: name -> values, written as :meth:`add_rows` writes them (sorted
+        keys, ``json.dumps``' separators)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if kind not in es.EVENT_KINDS:
+            raise ValueError(f"unknown event kind {kind!r}")
+        count = len(start_ns)
+        self.counts.seen += count
+        if self.policy.max_events is not None:
+            room = max(0, self.policy.max_events - self.counts.kept - self._pending_rows)
+            self.counts.dropped += max(0, count - room)
+            count = min(count, room)
+        for first in range(0, count, self.policy.batch_size):
+            rows = slice(first, min(count, first + self.policy.batch_size))
+            k = invocation[rows]
+            size = None if bytes_ is None else bytes_[rows]
+            self.counts.kept += len(k)
+            self.sink.export(self._record_batch(len(k), {
+                es.KIND: kind,
+                es.INVOCATION: pa.array(k, pa.int32(), mask=k == -2),
+                es.PARTITION: pa.DictionaryArray.from_arrays(pa.array(partition[0][rows], pa.int32()),
+                                                             pa.array(list(partition[1]), pa.string())),
+                es.START_NS: pa.array(start_ns[rows], pa.int64()),
+                es.DURATION_NS: pa.array(duration_ns[rows], pa.int64()),
+                es.BYTES: pa.nulls(len(k), pa.int64()) if size is None else pa.array(size, pa.int64(), mask=size < 0),
+                es.ATTRIBUTES: None if not attributes else _json_objects(
+                    {name: values[rows] for name, values in attributes.items()}, pa, pc),
+            }))
+
     def close(self) -> Counts:
         while self._pending_rows:
             self._flush(self._pending_rows)
@@ -322,6 +359,20 @@ class EventPipeline:
             else:
                 arrays.append(value)
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _json_objects(columns: Mapping[str, np.ndarray], pa: Any, pc: Any) -> Any:
+    """``json.dumps(row, sort_keys=True)`` of each row of ``columns`` (integers and
+    strings), built column by column."""
+    parts: list[Any] = []
+    for position, name in enumerate(sorted(columns)):
+        values = columns[name]
+        text = pa.array(values, pa.string()) if values.dtype == object else pc.cast(pa.array(values), pa.string())
+        if values.dtype == object:
+            text = pc.binary_join_element_wise('"', text, '"', "")
+        parts += [("{" if position == 0 else ", ") + f'"{name}": ', text]
+    parts.append("}")
+    return pc.binary_join_element_wise(*parts, "")
 
 
 def site_table(manifest: dict[str, Any]) -> Any:

@@ -6,13 +6,17 @@ is only ever paired with an op of ``h.0.attn``), never by position across module
 pass runs over what the previous left unmatched; ops whose module path is unknown on
 either side are paired regardless of it:
 
-1. **ID**: the same stable ID on both sides, in the same module (two compiles or runs of
-   one source);
+1. **ID**: the same stable ID on both sides, in the same module, with the same
+   structural hash where both have one (two compiles or runs of one source). An ordinal
+   ID (``ListConstruct#14``) is not an op's identity: when a change upstream renumbers
+   ops, ``#14`` of A and ``#14`` of B can be two different ops, and the next passes pair
+   each with its real counterpart;
 2. **structural hash** (the manifest's ``hash``): the same op under another ID — a
    renamed function, an op inserted before it — reported as ``renamed``; equal hashes
-   pair up in manifest order;
+   pair up in manifest order, those on the same source line first;
 3. **module**: the same module path and op kind, paired by ordinal within that module
-   (an op whose inputs changed: the module's first ``addmm`` on both sides);
+   (an op whose inputs changed: the module's first ``addmm`` on both sides), those on
+   the same source line first;
 4. **tensor name**: an op's own ``name`` (reconstructions name an op after its output
    tensor) or else the innermost name of its location (a TFLite import keeps the
    TFLite tensor name there), so the IREE ops of one TFLite op meet the Edge TPU op
@@ -38,6 +42,9 @@ and :data:`TIME_THRESHOLD` of A's mean, with at least :data:`MIN_RUNS` invocatio
 side, and (one process per side) the larger mean is at least 1 + :data:`PROCESS_NOISE`
 times the smaller and they differ by :data:`MIN_TIME_DELTA_NS` per invocation.
 Two runs of one vmfb have no ``time`` change; the delta is still in the CSV.
+
+A pair of single ops whose hashes and source lines both differ (the module's k-th op of
+a kind is another op now) is ``replaced``, not a shape or bytes change of one op.
 
 Only real differences are labelled. A row's constants and structure (``tosa.const``,
 ``tensor.empty``, ``func.return``: :func:`is_data_or_structure`) never count for ``op``,
@@ -96,7 +103,8 @@ from dfit_mlir.passes.materialisation import makes_data
 SCHEMA = "dfit.diff"
 VERSION = "1.2"
 MATCHES = ("id", "hash", "module", "name", "only-a", "only-b")
-LABELS = ("added", "removed", "renamed", "op", "shape", "dtype", "fusion", "placement", "lineage", "bytes", "time")
+LABELS = ("added", "removed", "replaced", "renamed", "op", "shape", "dtype", "fusion", "placement", "lineage", "bytes",
+          "time")
 CSV_COLUMNS = ("key", "match", "module_a", "module_b", "changes", "folded", "time_delta_ns", "time_a_ns", "time_b_ns",
                "ids_a", "ids_b", "op_a", "op_b", "shape_a", "shape_b", "partitions_a", "partitions_b", "placement_a",
                "placement_b", "fused_with_a", "fused_with_b", "lineage_changes", "bytes_a", "bytes_b")
@@ -144,6 +152,9 @@ class Side:
     passes: dict[str, str] = field(default_factory=dict)
     #: Attributed nanoseconds per invocation, one per invocation (the spread of the runs).
     samples_ns: tuple[float, ...] = ()
+    #: Per op: its structural hash and its source ``file:line`` (``None``: not recorded).
+    hashes: tuple[str | None, ...] = ()
+    lines: tuple[str | None, ...] = ()
 
     @property
     def compute_ops(self) -> tuple[str, ...]:
@@ -299,12 +310,18 @@ def _match(a: SemanticModel, b: SemanticModel) -> list[_Match]:
 
     in_b = set(b.operators)
     found = [_Match(op_id, "id", (op_id,), (op_id,)) for op_id in a.operators
-             if op_id in in_b and same_module(op_id, op_id)]
+             if op_id in in_b and same_module(op_id, op_id)
+             and not _hashes_differ(a.operators[op_id], b.operators[op_id])]
     used = {m.key for m in found}
     left_a = [i for i in a.operators if i not in used]
     left_b = [i for i in b.operators if i not in used]
 
-    for match, key_of in (("hash", lambda model, op: op.raw.get("hash")),
+    def on_line(key: str | None, op: Operator) -> str | None:
+        return None if key is None or _line(op) is None else f"{key}@{_line(op)}"
+
+    for match, key_of in (("hash", lambda model, op: on_line(op.raw.get("hash"), op)),
+                          ("hash", lambda model, op: op.raw.get("hash")),
+                          ("module", lambda model, op: on_line(_module_kind(model, op), op)),
                           ("module", lambda model, op: _module_kind(model, op))):
         groups_b = _group(left_b, b, key_of)
         paired_a: set[str] = set()
@@ -334,6 +351,16 @@ def _match(a: SemanticModel, b: SemanticModel) -> list[_Match]:
     found += [_Match(op_id, "only-a", (op_id,), ()) for op_id in left_a if op_id not in named_a]
     found += [_Match(op_id, "only-b", (), (op_id,)) for op_id in left_b if op_id not in named_b]
     return _unique_keys(found)
+
+
+def _hashes_differ(op_a: Operator, op_b: Operator) -> bool:
+    hash_a, hash_b = op_a.raw.get("hash"), op_b.raw.get("hash")
+    return hash_a is not None and hash_b is not None and hash_a != hash_b
+
+
+def _line(op: Operator) -> str | None:
+    source = op.source or {}
+    return f"{source['file']}:{source['line']}" if source.get("file") and source.get("line") is not None else None
 
 
 def _module_kind(model: SemanticModel, op: Operator) -> str | None:
@@ -411,7 +438,8 @@ class _SideFacts:
             bytes=sum(sizes) if sizes else None, computing=computing,
             modules=tuple(dict.fromkeys(m for i in ids if (m := self.model.module_path(i)) is not None)),
             passes={stage: ", ".join(sorted(names)) for stage, names in passes.items()},
-            samples_ns=tuple(sum(self.samples.get(i, {}).get(run, 0.0) for i in ids) for run in self.runs))
+            samples_ns=tuple(sum(self.samples.get(i, {}).get(run, 0.0) for i in ids) for run in self.runs),
+            hashes=tuple(op.raw.get("hash") for op in ops), lines=tuple(_line(op) for op in ops))
 
 
 def _changes(match: str, a: Side | None, b: Side | None,
@@ -420,6 +448,8 @@ def _changes(match: str, a: Side | None, b: Side | None,
         return ("added",), ()
     if b is None:
         return ("removed",), ()
+    if _replaced(a, b):
+        return ("replaced",), ()
     changes = []
     if match == "hash" and a.ids != b.ids:
         changes.append("renamed")
@@ -448,6 +478,14 @@ def _changes(match: str, a: Side | None, b: Side | None,
     if a.bytes != b.bytes and (same_backend or (len(ops_a) == len(ops_b) and _apart(a.bytes, b.bytes))):
         changes.append("bytes")
     return tuple(changes), lineage
+
+
+def _replaced(a: Side, b: Side) -> bool:
+    """One op on each side, and another op: hashes and source lines both differ."""
+    if len(a.ids) != 1 or len(b.ids) != 1 or not (a.hashes and b.hashes and a.lines and b.lines):
+        return False
+    return (None not in (a.hashes[0], b.hashes[0], a.lines[0], b.lines[0])
+            and a.hashes[0] != b.hashes[0] and a.lines[0] != b.lines[0])
 
 
 def _by_pass(stage: str, a: Side, b: Side) -> str:

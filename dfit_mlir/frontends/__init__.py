@@ -114,6 +114,9 @@ FRAMEWORK_PATTERNS = (
     "jax/*", "jaxlib/*", "flax/*", "optax/*", "equinox/*", "haiku/*", "keras/*", "tf_keras/*", "tensorflow/*",
     "numpy/*", "iree/*", "dfit_mlir/*", "onnx/*", "onnxruntime/*", "cerebras/pytorch/*", "<stdlib>/*",
     "<frozen *", "<string>", "<eval_with_key>*",
+    # What launches a model: command-line and test libraries, notebooks (`dfit compile
+    # model.py` runs the model's module under click; a JAX trace keeps those frames).
+    "click/*", "typer/*", "fire/*", "absl/*", "_pytest/*", "pytest/*", "pluggy/*", "IPython/*", "ipykernel/*",
 )
 _PACKAGE_DIRS = ("site-packages/", "dist-packages/")
 DFIT_PACKAGE = "dfit_mlir"

@@ -232,9 +232,12 @@ def _module_table(model: SemanticModel, ops: list, strings: Interner) -> tuple[d
 
 def _dispatch_table(model: SemanticModel, book: ledger.Ledger, op_index: dict[str, int],
                     strings: Interner) -> dict[str, list]:
+    from dfit_mlir.analysis.tools.builtin.program_analyzer import dispatch_workgroups
+
     by_part = _rollup(book, "partition")
+    groups = dispatch_workgroups(model)
     table: dict[str, list] = {key: [] for key in ("name", "export", "kind", "root", "ops", "calls", "time", "flops",
-                                                  "bytes", "min", "median", "max")}
+                                                  "bytes", "min", "median", "max", "workgroups")}
     for part in model.partitions:
         row = by_part.get(part.id, {})
         times = book.partition_time_by_instance(part.id)
@@ -247,6 +250,7 @@ def _dispatch_table(model: SemanticModel, book: ledger.Ledger, op_index: dict[st
         table["time"].append(_num(book.partition_ns(part.id)))
         table["flops"].append(_num(row.get("flops")))
         table["bytes"].append(_bytes(row))
+        table["workgroups"].append(strings(groups.get(part.id)))
         for key, value in (("min", min), ("median", statistics.median), ("max", max)):
             table[key].append(_num(value(times)) if times else None)
     return table

@@ -61,14 +61,15 @@ class Roof:
 def profile_of(model: SemanticModel) -> tuple[Profile | None, str | None]:
     """(The backend's profile, else ``None`` and why), as program-analyzer loads it."""
     from dfit_mlir.analysis.calibration import threads_of_run
-    from dfit_mlir.analysis.profiles import load_profile
+    from dfit_mlir.analysis.profiles import load_profile, missing
 
+    device = model.summary.get("device")
     try:
-        profile = load_profile(model.backend, threads=threads_of_run(model.summary)[0])
+        profile = load_profile(model.backend, threads=threads_of_run(model.summary)[0], device=device)
     except InvalidInputError as error:
         return None, str(error)
     if profile is None:
-        return None, f"dfit has no performance profile for the {model.backend} backend"
+        return None, missing(model.backend, device)
     return profile, None
 
 

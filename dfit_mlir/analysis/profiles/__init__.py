@@ -16,6 +16,13 @@ A profile with ``calibrate: true`` (the local CPU) has no figures of its own: th
 measured on this host by :mod:`dfit_mlir.analysis.calibration`. Users replace a bundled
 profile with ``profile=PATH`` (a tool option); a file that lacks a key is refused with
 an :class:`~dfit_mlir.core.errors.InvalidInputError` naming the file and the key.
+
+A profile with ``devices:`` (globs over the device name a GPU driver reports, ignoring
+case) and ``drivers:`` describes one named part (``nvidia-h200.yaml``,
+``amd-mi300x.yaml``, ``lavapipe.yaml``): a run on a GPU driver (``summary.json`` →
+``device``) takes the profile whose glob matches its device's name (the longest glob
+wins: ``*H100*PCIe*`` over ``*H100``); a GPU dfit has no profile for gets no roof and a
+note naming the device (:func:`missing`), never the host CPU's.
 """
 
 from __future__ import annotations
@@ -73,24 +80,68 @@ class Profile:
         return self.peak(dtype)[1].value / self.memory_bandwidth.value
 
 
-def bundled() -> dict[str, Path]:
-    """backend → bundled profile file."""
+def _bundled_files() -> list[tuple[Path, dict[str, Any]]]:
     import yaml
 
-    found = {}
-    for path in sorted(PROFILE_DIR.glob("*.yaml")):
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        found[str(data.get("backend"))] = path
-    return found
+    return [(path, yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+            for path in sorted(PROFILE_DIR.glob("*.yaml"))]
+
+
+def bundled() -> dict[str, Path]:
+    """backend → bundled profile file (the backend's default device; the profiles of
+    named devices are :func:`device_profiles`)."""
+    return {str(data.get("backend")): path for path, data in _bundled_files() if "devices" not in data}
+
+
+#: Drivers whose device is not the host CPU: their runs take a named device's profile.
+GPU_DRIVERS = ("vulkan", "cuda", "hip")
+
+
+def device_profiles() -> list[tuple[tuple[str, ...], tuple[str, ...], Path]]:
+    """(device-name globs, drivers, file) of each bundled profile of a named device."""
+    return [(tuple(str(g) for g in data["devices"]), tuple(str(d) for d in data.get("drivers") or GPU_DRIVERS), path)
+            for path, data in _bundled_files() if "devices" in data]
+
+
+def gpu_device(device: Mapping[str, Any] | None) -> tuple[str, str] | None:
+    """(driver, device name) of a run on a GPU driver (``summary.json`` → ``device``);
+    ``None`` for a CPU run or no run."""
+    if not device or str(device.get("driver")) not in GPU_DRIVERS:
+        return None
+    return str(device["driver"]), str(device.get("name") or "")
+
+
+def profile_path_for_device(driver: str, name: str) -> Path | None:
+    """The bundled profile of the device ``name`` on ``driver``: the file whose glob
+    matches (ignoring case) with the most literal characters; ``None`` if none does."""
+    import fnmatch
+
+    matches = [(len(glob.replace("*", "")), path) for globs, drivers, path in device_profiles() if driver in drivers
+               for glob in globs if fnmatch.fnmatchcase(name.lower(), glob.lower())]
+    return max(matches)[1] if matches else None
+
+
+def missing(backend: str, device: Mapping[str, Any] | None = None) -> str:
+    """Why :func:`load_profile` found no profile, as a note."""
+    gpu = gpu_device(device)
+    if gpu is not None:
+        named = ", ".join(sorted({path.stem for _, _, path in device_profiles()}))
+        return (f"dfit has no peaks for the {gpu[0]} device {gpu[1] or '(unnamed)'!r} (bundled: {named}; "
+                f"give profile=PATH)")
+    return f"dfit has no performance profile for the {backend} backend (give profile=PATH)"
 
 
 def load_profile(backend: str, override_path: str | Path | None = None,
-                 calibration_path: str | Path | None = None, threads: int | None = None) -> Profile | None:
-    """The profile for ``backend`` (``override_path`` wins); ``None`` when dfit has none.
+                 calibration_path: str | Path | None = None, threads: int | None = None,
+                 device: Mapping[str, Any] | None = None) -> Profile | None:
+    """The profile for ``backend`` (``override_path`` wins), or for a GPU run's
+    ``device`` (``summary.json`` → ``device``: the named part's vendor peaks, lavapipe's
+    calibrated host CPU); ``None`` when dfit has none (:func:`missing` says why).
     ``threads``: how many threads a calibrated profile is measured with (default: every core)."""
     if override_path is not None:
         return read_profile(Path(override_path), calibration_path, threads)
-    path = bundled().get(backend)
+    gpu = gpu_device(device)
+    path = profile_path_for_device(*gpu) if gpu is not None else bundled().get(backend)
     return None if path is None else read_profile(path, calibration_path, threads)
 
 

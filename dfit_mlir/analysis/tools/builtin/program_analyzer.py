@@ -45,7 +45,7 @@ from typing import Any
 
 from dfit_mlir.analysis import ledger
 from dfit_mlir.analysis.model import Operator, Partition, SemanticModel
-from dfit_mlir.analysis.profiles import Profile, load_profile
+from dfit_mlir.analysis.profiles import Profile, load_profile, missing
 from dfit_mlir.analysis.tools.api import Tool, ToolContext
 from dfit_mlir.core import atomic
 from dfit_mlir.core.errors import InvalidInputError
@@ -57,7 +57,7 @@ ROOF_TOLERANCE = 1.05
 CLASSES = ("memory-bound", "balanced", "compute-bound", "unknown")
 COLUMNS = ("region", "kind", "root", "label", "operators", "dtype", "macs", "bytes_moved", "bytes_rule", "intensity",
            "peak_macs_per_s", "attainable_macs_per_s", "calls", "time_ns", "achieved_macs_per_s", "efficiency",
-           "boundness", "bandwidth_roof", "above_roof")
+           "boundness", "bandwidth_roof", "above_roof", "workgroups")
 
 
 class ProgramAnalyzer(Tool):
@@ -74,13 +74,17 @@ class ProgramAnalyzer(Tool):
             ctx.note("no semantic model (nothing was compiled or analyzed): nothing to analyze")
             return
         threads, why = _threads(ctx)
-        profile = load_profile(ctx.backend, ctx.options.get("profile"), ctx.options.get("calibration"), threads)
+        device = ctx.model.summary.get("device")
+        profile = load_profile(ctx.backend, ctx.options.get("profile"), ctx.options.get("calibration"), threads,
+                               device=device)
         if profile is not None and profile.calibrated:
             ctx.note(f"calibrated for {threads} thread(s): {why}")
         if profile is None:
-            ctx.note(f"no performance profile for the {ctx.backend} backend (give profile=PATH): no roof")
+            ctx.note(f"{missing(ctx.backend, device)}: no roof")
         book = ledger.of(ctx.model)
-        rows = [region_row(part, ctx.model, book, profile) for part in ctx.model.partitions]
+        groups = dispatch_workgroups(ctx.model)
+        rows = [{**region_row(part, ctx.model, book, profile), "workgroups": groups.get(part.id)}
+                for part in ctx.model.partitions]
         timed = any(row["time_ns"] for row in rows)
         basis = "time_ns" if timed else "macs"
         total = sum(row[basis] or 0 for row in rows)
@@ -141,6 +145,25 @@ def region_row(part: Partition, model: SemanticModel, book: ledger.Ledger, profi
             "achieved_macs_per_s": achieved, "efficiency": achieved / peak if achieved is not None and peak else None,
             "boundness": boundness, "bandwidth_roof": roof,
             "above_roof": None if achieved is None or not attainable else achieved > ROOF_TOLERANCE * attainable}
+
+
+def dispatch_workgroups(model: SemanticModel) -> dict[str, str]:
+    """Partition ID → the distinct workgroup counts (x·y·z, as the runtime recorded them
+    per dispatch event: ``1`` or ``2, 4``) of its dispatch events; none without a run."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    wanted = (pc.field("kind") == "dispatch") & pc.field("site").is_valid() & (pc.field("workgroups") >= 0)
+    found: dict[int, set[int]] = {}
+    for batch in model.event_batches():
+        distinct = pa.Table.from_batches([batch]).select(["kind", "site", "workgroups"]).filter(wanted) \
+            .group_by(["site", "workgroups"]).aggregate([])
+        for site, count in zip(distinct.column("site").to_pylist(), distinct.column("workgroups").to_pylist(),
+                               strict=True):
+            if site is not None and count is not None:  # always: filtered above
+                found.setdefault(site, set()).add(count)
+    parts = {site: model.partition_of_site(site) for site in found}
+    return {part.id: ", ".join(map(str, sorted(found[site]))) for site, part in parts.items() if part is not None}
 
 
 def _empty_table() -> Any:

@@ -1,0 +1,85 @@
+"""Long runs: ``dfit run --mode full --repeat N`` against ``iree-benchmark-module``
+profiling the same vmfb with the same families the same number of times, side by side
+in one run (issue 29). Each is a child process timed with ``/usr/bin/time -v`` style
+accounting (``resource.getrusage(RUSAGE_CHILDREN)`` deltas for CPU, ``ru_maxrss`` of
+the child via ``os.wait4``): wall, CPU and peak RSS.
+
+    .venv/bin/python -m benchmarks.long_runs --invocations 1000,5000,30000
+
+The module is ``examples/models/convnet.mlir`` compiled with ``dfit compile ...
+--dfit-tag --mode full`` (6 dispatches, 22 profiled records per invocation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+FAMILIES = "host-execution,queue-events,memory-events"
+
+
+def timed(command: list[str]) -> dict[str, float]:
+    """Wall seconds, CPU seconds (user + system) and peak RSS (MiB) of ``command``."""
+    start = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - start
+    stderr = child.stderr.read().decode(errors="replace") if child.stderr else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(command)} failed: {stderr.strip()[-800:]}")
+    return {"wall_s": round(wall, 3), "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+            "rss_mib": round(usage.ru_maxrss / 1024, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--invocations", default="1000,5000,30000", help="comma-separated N")
+    parser.add_argument("--driver", default="local-task")
+    args = parser.parse_args()
+    bin_dir = Path(sys.executable).parent
+    with tempfile.TemporaryDirectory(prefix="dfit-long-runs-") as tmp:
+        work = Path(tmp)
+        vmfb = work / "convnet.vmfb"
+        subprocess.run([str(bin_dir / "dfit"), "compile", str(ROOT / "examples/models/convnet.mlir"), "-o", str(vmfb),
+                        "--dfit-tag", "--mode", "full"], check=True, capture_output=True)
+        np.save(work / "x.npy", np.random.default_rng(0).standard_normal((1, 32, 32, 3)).astype(np.float32))
+        rows = []
+        for n in (int(text) for text in args.invocations.split(",")):
+            profile = work / f"p{n}.ireeprof"
+            bench = timed([str(bin_dir / "iree-benchmark-module"), f"--module={vmfb}", f"--device={args.driver}",
+                           f"--device_profiling_mode={FAMILIES}", f"--device_profiling_output={profile}",
+                           f"--input=@{work / 'x.npy'}", "--function=main", f"--benchmark_min_time={n}x",
+                           "--benchmark_format=json"])
+            size = profile.stat().st_size
+            profile.unlink()
+            bundle = work / f"b{n}"
+            dfit = timed([str(bin_dir / "dfit"), "run", str(vmfb), "--mode", "full", "--repeat", str(n),
+                          "--driver", args.driver, "--input", f"@{work / 'x.npy'}", "-o", str(bundle)])
+            summary = json.loads((bundle / "summary.json").read_text())
+            events = sum(summary["records"][k] for k in ("dispatch", "queue", "memory"))
+            row = {"invocations": n, "events": events, "profile_mb": round(size / 1e6, 1), "benchmark": bench,
+                   "dfit": dfit, "wall_ratio": round(dfit["wall_s"] / bench["wall_s"], 2),
+                   "cpu_ratio": round(dfit["cpu_s"] / max(bench["cpu_s"], 1e-3), 2)}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            subprocess.run(["rm", "-rf", str(bundle)], check=True)
+    print("| invocations | events | .ireeprof | iree-benchmark-module wall / CPU / RSS | dfit run wall / CPU / RSS "
+          "| wall ratio |")
+    print("|---:|---:|---:|---|---|---:|")
+    for r in rows:
+        b, d = r["benchmark"], r["dfit"]
+        print(f"| {r['invocations']:,} | {r['events']:,} | {r['profile_mb']} MB | {b['wall_s']} s / {b['cpu_s']} s / "
+              f"{b['rss_mib']} MiB | {d['wall_s']} s / {d['cpu_s']} s / {d['rss_mib']} MiB | {r['wall_ratio']}x |")
+
+
+if __name__ == "__main__":
+    main()

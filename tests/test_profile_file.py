@@ -1,0 +1,160 @@
+"""The direct ``.ireeprof`` reader (``runtime_hooks/profile_file.py``) against
+``iree-profile``, the reference: on real profiles the :class:`hal_profile.Profile` it
+builds equals the one decoded from ``iree-profile``'s JSON lines field by field — the
+dispatch records, the queue, host-operation and memory records, the flush split — on
+loops, branches and an initializer on both CPU drivers, and on Vulkan's
+``dispatch-events`` / ``device-queue-events`` where a lavapipe device is present. A
+damaged file is exit 2 naming the file and the byte offset."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dfit_mlir.core.errors import EXIT_INVALID_INPUT
+from dfit_mlir.passes.instrumented_compile import CompileResult, compile_instrumented
+from dfit_mlir.runtime_hooks import drivers, hal_profile, profile_file
+from tests.conftest import REPO
+
+SHAPES = REPO / "tests" / "inputs" / "shapes"
+#: (program, compile flags, inputs, invocations, driver).
+CASES = {
+    "loop_task": ("loop.mlir", (), ("16x16xf32=0.01", "i32=5"), 3, "local-task"),
+    "loop_sync": ("loop.mlir", (), ("16x16xf32=0.01", "i32=5"), 3, "local-sync"),
+    "branch_task": ("branch.mlir", (), ("16x16xf32=0.1", "i32=1"), 2, "local-task"),
+    "initializer_sync": ("initializer.mlir", ("--iree-opt-const-eval=false",), ("8x64xf32=1",), 2, "local-sync"),
+    "one_invocation": ("loop.mlir", (), ("16x16xf32=0.01", "i32=2"), 1, "local-task"),
+}
+#: Fields iree-profile prints that describe the output, not the record.
+PRESENTATION = {"type", "host_time_domain", "time_domain", "duration_time_domain", "timing_source"}
+
+
+@pytest.fixture(scope="module")
+def programs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, CompileResult]:
+    root = tmp_path_factory.mktemp("profile-file")
+    return {source: compile_instrumented(SHAPES / source, root / f"{Path(source).stem}.vmfb", mode="ids",
+                                         flags=flags)
+            for source, flags in sorted({(c[0], c[1]) for c in CASES.values()})}
+
+
+def record(vmfb: Path, inputs: tuple[str, ...], invocations: int, driver: str, families: tuple[str, ...],
+           profile: Path, function: str = "main") -> None:
+    hal_profile.record_profile(vmfb, inputs, profile, driver=driver, function=function, invocations=invocations,
+                               families=families)
+
+
+def assert_same_records(direct: Any, reference: Any, what: str) -> None:
+    """Every record of ``reference`` (iree-profile's dicts) is the direct reader's, on
+    every field both have; the JSON's presentation fields aside."""
+    mine, theirs = list(direct), list(reference)
+    assert len(mine) == len(theirs), what
+    for row, (a, b) in enumerate(zip(mine, theirs, strict=True)):
+        shared = {k: v for k, v in b.items() if k not in PRESENTATION and k in a}
+        assert {k: a[k] for k in shared} == shared, f"{what} row {row}"
+        # iree-profile adds a few derived fields (a device span's duration in ticks, ...).
+        assert len(shared) >= len([k for k in b if k not in PRESENTATION]) - 3, f"{what}: fields missing"
+
+
+def assert_same_profile(profile: Path, families: tuple[str, ...], invocations: int) -> hal_profile.Profile:
+    direct = hal_profile.decode_profile(profile, families, invocations, direct=True)
+    reference = hal_profile.decode_profile(profile, families, invocations, direct=False)
+    assert direct.dispatches == reference.dispatches
+    assert direct.flush_starts == reference.flush_starts
+    for name in ("queue_events", "host_operations", "memory_events", "device_queue_events"):
+        assert_same_records(getattr(direct, name), getattr(reference, name), name)
+    assert (direct.clocks or {}) == (reference.clocks or {})
+    return direct
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_direct_reader_is_iree_profile(programs: dict[str, CompileResult], case: str, tmp_path: Path) -> None:
+    source, _, inputs, invocations, driver = CASES[case]
+    profile = tmp_path / "p.ireeprof"
+    record(programs[source].vmfb, inputs, invocations, driver, hal_profile.FULL_FAMILIES, profile)
+    assert profile_file.supported(profile)
+    found = assert_same_profile(profile, hal_profile.FULL_FAMILIES, invocations)
+    assert len(found.dispatches) and found.queue_events and found.memory_events
+
+
+def test_every_host_execution_record_is_iree_profiles(programs: dict[str, CompileResult], tmp_path: Path) -> None:
+    """All host-execution records (dispatches too) on every field iree-profile prints."""
+    profile = tmp_path / "p.ireeprof"
+    record(programs["loop.mlir"].vmfb, CASES["loop_task"][2], 2, "local-task", hal_profile.FULL_FAMILIES, profile)
+    tables = profile_file.read_profile(profile)
+    assert_same_records(profile_file.host_execution_records(tables, dispatches=True),
+                        hal_profile.decode_records(profile, "queue", "host_execution_event"), "host_execution_event")
+
+
+def _vulkan_missing() -> str | None:
+    from tests.test_gpu_vulkan import _no_vulkan
+
+    return _no_vulkan()
+
+
+@pytest.mark.skipif(_vulkan_missing() is not None, reason=str(_vulkan_missing()))
+def test_direct_reader_on_vulkan_dispatch_events(tmp_path: Path) -> None:
+    from tests.test_gpu_vulkan import MLP, MLP_INPUTS, VULKAN
+
+    source = tmp_path / "mlp.mlir"
+    source.write_text(MLP)
+    mlp = compile_instrumented(source, tmp_path / "mlp.vmfb", mode="ids", flags=tuple(VULKAN))
+    families = tuple(drivers.CAPABILITIES["vulkan"].full)
+    profile = tmp_path / "p.ireeprof"
+    record(mlp.vmfb, tuple(MLP_INPUTS), 3, "vulkan", families, profile)
+    found = assert_same_profile(profile, families, 3)
+    assert len(found.dispatches) and found.clocks
+
+
+def _damaged(tmp_path: Path, programs: dict[str, CompileResult], cut: Any) -> Path:
+    profile = tmp_path / "p.ireeprof"
+    record(programs["loop.mlir"].vmfb, CASES["loop_task"][2], 2, "local-task", hal_profile.FULL_FAMILIES, profile)
+    data = bytearray(profile.read_bytes())
+    profile.write_bytes(bytes(cut(data)))
+    return profile
+
+
+def _first_event_chunk(data: bytearray) -> int:
+    """Byte offset of the first record whose content type ends in ``-events``."""
+    offset = struct.unpack_from("<I", data, 8)[0]
+    while True:
+        length, header, type_length = struct.unpack_from("<Q", data, offset)[0], *struct.unpack_from(
+            "<II", data, offset + 56)
+        if data[offset + header:offset + header + type_length].endswith(b"-events"):
+            return offset
+        offset += length
+
+
+@pytest.mark.parametrize("damage", ["cut_mid_chunk", "wrong_magic", "record_length"])
+def test_damaged_profile_is_exit_2_with_the_offset(programs: dict[str, CompileResult], tmp_path: Path,
+                                                   damage: str) -> None:
+    def cut(data: bytearray) -> bytearray:
+        if damage == "wrong_magic":
+            data[:4] = b"XXXX"
+        elif damage == "cut_mid_chunk":
+            struct.pack_into("<Q", data, 16, 0)  # an unfinished bundle: no logical length
+            data = data[:_first_event_chunk(data) + 150]
+        else:  # the first event record claims another size
+            at = _first_event_chunk(data)
+            payload_at = at + struct.unpack_from("<Q", data, at)[0] - struct.unpack_from("<Q", data, at + 8)[0]
+            struct.pack_into("<I", data, payload_at, 999)
+        return data
+
+    profile = _damaged(tmp_path, programs, cut)
+    with pytest.raises(hal_profile.DamagedProfileError) as error:
+        hal_profile.decode_profile(profile, hal_profile.FULL_FAMILIES, 2)
+    assert error.value.exit_code == EXIT_INVALID_INPUT
+    assert str(profile) in str(error.value) and "byte" in str(error.value)
+
+
+def test_unknown_version_goes_to_iree_profile(programs: dict[str, CompileResult], tmp_path: Path) -> None:
+    def bump(data: bytearray) -> bytearray:
+        struct.pack_into("<H", data, 6, 99)
+        return data
+
+    profile = _damaged(tmp_path, programs, bump)
+    assert not profile_file.supported(profile)
+    with pytest.raises(profile_file.ProfileFormatVersionError, match="format 1.99"):
+        profile_file.read_profile(profile)
