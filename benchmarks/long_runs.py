@@ -72,13 +72,15 @@ def main() -> None:
             rows.append(row)
             print(json.dumps(row), flush=True)
             subprocess.run(["rm", "-rf", str(bundle)], check=True)
+    print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print("| invocations | events | .ireeprof | iree-benchmark-module wall / CPU / RSS | dfit run wall / CPU / RSS "
-          "| wall ratio |")
-    print("|---:|---:|---:|---|---|---:|")
+          "| wall ratio | CPU ratio |")
+    print("|---:|---:|---:|---|---|---:|---:|")
     for r in rows:
         b, d = r["benchmark"], r["dfit"]
         print(f"| {r['invocations']:,} | {r['events']:,} | {r['profile_mb']} MB | {b['wall_s']} s / {b['cpu_s']} s / "
-              f"{b['rss_mib']} MiB | {d['wall_s']} s / {d['cpu_s']} s / {d['rss_mib']} MiB | {r['wall_ratio']}x |")
+              f"{b['rss_mib']} MiB | {d['wall_s']} s / {d['cpu_s']} s / {d['rss_mib']} MiB | {r['wall_ratio']}x "
+              f"| {r['cpu_ratio']}x |")
 
 
 if __name__ == "__main__":

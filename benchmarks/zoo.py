@@ -55,11 +55,11 @@ def measure(model: zoo_models.ZooModel, workdir: Path) -> dict[str, Any]:
 
 
 def _short_site(row: dict[str, str]) -> str:
-    """``modeling_gpt2.py:245 (41%)``: the site without its directory, and its time share."""
+    """``modeling_gpt2.py:245 (41%)``: the site without its directory, and its share of attributed time."""
     site = row["site"]
     if row["site_kind"] == "source":
         site = re.sub(r"^.*/", "", site)
-    share = float(row["time_share"] or 0)
+    share = float(row["attributed_share"] or 0)
     return f"`{site}` ({100 * share:.0f}%)"
 
 

@@ -19,8 +19,9 @@ def attribution_summary(manifest: dict[str, Any]) -> str:
     the most common compiler-materialised kinds."""
     header = f"{'stage':<26}{'ops':>7}{'non-const':>10}{'tagged':>9}{'+nested':>9}{'pres':>6}{'fused':>6}{'split':>6}{'erased':>7}{'+const':>7}  untagged (top kinds)"
     lines = [f"per-stage attribution ({len(manifest['operators'])} source ops, mode {manifest.get('compile', {}).get('mode', '?')}):", header]
+    in_dispatch = dispatch_fused(manifest)
     for stage in manifest["stages"]:
-        lineage = stage["lineage"]
+        lineage = _with_dispatch_fusion(stage["name"], stage["lineage"], manifest, in_dispatch)
         top = ", ".join(f"{kind} {count}" for kind, count in list(stage["materialised_by_kind"].items())[:3])
         lines.append(
             f"{stage['name']:<26}{stage['ops']:>7}{stage['non_constant_ops']:>10}{100 * stage['coverage']:>8.2f}%"
@@ -28,6 +29,9 @@ def attribution_summary(manifest: dict[str, Any]) -> str:
             f"{lineage['preserved']:>6}{lineage['fused']:>6}{lineage['split']:>6}{lineage['erased']:>7}"
             f"{lineage.get('erased_constants', 0):>7}  {top}"
         )
+    if in_dispatch:
+        lines[0] += (f" fused from {DISPATCH_STAGE} on: the {len(in_dispatch)} IDs whose pieces share a dispatch "
+                     "with another ID's (split over several ops or not)")
     partitions = manifest["partitions"]
     sites = partitions["dispatch_sites"]
     exports = partitions["exports"]
@@ -43,6 +47,47 @@ def attribution_summary(manifest: dict[str, Any]) -> str:
         lines.append(f"shared materialisation (merged empties/fills/constants, not fused): {len(shared)} IDs in "
                      f"{named} call sites, e.g. {top}")
     return "\n".join(lines)
+
+
+#: The phase after which IREE's dispatches exist (``flow.dispatch.region``s).
+DISPATCH_STAGE = "dispatch-creation"
+
+
+def dispatch_fused(manifest: dict[str, Any]) -> set[str]:
+    """IDs that compute in a dispatch together with another ID's computing op: each
+    call site's root and its fused compute ops (:func:`_fused_compute`), where there are
+    two or more. An ID lowered to several ``linalg`` ops is fused when any of them shares
+    a dispatch (a torch ``gelu`` split in four generics, one fused into the matmul's)."""
+    operators = {op["id"]: op for op in manifest.get("operators", [])}
+    found: set[str] = set()
+    for site in manifest.get("partitions", {}).get("dispatch_sites", []):
+        members = [site["root_id"], *_fused_compute(site, operators)] if site.get("root_id") else []
+        if len(members) > 1:
+            found.update(members)
+    return found
+
+
+def _with_dispatch_fusion(stage: str, counts: dict[str, int], manifest: dict[str, Any],
+                          in_dispatch: set[str]) -> dict[str, int]:
+    """A stage's lineage counts with the IDs of :func:`dispatch_fused` moved to ``fused``
+    from the stage where dispatches exist on (where the ID is not erased), out of the
+    class their letter gives (``split`` takes precedence over ``fused`` in the lineage
+    letters, :mod:`dfit_mlir.core.lineage`)."""
+    lineage = manifest.get("lineage") or {}
+    stages = list(lineage.get("stages") or [])
+    if not in_dispatch or DISPATCH_STAGE not in stages or stage not in stages \
+            or stages.index(stage) < stages.index(DISPATCH_STAGE):
+        return counts
+    position = stages.index(stage)
+    names = {letter: name for name, letter in (lineage.get("legend") or {}).items()}
+    moved = dict(counts)
+    for op_id in in_dispatch:
+        letters = (lineage.get("classes") or {}).get(op_id, "")
+        name = names.get(letters[position]) if position < len(letters) else None
+        if name in ("preserved", "split"):
+            moved[name] -= 1
+            moved["fused"] += 1
+    return moved
 
 
 def _fused_compute(site: dict[str, Any], operators: dict[str, dict[str, Any]]) -> list[str]:
@@ -100,16 +145,46 @@ def pass_histories(manifest: dict[str, Any], patterns: tuple[str, ...], source: 
     lines = []
     for item in chosen:
         letters = classes[item]
-        lines.append(f"{item}: " + " ".join(f"{stage}={class_name(letter)}" for stage, letter in zip(stages, letters, strict=True)))
+        lines += _wrapped(f"{item}: " + " ".join(f"{stage}={class_name(letter)}"
+                                                for stage, letter in zip(stages, letters, strict=True)), "", "    ")
         changes = by_id.get(item, [])
         if not changes:
             lines.append("  no pass changed its class")
         for change in changes:
-            partners = f" with {', '.join(change.with_ids[:4])}" + (" …" if len(change.with_ids) > 4 else "") if change.with_ids else ""
-            kinds = f"  [{', '.join(change.kinds_before) or '-'} → {', '.join(change.kinds_after) or '-'}]"
             what = (f"{class_name(change.before)} → {class_name(change.after)}" if change.before != change.after
                     else class_name(change.after))
-            region = f"; into the dispatch region of {', '.join(change.dispatch)}" if change.dispatch else ""
-            lines.append(f"  #{change.pass_index:<5} {change.phase:<26} {change.pass_name:<56} "
-                         f"{what}{partners}{region}{kinds}")
+            region = f"; into the dispatch region of {_first(change.dispatch)}" if change.dispatch else ""
+            # One line per pass (what it did, where); what it did it with, wrapped below it.
+            lines.append(f"  #{change.pass_index:<5} {change.phase:<26} {change.pass_name} {what}{region}")
+            if change.with_ids:
+                lines += _wrapped(f"with {_first(change.with_ids)}", "          ")
+            lines += _wrapped(f"ops: {_counted(change.kinds_before)} → {_counted(change.kinds_after)}", "          ")
     return "\n".join(lines)
+
+
+#: Width ``show --passes`` wraps its lines at (a pass that fuses hundreds of ops names them all).
+PASS_TEXT_WIDTH = 100
+
+
+def _wrapped(text: str, indent: str, more: str | None = None) -> list[str]:
+    """``text`` broken at spaces into lines of at most :data:`PASS_TEXT_WIDTH`: the first
+    starts with ``indent``, the others with ``more`` (default: two spaces deeper); a word
+    longer than the width stays whole."""
+    import textwrap
+
+    return textwrap.wrap(text, PASS_TEXT_WIDTH, initial_indent=indent,
+                         subsequent_indent=indent + "  " if more is None else more,
+                         break_long_words=False, break_on_hyphens=False) or [indent.rstrip()]
+
+
+def _first(ids: tuple[str, ...], shown: int = 4) -> str:
+    """The first ``shown`` IDs, and how many more."""
+    return ", ".join(ids[:shown]) + (f" … (+{len(ids) - shown})" if len(ids) > shown else "")
+
+
+def _counted(kinds: tuple[str, ...]) -> str:
+    """Op kinds with repeats counted, in first-seen order: ``linalg.generic ×12, arith.addf``."""
+    from collections import Counter
+
+    counts = Counter(kinds)
+    return ", ".join(kind if counts[kind] == 1 else f"{kind} ×{counts[kind]}" for kind in counts) or "-"

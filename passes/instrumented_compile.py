@@ -465,7 +465,8 @@ def _region_fields(export: str, encoding: bool, cost: RegionCost | None) -> dict
         return {}
     return {"region_macs": dict(cost.op_macs), "region_flops": dict(cost.op_flops),
             "region_transcendentals": dict(cost.op_transcendentals),
-            "bytes_read": cost.bytes_read, "bytes_written": cost.bytes_written}
+            "bytes_read": cost.bytes_read, "bytes_written": cost.bytes_written,
+            **({"dtype": cost.dtype} if cost.dtype is not None else {})}
 
 
 def _encoded_bytes(export: str) -> int | None:

@@ -54,6 +54,7 @@ import hashlib
 import queue
 import re
 import shutil
+import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -63,6 +64,7 @@ from pathlib import Path
 from typing import Any
 
 from dfit_mlir.core import locations
+from dfit_mlir.core.errors import CompileError
 from dfit_mlir.core.lineage import CLASS_LETTERS, CONTAINER_KINDS, StageFigures
 
 #: The printing flags of one observed phase; the tree directory is added per phase.
@@ -661,7 +663,7 @@ def from_table(table: dict[str, Any], source: str = "the manifest") -> list[Pass
     try:
         passes = table["passes"]
         columns = table["columns"]
-        for number, row in enumerate(table["rows"]):
+        for number, row in enumerate(table["rows"]):  # noqa: B007 - the except below names it
             values = dict(zip(columns, row, strict=True))
             if not isinstance(values["pass"], int) or not 0 <= values["pass"] < len(passes):
                 raise IndexError(f"names pass {str(values['pass'])[:40]}, the table lists {len(passes)} passes")
@@ -719,6 +721,10 @@ class PhaseReplayer:
             raise self._error
         return self.history
 
+    def drain(self) -> None:
+        """Return once every phase submitted is replayed (an error is kept for :meth:`wait`)."""
+        self._jobs.join()
+
     def stop(self) -> None:
         """Drop what is not replayed yet (after an error elsewhere, say) and end the thread."""
         self._cancel.set()
@@ -761,22 +767,40 @@ def dump_root(workdir: Path) -> Path:
     """Where iree-compile writes the dumps: a new directory in ``/dev/shm`` where that is a
     writable file system with room, else ``workdir``. The dumps are written once, read once
     and deleted, and on a disk file system creating and deleting thousands of files costs
-    wall time the CPU figures do not show."""
+    wall time the CPU figures do not show. (Named with this process's PID: a later compile
+    removes it if this one is killed, :func:`dfit_mlir.passes.phases.remove_stale_folders`.)"""
     import os
     import tempfile
 
     from dfit_mlir.core import atomic
+    from dfit_mlir.passes.phases import DUMPS_PREFIX, private_prefix
 
     memory = Path("/dev/shm")
     try:
         stats = os.statvfs(memory)
         if stats.f_bavail * stats.f_frsize >= DUMP_MEMORY_BYTES and os.access(memory, os.W_OK):
-            root = Path(tempfile.mkdtemp(prefix="dfit-pass-dumps-", dir=memory))
+            root = Path(tempfile.mkdtemp(prefix=private_prefix(DUMPS_PREFIX), dir=memory))
             atomic.LIVE_TEMPORARIES.add(root)  # removed on SIGINT/SIGTERM too
             return root
     except OSError:
         pass
     return workdir
+
+
+#: How iree-compile says it could not write a dump (``--mlir-print-ir-tree-dir``): the
+#: first two are printed and the compile goes on (exit 0, a history with holes: a full
+#: ``/dev/shm``, no inodes left); the last ends it.
+DUMP_WRITE_FAILURES = ("Error while creating directory ", "Error opening output file ")
+DUMP_STREAM_FAILURE = "IO failure on output stream"
+
+
+def dump_write_failure(stderr: str, tree: Path) -> str | None:
+    """The first line of iree-compile's ``stderr`` saying a dump under ``tree`` was not
+    written, or None."""
+    for line in stderr.splitlines():
+        if (line.startswith(DUMP_WRITE_FAILURES) and str(tree) in line) or DUMP_STREAM_FAILURE in line:
+            return line.strip()[:500]
+    return None
 
 
 def observing_driver(flags: Sequence[str]):
@@ -800,24 +824,52 @@ def observing_driver(flags: Sequence[str]):
             # changed the module since (then a printout of it, made now).
             held = self._written is not None and self._written[0] is module
             start = self._written[1] if held else print_for_replay(module)  # type: ignore[index]
-            tree, out = self._dumps / f"passes-{to}", self.workdir / f"{to}.mlir"
-            try:
-                self._compile(module, after, [f"--compile-to={to}", *self.OUTPUT_FLAGS, *PRINT_FLAGS,
-                                              f"--mlir-print-ir-tree-dir={tree}"], out)
-            except BaseException:
+            out = self.workdir / f"{to}.mlir"
+            while True:
+                tree = self._dumps / f"passes-{to}"
+                try:
+                    stderr = self._compile(module, after, [f"--compile-to={to}", *self.OUTPUT_FLAGS, *PRINT_FLAGS,
+                                                           f"--mlir-print-ir-tree-dir={tree}"], out)
+                    failure = dump_write_failure(stderr, tree)
+                except CompileError as error:
+                    failure = dump_write_failure(str(error), tree)
+                    if failure is None:
+                        shutil.rmtree(tree, ignore_errors=True)
+                        raise
+                except BaseException:
+                    shutil.rmtree(tree, ignore_errors=True)
+                    raise
+                if failure is None:
+                    break
+                # A dump not written is a history with holes: never kept. Memory full: the
+                # phase once more with its dumps on disk; the disk too: exit 3.
                 shutil.rmtree(tree, ignore_errors=True)
-                raise
+                if self._dumps == self.workdir:
+                    raise CompileError(f"iree-compile could not write the pass dumps of phase {to} to {tree}: "
+                                       f"{failure} (the pass history would be incomplete; free space there or set "
+                                       "TMPDIR to a folder with room)")
+                print(f"dfit: note: iree-compile could not write the pass dumps of phase {to} to "
+                      f"{self._dumps} ({failure}); writing them to {self.workdir} instead", file=sys.stderr)
+                self._drop_memory_dumps(drain=True)
             self._replayer.submit(to, tree, start)
             self._written = None  # the replay deletes that file once read, not _parse_output
             return self._parse_output(out)
 
-        def close(self) -> None:
+        def _drop_memory_dumps(self, drain: bool = False) -> None:
+            """From now on the dumps go to the work folder (on disk); the memory one is removed
+            (with ``drain``, once the replay has read the phases already in it)."""
             from dfit_mlir.core import atomic
 
-            self._replayer.stop()
             if self._dumps != self.workdir:
+                if drain:
+                    self._replayer.drain()
                 shutil.rmtree(self._dumps, ignore_errors=True)
                 atomic.LIVE_TEMPORARIES.discard(self._dumps)
+                self._dumps = self.workdir
+
+        def close(self) -> None:
+            self._replayer.stop()
+            self._drop_memory_dumps()
             super().close()
 
     return PassObservingDriver(flags)

@@ -70,6 +70,7 @@ class _SessionDriver:
     name = "session"
 
     def __init__(self, flags: Sequence[str]):
+        remove_stale_folders()  # what compiles killed before this one left
         self.flags = with_default_target(flags)
         self.session = Session()
         try:
@@ -257,7 +258,7 @@ class SubprocessDriver(_SessionDriver):
         from iree.compiler.tools.binaries import find_tool
 
         self.iree_compile = find_tool("iree-compile")
-        self.workdir = Path(tempfile.mkdtemp(prefix="dfit-phases-"))
+        self.workdir = Path(tempfile.mkdtemp(prefix=private_prefix(WORKDIR_PREFIX)))
         atomic.LIVE_TEMPORARIES.add(self.workdir)  # removed on SIGINT/SIGTERM too
         # The module the last phase returned and the bytecode iree-compile wrote for it.
         self._written: tuple[ir.Operation, Path] | None = None
@@ -275,7 +276,9 @@ class SubprocessDriver(_SessionDriver):
             module.write_bytecode(handle)
         return source
 
-    def _compile(self, module: ir.Operation, after: str | None, extra: list[str], out: Path) -> None:
+    def _compile(self, module: ir.Operation, after: str | None, extra: list[str], out: Path) -> str:
+        """Run one phase; iree-compile's stderr (warnings, and the lines of dump files it
+        could not write, which do not fail it)."""
         source = self._input(module)
         command = [self.iree_compile, str(source), "-o", str(out), *self.flags, *extra]
         if after is not None:
@@ -284,6 +287,7 @@ class SubprocessDriver(_SessionDriver):
         if result.returncode != 0:
             raise CompileError(f"iree-compile {toolchain_failure(result.returncode)} ({' '.join(extra)}):\n"
                                f"{trim_diagnostics(result.stderr)}")
+        return result.stderr
 
     #: Each phase's output is text with locations, not bytecode: IREE 3.13 writes the
     #: bytecode of a module past its stream phase without the data of the resources it
@@ -313,6 +317,59 @@ class SubprocessDriver(_SessionDriver):
         shutil.rmtree(self.workdir, ignore_errors=True)
         atomic.LIVE_TEMPORARIES.discard(self.workdir)
         super().close()
+
+
+#: The temporary folders a compile makes: ``<prefix><pid>-<random>`` (the PID of the dfit
+#: process that made it, so that a later compile can remove what a killed one left).
+WORKDIR_PREFIX = "dfit-phases-"
+DUMPS_PREFIX = "dfit-pass-dumps-"
+
+
+def private_prefix(prefix: str) -> str:
+    """``mkdtemp``'s prefix for one of this process's folders: ``prefix<pid>-``."""
+    return f"{prefix}{os.getpid()}-"
+
+
+def remove_stale_folders(places: Sequence[tuple[Path, str]] | None = None) -> list[Path]:
+    """Remove the temporary folders of dfit processes that are gone (SIGKILL, a crash: no
+    ``finally`` ran): in ``$TMPDIR`` (phase outputs) and ``/dev/shm`` (pass dumps, held in
+    memory), a folder named ``<prefix><pid>-…``, owned by this user, whose process no
+    longer exists. A folder of a live process, of another user, or named without a PID
+    (dfit before this rule) is left alone. The folders removed."""
+    places = places if places is not None else ((Path(tempfile.gettempdir()), WORKDIR_PREFIX),
+                                                (Path("/dev/shm"), DUMPS_PREFIX))
+    removed = []
+    for place, prefix in places:
+        try:
+            entries = list(os.scandir(place))
+        except OSError:
+            continue
+        for entry in entries:
+            pid_text = entry.name[len(prefix):].partition("-")[0] if entry.name.startswith(prefix) else ""
+            if not pid_text.isdigit() or int(pid_text) == os.getpid() or _alive(int(pid_text)):
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if info.st_uid != os.getuid() or not entry.is_dir(follow_symlinks=False):
+                continue
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(Path(entry.path))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user's counts: it may be ours reused)."""
+    if pid <= 0:
+        return True  # not a PID a process has: leave the folder alone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
 
 
 def require_phase_setters() -> None:

@@ -32,7 +32,7 @@ from typing import Any
 from iree.compiler import ir
 
 from dfit_mlir.passes.mlir_engine import OpTree, symbol_name
-from dfit_mlir.passes.snapshot import SITE_KINDS, _site_target
+from dfit_mlir.passes.snapshot import SITE_KINDS, _site_target, symbol_path
 
 FUNCTION_KINDS = frozenset({"util.func", "func.func", "util.initializer"})
 CALL_KINDS = frozenset({"util.call", "func.call"})
@@ -235,8 +235,9 @@ class _HostWalk:
 
 
 def _symbol_ref(attribute: Any) -> str:
-    """``@name`` (or ``@"name"``) -> ``name``."""
-    return str(attribute).lstrip("@").strip('"')
+    """``@name`` (or ``@"na\\22me"``) -> ``name`` (``na"me``): the name as data, escapes
+    decoded (:func:`dfit_mlir.passes.snapshot.symbol_path`)."""
+    return symbol_path(attribute)[-1]
 
 
 def reachable(roots: set[str] | list[str], calls: dict[str, list[str]]) -> set[str]:

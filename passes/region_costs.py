@@ -7,7 +7,10 @@ arithmetic ops of its body, its transcendental ``math`` ops counted apart), cred
 copies, pads, slices, packs and encodings are data movement: no MACs, no FLOPs. The
 region's bytes are what crosses its boundary: the tensors it reads
 (``flow.dispatch.workgroups`` operands) and writes (its results), not the sum of its
-ops' operands.
+ops' operands. Its element type (``dtype``) is the first operand's of the lowered op
+doing most MACs (else most FLOPs): what runs, after the compiler folded a quantized
+graph's ``DequantizeLinear → Conv → QuantizeLinear`` into an ``i8 x i8 → i32`` conv,
+where the source ops still carry the float types of the QDQ graph.
 
 These per-op figures are *weights*: :mod:`dfit_mlir.core.site_costs` places a source op's
 cost over the dispatches that name it in proportion to them, so a conv's MACs land in
@@ -42,6 +45,9 @@ class RegionCost:
     bytes_read: int | None = None
     bytes_written: int | None = None
     op_transcendentals: dict[str, int] = field(default_factory=dict)
+    #: Element type of the first operand of the region's op doing most MACs, else most
+    #: FLOPs, else of the region's first shaped operand (None: none is shaped).
+    dtype: str | None = None
 
     @property
     def macs(self) -> int:
@@ -64,6 +70,7 @@ def region_cost(region: ir.Operation, ids_of: object, tree: Any = None) -> Regio
     op_macs: dict[str, int] = {}
     op_flops: dict[str, int] = {}
     op_transcendentals: dict[str, int] = {}
+    heaviest: tuple[int, int, str] | None = None  # (MACs, FLOPs, first operand's element type)
     pending = deque(children(region))
     while pending:
         op = pending.popleft()
@@ -74,6 +81,10 @@ def region_cost(region: ir.Operation, ids_of: object, tree: Any = None) -> Regio
         if not source:
             continue
         cost = _op_cost(op, children)
+        first = _element_type(op.operands[0].type) if len(op.operands) else None
+        if first is not None and (cost.macs or cost.flops) and (
+                heaviest is None or (cost.macs or 0, cost.flops or 0) > heaviest[:2]):
+            heaviest = (cost.macs or 0, cost.flops or 0, first)
         if cost.macs:
             op_macs[source[0]] = op_macs.get(source[0], 0) + cost.macs
         if cost.flops:
@@ -82,7 +93,14 @@ def region_cost(region: ir.Operation, ids_of: object, tree: Any = None) -> Regio
             op_transcendentals[source[0]] = op_transcendentals.get(source[0], 0) + cost.transcendentals
     read = [costs.type_bytes(str(v.type)) for v in region.operands if costs.parse_shaped(str(v.type))]
     written = [costs.type_bytes(str(v.type)) for v in region.results if costs.parse_shaped(str(v.type))]
-    return RegionCost(op_macs, op_flops, _total(read), _total(written), op_transcendentals)
+    dtype = heaviest[2] if heaviest is not None else next(
+        (found for v in region.operands if (found := _element_type(v.type)) is not None), None)
+    return RegionCost(op_macs, op_flops, _total(read), _total(written), op_transcendentals, dtype)
+
+
+def _element_type(value_type: Any) -> str | None:
+    shaped = costs.parse_shaped(str(value_type))
+    return shaped.dtype if shaped is not None else None
 
 
 def _total(sizes: list[int | None]) -> int | None:

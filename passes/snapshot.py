@@ -45,8 +45,9 @@ class LocationCache:
 
 
 def symbol_path(attr: ir.Attribute) -> list[str]:
-    """``@a::@b::@c`` → ``["a", "b", "c"]``."""
-    return [part.strip().lstrip("@").strip('"') for part in str(attr).split("::")]
+    """``@a::@b::@c`` → ``["a", "b", "c"]``: the names as data, read from the attribute, not
+    its text (``@"we\\22ird<name>"`` is ``we"ird<name>``; a quoted name may hold ``::``)."""
+    return [str(part) for part in ir.SymbolRefAttr(attr).value]
 
 
 def _site_target(op: ir.Operation) -> tuple[str, str] | None:

@@ -32,6 +32,7 @@ from dfit_mlir.runtime_hooks.join_records import (
     explains,
     invocation_starts,
     runtime_order,
+    shape_codes,
 )
 
 
@@ -109,8 +110,9 @@ def join_columns(records: DispatchColumns, manifest: dict[str, Any], function: s
     invocation = np.where(load, -1, invocation)
     site = flat[offsets[signature][block_of] + position]
     products = np.array([int(np.prod(g)) if g else -1 for g in records.workgroup_counts], dtype=np.int64)
+    shape, shapes = shape_codes(ordered.workgroup, records.workgroup_counts, *ordered.size_codes())
     columns = JoinColumns(event=np.arange(len(sub)) if order is None else order, site=site,
                           invocation=invocation[block_of].astype(np.int32), start_ns=ordered.start_ns,
                           duration_ns=ordered.end_ns - ordered.start_ns, workgroups=products[ordered.workgroup],
-                          tiles=ordered.tile_count)
+                          tiles=ordered.tile_count, shape=shape, shapes=shapes)
     return columns, starts, recording_of_buffer

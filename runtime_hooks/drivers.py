@@ -12,11 +12,12 @@ only which families a run asks for and which clock the decoded times come from
 from __future__ import annotations
 
 import fnmatch
+import functools
 import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from dfit_mlir.core.errors import InvalidInputError
 from dfit_mlir.core.toolchain import runtime_tool
@@ -124,22 +125,23 @@ def vmfb_targets(vmfb: Path) -> tuple[str, ...]:
 def choose_device(vmfb: Path, device: str) -> Device:
     """Check that ``device`` (a driver or device URI) can run ``vmfb`` here: the runtime
     has the driver, the driver finds the device, and the vmfb was compiled for it. Each
-    failure is one line naming both sides (exit 2)."""
-    import iree.runtime as rt
-
+    failure is one line naming both sides (exit 2). The CPU drivers need no question to
+    the runtime (:data:`LOCAL_DEVICES`); the others are asked once per process
+    (:func:`runtime_drivers`, :func:`driver_devices`)."""
     driver = driver_name(device)
-    available = rt.query_available_drivers()
+    available = runtime_drivers() if driver not in LOCAL_DEVICES else (driver,)
     if driver not in available:
         raise InvalidInputError(f"--driver {device}: the IREE runtime has no driver {driver!r} "
                                 f"(it has {', '.join(available)})")
     targets = vmfb_targets(vmfb)
     if targets and not any(fnmatch.fnmatchcase(driver, target) for target in targets):
-        fitting = [name for name in available if any(fnmatch.fnmatchcase(name, t) for t in targets)]
+        fitting = [name for name in (*LOCAL_DEVICES, *runtime_drivers())
+                   if any(fnmatch.fnmatchcase(name, t) for t in targets)]
         raise InvalidInputError(f"{vmfb} was compiled for HAL device {' and '.join(targets)}, not for --driver "
-                                f"{device}: run it with --driver {' or '.join(fitting) or '?'}, or recompile with "
-                                f"--iree-hal-target-device={TARGET_DEVICE.get(driver, driver)}")
+                                f"{device}: run it with --driver {' or '.join(dict.fromkeys(fitting)) or '?'}, or "
+                                f"recompile with --iree-hal-target-device={TARGET_DEVICE.get(driver, driver)}")
     try:
-        found = rt.get_driver(driver).query_available_devices()
+        found = LOCAL_DEVICES.get(driver) or driver_devices(driver)
     except Exception as error:  # the driver's library is missing: no such device here
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         reason = reason.split("; ", 1)[-1].rstrip(": ")
@@ -153,6 +155,37 @@ def choose_device(vmfb: Path, device: str) -> Device:
     path = str(chosen.get("path") or "")
     runtime_uri = f"{driver}://{path}" if "://" in device and path else device
     return Device(device, runtime_uri, driver, str(chosen.get("name") or ""), targets)
+
+
+#: The CPU drivers' one device, as ``query_available_devices`` lists it: every IREE
+#: runtime wheel has both drivers, and asking costs the import of the runtime bindings.
+LOCAL_DEVICES: dict[str, tuple[dict[str, object], ...]] = {
+    name: ({"device_id": 0, "path": "", "name": "default"},) for name in ("local-task", "local-sync")}
+
+
+def _runtime_module() -> Any:
+    """The IREE runtime's native module. ``iree.runtime`` imports ``ml_dtypes`` (about
+    1.5 s on this machine) for its array interop, which a device query does not use; the
+    native module alone is what ``iree.runtime._binding`` re-exports (through the same
+    ``iree._runtime`` trampoline, so ``IREE_PY_RUNTIME`` still picks the variant)."""
+    try:
+        from iree._runtime.libs import _runtime  # type: ignore[import-not-found]
+    except ImportError:  # another packaging of the runtime: the public module
+        import iree.runtime as _runtime
+    return _runtime
+
+
+@functools.lru_cache(maxsize=None)
+def runtime_drivers() -> tuple[str, ...]:
+    """The HAL drivers the IREE runtime has (asked once per process)."""
+    return tuple(_runtime_module().HalDriver.query())
+
+
+@functools.lru_cache(maxsize=None)
+def driver_devices(driver: str) -> tuple[dict[str, object], ...]:
+    """The devices ``driver`` finds here (asked once per process and driver; an error if
+    the driver cannot be created)."""
+    return tuple(_runtime_module().get_cached_hal_driver(driver).query_available_devices())
 
 
 def _pick(found: Sequence[dict[str, object]], device: str) -> dict[str, object] | None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import bisect
 import json
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
@@ -383,6 +383,8 @@ def _dispatch_columns(tables: Any, clocks: dict[int, ClockFit] | None) -> Dispat
     index = both("command_index")
     grid = np.stack([both("wg_x"), both("wg_y"), both("wg_z")], axis=1)
     distinct, inverse = np.unique(grid, axis=0, return_inverse=True)
+    sizes, size = np.unique(np.stack([both("ws_x"), both("ws_y"), both("ws_z")], axis=1), axis=0,
+                            return_inverse=True)
     return DispatchColumns(
         key=key, keys=keys, submission_id=both("submission_id"), command_buffer_id=both("command_buffer_id"),
         command_index=np.where(index == NO_COMMAND_INDEX, -1, index),
@@ -390,6 +392,7 @@ def _dispatch_columns(tables: Any, clocks: dict[int, ClockFit] | None) -> Dispat
         end_ns=np.concatenate([host["end_host_time_ns"].astype(np.int64), device_end]),
         workgroup=inverse.ravel().astype(np.int32), workgroup_counts=tuple(tuple(map(int, g)) for g in distinct),
         tile_count=np.concatenate([host["tile_count"].astype(np.int64), np.full(len(device), -1, np.int64)]),
+        workgroup_size=size.ravel().astype(np.int32), workgroup_sizes=tuple(tuple(map(int, g)) for g in sizes),
     ).in_runtime_order()
 
 
@@ -535,6 +538,7 @@ def _event(record: dict[str, Any], clocks: dict[int, ClockFit] | None = None) ->
         end_ns=end,
         workgroup_count=tuple(record.get("workgroup_count") or ()),
         tile_count=record.get("tile_count"),
+        workgroup_size=tuple(record.get("workgroup_size") or ()),
     )
 
 
@@ -545,6 +549,7 @@ DECODE_BLOCK_BYTES = 4 << 20
 _DISPATCH_FIELDS = (("type", "string"), ("key", "string"), ("submission_id", "int64"),
                     ("command_buffer_id", "int64"), ("command_index", "int64"), ("start_host_time_ns", "int64"),
                     ("end_host_time_ns", "int64"), ("workgroup_count", "list<int64>"), ("tile_count", "int64"),
+                    ("workgroup_size", "list<int64>"),
                     ("physical_device_ordinal", "int64"), ("start_tick", "int64"), ("end_tick", "int64"),
                     ("valid", "bool"))
 
@@ -595,9 +600,10 @@ class _DispatchBatches:
         self.clocks = clocks
         self.parts: dict[str, list[Any]] = {name: [] for name in (
             "key", "submission_id", "command_buffer_id", "command_index", "start_ns", "end_ns", "workgroup",
-            "tile_count")}
+            "tile_count", "workgroup_size")}
         self.keys: dict[str, int] = {}
         self.groups: dict[tuple[int, ...], int] = {}
+        self.sizes: dict[tuple[int, ...], int] = {}
 
     def add(self, batch: Any) -> None:
         import numpy as np
@@ -629,6 +635,7 @@ class _DispatchBatches:
         parts["start_ns"].append(start)
         parts["end_ns"].append(end)
         parts["workgroup"].append(self._workgroups(batch.column("workgroup_count")))
+        parts["workgroup_size"].append(self._workgroups(batch.column("workgroup_size"), self.sizes))
         parts["tile_count"].append(integers("tile_count"))
 
     def _place(self, batch: Any, device: Any, start: Any, end: Any) -> tuple[Any, Any]:
@@ -650,8 +657,9 @@ class _DispatchBatches:
             end[rows] = fit.to_host(ticks[1][rows])
         return start, end
 
-    def _workgroups(self, counts: Any) -> Any:
-        """Each row's workgroup count as a code of its distinct tuple (``()``: none)."""
+    def _workgroups(self, counts: Any, table: dict[tuple[int, ...], int] | None = None) -> Any:
+        """Each row's workgroup count (or size) as a code of its distinct tuple in
+        ``table`` (the counts' by default; ``()``: none)."""
         import numpy as np
         import pyarrow.compute as pc
 
@@ -668,7 +676,8 @@ class _DispatchBatches:
             code = {row: k for k, row in enumerate(dict.fromkeys(rows))}
             triples = list(code)
             inverse = np.fromiter(map(code.__getitem__, rows), np.int64, len(rows))
-        lookup = np.array([self.groups.setdefault(g, len(self.groups)) for g in triples], dtype=np.int32)
+        table = self.groups if table is None else table
+        lookup = np.array([table.setdefault(g, len(table)) for g in triples], dtype=np.int32)
         return lookup[inverse.ravel()] if len(lookup) else np.zeros(0, np.int32)
 
     def columns(self) -> DispatchColumns:
@@ -683,7 +692,8 @@ class _DispatchBatches:
             command_buffer_id=joined("command_buffer_id", np.int64),
             command_index=joined("command_index", np.int64), start_ns=joined("start_ns", np.int64),
             end_ns=joined("end_ns", np.int64), workgroup=joined("workgroup", np.int32),
-            workgroup_counts=tuple(self.groups), tile_count=joined("tile_count", np.int64))
+            workgroup_counts=tuple(self.groups), tile_count=joined("tile_count", np.int64),
+            workgroup_size=joined("workgroup_size", np.int32), workgroup_sizes=tuple(self.sizes))
 
 
 @dataclass(frozen=True)
@@ -849,6 +859,10 @@ def _join_per_record(events: Sequence[DispatchEvent], manifest: dict[str, Any], 
                              for i in order.tolist()], dtype=np.int64),
         tiles=np.array([-1 if events[i].tile_count is None else events[i].tile_count for i in order.tolist()],
                        dtype=np.int64))
+    pairs = {pair: code for code, pair in enumerate(dict.fromkeys(
+        (events[i].workgroup_count, events[i].workgroup_size) for i in order.tolist()))}
+    columns = replace(columns, shape=np.array([pairs[events[i].workgroup_count, events[i].workgroup_size]
+                                               for i in order.tolist()], dtype=np.int32), shapes=tuple(pairs))
     return Join(starts, recording_of_buffer, columns, events, sites, invocations)
 
 

@@ -129,7 +129,26 @@ def check_inputs(inputs: Sequence[str], arguments: list[dict[str, Any]]) -> list
         if shape != wanted or match["dtype"] != dtype:
             raise InvalidInputError(f"input {index} is {match['shape']}{match['dtype']}, "
                                     f"the function takes {argument_type(argument)}")
+        if dtype == "i1":
+            checked[-1] = bool_text(index, match)
     return checked
+
+
+#: The values a bool (``i1``) tensor may be written with.
+BOOL_WORDS = {"0": "0", "1": "1", "false": "0", "true": "1"}
+
+
+def bool_text(index: int, match: re.Match[str]) -> str:
+    """A bool tensor written as text (``2x4xi1=1``, ``2x2xi1=[1 0][0 1]``, ``true``/``false``)
+    in the spelling the IREE tools read right: one byte per element (``i8``), which is how
+    the runtime stores ``i1``. The pinned tools parse ``i1`` text as packed bits and fail
+    (``binary hex element count mismatch``); the in-process runtime takes the bytes alike."""
+    words = [word for word in re.split(r"[\s,\[\]]+", match["value"]) if word]
+    if not words or any(word.lower() not in BOOL_WORDS for word in words):
+        raise InvalidInputError(f"input {index} is {match.group(0)!r}: a bool (i1) tensor takes 0/1 or true/false "
+                                f"values (or an .npy file of numpy bools, --input @mask.npy)")
+    value = re.sub(r"[A-Za-z]+", lambda word: BOOL_WORDS[word.group(0).lower()], match["value"])
+    return f"{match['shape']}i8={value}"
 
 
 #: Source ops that index a table with an integer tensor, and the table's operand.
@@ -153,9 +172,10 @@ PASS_THROUGH = ("cast", "convert", "reshape", "view", "squeeze", "expand", "broa
 
 @dataclass(frozen=True)
 class InputPlan:
-    """How a default input is made: ``random-normal`` (floats), ``integers-below``
-    (``bound``: a table the input indexes, named by ``reason``), ``zeros`` (integers
-    that index nothing the manifest shows). ``shape``: the size used, dynamic dims
+    """How a default input is made: ``random-normal`` (floats), ``all-true`` (bools: a
+    mask keeps every position; ``reason`` says so), ``integers-below`` (``bound``: a table
+    the input indexes, named by ``reason``), ``zeros`` (integers that index nothing the
+    manifest shows). ``shape``: the size used, dynamic dims
     included (as 1); ``dynamic``: how to choose them, when the argument has any."""
 
     made: str
@@ -410,8 +430,9 @@ def _saved_input(workdir: Path, index: int, values: np.ndarray) -> str:
 def default_inputs(arguments: list[dict[str, Any]], workdir: Path, *, manifest: dict[str, Any] | None = None,
                    function: str | None = None, seed: int = 0) -> tuple[list[str], list[InputPlan]]:
     """``@file.npy`` inputs a model can take (dynamic dims as 1): floats random normal;
-    integers below the bound of the table they index (:func:`integer_bounds`), else 0 —
-    random integers index outside every table and crash the module."""
+    bools all true (:data:`BOOL_REASON`); integers below the bound of the table they index
+    (:func:`integer_bounds`), else 0 — random integers index outside every table and crash
+    the module."""
     bounds = integer_bounds(manifest, function) if function else {}
     generator = np.random.default_rng(seed)
     inputs, plans = [], []
@@ -425,6 +446,8 @@ def default_inputs(arguments: list[dict[str, Any]], workdir: Path, *, manifest: 
         dynamic = dynamic_note(index, argument, shape)
         if dtype.kind == "f":
             values, plan = generator.standard_normal(shape).astype(dtype), InputPlan("random-normal")
+        elif dtype.kind == "b":
+            values, plan = np.ones(shape, dtype=dtype), InputPlan("all-true", reason=BOOL_REASON.format(index=index))
         elif index in bounds:
             bound, reason = bounds[index]
             values = generator.integers(0, bound, size=shape, dtype=dtype)
@@ -434,6 +457,12 @@ def default_inputs(arguments: list[dict[str, Any]], workdir: Path, *, manifest: 
         inputs.append(_saved_input(workdir, index, values))
         plans.append(replace(plan, shape=tuple(shape), dynamic=dynamic))
     return inputs, plans
+
+
+#: Why a bool input defaults to all true: a bool input is mostly an attention mask, and
+#: an all-false mask masks every position: softmax over nothing, a NaN output.
+BOOL_REASON = ("input {index} is bool (a mask, most likely): all true, every position kept (all false would "
+               "mask every position and give NaN); give --input to choose")
 
 
 def dynamic_note(index: int, argument: dict[str, Any], shape: list[int]) -> str | None:

@@ -11,6 +11,7 @@ of ``hal_profile`` (which calls it): no import cycle.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
@@ -41,6 +42,8 @@ class DispatchEvent:
     end_ns: int
     workgroup_count: tuple[int, ...]
     tile_count: int | None
+    #: Threads per workgroup, x, y, z (``()``: not recorded).
+    workgroup_size: tuple[int, ...] = ()
 
     @property
     def duration_ns(self) -> int:
@@ -64,9 +67,18 @@ class DispatchColumns:
     workgroup: np.ndarray
     workgroup_counts: tuple[tuple[int, ...], ...]
     tile_count: np.ndarray
+    #: Workgroup size per row, a code into ``workgroup_sizes`` (``None``: not recorded).
+    workgroup_size: np.ndarray | None = None
+    workgroup_sizes: tuple[tuple[int, ...], ...] = ()
 
     def __len__(self) -> int:
         return len(self.submission_id)
+
+    def size_codes(self) -> tuple[np.ndarray, tuple[tuple[int, ...], ...]]:
+        """(workgroup size code of each row, the sizes): ``()`` for all where none recorded."""
+        if self.workgroup_size is None:
+            return np.zeros(len(self), np.int32), ((),)
+        return self.workgroup_size, self.workgroup_sizes
 
     @property
     def numbered(self) -> bool:
@@ -95,33 +107,41 @@ class DispatchColumns:
 
         key, keys = coded("key")
         workgroup, workgroup_counts = coded("workgroup_count")
+        size, sizes = coded("workgroup_size")
         return cls(key=key, keys=keys, submission_id=integers("submission_id"),
                    command_buffer_id=integers("command_buffer_id"), command_index=optional("command_index"),
                    start_ns=integers("start_ns"), end_ns=integers("end_ns"), workgroup=workgroup,
-                   workgroup_counts=workgroup_counts, tile_count=optional("tile_count"))
+                   workgroup_counts=workgroup_counts, tile_count=optional("tile_count"), workgroup_size=size,
+                   workgroup_sizes=sizes)
 
     def event(self, row: int) -> DispatchEvent:
         """Row ``row`` as a record (for the per-record matcher and error messages)."""
         index, tiles = int(self.command_index[row]), int(self.tile_count[row])
+        size, sizes = self.size_codes()
         return DispatchEvent(self.keys[self.key[row]], int(self.submission_id[row]), int(self.command_buffer_id[row]),
                              None if index < 0 else index, int(self.start_ns[row]), int(self.end_ns[row]),
-                             self.workgroup_counts[self.workgroup[row]], None if tiles < 0 else tiles)
+                             self.workgroup_counts[self.workgroup[row]], None if tiles < 0 else tiles,
+                             sizes[size[row]])
 
     def events(self) -> list[DispatchEvent]:
         """Every row as a record: what the per-record join reads (not the columnar route)."""
         keys, groups = self.keys, self.workgroup_counts
-        return [DispatchEvent(keys[k], s, b, None if i < 0 else i, start, end, groups[g], None if t < 0 else t)
-                for k, s, b, i, start, end, g, t in zip(
+        size, sizes = self.size_codes()
+        return [DispatchEvent(keys[k], s, b, None if i < 0 else i, start, end, groups[g], None if t < 0 else t,
+                              sizes[z])
+                for k, s, b, i, start, end, g, t, z in zip(
                     self.key.tolist(), self.submission_id.tolist(), self.command_buffer_id.tolist(),
                     self.command_index.tolist(), self.start_ns.tolist(), self.end_ns.tolist(),
-                    self.workgroup.tolist(), self.tile_count.tolist(), strict=True)]
+                    self.workgroup.tolist(), self.tile_count.tolist(), size.tolist(), strict=True)]
 
     def take(self, rows: np.ndarray) -> DispatchColumns:
         """The rows ``rows`` (indices), in that order."""
         return DispatchColumns(key=self.key[rows], keys=self.keys, submission_id=self.submission_id[rows],
                                command_buffer_id=self.command_buffer_id[rows], command_index=self.command_index[rows],
                                start_ns=self.start_ns[rows], end_ns=self.end_ns[rows], workgroup=self.workgroup[rows],
-                               workgroup_counts=self.workgroup_counts, tile_count=self.tile_count[rows])
+                               workgroup_counts=self.workgroup_counts, tile_count=self.tile_count[rows],
+                               workgroup_size=None if self.workgroup_size is None else self.workgroup_size[rows],
+                               workgroup_sizes=self.workgroup_sizes)
 
     def in_runtime_order(self) -> DispatchColumns:
         """The rows in the order the runtime executed them: by submission, command buffer,
@@ -150,7 +170,9 @@ def runtime_order(*keys: np.ndarray) -> np.ndarray | None:
 class JoinColumns:
     """One row per dispatch record, in runtime order (blocks in submission order, each
     in command order): the record's index in the input, its call site and invocation
-    (``-1``: load time), its times, workgroup count product (``-1``: none) and tiles."""
+    (``-1``: load time), its times, workgroup count product (``-1``: none) and tiles, and
+    its workgroup shape: a code into ``shapes``, (count, size) per axis (``None``: not
+    kept)."""
 
     event: np.ndarray
     site: np.ndarray
@@ -159,6 +181,34 @@ class JoinColumns:
     duration_ns: np.ndarray
     workgroups: np.ndarray
     tiles: np.ndarray
+    shape: np.ndarray | None = None
+    shapes: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...] = ()
+
+    def where(self, rows: np.ndarray) -> JoinColumns:
+        """The rows ``rows`` (a mask or indices)."""
+        return JoinColumns(self.event[rows], self.site[rows], self.invocation[rows], self.start_ns[rows],
+                           self.duration_ns[rows], self.workgroups[rows], self.tiles[rows],
+                           None if self.shape is None else self.shape[rows], self.shapes)
+
+    def shape_attributes(self) -> tuple[np.ndarray, tuple[str, ...]] | None:
+        """Each row's workgroup shape as the dispatch event's attributes (JSON text):
+        (code of each row, the texts); ``None`` when no shape was recorded."""
+        if self.shape is None or not any(count or size for count, size in self.shapes):
+            return None
+        texts = tuple(json.dumps({name: list(axes) for name, axes in (("workgroup_count", count),
+                                                                      ("workgroup_size", size)) if axes})
+                      if count or size else "" for count, size in self.shapes)
+        return self.shape, texts
+
+
+def shape_codes(workgroup: np.ndarray, counts: tuple[tuple[int, ...], ...], size: np.ndarray,
+                sizes: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, tuple[tuple[tuple[int, ...], ...], ...]]:
+    """(code of each row's (workgroup count, workgroup size), the distinct pairs)."""
+    pair = workgroup.astype(np.int64) * max(len(sizes), 1) + size
+    distinct, inverse = np.unique(pair, return_inverse=True)
+    shapes = tuple((counts[int(p) // max(len(sizes), 1)], sizes[int(p) % max(len(sizes), 1)])
+                   for p in distinct.tolist())
+    return inverse.ravel().astype(np.int32), shapes  # type: ignore[return-value]
 
 
 def candidate_recordings(manifest: dict[str, Any], function: str) -> tuple[list[int], list[int]]:

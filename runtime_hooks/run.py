@@ -404,7 +404,7 @@ class ProfiledRun:
         found = self.dispatches
         if len(found.site):
             pipeline.add_dispatches(found.site, found.start_ns, found.duration_ns, found.workgroups, found.tiles,
-                                    found.invocation)
+                                    found.invocation, attributes=found.shape_attributes())
         for part in self.queue:
             part.add_to(pipeline, "queue")
         for part in self.memory:
@@ -609,13 +609,9 @@ def _recorded(columns: hal_profile.JoinColumns, warmup: int) -> hal_profile.Join
     stays at :data:`LOAD_INVOCATION`)."""
     import numpy as np
 
-    keep = (columns.invocation < 0) | (columns.invocation >= warmup)
-    invocation = columns.invocation[keep]
-    return hal_profile.JoinColumns(
-        event=columns.event[keep], site=columns.site[keep],
-        invocation=np.where(invocation < 0, LOAD_INVOCATION, invocation - warmup).astype(np.int32),
-        start_ns=columns.start_ns[keep], duration_ns=columns.duration_ns[keep],
-        workgroups=columns.workgroups[keep], tiles=columns.tiles[keep])
+    kept = columns.where((columns.invocation < 0) | (columns.invocation >= warmup))
+    invocation = kept.invocation
+    return replace(kept, invocation=np.where(invocation < 0, LOAD_INVOCATION, invocation - warmup).astype(np.int32))
 
 
 #: Queue events of a lite run come from a second pass under HAL profiling: Python cannot

@@ -42,11 +42,11 @@ STRUCTURAL = {"func.func", "func.return"}
     # remat's repeated scope, vmap), the user's scopes kept.
     ("jit(step)/transpose(jvp(layers))/while/body/closed_call", False, ("layers", "backward", "closed_call")),
     ("jit(f)/jvp(blk)/cond/branch_1_fun/sin", False, ("blk", "forward", "sin")),
-    ("jit(f)/transpose(jvp(rem))/jvp(rem)/checkpoint/rematted_computation/exp", False, ("rem", "backward", "exp")),
+    ("jit(f)/transpose(jvp(rem))/jvp(rem)/checkpoint/rematted_computation/exp", False, ("rem", "recompute", "exp")),
     ("jit(f)/jvp(vm)/vmap()/tanh", False, ("vm", "forward", "tanh")),
     ("jit(loss)/jvp(Model)/while/cond/lt", False, ("Model", "forward", "lt")),
     # A private function's own (relative) stack: a Flax nn.scan body.
-    ("checkpoint/rematted_computation/layers/attn/dot_general", False, ("layers/attn", None, "dot_general")),
+    ("checkpoint/rematted_computation/layers/attn/dot_general", False, ("layers/attn", "recompute", "dot_general")),
 ])
 def test_name_stacks(stack: str, function: bool, expected: tuple[str, str | None, str | None]) -> None:
     if expected[2] is None and not function:
@@ -259,10 +259,14 @@ def test_scan_body_ops_keep_their_own_module_path(scan_step: dict[str, Any]) -> 
     # Forward: q, k, v, q·kᵀ, scores·v, the output projection; the MLP's two; the head.
     assert dots[("layers/attn", "forward")] == 6 and dots[("layers/mlp", "forward")] == 2
     assert dots[("head", "forward")] == 1
-    # Backward: remat recomputes the forward in the transposed body, then dx and dW.
+    # Backward: remat recomputes the forward in the transposed body (``recompute``, issue
+    # 28: each forward matmul whose result the gradients need once more, so not the MLP's
+    # output projection), then dx and dW (``backward``).
+    assert dots[("layers/attn", "recompute")] == 6 and dots[("layers/mlp", "recompute")] == 1
     assert dots[("layers/attn", "backward")] > 6 and dots[("layers/mlp", "backward")] > 2
     assert set(dots) == {(path, phase) for path in ("layers/attn", "layers/mlp", "head")
-                         for phase in ("forward", "backward")}
+                         for phase in ("forward", "backward")} | {("layers/attn", "recompute"),
+                                                                 ("layers/mlp", "recompute")}
     computing = [op for op in ops if not is_constant(op["op"]) and op["op"] not in STRUCTURAL]
     with_path = [op for op in computing if op["module_path"] is not None]
     assert len(with_path) >= 0.99 * len(computing)

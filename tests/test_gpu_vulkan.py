@@ -363,13 +363,15 @@ def test_workgroups_and_lavapipe_roof_in_program_analyzer(torch_run: dict, tmp_p
     bundle, manifest = torch_run["bundle"], torch_run["manifest"]
     profile = hal_profile.capture_profile(torch_run["root"] / "tiny.vmfb", [TORCH_INPUT], driver="vulkan",
                                           function="main", invocations=1, families=("dispatch-events",))
-    expected = {}
+    expected, products = {}, []
     for event in profile.dispatches:
-        assert len(event.workgroup_count) == 3
+        assert len(event.workgroup_count) == 3 and len(event.workgroup_size) == 3
         site = next(s for s in manifest["partitions"]["dispatch_sites"] if s["export"] == event.key)
-        expected[f"site{site['index']}:{site['export']}"] = str(event.workgroup_count[0] * event.workgroup_count[1]
-                                                                  * event.workgroup_count[2])
-    assert sorted(expected.values()) == ["1", "2"]
+        expected[f"site{site['index']}:{site['export']}"] = \
+            f"{'x'.join(map(str, event.workgroup_count))} of {'x'.join(map(str, event.workgroup_size))}"
+        products.append(event.workgroup_count[0] * event.workgroup_count[1] * event.workgroup_count[2])
+    assert sorted(products) == [1, 2]
+    assert all(int(size) >= 1 for text in expected.values() for size in text.split(" of ")[1].split("x"))
     analyze(bundle, ["program-analyzer"], tmp_path / "analysis")
     out = tmp_path / "analysis" / "program-analyzer"
     assert {row["region"]: row["workgroups"] for row in read_csv(out / "regions.csv")} == expected
@@ -430,7 +432,11 @@ def test_browser_view_of_a_vulkan_run(torch_run: dict, browser: Any, tmp_path: P
         assert device_ns > 0 and cells[3] != "-" and cells[3].split()[-1] in ("ns", "µs", "ms")
         value, unit = cells[3].split()
         assert float(value) * {"ns": 1, "µs": 1e3, "ms": 1e6}[unit] == pytest.approx(device_ns, rel=0.01)
-        assert cells[11] == str({e["workgroups"] for e in events if e["site"] == site["index"]}.pop())
+        shape = json.loads({e["attributes"] for e in events if e["site"] == site["index"]}.pop())
+        assert cells[11] == f"{'x'.join(map(str, shape['workgroup_count']))} of " \
+            f"{'x'.join(map(str, shape['workgroup_size']))}"
+        assert {e["workgroups"] for e in events if e["site"] == site["index"]}.pop() == \
+            shape["workgroup_count"][0] * shape["workgroup_count"][1] * shape["workgroup_count"][2]
     caption = browser.find_element(By.CSS_SELECTOR, "#dispatch-body .roofline .empty").text
     assert caption.startswith("roof: lavapipe (Mesa software Vulkan) on the host CPU (measured on this host)")
     browser.save_screenshot(str(tmp_path / "vulkan-view.png"))

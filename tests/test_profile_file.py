@@ -77,6 +77,7 @@ def test_direct_reader_is_iree_profile(programs: dict[str, CompileResult], case:
     assert profile_file.supported(profile)
     found = assert_same_profile(profile, hal_profile.FULL_FAMILIES, invocations)
     assert len(found.dispatches) and found.queue_events and found.memory_events
+    assert all(len(event.workgroup_size) == 3 for event in found.dispatches)
 
 
 def test_every_host_execution_record_is_iree_profiles(programs: dict[str, CompileResult], tmp_path: Path) -> None:

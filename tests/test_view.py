@@ -439,7 +439,7 @@ def test_browser_roofline_plot_is_linked(browser: Any, iree_bundles: dict[str, P
         assert highlighted(browser, "circle.pt", "data-dispatch") == expected
         assert "sel" in point.get_attribute("class")
         assert highlighted(browser, "#source [data-line]", "data-line") == lines_of(model, parts[index])
-    row = browser.find_elements(By.CSS_SELECTOR, "tr.dispatch")[3]
+    row = browser.find_element(By.CSS_SELECTOR, 'tr.dispatch[data-dispatch="3"]')  # rows are sorted by time
     click(browser, row)
     assert "3" in highlighted(browser, "circle.pt", "data-dispatch")
     cells = [td.text for td in row.find_elements(By.CSS_SELECTOR, "td")]

@@ -26,6 +26,19 @@ root among its compute ops charges each producer). A value passed between two fu
 ops stays in the dispatch and costs no bytes. Without a tensor
 graph in the manifest an op's own operand + result bytes stand in (an upper bound).
 
+**What runs: the dispatch's own types** (:meth:`Ledger.dtype`). A dispatch's element
+type is the ops' (the first operand of the op doing most of the MACs placed in it, else of
+its root, as the source graph types it: ``ui8`` keeps its sign), unless the dispatch region computes in a narrower one (the
+manifest's site ``dtype``: the first operand of the region's lowered op doing most MACs,
+``passes/region_costs.py``; for manifests without it, the first type of the export
+name's ``…_i8xi8xi32``; never ``i1``, a mask). Then — a QDQ int8 graph whose ``Conv``
+carries the float types of its ``DequantizeLinear`` inputs, run as an ``i8 x i8 → i32``
+conv, or a graph demoted to bf16 — the dispatch's type is what runs, and the bytes are
+the dispatch region's own operands and results (the site's
+``bytes_read`` / ``bytes_written``), split over the ops in the proportions the tensor
+graph gives (written: to the root), so the partition moves exactly its signature's
+bytes (``bytes_rule`` ``dispatch signature``).
+
 **Transcendentals** (``transcendentals`` / ``executed_transcendentals``, columns added
 after :data:`ENTRY_COLUMNS`, :data:`TRANSCENDENTAL_COLUMNS`): an elementwise evaluation
 of ``exp``, ``expm1``, ``log``, ``log1p``, ``tanh``, ``logistic``, ``sqrt``, ``rsqrt``,
@@ -98,6 +111,7 @@ Bytes are the boundary's (``bytes_read`` + ``bytes_written``) in every reader.
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -106,6 +120,7 @@ from typing import Any
 
 from dfit_mlir.analysis import op_timing
 from dfit_mlir.analysis.model import Partition, SemanticModel
+from dfit_mlir.core import costs
 from dfit_mlir.core.module_paths import ModuleNode, build_tree
 
 #: Event kinds that time execution; ``compile`` and ``metric`` events do not.
@@ -299,7 +314,13 @@ class Ledger:
         sizes = [size for pair in moved.values() for size in pair if size is not None]
         if not sizes:
             return None, "none"
+        if part.id in self._boundary.signed:
+            return sum(sizes), "dispatch signature"
         return sum(sizes), "boundary tensors" if self._boundary.tensors else "operator bytes (upper bound)"
+
+    def dtype(self, part: Partition) -> str | None:
+        """The element type a partition computes in (module doc: what runs)."""
+        return self._boundary.dtype(part)
 
     def calls(self, partition_id: str) -> int:
         """Dispatch events the run recorded at a partition (0 without a run)."""
@@ -400,6 +421,17 @@ class Ledger:
                 "time_model": rows[0]["time_model"] if rows else None,
                 "shares": {r["op_id"]: r["share"] for r in rows}}
 
+    def time_models_label(self) -> str:
+        """Which models split the timed partitions' time, as a reader prints it:
+        ``measured-standalone 3, roofline(ridge 4 MAC/B) 5`` (the ledger's own label when
+        nothing was timed)."""
+        table = self.entries.select(["partition", "time_model", "calls"]).to_pydict()
+        timed = {(partition, model) for partition, model, calls in zip(*table.values(), strict=True) if calls}
+        found: Counter[str] = Counter(model for _, model in timed)
+        if not found:
+            return self.time_model.label
+        return ", ".join(f"{model} {count}" for model, count in found.most_common()) if len(found) > 1 \
+            else next(iter(found))
 
     # --- what readers print: one denominator, one count of runs, the rollups they need ---
 
@@ -556,6 +588,8 @@ class _Boundary:
         self.tensors = [t for t in model.tensors if t.get("bytes") is not None]
         self.sizes = {t["id"]: t["bytes"] for t in self.tensors}  # once: not per partition (971 × 5k tensors)
         self.cache: dict[tuple[str, tuple[str, ...]], dict[str, tuple[int | None, int | None]]] = {}
+        #: Partitions whose bytes are their dispatch signature's (:meth:`_signed`).
+        self.signed: set[str] = set()
         self.consumed: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
         self.produced: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
         for tensor in self.tensors:
@@ -600,8 +634,40 @@ class _Boundary:
         key = (part.id, ops)  # the entries and bytes_moved (program-analyzer, dfit view) ask alike
         found = self.cache.get(key)
         if found is None:
-            found = self.cache[key] = self._of(part, ops)
+            found = self.cache[key] = self._signed(part, self._of(part, ops))
         return found
+
+    def dtype(self, part: Partition) -> str | None:
+        """The element type a partition computes in (:meth:`Ledger.dtype`)."""
+        ops = operators_dtype(self.model, part)
+        return self._narrowed(part, ops) or ops or dispatch_dtype(self.model, part)
+
+    def _narrowed(self, part: Partition, ops: str | None) -> str | None:
+        """The dispatch's element type where it is narrower than the ops' (a quantized or
+        demoted dispatch; a bool mask is never what one computes in), else None."""
+        site = dispatch_dtype(self.model, part)
+        if site is None or ops is None or site == "i1":
+            return None
+        narrow, wide = costs.dtype_bits(site), costs.dtype_bits(ops)
+        return site if narrow is not None and wide is not None and narrow < wide else None
+
+    def _signed(self, part: Partition, moved: dict[str, tuple[int | None, int | None]],
+                ) -> dict[str, tuple[int | None, int | None]]:
+        """The dispatch region's own bytes where it computes in a narrower type than the
+        ops (module doc), split over the ops as the tensor graph splits them; else ``moved``."""
+        if not moved or self._narrowed(part, operators_dtype(self.model, part)) is None:
+            return moved
+        row = _site_row(self.model, part) or {}
+        read, written = row.get("bytes_read"), row.get("bytes_written")
+        if not isinstance(read, int) or not isinstance(written, int):
+            return moved
+        ids = list(moved)
+        reads = whole_split(read, _proportions([moved[i][0] or 0 for i in ids]))
+        writer = part.root_id if part.root_id in moved else None
+        writes = whole_split(written, [1.0 if i == writer else 0.0 for i in ids] if writer else
+                             _proportions([moved[i][1] or 0 for i in ids]))
+        self.signed.add(part.id)
+        return {i: (r, w) for i, r, w in zip(ids, reads, writes, strict=True)}
 
     def _of(self, part: Partition, ops: tuple[str, ...]) -> dict[str, tuple[int | None, int | None]]:
         if not self.tensors:  # an op's own bytes (operands + results), else its values'
@@ -627,6 +693,47 @@ class _Boundary:
                 if not self._weight(tensor) and self._escapes(tensor, inside):
                     written[writer or op_id] += tensor["bytes"]
         return {i: (round(read[i]), written[i]) for i in ops}
+
+
+def _proportions(amounts: list[float]) -> list[float]:
+    """Shares of ``amounts`` (equal where they are all 0)."""
+    total = sum(amounts)
+    return [a / total for a in amounts] if total else [1 / len(amounts)] * len(amounts)
+
+
+def _site_row(model: SemanticModel, part: Partition) -> Mapping[str, Any] | None:
+    index = part.attributes.get("site") if part.kind == "dispatch" else None
+    sites = model.manifest.get("partitions", {}).get("dispatch_sites", [])
+    return sites[index] if isinstance(index, int) and 0 <= index < len(sites) else None
+
+
+#: The element types closing an IREE export name: ``conv_8x16x16x3x3x3_i8xi8xi32``.
+_EXPORT_TYPES = re.compile(r"_((?:[a-z]+[0-9]+)(?:x[a-z]+[0-9]+)*)$")
+
+
+def dispatch_dtype(model: SemanticModel, part: Partition) -> str | None:
+    """The element type a dispatch's region computes in: the manifest's site ``dtype``,
+    else the first element type of its export name (None: not a dispatch, or neither)."""
+    row = _site_row(model, part)
+    if row is None:
+        return None
+    if row.get("dtype"):
+        return str(row["dtype"])
+    match = _EXPORT_TYPES.search(str(row.get("export") or ""))
+    return match.group(1).split("x", 1)[0] if match else None
+
+
+def operators_dtype(model: SemanticModel, part: Partition) -> str | None:
+    """Element type of the first operand of the partition's op doing most MACs there
+    (placed: a conv whose padding was fused into another dispatch does not type that
+    one), else of its root, else of any op, as the source graph types it."""
+    placed = model.placed_costs(part, "macs")
+    ops = [model.operators[i] for i in part.operator_ids if i in model.operators]
+    for op in sorted(ops, key=lambda o: (-(placed.get(o.id) or 0), o.id != part.root_id)):
+        for operand in op.operands:
+            if operand.get("dtype"):
+                return str(operand["dtype"])
+    return None
 
 
 def _operand_bytes(model: SemanticModel, op_id: str, side: str) -> int | None:

@@ -8,7 +8,6 @@ says so up front, so a tool can degrade gracefully.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -384,16 +383,9 @@ def _check_event_sites(path: Path, events: Any, roots: dict[int, str]) -> None:
 def read_json_object(path: Path) -> dict[str, Any]:
     """A JSON object file (a bundle's summary, manifest, coverage), any way it is broken
     being an input error naming it."""
-    try:
-        document = json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError:
-        raise InvalidInputError(f"{path}: not UTF-8 JSON") from None
-    except json.JSONDecodeError as error:
-        raise InvalidInputError(f"{path}:{error.lineno}:{error.colno}: invalid JSON: {error.msg}") from None
-    except RecursionError:
-        raise InvalidInputError(f"{path}: JSON nested too deeply") from None
-    except ValueError as error:  # a number of thousands of digits
-        raise InvalidInputError(f"{path}: invalid JSON: {str(error).split(';')[0][:200]}") from None
+    from dfit_mlir.core import reading
+
+    document = reading.load_json(path)  # a regular file, bounded, strict JSON (no NaN, duplicate key)
     if not isinstance(document, dict):
         raise InvalidInputError(f"{path}: expected a JSON object")
     return document

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,6 +52,10 @@ def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool
     from dfit_mlir.core.errors import InvalidInputError
 
     flags = list(ctx.args)
+    # Absolute before any model code runs: a model file that changes the working folder
+    # must not move the outputs (the folder is also put back after it ran).
+    output = Path(os.path.abspath(output))
+    manifest_path = Path(os.path.abspath(manifest_path)) if manifest_path is not None else None
     if lineage_detail == "passes" and not tag:
         raise InvalidInputError("--lineage passes needs --dfit-tag (the history is kept per dfit ID)")
     if lineage_detail == "passes" and driver == "in-process":
@@ -59,6 +64,7 @@ def compile(ctx: click.Context, source: Path, tag: bool, mode: str, probes: bool
     if source.suffix == ".py":
         from dfit_mlir.frontends.model_file import export_model_file
 
+        source = Path(os.path.abspath(source))  # the model's frames are matched to it after any chdir
         exported: list[Any] = []  # the export runs after the output check, inside the writer
         source = _write_frontend_mlir(source, output, force, lambda: exported.append(
             export_model_file(source, model_factory)) or exported[0].text)
@@ -103,7 +109,11 @@ def _write_frontend_mlir(source: Path, output: Path, force: bool, produce: Calla
     exported = output.with_suffix(".mlir")
     outputs.check(exported, "mlir", inputs=[source], force=force, directory=False)
     atomic.write_text(exported, produce(), kind="mlir")
-    click.echo(f"wrote {exported}")
+    try:
+        click.echo(f"wrote {exported}")
+    except BaseException:  # no half-done command leaves the file it wrote (a closed stdout)
+        exported.unlink(missing_ok=True)
+        raise
     return exported
 
 

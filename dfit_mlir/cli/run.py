@@ -119,6 +119,8 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
     for made in result.summary.get("inputs", ()):
         if made.get("dynamic"):
             click.echo(f"note: {made['dynamic']}", err=True)
+        if made.get("made") == "all-true":  # a made-up mask: said, as it decides what the model computes
+            click.echo(f"note: {made['reason']}", err=True)
     if mode == "lite" and not result.summary.get("module_has_probes"):
         click.echo("note: the module has no function probes (compile it with --mode lite or --probes): "
                    "program events only", err=True)

@@ -182,10 +182,15 @@ class EventPipeline:
         self._sites = _site_table(self.manifest, self.policy, self._names)
         self._pending: list[dict[str, np.ndarray]] = []
         self._pending_rows = 0
+        #: Dispatch attribute texts (JSON) -> code, in first-use order.
+        self._text_codes: dict[str, int] = {}
 
     def add_dispatches(self, site: np.ndarray, start_ns: np.ndarray, duration_ns: np.ndarray,
-                       workgroups: np.ndarray, tiles: np.ndarray, invocation: np.ndarray) -> None:
-        """A block of dispatch records (equal-length arrays, events in runtime order)."""
+                       workgroups: np.ndarray, tiles: np.ndarray, invocation: np.ndarray, *,
+                       attributes: tuple[np.ndarray, Sequence[str]] | None = None) -> None:
+        """A block of dispatch records (equal-length arrays, events in runtime order).
+        ``attributes``: (code of each row, JSON texts; ``""`` or a code ``< 0``: none),
+        the few distinct texts interned across blocks (a dispatch's workgroup shape)."""
         count = len(site)
         first = self.counts.seen
         self.counts.seen += count
@@ -203,11 +208,22 @@ class EventPipeline:
         if not len(indices):
             return
         columns = {"site": site[indices], "start_ns": start_ns[indices], "duration_ns": duration_ns[indices],
-                   "workgroups": workgroups[indices], "tiles": tiles[indices], "invocation": invocation[indices]}
+                   "workgroups": workgroups[indices], "tiles": tiles[indices], "invocation": invocation[indices],
+                   "attributes": self._attribute_codes(attributes, indices)}
         self._pending.append(columns)
         self._pending_rows += len(indices)
         while self._pending_rows >= self.policy.batch_size:
             self._flush(self.policy.batch_size)
+
+    def _attribute_codes(self, attributes: tuple[np.ndarray, Sequence[str]] | None,
+                         indices: np.ndarray) -> np.ndarray:
+        """Pipeline-wide codes (into ``self._texts``; ``-1``: none) of ``attributes``' rows."""
+        if attributes is None:
+            return np.full(len(indices), -1, np.int32)
+        codes, texts = attributes
+        known = self._text_codes
+        lookup = np.array([known.setdefault(text, len(known)) if text else -1 for text in texts] + [-1], np.int32)
+        return lookup[codes[indices]]
 
     def add_joined(self, joined: Iterable[Any], invocation: int) -> None:
         """Records from :func:`dfit_mlir.runtime_hooks.hal_profile.join`."""
@@ -339,7 +355,17 @@ class EventPipeline:
             es.FLOPS: table.flops.take(sites),
             es.WORKGROUPS: optional(columns["workgroups"]),
             es.TILES: optional(columns["tiles"]),
+            es.ATTRIBUTES: self._attribute_texts(columns["attributes"]),
         })
+
+    def _attribute_texts(self, codes: np.ndarray) -> Any:
+        """The dispatch rows' attributes (null where none), taken from the interned texts."""
+        import pyarrow as pa
+
+        if not self._text_codes or (codes < 0).all():
+            return None
+        texts = pa.array(list(self._text_codes), pa.string())
+        return texts.take(pa.array(codes, pa.int32(), mask=codes < 0))
 
     def _record_batch(self, count: int, columns: dict[str, Any]) -> Any:
         """A batch of the event schema: ``columns`` plus this session's constants; strings

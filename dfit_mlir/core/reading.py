@@ -36,7 +36,7 @@ import os
 import re
 import stat
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -265,7 +265,24 @@ class Source:
     why: str | None = None
 
 
-def source_roots(bundle: Path | None, manifest_file: Path | None, manifest: dict[str, Any]) -> list[Path]:
+@dataclass(frozen=True)
+class SourceRoots:
+    """Where a bundle's source files may come from: ``folders`` (the files must resolve
+    inside one), and ``base``, the folder a relative recorded input was found under —
+    the compile's working directory, which relative location names are relative to too
+    (``dfit compile examples/models/convnet.mlir`` names ``examples/models/convnet.mlir``)."""
+
+    folders: tuple[Path, ...]
+    base: Path | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.folders)
+
+    def __iter__(self) -> Iterator[Path]:
+        return iter(self.folders)
+
+
+def source_roots(bundle: Path | None, manifest_file: Path | None, manifest: dict[str, Any]) -> SourceRoots:
     """The folders whose files a bundle may show: the bundle's own folder (what it
     carries), and the folder of the compile's recorded input while that file still has
     the recorded sha256 (a relative input path is taken from the manifest's folder or the
@@ -276,15 +293,17 @@ def source_roots(bundle: Path | None, manifest_file: Path | None, manifest: dict
     recorded: dict[str, Any] = given if isinstance(given, dict) else {}
     path, digest = recorded.get("path"), recorded.get("sha256")
     if not (isinstance(path, str) and isinstance(digest, str) and path and "\0" not in path):
-        return roots
+        return SourceRoots(tuple(roots))
     bases = [Path.cwd()] + ([manifest_file.parent] if manifest_file is not None else []) + \
         ([bundle.parent] if bundle is not None else [])
-    for candidate in [Path(path)] if os.path.isabs(path) else [base / path for base in bases]:
+    found_base = None
+    for base, candidate in [(None, Path(path))] if os.path.isabs(path) else [(b, b / path) for b in bases]:
         folder = resolve(candidate).parent
         if _vouched_folder(folder) and _digest(candidate) == digest:
             roots.append(folder)
+            found_base = None if base is None else resolve(base)
             break
-    return list(dict.fromkeys(roots))
+    return SourceRoots(tuple(dict.fromkeys(roots)), found_base)
 
 
 def _vouched_folder(folder: Path) -> bool:
@@ -305,14 +324,18 @@ def _digest(path: Path) -> str | None:
     return digest.hexdigest()
 
 
-def source_file(name: str, roots: Iterable[Path]) -> Source:
-    """The source file a location names, if the rule (module doc) lets it be shown."""
-    roots = list(roots)
+def source_file(name: str, given: SourceRoots | Iterable[Path]) -> Source:
+    """The source file a location names, if the rule (module doc) lets it be shown: a
+    relative name is looked up under each folder and under the compile's base; wherever
+    it is found, it must resolve inside one of the folders."""
+    roots = list(given)
+    base = given.base if isinstance(given, SourceRoots) else None
     if not roots:
         return Source(name, why="no folder of this bundle holds source files")
     if "\0" in name:
         return Source(name, why="not a file name")
-    candidates = [Path(name)] if os.path.isabs(name) else [root / name for root in roots]
+    candidates = [Path(name)] if os.path.isabs(name) else \
+        [root / name for root in roots] + ([base / name] if base is not None else [])
     reasons = set()
     for candidate in candidates:
         resolved = resolve(candidate)

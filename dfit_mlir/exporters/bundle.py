@@ -80,19 +80,42 @@ def write_files(folder: Path, manifest: dict[str, Any], summary: dict[str, Any],
 
 
 def _grouped_csv(events: Path, path: Path, *, kind: str | None, keys: list[str]) -> None:
-    """Count and durations of the events of ``kind`` (all when ``None``) per ``keys``."""
+    """Count and durations of the events of ``kind`` (all when ``None``) per ``keys``,
+    grouped a Parquet batch at a time: each batch's partial count, min, max and sum per
+    group, then the partials grouped again (the groups are few: call sites, operations),
+    so memory does not grow with the run."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
-    table = pq.read_table(events, columns=sorted({*keys, "kind", "duration_ns"}))
-    if kind is not None:
-        table = table.filter(pc.equal(table.column("kind").cast(pa.string()), kind))
-    plain = pa.table({name: (table.column(name).cast(pa.string()) if pa.types.is_dictionary(table.column(name).type)
-                             else table.column(name)) for name in [*keys, "duration_ns"]})
-    grouped = plain.group_by(keys).aggregate(
-        [("duration_ns", "count"), ("duration_ns", "min"), ("duration_ns", "mean"), ("duration_ns", "max"),
-         ("duration_ns", "sum")]
-    ).sort_by([(key, "ascending") for key in keys])
+    aggregates = [("duration_ns", "count"), ("duration_ns", "min"), ("duration_ns", "max"), ("duration_ns", "sum")]
+    partials = []
+    handle = pq.ParquetFile(events)
+    for batch in handle.iter_batches(batch_size=GROUP_BATCH_ROWS, columns=sorted({*keys, "kind", "duration_ns"})):
+        table = pa.Table.from_batches([batch])
+        if kind is not None:
+            table = table.filter(pc.equal(table.column("kind").cast(pa.string()), kind))
+        plain = pa.table({name: (table.column(name).cast(pa.string())
+                                 if pa.types.is_dictionary(table.column(name).type) else table.column(name))
+                          for name in [*keys, "duration_ns"]})
+        partials.append(plain.group_by(keys).aggregate(aggregates))
+    schema = pa.schema([*(pa.field(name, pa.string() if pa.types.is_dictionary(handle.schema_arrow.field(name).type)
+                                   else handle.schema_arrow.field(name).type) for name in keys),
+                        pa.field("duration_ns_count", pa.int64()), pa.field("duration_ns_min", pa.int64()),
+                        pa.field("duration_ns_max", pa.int64()), pa.field("duration_ns_sum", pa.int64())])
+    merged = pa.concat_tables([part.cast(schema) for part in partials]) if partials else schema.empty_table()
+    total = merged.group_by(keys).aggregate([("duration_ns_count", "sum"), ("duration_ns_min", "min"),
+                                             ("duration_ns_max", "max"), ("duration_ns_sum", "sum")])
+    count, summed = total.column("duration_ns_count_sum"), total.column("duration_ns_sum_sum")
+    # The mean as Arrow's ``mean`` of the integers gives it: the exact sum over the count.
+    mean = pc.divide(pc.cast(summed, pa.float64()), pc.cast(count, pa.float64()))
+    grouped = pa.table({**{name: total.column(name) for name in keys}, "duration_ns_count": count,
+                        "duration_ns_min": total.column("duration_ns_min_min"), "duration_ns_mean": mean,
+                        "duration_ns_max": total.column("duration_ns_max_max"), "duration_ns_sum": summed}
+                       ).sort_by([(key, "ascending") for key in keys])
     pacsv.write_csv(grouped, path)
+
+
+#: Events grouped at a time for the CSVs.
+GROUP_BATCH_ROWS = 131_072

@@ -204,7 +204,7 @@ def forget_oldest(recent: OrderedDict[Any, Any]) -> None:
 
 
 #: Events encoded at a time: bounds the writer's memory (~100 bytes of output per event).
-BATCH_ROWS = 131_072
+BATCH_ROWS = 65_536
 
 
 def data_end(array: Any) -> int:

@@ -31,7 +31,9 @@ from typing import Any, Protocol
 
 from dfit_mlir.core.filters import parse_globs  # noqa: F401  (the frontends' name for it)
 
-PHASES = ("forward", "backward", "optimizer", "loss", "initializer")
+#: ``recompute``: forward ops run again inside the backward pass by activation
+#: checkpointing (``jax.checkpoint``, ``torch.utils.checkpoint``), apart from ``backward``.
+PHASES = ("forward", "backward", "optimizer", "loss", "initializer", "recompute")
 #: Op kinds that hold initial values of the model (weights, buffers) rather than
 #: computing: their phase is ``initializer``.
 INITIALIZER_OPS = frozenset({"util.global", "util.initializer", "ml_program.global"})

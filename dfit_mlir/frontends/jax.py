@@ -7,6 +7,10 @@ entries between are named scopes (``jax.named_scope``, Flax module names, Keras 
 names) wrapped in the transformations applied to them:
 
 * ``transpose(jvp(X))``: the reverse-mode (backward) pass of scope X → ``backward``;
+* ``…/checkpoint/rematted_computation/…`` (a ``rematted_computation`` entry anywhere, also
+  in a private function's own stack): the forward ops ``jax.checkpoint``/``jax.remat``
+  runs again inside the backward pass → ``recompute``, not ``backward``: they are the
+  price of the memory saved, not gradient work;
 * ``jvp(X)``: the primal computation under differentiation → ``forward``;
 * a scope named ``optimizer``/``loss`` (:data:`PHASE_SCOPES`) → that phase, unless the op
   is in a backward pass;
@@ -43,6 +47,9 @@ from dfit_mlir.frontends import SourceModel
 
 #: Transformations that say the pass: the first one found (outermost first) decides.
 TRANSFORM_PHASES = (("transpose", "backward"), ("vjp", "backward"), ("jvp", "forward"), ("linearize", "forward"))
+#: The stack entry under which ``jax.checkpoint`` recomputes forward ops in the backward
+#: pass, and their phase.
+REMATTED, RECOMPUTE = "rematted_computation", "recompute"
 #: Named scopes that say the phase (matched case-insensitively, whole scope name).
 PHASE_SCOPES = {"optimizer": "optimizer", "optim": "optimizer", "opt_update": "optimizer",
                 "loss": "loss", "loss_fn": "loss", "forward": "forward", "backward": "backward",
@@ -143,8 +150,8 @@ def read_stack(stack: str, *, is_function: bool = False) -> tuple[str, str | Non
             continue  # a jitted helper's name, not a scope
         found.extend((part, bool(wrappers)) for part in split_stack(inner) if part)
     scopes = model_scopes(found)
-    phase = None
-    for transform, transform_phase in TRANSFORM_PHASES:
+    phase = RECOMPUTE if any(part == REMATTED for part, _ in found) else None
+    for transform, transform_phase in TRANSFORM_PHASES if phase is None else ():
         if transform in transforms and transform_phase == "backward":
             phase = "backward"
             break
@@ -198,7 +205,7 @@ class JaxFrontend:
             if relative is not None:  # an op of a scan body or another private function
                 _, phase, primitive = read_stack(relative)
                 return SourceModel(source_op=f"jax.{primitive}" if primitive and _IDENTIFIER.match(primitive) else None,
-                                   phase="backward" if phase == "backward" else None)
+                                   phase=phase if phase in ("backward", RECOMPUTE) else None)
             # A private helper's op: a bare primitive name (``loc("sub")``).
             primitive = names[0] if names and _IDENTIFIER.match(names[0]) and not is_function else None
             return SourceModel(source_op=f"jax.{primitive}" if primitive else None)
@@ -232,7 +239,7 @@ class JaxFrontend:
         (``jnp.sqrt(width)`` in ``attn``: a value that does not depend on the
         differentiated inputs is computed once, outside ``jvp``) is ``forward`` when its
         scopes are all scopes of the forward or backward pass."""
-        differentiated = {scope for op in operators if op.get("phase") in ("backward", "forward")
+        differentiated = {scope for op in operators if op.get("phase") in ("backward", "forward", RECOMPUTE)
                           for scope in (op.get("module_path") or "").split("/") if scope}
         for op in operators:
             path = op.get("module_path")

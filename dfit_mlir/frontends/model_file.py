@@ -15,12 +15,24 @@ How the CLI tells the two apart, in this order:
 Imports are not used to decide: a JAX file may import torch for data and the other way
 round. Either way the result is MLIR text with locations that name modules, compiled
 like any other source.
+
+**The model's code cannot end dfit or move its outputs** (:func:`_model_code`): from the
+file's import to the end of the export, ``sys.exit``/``os._exit`` raise (exit 3 naming the
+model's file and line), the working folder and ``sys.stdout``/``sys.stderr`` are put back
+as they were, and the ``atexit`` handlers the model's own files register are not left for
+the interpreter's exit (where they could change dfit's exit status after the fact): they
+run, under the same guard, when the export ends.
 """
 
 from __future__ import annotations
 
 import ast
+import atexit
+import contextlib
+import io
+import os
 import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,10 +90,118 @@ def export_model_file(path: str | Path, factory: str | None = None) -> ExportedF
 
     path = Path(path)
     name = factory or default_factory(path)
-    model, args = torch_frontend.load_module_file(path, name)
-    if _is_torch_module(model):
-        return ExportedFile("torch", torch_frontend.export_mlir(model, args), torch_frontend.DEFAULT_FLAGS)
-    if not callable(model):
-        raise InvalidInputError(f"{path}: {name}() must return (nn.Module or function, example args), "
-                                f"got ({type(model).__name__}, ...)")
-    return ExportedFile("jax", jax_frontend.lower_text(model, *args), jax_frontend.DEFAULT_FLAGS)
+    streams = sys.stdout, sys.stderr
+    with _model_code(path):
+        model, args = torch_frontend.load_module_file(path, name)
+        restore_streams(streams)  # the export may print
+        if _is_torch_module(model):
+            with _exits_caught(path, "exporting the model"):
+                return ExportedFile("torch", torch_frontend.export_mlir(model, args), torch_frontend.DEFAULT_FLAGS)
+        if not callable(model):
+            raise InvalidInputError(f"{path}: {name}() must return (nn.Module or function, example args), "
+                                    f"got ({type(model).__name__}, ...)")
+        with _exits_caught(path, "lowering the function"):
+            return ExportedFile("jax", jax_frontend.lower_text(model, *args), jax_frontend.DEFAULT_FLAGS)
+
+
+@contextlib.contextmanager
+def _exits_caught(path: Path, what: str) -> Iterator[None]:
+    """``sys.exit``/``os._exit`` from the model's code while dfit does ``what`` → exit 3
+    naming the model's file and line."""
+    from dfit_mlir.frontends.torch import ModelCodeError, ModelExit, _exits_raise
+
+    try:
+        with _exits_raise(path):
+            yield
+    except ModelExit as error:
+        raise ModelCodeError(f"{error.where}: {what} called {error.call}: the model's code must return, "
+                             "not end the process") from None
+
+
+def _is_models_file(filename: str, path: Path) -> bool:
+    """Whether ``filename`` (a frame's) is the model file or a file beside it (its own
+    helpers), not an installed library's."""
+    try:
+        where = Path(filename).resolve()
+    except (OSError, ValueError):
+        return False
+    installed = {Path(prefix).resolve() for prefix in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    if any(where.is_relative_to(prefix) for prefix in installed):
+        return False
+    return where == path.resolve() or where.is_relative_to(path.resolve().parent)
+
+
+@contextlib.contextmanager
+def _model_code(path: Path) -> Iterator[None]:
+    """While the model's code runs (see the module docstring): the working folder and the
+    standard streams are restored afterwards, and ``atexit`` handlers registered from the
+    model's files are collected, then run (last first) when the block ends without error."""
+    import traceback
+
+    from dfit_mlir.frontends.torch import ModelCodeError
+
+    cwd = os.getcwd()
+    streams = sys.stdout, sys.stderr
+    open_before = {fd for fd in (1, 2) if _is_open(fd)}
+    handlers: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], str]] = []
+    real_register, real_unregister = atexit.register, atexit.unregister
+
+    def register(func: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        caller = traceback.extract_stack(limit=2)[0]
+        if not _is_models_file(caller.filename, path):
+            return real_register(func, *args, **kwargs)
+        handlers.append((func, args, kwargs, f"{caller.filename}:{caller.lineno}"))
+        return func
+
+    def unregister(func: Callable[..., Any], /) -> None:
+        handlers[:] = [handler for handler in handlers if handler[0] is not func]
+        real_unregister(func)
+
+    atexit.register, atexit.unregister = register, unregister  # type: ignore[assignment]
+    try:
+        yield
+        atexit.register, atexit.unregister = real_register, real_unregister
+        while handlers:
+            func, args, kwargs, where = handlers.pop()
+            try:
+                with _exits_caught(path, f"the atexit handler registered at {where}"):
+                    func(*args, **kwargs)
+            except ModelCodeError:
+                raise
+            except Exception as error:
+                raise ModelCodeError(f"{where}: the atexit handler registered here raised "
+                                     f"{type(error).__name__}: {str(error)[:200]}") from None
+        if open_before - {fd for fd in (1, 2) if _is_open(fd)}:
+            raise ModelCodeError(f"{path}: the model's code closed dfit's standard output or error "
+                                 "(file descriptor 1 or 2)")
+    finally:
+        atexit.register, atexit.unregister = real_register, real_unregister
+        with contextlib.suppress(OSError):
+            os.chdir(cwd)
+        restore_streams(streams)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def restore_streams(streams: tuple[Any, Any]) -> None:
+    """``sys.stdout`` and ``sys.stderr`` as they were before the model's code ran (reopened
+    on their descriptors if the model closed them)."""
+    sys.stdout, sys.stderr = (_usable(stream, fd) for stream, fd in zip(streams, (1, 2), strict=True))
+
+
+def _usable(stream: Any, fd: int) -> Any:
+    """``stream`` if still open, else a new text stream on a copy of ``fd`` (a model that
+    closed ``sys.stdout`` must not make dfit fail after writing its outputs)."""
+    if not getattr(stream, "closed", True):
+        return stream
+    try:
+        return io.TextIOWrapper(open(os.dup(fd), "wb", buffering=0), write_through=True,  # noqa: SIM115
+                                errors="backslashreplace")
+    except OSError:  # the descriptor itself is closed: dfit's own messages fail where they are written
+        return stream

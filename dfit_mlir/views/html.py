@@ -4,12 +4,20 @@ tree, IREE phases and dispatches (all script and style inline, no network, opens
 Figures come only from the ledger (:mod:`dfit_mlir.analysis.ledger`): per-op rollups for source
 lines and modules, per-partition rollups for dispatches. A line's figure is its share of
 the ledger's attributed time (:meth:`~dfit_mlir.analysis.ledger.Ledger.share`, the share
-every tool prints), or of the model's FLOPs when nothing was run; the icicle's widths are
+every tool prints), or of the model's FLOPs when no time reached an op (nothing was run,
+or a reconstructed run log timed whole steps only); the icicle's widths are
 the ledger's module tree, per phase. Per-invocation min/median/max of a dispatch are the
 ledger's per-instance sums. The page's script sums nothing but a collapsed group's rows. An op's *site* is
 :func:`~dfit_mlir.analysis.tools.builtin.semantic_attribution.op_site`: a model-code line whose
 file exists is shown in its file's text; anything else (ONNX/TFLite node names,
 reconstructions) is a row of the node-name tree.
+
+The page opens on the answer: the hottest site (``hottest``, the largest share) selected and
+scrolled into view, its file listed first (each file's ``share``); ``#line=``/``#op=`` links
+scroll to what they select; the dispatch table is sorted by time (FLOPs when nothing ran),
+load-time work (``load``: dispatches only initializers run) last. A bundle's named
+measurements (a reconstructed run log's losses, rates, step windows, compile phases:
+:func:`measurement_table`) are a timeline and a table; a run log without ops shows only those.
 
 The page data is a set of column tables; every string is stored once in ``strings`` and
 referred to by index (see :class:`Interner`), so repeated module paths, op kinds and
@@ -83,11 +91,13 @@ def view_data(model: SemanticModel, rules: CodeRules | None = None) -> dict[str,
     op_index = {op.id: n for n, op in enumerate(ops)}
     by_op = _rollup(book, "op_id")
     measured = book.totals.measured_ns
-    weight = "time" if measured else "flops"
+    # FLOPs where no time reached an op: nothing ran, or a run log timed whole steps only.
+    weight = "time" if measured and book.attributed_time_ns else "flops"
     sites = _sites(model, ops, rules or CodeRules.default())
     files, site_rows, op_site_index = _site_table(model, ops, sites, strings)
     refused = site_rows.pop("refused")
     site_rows["share"] = _site_shares(book, ops, op_site_index, len(site_rows["file"]), weight)
+    _file_shares(book, ops, op_site_index, site_rows, files, weight)
     modules, op_module = _module_table(model, ops, strings)
     modules["figures"] = _module_figures(book, ops, modules, strings)
     lineage = model.manifest.get("lineage") or {}
@@ -96,8 +106,8 @@ def view_data(model: SemanticModel, rules: CodeRules | None = None) -> dict[str,
         "source": model.source, "backend": model.backend,
         "mode": model.manifest.get("compile", {}).get("mode"), "run": model.events_path is not None,
         "measured_ns": measured, "attributed_pct": book.totals.attributed_pct,
-        "attributed_ns": book.attributed_time_ns, "share_basis": ledger.SHARE_BASIS if measured else "FLOPs",
-        "time_model": book.time_model.label, "weight": weight,
+        "attributed_ns": book.attributed_time_ns, "share_basis": ledger.SHARE_BASIS if weight == "time" else "FLOPs",
+        "time_model": book.time_models_label(), "weight": weight,
         "stages": list(lineage.get("stages") or []),
         "legend": {letter: name for name, letter in (lineage.get("legend") or
                    {"preserved": "p", "fused": "f", "split": "s", "erased": "e"}).items()},
@@ -110,7 +120,9 @@ def view_data(model: SemanticModel, rules: CodeRules | None = None) -> dict[str,
             "lineage": [strings((lineage.get("classes") or {}).get(op.id, "")) for op in ops],
         },
         "files": files, "source_refused": refused, "sites": site_rows, "modules": modules,
+        "hottest": _hottest(site_rows["share"]),
         "dispatches": _dispatch_table(model, book, op_index, strings),
+        "measurements": measurement_table(model, strings),
         **_roofline(model, book, strings),
         "passes": _pass_table(model, op_index, strings),
         "stage_ir": _stage_ir_table(model, ops, strings),
@@ -135,6 +147,26 @@ def _site_shares(book: ledger.Ledger, ops: list, op_site_index: list[int], count
     share = book.share if weight == "time" else book.flop_share
     key = "time_ns" if weight == "time" else "flops"
     return [(share(rolled[site][key]) or 0) if site in rolled else 0 for site in range(count)]
+
+
+def _file_shares(book: ledger.Ledger, ops: list, op_site_index: list[int], site_rows: dict[str, list],
+                 files: list[dict[str, Any]], weight: str) -> None:
+    """Each embedded file's ``share`` (the ledger's, as a line's): the page lists the
+    hottest file first and says its share in the file's heading."""
+    file_of = {op.id: site_rows["file"][site] for op, site in zip(ops, op_site_index, strict=True)
+               if site >= 0 and site_rows["file"][site] >= 0}
+    rolled = book.rollup_ops(file_of)
+    share = book.share if weight == "time" else book.flop_share
+    key = "time_ns" if weight == "time" else "flops"
+    for index, entry in enumerate(files):
+        entry["share"] = (share(rolled[index][key]) or 0) if index in rolled else 0
+
+
+def _hottest(shares: list[float]) -> int:
+    """The site row the page opens on: the largest share (the first of equals), -1 when
+    no site has any."""
+    best = max(range(len(shares)), key=lambda row: (shares[row], -row), default=-1)
+    return best if best >= 0 and shares[best] > 0 else -1
 
 
 def _module_figures(book: ledger.Ledger, ops: list, modules: dict[str, list],
@@ -164,7 +196,7 @@ def _sites(model: SemanticModel, ops: list, rules: CodeRules) -> list[tuple[str,
     return [op_site(model, op, rules) for op in ops]
 
 
-def _source_roots(model: SemanticModel) -> list[Path]:
+def _source_roots(model: SemanticModel) -> reading.SourceRoots:
     """The folders whose files the page may show (:func:`dfit_mlir.core.reading.source_roots`)."""
     return reading.source_roots(model.bundle, None if model.bundle else Path(model.source), model.manifest)
 
@@ -236,9 +268,11 @@ def _dispatch_table(model: SemanticModel, book: ledger.Ledger, op_index: dict[st
 
     by_part = _rollup(book, "partition")
     groups = dispatch_workgroups(model)
+    load_time = _load_time_sites(model)
     table: dict[str, list] = {key: [] for key in ("name", "export", "kind", "root", "ops", "calls", "time", "flops",
-                                                  "bytes", "min", "median", "max", "workgroups")}
+                                                  "bytes", "min", "median", "max", "workgroups", "load")}
     for part in model.partitions:
+        table["load"].append(part.attributes.get("site") in load_time)
         row = by_part.get(part.id, {})
         times = book.partition_time_by_instance(part.id)
         table["name"].append(strings(part.id))
@@ -254,6 +288,77 @@ def _dispatch_table(model: SemanticModel, book: ledger.Ledger, op_index: dict[st
         for key, value in (("min", min), ("median", statistics.median), ("max", max)):
             table[key].append(_num(value(times)) if times else None)
     return table
+
+
+def _load_time_sites(model: SemanticModel) -> set[int]:
+    """Dispatch sites only initializers run (the manifest's ``phase: load``): the
+    dispatch table lists them after the invocation's own work."""
+    sites = (model.manifest.get("partitions") or {}).get("dispatch_sites") or []
+    return {site.get("index") for site in sites if isinstance(site, dict) and site.get("phase") == "load"}
+
+
+#: Measurements the page lists at most (a run log holds hundreds; a bundle holding more
+#: says how many it left out).
+MAX_MEASUREMENTS = 5000
+#: Event attributes the measurement table shows besides the event's own fields.
+MEASUREMENT_ATTRIBUTES = ("unit", "origin", "run_scope", "phase")
+
+
+def measurement_table(model: SemanticModel, strings: Interner) -> dict[str, Any]:
+    """The bundle's named measurements (events with a ``name``: a reconstructed run log's
+    losses, rates, step windows, compile phases): one row each, in the order of their
+    start (undated ones last). ``start`` is ns after ``t0`` (the earliest start, epoch
+    ns), ``None`` where the log gave no time; values are the events' own."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    columns = ("kind", "name", "value", "step", "start_ns", "duration_ns", "attributes")
+    found: list[Any] = []
+    total = 0
+    for batch in model.event_batches():
+        if "name" not in batch.column_names:
+            continue
+        named = batch.filter(pc.is_valid(batch.column("name")))
+        total += named.num_rows
+        if named.num_rows and sum(t.num_rows for t in found) < MAX_MEASUREMENTS:
+            found.append(pa.Table.from_batches([named]).select(list(columns)))
+    rows = pa.concat_tables(found).to_pylist()[:MAX_MEASUREMENTS] if found else []
+    starts = [row["start_ns"] for row in rows if row["start_ns"] is not None]
+    t0 = min(starts) if starts else None
+    order = sorted(range(len(rows)), key=lambda n: (rows[n]["start_ns"] is None, rows[n]["start_ns"] or 0, n))
+    table: dict[str, Any] = {key: [] for key in ("kind", "name", "value", "step", "start", "duration",
+                                                 *MEASUREMENT_ATTRIBUTES)}
+    for n in order:
+        row = rows[n]
+        attributes = _attributes(row["attributes"])
+        table["kind"].append(strings(str(row["kind"])))
+        table["name"].append(strings(str(row["name"])))
+        table["value"].append(_figure(row["value"]))
+        table["step"].append(row["step"])
+        table["start"].append(None if row["start_ns"] is None or t0 is None else row["start_ns"] - t0)
+        table["duration"].append(row["duration_ns"])
+        for key in MEASUREMENT_ATTRIBUTES:
+            value = attributes.get(key)
+            table[key].append(strings(str(value)) if value is not None else -1)
+    return {"t0": t0, "total": total, **table}
+
+
+def _attributes(text: str | None) -> dict[str, Any]:
+    try:
+        found = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _figure(value: float | None) -> float | None:
+    """A measured value to 6 significant digits (a loss keeps its decimals); non-finite
+    values are ``None`` (JSON has no NaN)."""
+    import math
+
+    if value is None or not math.isfinite(value):
+        return None
+    return float(f"{value:.6g}")
 
 
 def _roofline(model: SemanticModel, book: ledger.Ledger, strings: Interner) -> dict[str, Any]:

@@ -15,10 +15,19 @@ Per region:
   memory; results of ``*.empty`` ops (destination placeholders with undefined contents)
   move nothing. Without a tensor graph the operators' own operand + result bytes are
   summed instead: an upper bound, since values passed between them count twice;
+  A dispatch that computes in a narrower type than its source ops (a QDQ int8 conv run
+  as ``i8 x i8 → i32``) moves its region's own operands and results instead (``bytes_rule``
+  ``dispatch signature``; :meth:`dfit_mlir.analysis.ledger.Ledger.dtype`);
 * **arithmetic intensity** = MACs / bytes moved;
 * **observed time**: the summed ``duration_ns`` of the region's ``dispatch`` events
   (``None`` where the backend times no region); achieved MAC/s = MACs x calls / time;
   efficiency = achieved / the profile's peak for the region's element type.
+
+The element type (``dtype``) is what the region computes in (the ledger's: the dispatch's
+own where it is narrower than the source graph's, so a QDQ int8 conv says ``i8``, a
+QLinearConv ``ui8``); ``peak_dtype`` is the type whose peak the profile has for it (the
+profile's default where it publishes none for ``dtype``: the local CPU calibrates an f32
+matmul only), and the roof is drawn under that peak.
 
 The bandwidth roof is the memory's, or, for a region whose bytes fit in a cache level
 the profile measured (the local CPU's L2 / L3, calibrated), the fastest such level's:
@@ -44,7 +53,7 @@ from __future__ import annotations
 from typing import Any
 
 from dfit_mlir.analysis import ledger
-from dfit_mlir.analysis.model import Operator, Partition, SemanticModel
+from dfit_mlir.analysis.model import Partition, SemanticModel
 from dfit_mlir.analysis.profiles import Profile, load_profile, missing
 from dfit_mlir.analysis.tools.api import Tool, ToolContext
 from dfit_mlir.core import atomic
@@ -55,7 +64,7 @@ OPTIONS = ("profile", "calibration", "threads")
 #: margin absorbs timer granularity on the shortest dispatches).
 ROOF_TOLERANCE = 1.05
 CLASSES = ("memory-bound", "balanced", "compute-bound", "unknown")
-COLUMNS = ("region", "kind", "root", "label", "operators", "dtype", "macs", "bytes_moved", "bytes_rule", "intensity",
+COLUMNS = ("region", "kind", "root", "label", "operators", "dtype", "peak_dtype", "macs", "bytes_moved", "bytes_rule", "intensity",
            "peak_macs_per_s", "attainable_macs_per_s", "calls", "time_ns", "achieved_macs_per_s", "efficiency",
            "boundness", "bandwidth_roof", "above_roof", "workgroups")
 
@@ -107,15 +116,6 @@ class ProgramAnalyzer(Tool):
         return "\n".join(ctx.state.get("report", []))
 
 
-def _dtype(ops: list[Operator]) -> str | None:
-    """Element type of the first operand of the op doing most MACs (else of any op)."""
-    for op in sorted(ops, key=lambda o: -(o.macs or 0)):
-        for operand in op.operands:
-            if operand.get("dtype"):
-                return operand["dtype"]
-    return None
-
-
 def region_row(part: Partition, model: SemanticModel, book: ledger.Ledger, profile: Profile | None) -> dict[str, Any]:
     """One region's row (``regions.csv``, and the view's roofline reads the same rule); MACs,
     bytes, calls and time are the ledger's."""
@@ -125,9 +125,9 @@ def region_row(part: Partition, model: SemanticModel, book: ledger.Ledger, profi
     intensity = macs / moved if moved else None
     time_ns, calls = book.partition_ns(part.id) or None, book.calls(part.id)
     achieved = macs * calls / (time_ns * 1e-9) if time_ns else None
-    dtype, peak, attainable, boundness, roof = _dtype(ops), None, None, "unknown", None
+    dtype, peak_dtype, peak, attainable, boundness, roof = book.dtype(part), None, None, None, "unknown", None
     if profile is not None:
-        dtype, figure = profile.peak(dtype)
+        peak_dtype, figure = _peak(profile, dtype)
         peak = figure.value
         if intensity is not None:
             roof, bandwidth = profile.bandwidth_for(moved)
@@ -139,7 +139,7 @@ def region_row(part: Partition, model: SemanticModel, book: ledger.Ledger, profi
     label = (f"{model.module_path(root.id) or '(root)'} {root.source_op or root.kind}"
              if root is not None and model.module_path(root.id) is not None else (part.root_id or part.id))
     return {"region": part.id, "kind": part.kind, "root": part.root_id, "label": label, "operators": len(ops),
-            "dtype": dtype,
+            "dtype": dtype, "peak_dtype": peak_dtype,
             "macs": macs, "bytes_moved": moved, "bytes_rule": how, "intensity": intensity, "peak_macs_per_s": peak,
             "attainable_macs_per_s": attainable, "calls": calls, "time_ns": time_ns,
             "achieved_macs_per_s": achieved, "efficiency": achieved / peak if achieved is not None and peak else None,
@@ -147,23 +147,48 @@ def region_row(part: Partition, model: SemanticModel, book: ledger.Ledger, profi
             "above_roof": None if achieved is None or not attainable else achieved > ROOF_TOLERANCE * attainable}
 
 
+def _peak(profile: Profile, dtype: str | None) -> tuple[str, Any]:
+    """The profile's peak for ``dtype``, a signed or unsigned integer (``si8``, ``ui8``)
+    taking its signless type's (``i8``) where the profile has only that."""
+    signless = dtype.lstrip("su") if dtype is not None and dtype[:1] in "su" else None
+    if dtype not in profile.peak_macs_per_s and signless in profile.peak_macs_per_s:
+        return profile.peak(signless)
+    return profile.peak(dtype)
+
+
 def dispatch_workgroups(model: SemanticModel) -> dict[str, str]:
-    """Partition ID → the distinct workgroup counts (x·y·z, as the runtime recorded them
-    per dispatch event: ``1`` or ``2, 4``) of its dispatch events; none without a run."""
+    """Partition ID → the distinct workgroup shapes of its dispatch events, as the runtime
+    recorded them: ``2x1x1 of 64x1x1`` (count per axis ``of`` threads per workgroup,
+    from the event's attributes) or, for a bundle without them, the count's product
+    (``1`` or ``2, 4``); none without a run."""
+    import json
+
     import pyarrow as pa
     import pyarrow.compute as pc
 
     wanted = (pc.field("kind") == "dispatch") & pc.field("site").is_valid() & (pc.field("workgroups") >= 0)
-    found: dict[int, set[int]] = {}
+    found: dict[int, set[tuple[int, str]]] = {}
     for batch in model.event_batches():
-        distinct = pa.Table.from_batches([batch]).select(["kind", "site", "workgroups"]).filter(wanted) \
-            .group_by(["site", "workgroups"]).aggregate([])
-        for site, count in zip(distinct.column("site").to_pylist(), distinct.column("workgroups").to_pylist(),
-                               strict=True):
+        table = pa.Table.from_batches([batch])
+        keys = ["site", "workgroups", *(["attributes"] if "attributes" in table.column_names else [])]
+        distinct = table.select(["kind", *keys]).filter(wanted).group_by(keys).aggregate([])
+        texts = distinct.column("attributes").to_pylist() if "attributes" in keys else [None] * distinct.num_rows
+        for site, count, text in zip(distinct.column("site").to_pylist(), distinct.column("workgroups").to_pylist(),
+                                     texts, strict=True):
             if site is not None and count is not None:  # always: filtered above
-                found.setdefault(site, set()).add(count)
+                found.setdefault(site, set()).add((count, _workgroup_shape(json.loads(text) if text else {}, count)))
     parts = {site: model.partition_of_site(site) for site in found}
-    return {part.id: ", ".join(map(str, sorted(found[site]))) for site, part in parts.items() if part is not None}
+    return {part.id: ", ".join(dict.fromkeys(shape for _, shape in sorted(found[site])))
+            for site, part in parts.items() if part is not None}
+
+
+def _workgroup_shape(attributes: Any, product: int) -> str:
+    """``2x1x1 of 64x1x1`` from a dispatch event's attributes, else ``product``."""
+    count = attributes.get("workgroup_count") if isinstance(attributes, dict) else None
+    if not count:
+        return str(product)
+    size = attributes.get("workgroup_size")
+    return "x".join(map(str, count)) + (" of " + "x".join(map(str, size)) if size else "")
 
 
 def _empty_table() -> Any:
@@ -181,14 +206,14 @@ def _plot(ctx: ToolContext, rows: list[dict[str, Any]], profile: Profile, timed:
     y_key = "achieved_macs_per_s" if timed else "attainable_macs_per_s"
     points = [row for row in rows if row["intensity"] and row[y_key]]
     bandwidth = profile.memory_bandwidth.value
-    ridges = [profile.ridge(row["dtype"]) for row in points] or [profile.ridge(None)]
+    ridges = [_peak(profile, row["peak_dtype"])[1].value / bandwidth for row in points] or [profile.ridge(None)]
     xs = [row["intensity"] for row in points]
     grid = np.geomspace(min(xs + ridges) / 10, max(xs + ridges) * 10, 256)
     figure = Figure(figsize=(8, 5))
     FigureCanvasAgg(figure)
     axes = figure.add_subplot()
-    for dtype in sorted({row["dtype"] for row in points} or {profile.default_dtype}):
-        _, peak = profile.peak(dtype)
+    for dtype in sorted({row["peak_dtype"] for row in points} or {profile.default_dtype}):
+        _, peak = _peak(profile, dtype)
         axes.plot(grid, np.minimum(peak.value, grid * bandwidth), label=f"roof ({dtype}): {peak.value:.3g} MAC/s, "
                   f"{bandwidth:.3g} B/s")
         for name, capacity, cache in profile.cache_roofs:
@@ -247,6 +272,10 @@ def _report_lines(ctx: ToolContext, rows: list[dict[str, Any]], shares: list[dic
                      f"{profile.memory_bandwidth.value:.3g} B/s{caches}, ridge {profile.ridge(None):.3g} MAC/B")
         if profile.calibrated:
             lines.append(f"  compute: {peak.source}")
+        stand_in = sorted({str(r["dtype"]) for r in rows if r["dtype"] and r["peak_dtype"] != r["dtype"]})
+        if stand_in:
+            lines.append(f"  no {'/'.join(stand_in)} peak in this profile: those regions are held against the "
+                         f"{dtype} peak (column peak_dtype)")
     split = ", ".join(f"{s['class']} {s['share']:.1%}" for s in shares if s["share"])
     lines.append(f"share of {'observed time' if timed else 'MACs'}: {split or 'nothing to share'}")
     above = sorted((r for r in rows if r["above_roof"]), key=lambda r: -r["achieved_macs_per_s"] / r["attainable_macs_per_s"])

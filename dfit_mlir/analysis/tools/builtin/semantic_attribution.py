@@ -61,7 +61,7 @@ OPTIONS = ("framework_code", "model_code")
 #: Structural ops: neither constants nor computation (counted apart in the summary).
 STRUCTURAL_OPS = frozenset({"func.func", "func.return", "util.func", "util.return", "builtin.module"})
 ROOT_SITE = "(root)"
-PHASES_ORDER = ("forward", "loss", "backward", "optimizer", "initializer")
+PHASES_ORDER = ("forward", "loss", "backward", "recompute", "optimizer", "initializer")
 
 
 def is_framework(path: str, rules: CodeRules | None = None) -> bool:
