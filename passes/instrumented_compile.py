@@ -21,7 +21,17 @@ from typing import Any, Sequence
 from iree.compiler import ir
 
 from dfit_mlir import frontends
-from dfit_mlir.core import atomic, costs, filters, lineage, manifest, site_costs, toolchain, vmfb
+from dfit_mlir.core import (
+    atomic,
+    costs,
+    filters,
+    lineage,
+    manifest,
+    reading,
+    site_costs,
+    toolchain,
+    vmfb,
+)
 from dfit_mlir.core.errors import InvalidInputError
 from dfit_mlir.core.ids import ID_SCHEME_VERSION
 from dfit_mlir.core.lineage import DispatchRegion, DispatchSite, StageFigures
@@ -290,6 +300,10 @@ def _write_outputs(driver: phases.PhaseDriver, request: _Request, tagged: _Tagge
             document["partitions"], lowered.dispatch_regions.regions, ops)
         site_costs.settle_manifest_costs(document)
         document["compile"]["codegen"] = vmfb.codegen_facts(tmp_vmfb, driver.flags)  # for `dfit diff`
+        # The source files this compile read, by content: what `dfit view` may show.
+        document["sources"] = reading.source_digests(
+            frame["file"] for op in ops for frame in (op.get("source"), *(op.get("call_stack") or ()))
+            if isinstance(frame, dict) and isinstance(frame.get("file"), str))
         manifest.save(document, request.manifest_path, kind="manifest")
     return document
 

@@ -100,9 +100,53 @@ def npy_scalar(index: int, path: Path) -> str:
     return str(values.item() if values.dtype.kind != "b" else int(values.item()))
 
 
-def check_inputs(inputs: Sequence[str], arguments: list[dict[str, Any]]) -> list[str]:
-    """Inputs must fit the signature (one line naming it if not); returns them as the
-    IREE tools take them (scalars bare: ``i32=3`` becomes ``3``)."""
+#: What the given inputs may take together unless ``--max-input-bytes`` says otherwise: a
+#: quarter of the machine's memory (the run also holds its results, the module's buffers
+#: and, in-process, a copy per call). A ``100000x100000xf32`` input into a ``?x?``
+#: argument is 37 GiB: refused here, before IREE or numpy allocates it.
+INPUT_MEMORY_FRACTION = 0.25
+
+
+def default_input_budget() -> int:
+    import os
+
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * INPUT_MEMORY_FRACTION)
+
+
+def element_bytes(dtype: str) -> int:
+    """Bytes per element of an ``iree-run-module`` element type (``i1``: one byte)."""
+    bits = int(re.sub(r"\D", "", dtype) or 8)
+    return max(1, bits // 8)
+
+
+def check_input_sizes(inputs: Sequence[str], budget: int | None = None) -> None:
+    """The given inputs, sized from their text (shape x element size) or ``.npy`` file,
+    must fit ``budget`` bytes together (default :func:`default_input_budget`): exit 2
+    naming the input that passes it, before anything is allocated."""
+    from dfit_mlir.core.reading import size_text
+
+    limit = default_input_budget() if budget is None else budget
+    total = 0
+    for index, text in enumerate(inputs):
+        match = INPUT_RE.match(text)
+        if match is not None:
+            size = math.prod(int(dim) for dim in match["shape"].split("x") if dim) * element_bytes(match["dtype"])
+        elif text.startswith("@") and Path(text[1:]).is_file():
+            size = Path(text[1:]).stat().st_size
+        else:
+            continue
+        total += size
+        if total > limit:
+            shown = text if len(text) <= 60 else text[:57] + "..."
+            raise InvalidInputError(f"input {index} ({shown}) is {size_text(size)}: the inputs would take {size_text(total)}, "
+                                    f"over the {size_text(limit)} a run may give them (--max-input-bytes SIZE raises it)")
+
+
+def check_inputs(inputs: Sequence[str], arguments: list[dict[str, Any]], budget: int | None = None) -> list[str]:
+    """Inputs must fit the signature and the memory budget (:func:`check_input_sizes`; one
+    line naming the input if not); returns them as the IREE tools take them (scalars
+    bare: ``i32=3`` becomes ``3``)."""
+    check_input_sizes(inputs, budget)
     if len(inputs) != len(arguments):
         raise InvalidInputError(f"the function takes {len(arguments)} input(s) {describe(arguments)}, "
                                 f"{len(inputs)} given; give one --input per argument, in order")

@@ -69,7 +69,8 @@ class RunResult:
 def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: str = "full",
                inputs: Sequence[str] = (), repeat: int = 1, warmup: int = 0, driver: str = "local-task",
                function: str | None = None, policy: Policy | None = None,
-               tensors: TensorPolicy | None = None, placement: dict[str, Any] | None = None) -> RunResult:
+               tensors: TensorPolicy | None = None, placement: dict[str, Any] | None = None,
+               max_input_bytes: int | None = None) -> RunResult:
     """Run ``vmfb`` ``warmup + repeat`` times, record the last ``repeat``, write the bundle.
 
     ``placement``: where the run ran, for multi-host jobs (``host``, ``rank``,
@@ -112,7 +113,7 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
                                 f"modes cannot call; run it with --mode full (the IREE tools pass its fences)")
     with atomic.scratch_directory("dfit-run-") as scratch:
         if inputs:
-            inputs = check_inputs(inputs, arguments)
+            inputs = check_inputs(inputs, arguments, max_input_bytes)
             check_indices(inputs, manifest, function)
             made = [{**_argument_entry(a), "made": "given", "value": text}
                     for a, text in zip(arguments, inputs, strict=True)]

@@ -103,6 +103,16 @@ def _sources(name: str | Callable[[Path, Art], str], line: int = 1) -> Callable[
     return edit
 
 
+def _vouch(name: str | Callable[[Path, Art], str], sha256: str = "0" * 64) -> Callable[[dict[str, Any], Path, Art], None]:
+    """The manifest's ``sources`` table claims ``name`` was compiled with content ``sha256``
+    (a stranger's guess: the viewer's file does not have it)."""
+    def edit(document: dict[str, Any], work: Path, art: Art) -> None:
+        file = name(work, art) if callable(name) else name
+        document["sources"] = {file: {"path": file if os.path.isabs(file) else str(work / file), "sha256": sha256}}
+
+    return edit
+
+
 def _both(*edits: Callable[[dict[str, Any], Path, Art], None]) -> Callable[[dict[str, Any], Path, Art], None]:
     def edit(document: dict[str, Any], work: Path, art: Art) -> None:
         for one in edits:
@@ -369,6 +379,17 @@ CASES: list[Case] = [
     Case("source-sys", _view(_manifest(_sources("/sys/devices/system/cpu/online"))), 0, check=_refused(_NOT_INSIDE)),
     Case("source-dev-zero", _view(_bundle(_sources("/dev/zero"))), 0, check=_refused(_NOT_INSIDE)),
     Case("source-canary-absolute", _view(_manifest(_sources(_canary()))), 0, check=_refused(_NOT_INSIDE)),
+    # The compile vouches for the files it read by their sha256: a guessed digest vouches
+    # for nothing, and /proc is never read, whatever digest is claimed.
+    Case("source-vouched-etc-passwd-guess", _view(_bundle(_both(_sources("/etc/passwd"), _vouch("/etc/passwd")))), 0,
+         check=_refused(_NOT_INSIDE)),
+    Case("source-vouched-canary-guess", _view(_manifest(_both(_sources(_canary()), _vouch(_canary())))), 0,
+         check=_refused(_NOT_INSIDE)),
+    Case("source-vouched-proc-environ", _view(_bundle(_both(_sources("/proc/self/environ"),
+                                                            _vouch("/proc/self/environ")))), 0,
+         check=_refused(_NOT_INSIDE)),
+    Case("source-vouched-malformed", _view(_bundle(_both(_sources(_canary()),
+                                                         lambda d, w, a: d.update(sources=[_canary()(w, a)])))), 2),
     Case("source-canary-absolute-bundle", _view(_bundle(_sources(_canary()))), 0, check=_refused(_NOT_INSIDE)),
     Case("source-canary-dotenv", _view(_bundle(_sources(_canary(".env")))), 0, check=_refused(_NOT_INSIDE)),
     Case("source-dotdot-secret-env", _view(_bundle(_sources("../secret/.env"),
@@ -570,23 +591,40 @@ def _regular_files(root: Path) -> list[Path]:
             if stat.S_ISREG(os.lstat(Path(folder) / name).st_mode)]
 
 
+#: Runs ``argv[2:]`` and writes its peak RSS (KiB) to ``argv[1]``. Linux keeps a process's
+#: ``maxrss`` across ``exec``, and a child forked from this test process starts from the
+#: test process's (gigabytes once torch and JAX are imported), so the measured child is
+#: forked from this small launcher instead, which waits for it alone.
+_MEASURED = """
+import os, subprocess, sys
+child = subprocess.Popen(sys.argv[2:])
+_, status, usage = os.wait4(child.pid, 0)
+open(sys.argv[1], "w").write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status) % 256)
+"""
+
+
 def _run_dfit(argv: list[str], work: Path, timeout: float = 120) -> tuple[int, str, str, int]:
     """(status, stdout, stderr, peak RSS in bytes) of ``dfit argv`` in ``work``."""
+    import signal
+
     (work / ".tmp").mkdir(exist_ok=True)
+    peak_file = work / ".tmp" / "peak_kib"
     with open(work / ".tmp" / "stdout", "w+b") as out, open(work / ".tmp" / "stderr", "w+b") as err:
-        child = subprocess.Popen([sys.executable, "-m", "dfit_mlir", *argv], cwd=work, env=_env(work),
-                                 stdout=out, stderr=err, stdin=subprocess.DEVNULL)
-        timer = threading.Timer(timeout, child.kill)
+        child = subprocess.Popen([sys.executable, "-c", _MEASURED, str(peak_file), sys.executable, "-m", "dfit_mlir",
+                                  *argv], cwd=work, env=_env(work), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                 start_new_session=True)
+        timer = threading.Timer(timeout, lambda: os.killpg(child.pid, signal.SIGKILL))
         timer.start()
         try:
-            _, status, usage = os.wait4(child.pid, 0)
+            status = child.wait()
         finally:
             timer.cancel()
-        child.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return child.returncode, out.read().decode(errors="replace"), err.read().decode(errors="replace"), \
-            usage.ru_maxrss * 1024
+        peak = int(peak_file.read_text()) * 1024 if peak_file.is_file() else 0
+        peak_file.unlink(missing_ok=True)
+        return status, out.read().decode(errors="replace"), err.read().decode(errors="replace"), peak
 
 
 @pytest.fixture(scope="module")
@@ -725,3 +763,57 @@ def test_inside_keeps_paths_in_their_root(tmp_path: Path) -> None:
     for name in ("/etc/passwd", "../x", "a/../../x", "out/x", "", "a\0b"):
         with pytest.raises(InvalidInputError):
             reading.inside(tmp_path / "root", name)
+
+
+# --- pages rendered: a hostile name changes nothing in the browser --------------------------
+
+HOSTILE_NAMES = ("enc<!--", "</script><script>window.__dfit_pwned = 1</script>", "a\u2028b\u2029<!--<script>",
+                 "<img src=x onerror='window.__dfit_pwned=2'>", "x\x01\x1fy")
+
+
+def test_hostile_names_render_as_text_in_chromium(iree_bundles: dict[str, Path], tmp_path: Path) -> None:
+    """The convnet's module paths and source file names replaced by HTML and script text:
+    in Chromium the page draws its panels (not blank), shows the names as text, runs no
+    planted script, and logs no error."""
+    import json as json_module
+
+    from selenium.webdriver.common.by import By
+
+    document = json_module.loads((iree_bundles["manifest"]).read_text())
+    for n, op in enumerate(document["operators"]):
+        op["module_path"] = HOSTILE_NAMES[n % len(HOSTILE_NAMES)] + f".{n}"
+        op["source"] = {"file": HOSTILE_NAMES[(n + 1) % len(HOSTILE_NAMES)] + ".py", "line": 1, "col": 1}
+        op["call_stack"] = [op["source"]]
+    manifest = tmp_path / "hostile.manifest.json"
+    manifest.write_text(json_module.dumps(document))
+    from dfit_mlir.views import html
+
+    page = tmp_path / "view.html"
+    page.write_text(html.render(manifest), encoding="utf-8")
+    driver = _chromium()
+    try:
+        driver.get(page.as_uri())
+        assert driver.execute_script("return window.__dfit_pwned === undefined")
+        header = driver.find_element(By.ID, "hdr").text
+        assert header.startswith("dfit view") and "ops" in header
+        assert driver.find_elements(By.CSS_SELECTOR, "#icicle .mod")  # the module tree is drawn
+        shown = driver.find_element(By.TAG_NAME, "body").text
+        assert "</script><script>window.__dfit_pwned = 1</script>" in shown  # as text, not markup
+        errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+        assert not errors, errors
+    finally:
+        driver.quit()
+
+
+def _chromium() -> Any:
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
+    from tests.test_view import CHROMEDRIVER, CHROMIUM
+
+    if not CHROMIUM.is_file() or not CHROMEDRIVER.is_file():
+        pytest.skip(f"{CHROMIUM} / {CHROMEDRIVER} absent (Debian packages chromium, chromium-driver)")
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"):
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=webdriver.ChromeService(executable_path=str(CHROMEDRIVER)), options=options)

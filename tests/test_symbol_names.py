@@ -39,6 +39,10 @@ NAMES = [
     ('"we\\"ird<name>"', 'we"ird<name>'),
     ('"a::b"', "a::b"),
     ('"back\\5Cslash"', "back\\slash"),
+    # iree-dump-module prints `[ 0] my fn(!vm.ref<?>) -> (...)`: the name is all before the
+    # argument list (core/vmfb.py).
+    ('"my fn"', "my fn"),
+    ('"f(x)"', "f(x)"),
 ]
 
 

@@ -52,6 +52,9 @@ from dfit_mlir.fleet.placement import MAX_CLOCK_OFFSET_NS, MAX_RANK
                    "tensors: per ID, so each traced ID is sampled).")
 @click.option("--max-events", type=click.IntRange(0, 1 << 62), default=None,
               help="Event budget: events past it are dropped and counted in summary.json.")
+@click.option("--max-input-bytes", "max_input_bytes", default=None, metavar="SIZE",
+              help="Memory the given inputs may take together, e.g. 64GB (default: a quarter of the machine's); "
+                   "a larger input is refused before it is allocated.")
 @click.option("--host", default=None, help="The host this run is part of a job on (default: this machine's name).")
 @click.option("--rank", type=click.IntRange(0, MAX_RANK), default=None, help="Its rank in a multi-rank job.")
 @click.option("--clock-offset-ns", type=click.IntRange(-MAX_CLOCK_OFFSET_NS, MAX_CLOCK_OFFSET_NS), default=None,
@@ -63,7 +66,7 @@ from dfit_mlir.fleet.placement import MAX_CLOCK_OFFSET_NS, MAX_RANK
 def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | None, tensor_values: int,
         inputs: tuple[str, ...], inputs_from: Path | None, repeat: int, warmup: int, driver: str,
         function: str | None, id_globs: tuple[str, ...], sample: float, max_events: int | None,
-        host: str | None, rank: int | None, clock_offset_ns: int | None, output: Path, force: bool) -> None:
+        max_input_bytes: str | None, host: str | None, rank: int | None, clock_offset_ns: int | None, output: Path, force: bool) -> None:
     """Run a compiled module, join runtime events to IDs, write a run bundle."""
     import socket
 
@@ -71,6 +74,7 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
     from dfit_mlir.core.errors import InvalidInputError
     from dfit_mlir.core.event_pipeline import Policy
     from dfit_mlir.core.filters import NameFilter
+    from dfit_mlir.fleet.store.policy import parse_size
     from dfit_mlir.runtime_hooks.inputs import inputs_from as read_inputs_dir
     from dfit_mlir.runtime_hooks.run import run_bundle
 
@@ -104,7 +108,9 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
                         inputs=read_inputs_dir(inputs_from) if inputs_from else inputs, repeat=repeat,
                         warmup=warmup, driver=driver, function=function, policy=policy, tensors=tensors,
                         placement={"host": host or socket.gethostname(), "rank": rank,
-                                   "clock_offset_ns": clock_offset_ns})
+                                   "clock_offset_ns": clock_offset_ns},
+                        max_input_bytes=None if max_input_bytes is None else parse_size(max_input_bytes,
+                                                                                        "--max-input-bytes"))
     counts = result.summary["counts"]
     timing = result.summary.get("invocation_ns") or {}
     # iree-benchmark-module (full mode) reports a mean per invocation, no distribution;

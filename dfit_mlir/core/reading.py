@@ -137,11 +137,11 @@ def read_bytes(path: str | os.PathLike[str], *, limit: int = MAX_DOCUMENT_BYTES,
     with os.fdopen(fd, "rb") as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
-        raise InvalidInputError(f"{path}: larger than {_size(limit)}, the most dfit reads as a {what}")
+        raise InvalidInputError(f"{path}: larger than {size_text(limit)}, the most dfit reads as a {what}")
     return data
 
 
-def _size(count: int) -> str:
+def size_text(count: int) -> str:
     return f"{count >> 20} MiB" if count >= 1 << 20 else f"{count} bytes"
 
 
@@ -221,8 +221,8 @@ def inflate(data: bytes, source: str = "data") -> bytes:
     engine = zlib.decompressobj()
     out = engine.decompress(data, limit + 1)
     if len(out) > limit or engine.unconsumed_tail:
-        raise ValueError(f"{source} inflates past {_size(limit)} (at most {INFLATE_RATIO}x its "
-                         f"{len(data)} compressed bytes, and never past {_size(INFLATE_CEILING)})")
+        raise ValueError(f"{source} inflates past {size_text(limit)} (at most {INFLATE_RATIO}x its "
+                         f"{len(data)} compressed bytes, and never past {size_text(INFLATE_CEILING)})")
     if not engine.eof:
         raise ValueError(f"{source}: compressed data is truncated")
     return out
@@ -274,6 +274,10 @@ class SourceRoots:
 
     folders: tuple[Path, ...]
     base: Path | None = None
+    #: Location name → (the file's absolute path at compile time, its sha256): the files
+    #: the compile vouched for (:func:`source_digests`), shown wherever they live while
+    #: their content is still what the compile read.
+    vouched: tuple[tuple[str, str, str], ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.folders)
@@ -289,11 +293,12 @@ def source_roots(bundle: Path | None, manifest_file: Path | None, manifest: dict
     working directory) — never a system folder, a shared one or the home folder itself.
     A bare manifest's own folder is not a root: it is wherever the manifest was saved."""
     roots = [resolve(bundle)] if bundle is not None else []
+    vouched = _vouched(manifest.get("sources"))
     given = manifest.get("input")
     recorded: dict[str, Any] = given if isinstance(given, dict) else {}
     path, digest = recorded.get("path"), recorded.get("sha256")
     if not (isinstance(path, str) and isinstance(digest, str) and path and "\0" not in path):
-        return SourceRoots(tuple(roots))
+        return SourceRoots(tuple(roots), vouched=vouched)
     bases = [Path.cwd()] + ([manifest_file.parent] if manifest_file is not None else []) + \
         ([bundle.parent] if bundle is not None else [])
     found_base = None
@@ -303,7 +308,47 @@ def source_roots(bundle: Path | None, manifest_file: Path | None, manifest: dict
             roots.append(folder)
             found_base = None if base is None else resolve(base)
             break
-    return SourceRoots(tuple(dict.fromkeys(roots)), found_base)
+    return SourceRoots(tuple(dict.fromkeys(roots)), found_base, vouched)
+
+
+def _vouched(given: Any) -> tuple[tuple[str, str, str], ...]:
+    """The manifest's ``sources`` table, as far as it is well formed (anything else in it
+    vouches for nothing)."""
+    if not isinstance(given, dict):
+        return ()
+    return tuple((name, entry["path"], entry["sha256"]) for name, entry in given.items()
+                 if isinstance(name, str) and isinstance(entry, dict) and isinstance(entry.get("path"), str)
+                 and isinstance(entry.get("sha256"), str) and os.path.isabs(entry["path"]) and "\0" not in name
+                 and "\0" not in entry["path"])
+
+
+#: At most this many source files, and this many bytes of them, are hashed per compile.
+MAX_VOUCHED_FILES: Final = 2_000
+MAX_VOUCHED_BYTES: Final = 256 * 1_000_000
+
+
+def source_digests(names: Iterable[str], base: Path | None = None) -> dict[str, dict[str, str]]:
+    """What a compile vouches for (the manifest's ``sources``): for each file a location
+    names that is a regular file here (not under ``/proc``, ``/sys``, ``/dev``) of at most
+    :data:`MAX_SOURCE_BYTES`, its absolute path and sha256. ``dfit view`` shows such a file
+    wherever it lives (a model in ``site-packages/transformers``) while its content is
+    still what was compiled; a bundle made elsewhere cannot vouch for a file of the
+    viewer's machine without knowing its content."""
+    found: dict[str, dict[str, str]] = {}
+    spent = 0
+    for name in dict.fromkeys(names):
+        if len(found) >= MAX_VOUCHED_FILES or spent >= MAX_VOUCHED_BYTES or not name or "\0" in name:
+            continue
+        path = Path(name) if os.path.isabs(name) else (base or Path.cwd()) / name
+        if refusal(path) is not None:
+            continue
+        try:
+            data = read_bytes(path, limit=MAX_SOURCE_BYTES, what="source file")
+        except InvalidInputError:
+            continue
+        spent += len(data)
+        found[name] = {"path": str(resolve(path)), "sha256": hashlib.sha256(data).hexdigest()}
+    return found
 
 
 def _vouched_folder(folder: Path) -> bool:
@@ -324,12 +369,34 @@ def _digest(path: Path) -> str | None:
     return digest.hexdigest()
 
 
+def _vouched_source(name: str, vouched: tuple[tuple[str, str, str], ...]) -> Source | None:
+    """The file the compile vouched for under ``name``, if its content is still the one
+    the compile read (``None``: not vouched for, or changed since: the folder rule decides)."""
+    for recorded, path, digest in vouched:
+        if recorded != name or refusal(path) is not None:
+            continue
+        try:
+            data = read_bytes(path, limit=MAX_SOURCE_BYTES, what="source file")
+        except InvalidInputError:
+            return None
+        if hashlib.sha256(data).hexdigest() != digest or b"\0" in data:
+            return None
+        try:
+            return Source(name, Path(path), data.decode("utf-8"))
+        except UnicodeDecodeError:
+            return None
+    return None
+
+
 def source_file(name: str, given: SourceRoots | Iterable[Path]) -> Source:
     """The source file a location names, if the rule (module doc) lets it be shown: a
     relative name is looked up under each folder and under the compile's base; wherever
     it is found, it must resolve inside one of the folders."""
     roots = list(given)
     base = given.base if isinstance(given, SourceRoots) else None
+    vouched = _vouched_source(name, given.vouched) if isinstance(given, SourceRoots) else None
+    if vouched is not None:
+        return vouched
     if not roots:
         return Source(name, why="no folder of this bundle holds source files")
     if "\0" in name:

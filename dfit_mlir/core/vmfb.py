@@ -107,7 +107,9 @@ def elf_sections(blob: bytes) -> dict[str, str]:
     return sections
 
 
-_EXPORT_RE = re.compile(r"^\s*\[\s*\d+\]\s+(?P<name>[^\s(]+)\(")
+#: ``[  0] main(!vm.ref<?>) -> (!vm.ref<?>)``: the name is all before the argument list,
+#: which holds no parenthesis (a function may be named ``my fn`` or ``f(x)``).
+_EXPORT_RE = re.compile(r"^\s*\[\s*\d+\]\s(?P<name>.+?)\([^()]*\)\s*->\s*\([^()]*\)\s*$")
 _DECLARATION_RE = re.compile(r"^\s*iree\.abi\.declaration:\s*(?P<text>.*)$")
 _MODEL_RE = re.compile(r"^\s*iree\.abi\.model:\s*(?P<text>\S+)")
 _TENSOR_RE = re.compile(r"tensor<(?P<body>[^>]*)>")

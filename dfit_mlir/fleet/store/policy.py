@@ -88,12 +88,12 @@ def machine_memory() -> int:
         return 4 * 1000**3
 
 
-def parse_size(text: str) -> int:
+def parse_size(text: str, option: str = "--memory-limit") -> int:
     """``4GB``, ``512MiB``, ``2g`` → bytes (exit 2 naming the option otherwise)."""
     match = _SIZE.fullmatch(text)
     unit = match.group(2).upper() if match else ""
     if match is None or unit not in _UNITS:
-        raise InvalidInputError(f"--memory-limit {text!r} is not a size (e.g. 4GB, 512MB, 2GiB)")
+        raise InvalidInputError(f"{option} {text!r} is not a size (e.g. 4GB, 512MB, 2GiB)")
     return int(float(match.group(1)) * _UNITS[unit])
 
 

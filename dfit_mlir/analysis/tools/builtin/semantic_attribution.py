@@ -199,7 +199,7 @@ class SemanticAttribution(Tool):
             "event_time_ns": total_time, "leaf_sum_ns": totals.leaf_sum_ns,
             "attributed_time_ns": book.attributed_time_ns, "attributed_union_ns": totals.attributed_union_ns,
             "shares_of": ledger.SHARE_BASIS, "instances": book.instances,
-            "attributed_time_pct": totals.attributed_pct, "time_model": book.time_model.label,
+            "attributed_time_pct": totals.attributed_pct, "time_model": book.time_models_label(),
             "time_model_source": book.time_model.source,
             "top_sites": [row["site"] for row in site_rows[:5]],
         }
