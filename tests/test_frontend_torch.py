@@ -355,10 +355,9 @@ def test_failing_export_prints_one_dfit_line(tmp_path: Path) -> None:
 def test_model_explorer_keys_each_torch_op_by_its_id(bert: dict[str, Any]) -> None:
     """A PyTorch export's location names are nn.Module stacks, shared by every op of a
     module: keyed by them, ops would fold into module totals matching no graph node."""
+    from dfit_mlir.analysis import ledger
     from dfit_mlir.analysis.model import SemanticModel
     from dfit_mlir.views import model_explorer
-
-    from dfit_mlir.analysis import ledger
 
     model = SemanticModel.open(bert["bundle"])
     flops = model_explorer.node_data(model, "flops")["results"]

@@ -558,6 +558,14 @@ def _socket(work: Path) -> str:
 _SOCKETS: list[Any] = []
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _close_sockets() -> Any:
+    """The bound sockets of the socket cases, closed once the module's cases ran."""
+    yield
+    while _SOCKETS:
+        _SOCKETS.pop().close()
+
+
 # --- the harness --------------------------------------------------------------------------
 
 def _env(work: Path) -> dict[str, str]:
