@@ -169,13 +169,7 @@ def clock_fits(profile: Path) -> dict[int, ClockFit]:
         stderr = child.stderr.read() if child.stderr else ""
     if child.returncode != 0:
         raise ProfileError(f"iree-profile export could not decode {profile}: {stderr.strip()}")
-    fits = {}
-    for device, found in samples.items():
-        found.sort()
-        if len(found) >= 2 and found[-1][0] > found[0][0]:
-            fits[device] = ClockFit(device, found[0][0], found[0][1], found[-1][0], found[-1][1], len(found),
-                                    max(sample[2] for sample in found))
-    return fits
+    return _fits(samples)
 
 
 def _fit(clocks: dict[int, ClockFit] | None, device: int, what: str) -> ClockFit:
@@ -320,6 +314,8 @@ def _chunk_starts(tables: Any, profile: Path) -> tuple[int, ...]:
 
 
 def _fits(samples: dict[int, list[tuple[int, int, int]]]) -> dict[int, ClockFit]:
+    """Per device, the fit through its first and last clock-correlation samples
+    ``(device tick, host ns, host uncertainty)`` (two distinct ticks at least)."""
     fits = {}
     for device, found in samples.items():
         found.sort()

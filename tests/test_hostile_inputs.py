@@ -798,7 +798,9 @@ def test_hostile_names_render_as_text_in_chromium(iree_bundles: dict[str, Path],
 
     page = tmp_path / "view.html"
     page.write_text(html.render(manifest), encoding="utf-8")
-    driver = _chromium()
+    from tests.test_view import chromium
+
+    driver = chromium()
     try:
         driver.get(page.as_uri())
         assert driver.execute_script("return window.__dfit_pwned === undefined")
@@ -811,17 +813,3 @@ def test_hostile_names_render_as_text_in_chromium(iree_bundles: dict[str, Path],
         assert not errors, errors
     finally:
         driver.quit()
-
-
-def _chromium() -> Any:
-    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
-    from tests.test_view import CHROMEDRIVER, CHROMIUM
-
-    if not CHROMIUM.is_file() or not CHROMEDRIVER.is_file():
-        pytest.skip(f"{CHROMIUM} / {CHROMEDRIVER} absent (Debian packages chromium, chromium-driver)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"):
-        options.add_argument(argument)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=webdriver.ChromeService(executable_path=str(CHROMEDRIVER)), options=options)

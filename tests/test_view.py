@@ -155,6 +155,14 @@ def test_model_explorer_flag_serves_the_bundle(iree_bundles: dict[str, Path], mo
 
 @pytest.fixture(scope="module")
 def browser() -> Any:
+    driver = chromium()
+    yield driver
+    driver.quit()
+
+
+def chromium() -> Any:
+    """Debian's headless Chromium through Selenium, logging the page's console (skips,
+    saying why, where either is absent)."""
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed")
     if not CHROMIUM.is_file() or not CHROMEDRIVER.is_file():
         pytest.skip(f"{CHROMIUM} / {CHROMEDRIVER} absent (Debian packages chromium, chromium-driver)")
@@ -163,9 +171,7 @@ def browser() -> Any:
     for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--window-size=1400,1000"):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=str(CHROMEDRIVER)), options=options)
-    yield driver
-    driver.quit()
+    return webdriver.Chrome(service=webdriver.ChromeService(executable_path=str(CHROMEDRIVER)), options=options)
 
 
 def open_view(browser: Any, bundle: Path, tmp_path: Path, fragment: str = "") -> Path:
