@@ -19,6 +19,7 @@ import ctypes
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Protocol, Sequence
@@ -88,7 +89,17 @@ class _SessionDriver:
         return parse_file(self.context, path)
 
     def close(self) -> None:
-        self.session.close()
+        # Called from a `finally`: the exception on its way out, if any.
+        pending = sys.exc_info()[1]
+        try:
+            self.session.close()
+        except AttributeError:
+            # A signal that lands inside iree.compiler's Invocation.__init__ (SIGTERM or
+            # Ctrl-C while a phase starts) leaves a half-built invocation among the
+            # session's dependents, whose close() then fails on its missing handle: the
+            # interrupt on its way out (exit 130) is what the user must get, not this.
+            if pending is None:
+                raise
 
 
 #: Model formats people hand to a compiler, and how to bring each into MLIR first.
