@@ -473,7 +473,15 @@ class Ledger:
 
     def partition_time_by_instance(self, partition_id: str) -> list[int]:
         """The partition's summed ns in each run of the program that ran it."""
-        return [ns for (partition, _), ns in self._timing.partition_instance_ns.items() if partition == partition_id]
+        return self._instance_ns_by_partition.get(partition_id, [])
+
+    @cached_property
+    def _instance_ns_by_partition(self) -> dict[str, list[int]]:
+        # Grouped once: the view asks for every partition, and a long run has many runs.
+        found: defaultdict[str, list[int]] = defaultdict(list)
+        for (partition, _), ns in self._timing.partition_instance_ns.items():
+            found[partition].append(ns)
+        return dict(found)
 
     def op_figures(self) -> dict[str, dict[str, float]]:
         """Op ID → {flops, macs, bytes, transcendentals, time_ns} summed over its entries,
