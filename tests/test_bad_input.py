@@ -339,3 +339,48 @@ def test_xdsl_tagging_walks_any_depth() -> None:
         sys.setrecursionlimit(limit)
     assert len(tagged) == sum(1 for _ in xdsl_engine.walk_ops(module)) == 2 * 1000 + 3
     assert len({item.id for item in tagged}) == len(tagged)
+
+
+# A signal whose exception Python drops: handled while a finalizer runs (``__del__``), the
+# handler's exception is printed ("Exception ignored in …") and the command would run on.
+_DROPPED_SIGNAL_CHILD = """
+import os, signal, sys
+import dfit_mlir.exporters.bundle as bundle
+
+class SignalInFinalizer:
+    def __del__(self):
+        os.kill(os.getpid(), signal.{signame})  # handled here, inside __del__: its exception is dropped
+
+original = bundle.write_files
+def write_files(*args, **kwargs):
+    SignalInFinalizer()  # collected at once: the signal arrives inside its __del__
+    return original(*args, **kwargs)
+bundle.write_files = write_files
+
+from dfit_mlir.__main__ import main
+sys.argv = ["dfit", "reconstruct", "dump", "-o", "b"]
+main()
+"""
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_signal_whose_exception_a_finalizer_dropped_still_stops_the_command(signame: str,
+                                                                               tmp_path: Path) -> None:
+    """The signal arrives while Python runs a finalizer, which prints and drops the
+    handler's exception: dfit still exits 130 before its output is put in place, and
+    leaves nothing behind (the dropped exception used to let the run finish, exit 0)."""
+    import subprocess
+    import sys
+
+    work, scratch = tmp_path / "work", tmp_path / "scratch"
+    work.mkdir()
+    scratch.mkdir()
+    put_dump(work)
+    before = tree(work)
+    done = subprocess.run([sys.executable, "-c", _DROPPED_SIGNAL_CHILD.format(signame=signame)], cwd=work,
+                          env={**os.environ, "TMPDIR": str(scratch)}, capture_output=True, text=True, timeout=240)
+    shown = f"exit {done.returncode}\nstderr: {done.stderr[-2000:]}"
+    assert "Exception ignored" in done.stderr, shown  # the signal's exception was dropped, as planted
+    assert done.returncode == 130 and "interrupted" in done.stderr.splitlines()[-1], shown
+    assert tree(work) == before, shown
+    assert not list(scratch.iterdir()), shown

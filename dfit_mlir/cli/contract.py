@@ -35,8 +35,11 @@ def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         name = click.get_current_context().info_name or command.__name__
         previous = _route_sigterm()
+        atomic.forget_signals()
         try:
-            return command(*args, **kwargs)
+            result = command(*args, **kwargs)
+            atomic.check_not_interrupted()  # a signal whose exception a finalizer dropped
+            return result
         except DfitError as error:
             # One `dfit:` line says what failed; a toolchain's own diagnostics follow it.
             click.echo(_capped(f"dfit: {error}"), err=True)

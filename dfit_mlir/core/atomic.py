@@ -48,6 +48,7 @@ def atomic_path(target: str | os.PathLike[str], kind: str | None = None) -> Iter
             # Recorded first: the moment the file appears it is known as dfit's (another
             # dfit writing the same path concurrently must not take it for the user's).
             outputs.record_file(target, kind, content=tmp)
+        check_not_interrupted()
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
@@ -85,6 +86,7 @@ def atomic_directory(target: str | os.PathLike[str], kind: str = "output") -> It
         os.chmod(tmp, 0o777 & ~_umask())
         _require(target, kind, directory=True)  # again: something may have appeared meanwhile
         with _signals_held():  # the swap is not interrupted half-way
+            check_not_interrupted()
             old = _swap_in(tmp, target)
     finally:
         for leftover in (tmp, old):
@@ -112,6 +114,11 @@ def scratch_directory(prefix: str = "dfit-") -> Iterator[Path]:
 #: arrived meanwhile (raised when the outermost section ends).
 _held = 0
 _pending: int | None = None
+#: The first SIGINT/SIGTERM this process received. The handler's exception can be lost:
+#: a signal handled while Python runs a finalizer (``__del__``, a weakref callback) has
+#: its exception printed and dropped, and the command would run on to exit 0. Every
+#: output checks this before it is put in place (:func:`check_not_interrupted`).
+_received: int | None = None
 
 
 @contextlib.contextmanager
@@ -133,11 +140,26 @@ def _signals_held() -> Iterator[None]:
 def on_signal(signum: int, frame: object) -> None:
     """The CLI's SIGINT and SIGTERM handler: raise at once, or when the section that
     creates or swaps an output ends."""
-    global _pending
+    global _pending, _received
+    if _received is None:
+        _received = signum
     if _held:
         _pending = signum
         return
     _raise_for(signum)
+
+
+def check_not_interrupted() -> None:
+    """Raise the interrupt of a signal this process received whose exception was lost
+    (see :data:`_received`): an output is not put in place after SIGINT/SIGTERM."""
+    if _received is not None:
+        _raise_for(_received)
+
+
+def forget_signals() -> None:
+    """Start a command afresh (the CLI's tests run many commands in one process)."""
+    global _received, _pending
+    _received = _pending = None
 
 
 def _raise_for(signum: int) -> None:
