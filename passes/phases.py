@@ -177,7 +177,14 @@ def toolchain_failure(returncode: int) -> str:
 
 
 def trim_diagnostics(stderr: str, limit: int = 40) -> str:
-    """A tool's diagnostics, without the stack dump of a crash and at most ``limit`` lines."""
+    """A tool's diagnostics, without the stack dump of a crash, with call-site chains cut
+    to the model's frames (a JAX model lowered by ``dfit compile model.py`` carries every
+    frame down to dfit's CLI, click and the interpreter: ~2,000 characters per op) and at
+    most ``limit`` lines."""
+    from dfit_mlir.core.locations import cut_location_chains
+    from dfit_mlir.frontends import CodeRules
+
+    stderr = cut_location_chains(stderr, CodeRules.default().message_frames())
     lines = stderr.strip().splitlines()
     if "Stack dump:" in lines:
         lines = lines[:lines.index("Stack dump:")]
@@ -241,13 +248,17 @@ class InProcessDriver(_SessionDriver):
 
     def _invocation(self, module: ir.Operation, after: str | None, to: str):
         invocation = self.session.invocation()
-        invocation.enable_console_diagnostics()
+        diagnostics = _CollectedDiagnostics(self._dylib, invocation._inv_p)
         invocation.import_module(module)
         if after is not None:
             self._dylib.ireeCompilerInvocationSetCompileFromPhase(invocation._inv_p, after.encode())
         self._dylib.ireeCompilerInvocationSetCompileToPhase(invocation._inv_p, to.encode())
-        if not invocation.execute():
-            raise CompileError(f"iree-compile failed in phase '{to}' (diagnostics above)")
+        succeeded = invocation.execute()
+        said = "\n".join(diagnostics.messages)
+        if not succeeded:
+            raise CompileError(f"iree-compile failed in phase '{to}':\n{trim_diagnostics(said)}")
+        if said:  # warnings and remarks, as iree-compile would print them
+            print(trim_diagnostics(said, limit=200), file=sys.stderr)
         return invocation
 
     def run(self, module: ir.Operation, after: str | None, to: str) -> ir.Operation:
@@ -259,6 +270,51 @@ class InProcessDriver(_SessionDriver):
         invocation.output_vm_bytecode(output)
         output.keep()
         output.close()
+
+
+#: ``iree_compiler_diagnostic_severity_t`` of the compiler's C API.
+_SEVERITIES = {0: "note", 1: "warning", 2: "error", 3: "remark"}
+_DIAGNOSTIC_CALLBACK = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_void_p)
+
+
+class _CollectedDiagnostics:
+    """An invocation's diagnostics, collected through the C API's callback (a crash still
+    prints to the terminal, as with console diagnostics) and rendered as ``iree-compile``
+    prints them: ``<loc>: error: <message>`` then one ``<loc>: note: ...`` per note."""
+
+    def __init__(self, dylib: ctypes.CDLL, invocation_pointer: object):
+        self.messages: list[str] = []
+        self._callback = _DIAGNOSTIC_CALLBACK(self._collect)  # kept alive as long as the invocation
+        enable = dylib.ireeCompilerInvocationEnableCallbackDiagnostics
+        enable.argtypes = [ctypes.c_void_p, ctypes.c_int, _DIAGNOSTIC_CALLBACK, ctypes.c_void_p]
+        enable.restype = None
+        enable(invocation_pointer, 0, self._callback, None)
+
+    def _collect(self, severity: int, message: bytes, size: int, user_data: object) -> None:
+        text = ctypes.string_at(message, size).decode("utf-8", "replace")
+        # The callback's text: "<loc>: <message>", then "\n\n<loc>: <note>" per note.
+        first, *notes = text.split("\n\n")
+        rendered = [_with_severity(first, _SEVERITIES.get(severity, "error"))]
+        rendered += [_with_severity(note, "note") for note in notes]
+        self.messages.append("\n".join(rendered))
+
+
+def _with_severity(diagnostic: str, severity: str) -> str:
+    """``<loc>: <message>`` → ``<loc>: <severity>: <message>`` (the location is a printed
+    ``loc(...)`` or ``file:line:col``)."""
+    import re
+
+    from dfit_mlir.core.locations import closing_paren
+
+    if diagnostic.startswith("loc("):
+        end = closing_paren(diagnostic, 3)
+        split = end + 1 if end >= 0 and diagnostic[end + 1:end + 3] == ": " else -1
+    else:
+        match = re.match(r"\S.*?:\d+:\d+(?=: )", diagnostic)
+        split = match.end() if match else -1
+    if split < 0:
+        return f"{severity}: {diagnostic}"
+    return f"{diagnostic[:split]}: {severity}: {diagnostic[split + 2:]}"
 
 
 class SubprocessDriver(_SessionDriver):

@@ -143,13 +143,35 @@ def _tree() -> dict[str, module_paths.ModuleNode]:
 def test_module_tree_inclusive_and_self() -> None:
     tree = _tree()
     assert list(tree) == ["", "layer", "layer.0", "layer.0.fc", "layer.1", "layer.1.fc"]
-    assert tree[""].values == {"ops": 3, "flops": 200, "bytes": 0, "time_ns": 40.0}
+    assert tree[""].values == {"ops": 3, "flops": 200, "bytes": 0, "time_ns": 40.0, "executed_flops": None,
+                               "executed_macs": None, "executed_transcendentals": None}  # no run counted them
     assert tree[""].self_values["ops"] == 1 and tree["layer"].self_values["ops"] == 0
     assert tree["layer.0"].module_class == "Block" and tree[""].module_class == "Net"
     assert tree["layer"].module_class is None  # a ModuleList holds no op and names no class
     assert flamegraph.weight_of(tree) == "time_ns"
     boxes = {box.path: box for box in flamegraph.layout(tree, "time_ns")}
     assert boxes["layer.0"].width == pytest.approx(0.25) and boxes["layer.1"].x == pytest.approx(0.25)
+
+
+def test_module_tree_executed_figures() -> None:
+    """SYNTHETIC: executed FLOPs sum like the others where a run counted them (a module
+    whose ops did not run is 0, an ancestor holding no op of its own 0 too), and are
+    ``None`` on every node where no item knows them — never 0 that looks counted."""
+    def values(flops: int, executed: int | None) -> dict[str, float | None]:
+        return {"ops": 1, "flops": flops, "bytes": 0, "time_ns": 0, "executed_flops": executed,
+                "executed_macs": None if executed is None else executed // 2, "executed_transcendentals": executed}
+
+    run = module_paths.build_tree([("rnn.cell", None, "forward", values(100, 600), {}),
+                                   ("head", None, "forward", values(10, 0), {})])
+    assert [run[p].values["executed_flops"] for p in ("", "rnn", "rnn.cell", "head")] == [600, 600, 600, 0]
+    assert run["rnn"].self_values["executed_flops"] == 0 and run[""].values["flops"] == 110
+    assert run[""].values["executed_macs"] == 300
+    static = module_paths.build_tree([("rnn.cell", None, "forward", values(100, None), {})])
+    assert all(node.values[key] is None and node.self_values[key] is None for node in static.values()
+               for key in module_paths.EXECUTED_FIGURES)
+    svg_tip = flamegraph.work_text(run["rnn.cell"], lambda executed: None if executed is None else executed / 3)
+    assert svg_tip == "FLOPs per trip 100; executed FLOPs 600 over the run (200 per invocation)"
+    assert flamegraph.work_text(static["rnn.cell"]).endswith("executed FLOPs unknown (no run counted executions)")
 
 
 def test_pictures(tmp_path: Path) -> None:

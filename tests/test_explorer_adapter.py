@@ -109,6 +109,11 @@ def check_graph(graph: dict[str, Any], opened: Path, manifest_path: Path, timed:
         attrs = attrs_of(nodes[op_id])
         for name in NUMBERS:
             assert attrs.get(name) == (None if row[name] is None else str(row[name])), (op_id, name)
+        # Executed FLOPs: the ledger's, where it knows them (over the run: a run said how
+        # many invocations ran; per invocation: its events or the manifest's trip counts).
+        assert attrs.get("executed_flops") == (str(row["executed_flops"] or 0) if book.executed_known else None)
+        assert attrs.get(ledger.PER_INVOCATION) == (str(round(row[ledger.PER_INVOCATION] or 0, 3))
+                                                    if book.per_invocation_known else None), op_id
         assert set(attrs["dispatch"].split("; ")) == partitions[op_id]
         if timed:
             assert math.isclose(float(attrs["time_ns"]), row["time_ns"], abs_tol=0.051), op_id
@@ -132,7 +137,13 @@ def test_iree_run_bundle(iree_bundles: dict[str, Path]) -> None:
 
 def test_iree_compile_manifest(iree_bundles: dict[str, Path]) -> None:
     manifest = iree_bundles["manifest"]
-    check_graph(converted(manifest)["graphs"][0], manifest, manifest, timed=False)
+    graph = converted(manifest)["graphs"][0]
+    check_graph(graph, manifest, manifest, timed=False)
+    # No run: executed FLOPs per invocation from the manifest's trip counts (the convnet
+    # has no loop: = per trip), none over the whole run.
+    attrs = [attrs_of(n) for n in graph["nodes"] if "flops" in attrs_of(n)]
+    assert attrs and all("executed_flops" not in a for a in attrs)
+    assert all(float(a[ledger.PER_INVOCATION]) == int(a["flops"]) for a in attrs)
 
 
 def test_edgetpu_bundle(edgetpu_bundle: Path) -> None:
@@ -173,8 +184,14 @@ def test_node_data_keyed_by_node_id(iree_bundles: dict[str, Path]) -> None:
 
     bundle = iree_bundles["full"]
     documents = explorer_adapter.node_data(explorer_adapter.open_model(bundle))
-    rollup, _, _ = ledger_by_op(bundle)
-    assert {"time_ns", "macs", "flops", "bytes", "dispatch"} <= set(documents)
+    rollup, _, book = ledger_by_op(bundle)
+    assert {"time_ns", "macs", "flops", "bytes", "dispatch", "executed_flops", ledger.PER_INVOCATION} <= set(documents)
+    # The executed figure of the whole run beside its time, per trip and per invocation
+    # named as such, the source stated.
+    assert [documents[f]["name"] for f in ("flops", ledger.PER_INVOCATION, "executed_flops", "time_ns")] == [
+        "dfit flops (per trip)", "dfit executed flops (per invocation, from run events)",
+        "dfit executed flops (whole run, from run events)", "dfit time (ns, whole run)"]
+    assert list(documents)[-2:] == ["executed_flops", "time_ns"]
     for figure, document in documents.items():
         GraphNodeData(results={k: NodeDataResult(**v) for k, v in document["results"].items()},
                       name=document["name"], gradient=document.get("gradient", []))
@@ -186,6 +203,14 @@ def test_node_data_keyed_by_node_id(iree_bundles: dict[str, Path]) -> None:
                 assert result["value"] == (row["bytes_read"] or 0) + (row["bytes_written"] or 0)
             elif figure in ("macs", "flops"):
                 assert result["value"] == row[figure]
+            elif figure == "executed_flops":  # the convnet runs each op once an invocation
+                assert result["value"] == row["executed_flops"] == (row["flops"] or 0) * book.instances
+            elif figure == ledger.PER_INVOCATION:
+                assert result["value"] == book.per_invocation(row["executed_flops"]) == (row["flops"] or 0)
+    static = explorer_adapter.node_data(explorer_adapter.open_model(iree_bundles["manifest"]))
+    assert "executed_flops" not in static and "time_ns" not in static
+    assert static[ledger.PER_INVOCATION]["name"] == "dfit executed flops (per invocation, from manifest trips)"
+    assert static[ledger.PER_INVOCATION]["results"] == documents[ledger.PER_INVOCATION]["results"]
 
 
 def test_serve_refuses_a_host_other_machines_reach(iree_bundles: dict[str, Path]) -> None:

@@ -136,7 +136,8 @@ def loop_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 def test_loop_work_counts_per_trip(loop_run: dict[str, Any]) -> None:
     """The matmul in the scf.for runs 7 trips per invocation: 7 x 3 events, each doing
-    16x16x16 MACs; a manifest without a run says per trip (calls 0, static MACs once)."""
+    16x16x16 MACs; a manifest without a run says per trip (calls 0, static MACs once) and
+    its executed figures are unknown (None, not a 0 that looks counted)."""
     book = ledger.of(SemanticModel.open(loop_run["bundle"]))
     matmul = next(r for r in book.entries.to_pylist() if r["op_id"] == "main/scf.for#0/linalg.matmul#0")
     events = pq.read_table(loop_run["bundle"] / "events.parquet").to_pylist()
@@ -145,7 +146,78 @@ def test_loop_work_counts_per_trip(loop_run: dict[str, Any]) -> None:
     assert (matmul["macs"], matmul["executed_macs"]) == (16 ** 3, 16 ** 3 * 21)
     static = ledger.of(SemanticModel.open(loop_run["compiled"].manifest_path))
     row = next(r for r in static.entries.to_pylist() if r["op_id"] == matmul["op_id"])
-    assert (row["calls"], row["executed_macs"], row["macs"]) == (0, 0, 16 ** 3)
+    assert (row["calls"], row["executed_macs"], row["macs"]) == (0, None, 16 ** 3)
+    assert static.executed_unknown.startswith("nothing ran") and book.executed_unknown is None
+
+
+def test_an_input_bound_loop_has_no_manifest_trips(loop_run: dict[str, Any]) -> None:
+    """The scf.for runs ``%n`` trips, an input: the manifest has no static trip count for
+    the matmul's dispatch, so it gives no executed figure per invocation and names the
+    dynamic site; the run's events count it (7 trips an invocation)."""
+    static = ledger.of(SemanticModel.open(loop_run["compiled"].manifest_path))
+    assert static.executed_basis is None and static.flops_per_invocation is None
+    reason = static.per_invocation_unknown
+    assert "dynamic (a loop bound known only at run time)" in reason and "scf.for#0/linalg.matmul#0" in reason
+    assert all(figures[ledger.PER_INVOCATION] is None for figures in static.op_figures().values())
+    book = ledger.of(SemanticModel.open(loop_run["bundle"]))
+    assert book.executed_basis == ledger.RUN_EVENTS
+    assert book.per_invocation_of(book.op_figures()["main/scf.for#0/linalg.matmul#0"]) == 2 * 16 ** 3 * 7
+
+
+def test_a_static_loop_bound_gives_the_runs_figures_from_the_manifest(tmp_path: Path) -> None:
+    """The same loop with a constant bound (7): the manifest's trip count gives every
+    partition's executed FLOPs per invocation, equal to what the run's events count, and
+    whole-run figures once a run says how many invocations ran (``--mode lite``: no
+    dispatch event, 3 invocations)."""
+    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+    from dfit_mlir.runtime_hooks.run import run_bundle
+
+    text = (SHAPES / "loop.mlir").read_text()
+    dynamic = "%ni = tensor.extract %n[] : tensor<i32>\n    %nn = arith.index_cast %ni : i32 to index"
+    assert dynamic in text
+    source = tmp_path / "static_loop.mlir"
+    source.write_text(text.replace(dynamic, "%nn = arith.constant 7 : index"))
+    compiled = compile_instrumented(source, tmp_path / "loop.vmfb", mode="ids")
+    runs = {mode: run_bundle(compiled.vmfb, compiled.manifest_path, tmp_path / mode, mode=mode,
+                             inputs=("16x16xf32=0.01", "i32=7"), repeat=3).bundle for mode in ("full", "lite")}
+    static = ledger.of(SemanticModel.open(compiled.manifest_path))
+    counted, lite = (ledger.of(SemanticModel.open(runs[mode])) for mode in ("full", "lite"))
+    assert (static.executed_basis, counted.executed_basis, lite.executed_basis) == \
+        (ledger.MANIFEST_TRIPS, ledger.RUN_EVENTS, ledger.MANIFEST_TRIPS)
+    matmul = "main/scf.for#0/linalg.matmul#0"
+    assert static.per_invocation_of(static.op_figures()[matmul]) == 2 * 16 ** 3 * 7
+    for part in static.model.partitions:
+        figures = [book.partition_figures(part.id) for book in (static, counted, lite)]
+        assert len({book.per_invocation_of(f) for book, f in zip((static, counted, lite), figures, strict=True)}) == 1, part.id
+        assert figures[0]["executed_flops"] is None and figures[2]["executed_flops"] == figures[1]["executed_flops"]
+    assert static.flops_per_invocation == counted.flops_per_invocation == lite.flops_per_invocation
+    assert lite.executed_totals == counted.executed_totals and lite.invocations_run == 3
+
+
+def test_manifest_trips_leave_load_time_work_out_as_a_run_does(tmp_path: Path) -> None:
+    """An initializer's dispatch runs at load, in no recorded invocation: the run's events
+    do not count it, and the manifest's trip counts give it 0 executions too, so a
+    ``--mode lite`` run (3 invocations, no dispatch event) gets the full run's executed
+    figures exactly, and the manifest alone its per-invocation ones."""
+    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+    from dfit_mlir.runtime_hooks.run import run_bundle
+
+    compiled = compile_instrumented(SHAPES / "initializer.mlir", tmp_path / "init.vmfb", mode="full",
+                                    flags=("--iree-opt-const-eval=false",))
+    books = {mode: ledger.of(SemanticModel.open(run_bundle(
+        compiled.vmfb, compiled.manifest_path, tmp_path / mode, mode=mode, inputs=("8x64xf32=1",), repeat=3,
+        warmup=1).bundle)) for mode in ("full", "lite")}
+    static = ledger.of(SemanticModel.open(compiled.manifest_path))
+    sites = static.model.manifest["partitions"]["dispatch_sites"]
+    load = [part for part in static.model.partitions if sites[part.attributes["site"]]["phase"] == "load"]
+    assert load and all(static.partition_figures(part.id)["flops"] > 0 for part in load)
+    assert (books["full"].executed_basis, books["lite"].executed_basis) == (ledger.RUN_EVENTS, ledger.MANIFEST_TRIPS)
+    assert books["lite"].executed_totals == books["full"].executed_totals
+    assert books["full"].executed_totals["executed_flops"] == 3 * books["full"].flops_per_invocation \
+        == 3 * static.flops_per_invocation < 3 * static.total_flops
+    for part in load:
+        assert [book.per_invocation_of(book.partition_figures(part.id)) for book in (static, *books.values())] \
+            == [0, 0, 0]
 
 
 def test_real_local_task_run_counts_overlapping_queue_spans_once(loop_run: dict[str, Any]) -> None:

@@ -135,6 +135,56 @@ def test_iree_time_lands_on_the_tflite_graph(franco_iree_run: Path) -> None:
     check_structure(time, numeric=True)
 
 
+def test_executed_flops_per_invocation_beside_time(iree_bundles: dict[str, Path]) -> None:
+    """``executed_flops``: the ledger's executed FLOPs per invocation, beside time per
+    invocation, titled with where they come from; ``flops`` is titled per trip. The
+    convnet has no loop: executed per invocation = per trip on every node, from the run's
+    events (= executed over the run ÷ 3 invocations) and from the manifest's trip counts
+    alone."""
+    from dfit_mlir.analysis import ledger
+
+    model = SemanticModel.open(iree_bundles["full"])
+    book = ledger.of(model)
+    executed = model_explorer.node_data(model, "executed_flops", key="id")
+    assert executed["name"] == "dfit executed flops (per invocation, from run events)"
+    assert model_explorer.node_data(model, "flops")["name"] == "dfit flops (per trip)"
+    check_structure(executed, numeric=True)
+    figures = book.op_figures()
+    assert executed["results"] and {k: r["value"] for k, r in executed["results"].items()} == {
+        op_id: book.per_invocation(f["executed_flops"]) for op_id, f in figures.items() if f["executed_flops"]}
+    flops = model_explorer.node_data(model, "flops")["results"]
+    assert model_explorer.node_data(model, "executed_flops")["results"] == flops
+    static = model_explorer.node_data(SemanticModel.open(iree_bundles["manifest"]), "executed_flops")
+    assert static["name"] == "dfit executed flops (per invocation, from manifest trips)" and static["results"] == flops
+
+
+@pytest.fixture(scope="module")
+def loop_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """tests/inputs/shapes/loop.mlir (a matmul in an scf.for of ``%n`` trips, an input)
+    compiled and run with n = 7, 2 invocations."""
+    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+    from dfit_mlir.runtime_hooks.run import run_bundle
+
+    root = tmp_path_factory.mktemp("loop")
+    compiled = compile_instrumented(Path(__file__).parent / "inputs" / "shapes" / "loop.mlir", root / "loop.vmfb",
+                                    mode="ids")
+    bundle = run_bundle(compiled.vmfb, compiled.manifest_path, root / "run", mode="full",
+                        inputs=("16x16xf32=0.01", "i32=7"), repeat=2).bundle
+    return {"manifest": compiled.manifest_path, "bundle": bundle}
+
+
+def test_executed_flops_count_every_trip_of_a_loop(loop_run: dict[str, Path]) -> None:
+    """The loop's matmul: 2 x 16^3 FLOPs per trip, 7 trips an invocation counted by the
+    run; its manifest alone has no static trip count, so no node gets an executed value
+    (never the per-trip figure passed off as executed)."""
+    matmul = "main/scf.for#0/linalg.matmul#0"
+    ran = model_explorer.node_data(SemanticModel.open(loop_run["bundle"]), "executed_flops", key="id")["results"]
+    per_trip = model_explorer.node_data(SemanticModel.open(loop_run["bundle"]), "flops", key="id")["results"]
+    assert per_trip[matmul] == {"value": 2 * 16 ** 3} and ran[matmul] == {"value": 7 * 2 * 16 ** 3}
+    static = model_explorer.node_data(SemanticModel.open(loop_run["manifest"]), "executed_flops", key="id")
+    assert static["results"] == {} and static["name"] == "dfit executed flops (per invocation)"
+
+
 def test_partitions_as_text_with_one_colour_each(edgetpu_bundle: Path) -> None:
     document = model_explorer.node_data(SemanticModel.open(edgetpu_bundle), "partition")
     check_structure(document, numeric=False)

@@ -232,3 +232,33 @@ def _slices(trace: Path) -> list[tuple[int | None, int, int, dict[str, Any]]]:
             if "site" in begun:
                 found.append((int(begun["site"]), start, packet.timestamp, begun))
     return found
+
+
+def test_executed_figures_are_one_figure_everywhere(readers: dict[str, Any]) -> None:
+    """Executed work (per trip × the run's dispatch events): the sums over sites.csv, the
+    module tree's root (modules.csv, the view's icicle), the view's dispatch table and
+    header, analyze's summary and the ledger's totals are one figure; where nothing
+    counted executions (the Edge TPU's logs time whole programs) every one is empty."""
+    book, modules, sites, view = readers["book"], readers["modules"], readers["sites"], readers["view"]
+    totals, summary = book.executed_totals, readers["summary"]
+    strings = view["strings"]
+    root_row = next(row for row, code in enumerate(view["modules"]["path"]) if strings[code] == "")
+    if book.executed_unknown is not None:
+        assert totals == dict.fromkeys(ledger.EXECUTED_FIGURES) and summary["executed_unknown"] == book.executed_unknown
+        assert all(row[column] == "" for row in (*sites.values(), *modules.values())
+                   for column in ledger.EXECUTED_FIGURES)
+        assert view["executed"]["flops"] is None and view["executed"]["unknown"] == book.executed_unknown
+        assert set(view["dispatches"]["executed_flops"]) == {None}
+        assert view["modules"]["figures"][""]["executed_flops"][root_row] == 0  # widths: the page says why
+        return
+    for column in ledger.EXECUTED_FIGURES:
+        assert sum(int(row[column]) for row in sites.values()) == int(modules[""][column]) == totals[column] \
+            == summary[column], column
+    assert totals["executed_flops"] >= book.total_flops > 0
+    assert sum(view["dispatches"]["executed_flops"]) == view["executed"]["flops"] == totals["executed_flops"]
+    assert view["modules"]["figures"][""]["executed_flops"][root_row] == totals["executed_flops"]
+    per_invocation = book.per_invocation(totals["executed_flops"])
+    assert float(modules[""]["executed_flops_per_invocation"]) == summary["executed_flops_per_invocation"] \
+        == view["executed"]["flops_per_invocation"] == per_invocation
+    for path, row in modules.items():
+        assert float(row["executed_flops_per_invocation"]) == book.per_invocation(int(row["executed_flops"])), path

@@ -419,7 +419,8 @@ def test_roofline_of_a_reconstruction_uses_the_vendor_peaks(cerebras_bundle: Pat
     peak = 2 * profile["peak_macs_per_s"][profile["default_dtype"]]["value"]
     assert data["roof"] == {"name": profile["name"], "basis": "vendor-published peaks",
                             "dtype": profile["default_dtype"], "peak": peak,
-                            "bandwidth": profile["memory_bandwidth_bytes_per_s"]["value"], "caches": []}
+                            "bandwidth": profile["memory_bandwidth_bytes_per_s"]["value"], "caches": [],
+                            "peaks": {dtype: 2 * figure["value"] for dtype, figure in profile["peak_macs_per_s"].items()}}
     R = data["roofline"]
     placed = [d for d, v in enumerate(R["intensity"]) if v]
     assert placed and all(R["roof"][d] <= peak for d in placed)
@@ -627,3 +628,53 @@ def test_stages_panel_without_recorded_ir_says_so(browser: Any, iree_bundles: di
         assert not browser.find_elements(By.CSS_SELECTOR, "#stages details.ir")
         no_console_errors(browser)
     browser.save_screenshot(str(tmp_path / "edgetpu-no-ir.png"))
+
+
+# --- executed figures (issue 28: per trip and executed, apart) -------------------------------
+
+def test_executed_flops_are_the_ledgers_and_unknown_without_a_run(iree_bundles: dict[str, Path]) -> None:
+    """The dispatch table's executed FLOPs are the ledger's (per trip × calls, over the run
+    and per invocation), the icicle's ``executed_flops`` width is its module tree's, the
+    header's total its per-invocation figure; a manifest has none (``None``, and why)."""
+    model = SemanticModel.open(iree_bundles["full"])
+    data, book = html.view_data(model), ledger.of(model)
+    table = data["dispatches"]
+    for index, part in enumerate(model.partitions):
+        executed = book.partition_figures(part.id)["executed_flops"]
+        assert table["executed_flops"][index] == executed == table["flops"][index] * table["calls"][index]
+        assert table["executed_flops_per_invocation"][index] == book.per_invocation(executed)
+    assert data["executed"] == {"flops": book.executed_totals["executed_flops"],
+                                "flops_per_invocation": book.per_invocation(book.executed_totals["executed_flops"]),
+                                "instances": book.instances, "unknown": None}
+    static = html.view_data(SemanticModel.open(iree_bundles["manifest"]))
+    assert set(static["dispatches"]["executed_flops"]) == {None} and static["executed"]["flops"] is None
+    assert static["executed"]["unknown"].startswith("nothing ran")
+    assert all(not any(figures["executed_flops"]) for figures in static["modules"]["figures"].values())
+
+
+def test_browser_shows_executed_flops_apart_from_per_trip(browser: Any, iree_bundles: dict[str, Path],
+                                                          tmp_path: Path) -> None:
+    """The dispatch table's "executed FLOPs" column (the run's, per invocation in
+    brackets) beside "FLOPs / trip"; the header's per-invocation total; a manifest shows
+    "-" there and says the figure is unknown and why."""
+    from selenium.webdriver.common.by import By
+
+    model = SemanticModel.open(iree_bundles["full"])
+    book = ledger.of(model)
+    open_view(browser, iree_bundles["full"], tmp_path)
+    heads = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#dispatch-body th")]
+    assert heads[5].startswith("FLOPs / trip") and heads[11].startswith("executed FLOPs")
+    cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "tr.dispatch td.executed")]
+    assert len(cells) == len(model.partitions) and all(text != "-" for text in cells)
+    assert all(text.endswith(")") for text, part in zip(cells, model.partitions, strict=True)
+               if book.partition_figures(part.id)["executed_flops"])
+    work = browser.find_element(By.ID, "work")
+    assert "executed per invocation" in work.text and f"in {book.instances} invocation" in work.get_attribute("title")
+    no_console_errors(browser)
+    open_view(browser, iree_bundles["manifest"], tmp_path)
+    assert {td.text for td in browser.find_elements(By.CSS_SELECTOR, "tr.dispatch td.executed")} == {"-"}
+    work = browser.find_element(By.ID, "work")
+    assert "executed unknown" in work.text and work.get_attribute("title").startswith("executed FLOPs unknown: nothing ran")
+    browser.find_element(By.CSS_SELECTOR, "#weight option[value='executed_flops']").click()
+    assert "executed FLOPs unknown" in browser.find_element(By.ID, "icicle").text
+    no_console_errors(browser)

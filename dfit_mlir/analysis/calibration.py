@@ -5,7 +5,10 @@ profile is measured instead, with as many threads as the run used (IREE's
 ``local-sync`` driver runs every dispatch on the calling thread; ``local-task`` spreads
 workgroups over one worker per core): a float32 matmul (numpy's BLAS, its thread pool
 sized by the ``*_NUM_THREADS`` variables of a child process, since a BLAS reads them once
-at load) for compute, and copies split over that many threads for bandwidth — one of a
+at load) for compute — and, for int8 regions, an ``i8 x i8 -> i32`` matmul compiled by
+IREE for this CPU (numpy and PyTorch have no fast int8 matmul on a CPU; IREE's own code is
+what runs an int8 dispatch), run on as many IREE workers — and copies split over that
+many threads for bandwidth — one of a
 large array (twice the last-level cache: memory) and one of arrays that fit in the
 last-level cache (cache bandwidth: the roof for a region whose data can stay resident).
 Each figure is the best of a few repeats (the best run is the one the rest of the
@@ -14,7 +17,7 @@ count, so every later analysis on this host reuses the same figures::
 
     ${DFIT_CACHE_DIR:-${XDG_CACHE_HOME:-~/.cache}/dfit-mlir}/calibration-<hostname>-<N>threads.json
 
-A whole calibration takes a second or two.
+A whole calibration takes a few seconds (the int8 matmul is compiled once per measurement).
 """
 
 from __future__ import annotations
@@ -38,8 +41,9 @@ from dfit_mlir.core.errors import InvalidInputError
 from dfit_mlir.core.paths import CACHE_DIR_ENV
 
 SCHEMA = "dfit.calibration"
-#: Version 2 records the thread count; an older default cache is measured again.
-VERSION = 2
+#: Version 2 records the thread count, version 3 the int8 peak; an older default cache is
+#: measured again.
+VERSION = 3
 #: Environment variable naming the cache folder (tests point it at a temporary one).
 #: The matmul's side for one thread; with N threads it grows by N^(1/3) (rounded up to a
 #: multiple of 128) so every thread still has a 512^3 share of work.
@@ -86,6 +90,15 @@ class Calibration:
     bandwidth_method: str
     cache_method: str
     measured_at: str
+    #: MAC/s of an IREE-compiled ``i8 x i8 -> i32`` matmul (int8 regions' roof); ``None``
+    #: where it could not be measured (``i8_compute_method`` says why): int8 regions then
+    #: take the f32 peak, as a profile without an i8 figure gives them.
+    peak_i8_macs_per_s: float | None = None
+    i8_compute_method: str = ""
+
+
+#: Figures a calibration file may leave out.
+OPTIONAL_FIELDS = ("peak_i8_macs_per_s", "i8_compute_method")
 
 
 def available_cores() -> int:
@@ -164,6 +177,8 @@ def measure(threads: int = 1) -> Calibration:
 
     peak, compute_method = best(many.peak_macs_per_s, one.peak_macs_per_s, many.compute_method,
                                 one.compute_method, threads)
+    peak_i8, i8_method = best(many.peak_i8_macs_per_s or 0.0, one.peak_i8_macs_per_s or 0.0,
+                              many.i8_compute_method, one.i8_compute_method, threads)
     memory, bandwidth_method = best(many.memory_bandwidth_bytes_per_s, one.memory_bandwidth_bytes_per_s,
                                     many.bandwidth_method, one.bandwidth_method, 1)
     roofs = []
@@ -173,7 +188,8 @@ def measure(threads: int = 1) -> Calibration:
                               roof.method, single.method if single else "", threads)
         roofs.append(replace(roof, bandwidth_bytes_per_s=figure, method=method))
     return replace(many, peak_macs_per_s=peak, compute_method=compute_method, memory_bandwidth_bytes_per_s=memory,
-                   bandwidth_method=bandwidth_method, cache_roofs=tuple(roofs))
+                   bandwidth_method=bandwidth_method, cache_roofs=tuple(roofs),
+                   peak_i8_macs_per_s=peak_i8 or None, i8_compute_method=i8_method)
 
 
 def _measure_in_child(threads: int) -> Calibration:
@@ -199,6 +215,7 @@ def _measure_here(threads: int) -> Calibration:
     a = rng.standard_normal((side, side), dtype=np.float32)
     b = rng.standard_normal((side, side), dtype=np.float32)
     matmul_s, matmul_runs = _best_of(lambda: a @ b)
+    peak_i8, i8_method = _int8_matmul_rate(np, side, threads)
     levels, cache_method = _cache_levels()
     cache_bytes = max((size for _, size, _ in levels), default=None)
     where = f"{threads} thread(s), measured on {_host()}"
@@ -228,7 +245,52 @@ def _measure_here(threads: int) -> Calibration:
                          f"{threads} thread(s), best of {copy_runs}, {where}",
         cache_method=cache_method,
         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        peak_i8_macs_per_s=peak_i8,
+        i8_compute_method=f"{i8_method}, {where}",
     )
+
+
+#: The int8 matmul IREE compiles for the host: what an int8 dispatch (``..._i8xi8xi32``)
+#: computes, accumulating in i32.
+_INT8_MATMUL = """
+func.func @matmul(%a: tensor<{n}x{n}xi8>, %b: tensor<{n}x{n}xi8>) -> tensor<{n}x{n}xi32> {{
+  %zero = arith.constant 0 : i32
+  %empty = tensor.empty() : tensor<{n}x{n}xi32>
+  %init = linalg.fill ins(%zero : i32) outs(%empty : tensor<{n}x{n}xi32>) -> tensor<{n}x{n}xi32>
+  %product = linalg.matmul ins(%a, %b : tensor<{n}x{n}xi8>, tensor<{n}x{n}xi8>)
+                           outs(%init : tensor<{n}x{n}xi32>) -> tensor<{n}x{n}xi32>
+  return %product : tensor<{n}x{n}xi32>
+}}
+"""
+
+
+def _int8_matmul_rate(np: Any, side: int, threads: int) -> tuple[float | None, str]:
+    """MAC/s of an ``i8 x i8 -> i32`` matmul of ``side`` cubed, compiled by IREE for this
+    CPU and run on ``threads`` workers (``local-sync``: the calling thread), best of
+    repeats; ``(None, why)`` when it cannot be compiled or run here."""
+    try:
+        import iree.compiler
+        import iree.runtime
+
+        vmfb = iree.compiler.compile_str(_INT8_MATMUL.format(n=side), target_backends=["llvm-cpu"],
+                                         extra_args=["--iree-llvmcpu-target-cpu=host"])
+        if threads > 1:  # before the device exists: the task system reads it once
+            iree.runtime.flags.parse_flags(f"--task_topology_max_group_count={threads}")
+        config = iree.runtime.Config("local-sync" if threads == 1 else "local-task")
+        context = iree.runtime.SystemContext(config=config)
+        context.add_vm_module(iree.runtime.VmModule.copy_buffer(context.instance, vmfb))
+        matmul = context.modules.module.matmul
+        rng = np.random.default_rng(0)
+        a, b = (iree.runtime.asdevicearray(config.device, rng.integers(-128, 128, (side, side), dtype=np.int8))
+                for _ in range(2))
+        seconds, runs = _best_of(lambda: matmul(a, b))
+    except Exception as error:  # an int8 roof is optional: say why there is none
+        return None, f"no int8 peak: IREE's i8 matmul failed here ({type(error).__name__}: {str(error)[:200]})"
+    driver = "local-sync" if threads == 1 else f"local-task, {threads} workers"
+    from iree.compiler.version import VERSION as iree_version
+
+    return side ** 3 / seconds, (f"IREE {iree_version} i8 x i8 -> i32 matmul {side}x{side}x{side} compiled for the "
+                                 f"host CPU ({driver}), best of {runs}")
 
 
 def _parallel_copy(np: Any, total_bytes: int, threads: int) -> tuple[float, int, int, int]:
@@ -304,7 +366,11 @@ def _read(path: Path) -> Calibration | None:
         figures = (data["peak_macs_per_s"], data["memory_bandwidth_bytes_per_s"], data["threads"])
         if not all(isinstance(figure, int | float) and figure > 0 for figure in figures):
             return None
-        fields = {key: data[key] for key in Calibration.__dataclass_fields__}
+        # The int8 figures may be absent (a file written by hand): int8 regions then take f32's.
+        fields = {key: data[key] for key in Calibration.__dataclass_fields__ if key not in OPTIONAL_FIELDS}
+        fields.update({key: data[key] for key in OPTIONAL_FIELDS if data.get(key) is not None})
+        if not isinstance(fields.get("peak_i8_macs_per_s", 1.0), int | float):
+            return None
         fields["cache_roofs"] = tuple(CacheRoof(**roof) for roof in fields["cache_roofs"])
         return Calibration(**fields)
     except (OSError, ValueError, KeyError, TypeError, AttributeError):

@@ -51,10 +51,40 @@ op as FLOPs are (in proportion to what each dispatch's own lowered ops evaluate,
 the model's total. The roofline does not weigh them (a transcendental is not a
 FLOP's vector slot: what one costs is the target's); the measured time models do.
 
-**Executed work.** ``calls`` is the number of the run's dispatch events at the partition
-(a dispatch inside a loop runs once per trip, so ``lax.scan`` bodies and ``scf.while``
-loops count per trip); ``executed_macs``/``executed_flops`` = static figure × calls. A
-manifest without a run has ``calls`` 0 and its static figures are **per trip**.
+**Executed work.** Static figures (``macs``, ``flops``, ``transcendentals``) are **per
+trip**: each op once per invocation of its call site, as the program text says, however
+many times a loop runs it. ``calls`` is the number of the run's dispatch events at the
+partition (a dispatch inside a loop runs once per trip, so ``lax.scan`` bodies and
+``scf.while`` loops count per trip); ``executed_macs`` / ``executed_flops`` /
+``executed_transcendentals`` = static figure × calls: the work the run did, over the whole
+run (every recorded invocation, warm-ups excluded). That is what a measured time did, so
+every rate derived from time (FLOP/s, % of a roof, efficiency) divides executed figures,
+never static ones. :meth:`Ledger.per_invocation` divides an executed figure by
+:attr:`Ledger.instances` (the run's invocations): the figure to compare with a count of
+one call of the program with its loops unrolled (XLA's ``cost_analysis()`` of the
+unrolled step). Executed figures are **unknown** (``None``: empty in a table, never a 0
+that looks counted) when nothing counted the executions (:attr:`Ledger.executed_unknown`
+says why): a manifest without a run (``calls`` 0; its figures are per trip), a run that
+recorded no dispatch events (``--mode none/ids/lite``), or one that kept only some of
+them (``--ids``, ``--sample``, events dropped past ``--max-events``: counts would be
+short). An op whose static figure is unknown has an unknown executed one on its entry and
+adds 0 to sums.
+
+**Executed work from the manifest's trip counts** (:attr:`Ledger.executed_basis`: where
+the figures come from, ``run events`` or ``manifest trips``). Where the run did not count
+the executions — or nothing ran — but every partition is a dispatch site whose ``trips``
+the manifest knows statically (``passes/loop_trips.py``: the product of its enclosing
+loops' static trip counts, per call of the model; they equal the run's counts on a
+``lax.scan``), each partition runs ``trips`` times an invocation (a load-time site, an
+initializer, none: it is no invocation's work, and a run records none of it either) and
+``executed_flops_per_invocation`` = static FLOPs × trips. The whole run's executed figures
+then need the number of invocations, which only a run says (its events' invocations, else
+its summary's ``invocations``): static × trips × invocations, and unknown for a manifest
+alone. A site whose trip count is dynamic (a ``while`` whose bound
+is a runtime value) or a partition that is no dispatch site (a reconstruction's group)
+leaves the figures unknown, and :attr:`Ledger.per_invocation_unknown` names it. Every
+entry carries ``executed_flops_per_invocation`` (from run events: static × calls ÷ the
+run's invocations), so rollups sum it like the others.
 
 **Time model** (``time_model`` column, :class:`TimeModel`). A partition's measured time
 is the summed duration of its dispatch events. Within a partition each op's share is its
@@ -121,7 +151,7 @@ from typing import Any
 from dfit_mlir.analysis import op_timing
 from dfit_mlir.analysis.model import Partition, SemanticModel
 from dfit_mlir.core import costs
-from dfit_mlir.core.module_paths import ModuleNode, build_tree
+from dfit_mlir.core.module_paths import EXECUTED_FIGURES, ModuleNode, build_tree
 
 #: Event kinds that time execution; ``compile`` and ``metric`` events do not.
 EXECUTION_KINDS = frozenset({"dispatch", "queue", "memory", "tensor", "function", "program"})
@@ -132,12 +162,18 @@ DEFAULT_CPU_RIDGE = 4.0
 #: Ops that only reshape a value: a value they pass on comes from their input's producer.
 PASS_THROUGH = frozenset({"view", "reshape", "_unsafe_view", "unsqueeze", "squeeze", "flatten", "expand_shape",
                           "collapse_shape", "bitcast", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+#: An op's executed FLOPs in one invocation of the program (module doc: executed work).
+PER_INVOCATION = "executed_flops_per_invocation"
 ENTRY_COLUMNS = ("partition", "site", "op_id", "op", "role", "module_path", "phase", "macs", "flops",
                  "bytes_read", "bytes_written", "weight", "share", "calls", "time_ns", "executed_macs",
-                 "executed_flops", "time_model")
+                 "executed_flops", PER_INVOCATION, "time_model")
 #: Columns a rollup sums (``calls`` is a partition's, repeated on its entries: not summed).
 SUM_COLUMNS = ("macs", "flops", "bytes_read", "bytes_written", "time_ns", "executed_macs", "executed_flops",
-               "transcendentals", "executed_transcendentals")
+               PER_INVOCATION, "transcendentals", "executed_transcendentals")
+#: :attr:`Ledger.executed_basis`: the run's dispatch events counted the executions, or
+#: the manifest's static trip counts stand in for them.
+RUN_EVENTS = "run events"
+MANIFEST_TRIPS = "manifest trips"
 #: Entry columns after :data:`ENTRY_COLUMNS`: an op's placed transcendentals (not FLOPs),
 #: and those times its partition's calls.
 TRANSCENDENTAL_COLUMNS = ("transcendentals", "executed_transcendentals")
@@ -238,6 +274,133 @@ class Ledger:
         self._timing = _timing(model, batches)
         self._rows: dict[str, list[dict[str, Any]]] = {}
 
+    @cached_property
+    def events_uncounted(self) -> str | None:
+        """Why the run's events did not count every execution of every partition, as a
+        reader prints it; ``None`` when they did."""
+        timing = self._timing
+        if not timing.partition_calls and not timing.root_calls:
+            if self.model.events_path is None and not timing.totals.kinds:
+                return "nothing ran (a manifest alone: no run counted the executions)"
+            mode = self.model.summary.get("mode")
+            if mode:
+                return (f"the run recorded no dispatch events at partitions (dfit run --mode {mode}): nothing "
+                        "counted the trips")
+            return "the bundle's events time no partition: nothing counted the trips"
+        policy = self.model.summary.get("policy") or {}
+        counts = self.model.summary.get("counts") or {}
+        if (policy.get("sample_every") or 1) > 1 or counts.get("sampled_out"):
+            return (f"the run kept 1 dispatch event in {policy.get('sample_every')} (dfit run --sample): "
+                    "counts of executions would be short")
+        if policy.get("ids") or counts.get("filtered"):
+            return "the run kept only the dispatches of ops matching dfit run --ids: the others were not counted"
+        if counts.get("dropped") or self.model.summary.get("dropped_events"):
+            dropped = counts.get("dropped") or self.model.summary.get("dropped_events")
+            return f"the run dropped {dropped} events past dfit run --max-events: counts of executions would be short"
+        return None
+
+    @cached_property
+    def _manifest_trips(self) -> tuple[dict[str, tuple[int, bool]] | None, str | None]:
+        """(partition ID → (its site's static ``trips`` per invocation, whether it runs
+        at load time), None), or (None, why they are not all known) (module doc)."""
+        model = self.model
+        if not model.partitions:
+            return None, "the manifest has no partitions"
+        groups = [part.id for part in model.partitions if part.kind != "dispatch"]
+        if groups:
+            return None, (f"{len(groups)} partition(s) are a reconstruction's groups ({groups[0]}, …), which carry "
+                          "no trip count")
+        found: dict[str, tuple[int, bool]] = {}
+        dynamic: list[str] = []
+        for part in model.partitions:
+            site = self._site(part)
+            if "trips" not in site:
+                return None, "the manifest records no trip counts (compiled before dfit counted loop trips)"
+            if site["trips"] is None:
+                dynamic.append(f"{part.id} (root {part.root_id})")
+            else:
+                found[part.id] = (int(site["trips"]), site.get("phase") == "load")
+        if dynamic:
+            return None, (f"the trip count of {len(dynamic)} dispatch site(s) is dynamic (a loop bound known only "
+                          f"at run time): {', '.join(dynamic[:3])}{', …' if len(dynamic) > 3 else ''}")
+        return found, None
+
+    @cached_property
+    def executed_basis(self) -> str | None:
+        """Where the executed figures come from: :data:`RUN_EVENTS` (the run counted every
+        execution), :data:`MANIFEST_TRIPS` (the manifest's static trip counts), or None
+        (unknown: :attr:`per_invocation_unknown` says why)."""
+        if self.events_uncounted is None:
+            return RUN_EVENTS
+        return MANIFEST_TRIPS if self._manifest_trips[0] is not None else None
+
+    @cached_property
+    def invocations_run(self) -> int | None:
+        """How many invocations the run says ran (the events' :attr:`instances`, else its
+        summary's ``invocations``); None for a manifest without a run."""
+        return self.instances or self.model.summary.get("invocations") or None
+
+    @cached_property
+    def per_invocation_unknown(self) -> str | None:
+        """Why executed figures per invocation are unknown; ``None`` where they are known
+        (:attr:`executed_basis` is not None)."""
+        if self.executed_basis is not None:
+            return None
+        return f"{self.events_uncounted}; and {self._manifest_trips[1]}"
+
+    @cached_property
+    def executed_unknown(self) -> str | None:
+        """Why the whole run's executed figures are unknown, as a reader prints it;
+        ``None`` when the run counted every execution, or the manifest's trip counts and
+        the run's number of invocations give them (module doc: executed work)."""
+        if self.executed_basis is None:
+            return self.per_invocation_unknown
+        if self.executed_basis == MANIFEST_TRIPS and self.invocations_run is None:
+            return (f"{self.events_uncounted}; whole-run figures need a run's count of invocations "
+                    "(per invocation: the manifest's trip counts)")
+        return None
+
+    @cached_property
+    def _executions(self) -> dict[str, tuple[int | None, float | None]]:
+        """Partition ID → (executions over the whole run, executions per invocation),
+        each None where unknown (module doc: executed work)."""
+        basis, timing = self.executed_basis, self._timing
+        if basis == RUN_EVENTS:
+            runs = self.instances
+            return {part.id: (calls := timing.partition_calls.get(part.id, 0), calls / runs if runs else None)
+                    for part in self.model.partitions}
+        if basis == MANIFEST_TRIPS:
+            ran = self.invocations_run
+            # A load-time site (an initializer) runs at load, in no invocation: a run's
+            # recorded invocations do not hold it, and its events do not count it either.
+            return {part_id: (None if ran is None else 0 if load else trips * ran, 0 if load else trips)
+                    for part_id, (trips, load) in (self._manifest_trips[0] or {}).items()}
+        return {}
+
+    def _site(self, part: Partition) -> dict[str, Any]:
+        """The manifest's dispatch site of a ``dispatch`` partition ({} for others)."""
+        sites = self.model.manifest.get("partitions", {}).get("dispatch_sites", [])
+        index = part.attributes.get("site") if part.kind == "dispatch" else None
+        return sites[index] if isinstance(index, int) and 0 <= index < len(sites) else {}
+
+    @property
+    def executed_known(self) -> bool:
+        """Whether the whole run's executed figures are known (:attr:`executed_unknown` is None)."""
+        return self.executed_unknown is None
+
+    @property
+    def per_invocation_known(self) -> bool:
+        """Whether executed figures per invocation are known (:attr:`executed_basis`)."""
+        return self.executed_basis is not None
+
+    def per_invocation(self, executed: float | None) -> float | None:
+        """An executed figure per run of the program (÷ :attr:`instances`, to 3
+        decimals): comparable with a count of one call with its loops unrolled. None where
+        the figure is unknown or nothing ran."""
+        if executed is None or not self.instances:
+            return None
+        return round(executed / self.instances, 3)
+
     @property
     def totals(self) -> Totals:
         return self._timing.totals
@@ -253,7 +416,9 @@ class Ledger:
 
         rows = [row for part in self.model.partitions for row in self._rows_of(part)]
         rows += self._root_rows()
-        table = pa.table({column: [row[column] for row in rows] for column in ENTRY_COLUMNS})
+        types = {PER_INVOCATION: pa.float64(), "executed_macs": pa.int64(), "executed_flops": pa.int64()}
+        table = pa.table({column: pa.array([row[column] for row in rows], types.get(column))
+                          for column in ENTRY_COLUMNS})
         return self._with_transcendentals(table, rows)
 
     def _with_transcendentals(self, table: Any, rows: list[dict[str, Any]]) -> Any:
@@ -264,10 +429,12 @@ class Ledger:
         placed = self._placed_transcendentals
         counts: list[int | None] = []
         executed: list[int | None] = []
+        executions = self._executions
         for row in rows:
             count = None if row["time_model"] == "root" else placed.get(row["partition"], {}).get(row["op_id"])
             counts.append(count)
-            executed.append(None if count is None else count * (row["calls"] or 0))
+            whole = executions.get(row["partition"], (None, None))[0]
+            executed.append(None if count is None or whole is None else count * whole)
         return table.append_column("transcendentals", pa.array(counts, pa.int64())) \
             .append_column("executed_transcendentals", pa.array(executed, pa.int64()))
 
@@ -342,12 +509,18 @@ class Ledger:
         time_ns, calls = timing.partition_ns.get(part.id, 0), timing.partition_calls.get(part.id, 0)
         whole = whole_split(time_ns, shares)
         site = part.attributes.get("site") if part.kind == "dispatch" else None
+        whole_run, per_invocation = self._executions.get(part.id, (None, None))
+
+        def executed(static: int | None, executions: float | None) -> Any:
+            return None if static is None or executions is None else static * executions
+
         return [{"partition": part.id, "site": site, "op_id": op_id, "op": model.operators[op_id].op,
                  "role": "root" if op_id == part.root_id else "fused", "module_path": model.module_path(op_id),
                  "phase": model.operators[op_id].phase, "macs": macs.get(op_id), "flops": flops.get(op_id),
                  "bytes_read": moved[op_id][0], "bytes_written": moved[op_id][1], "weight": weight, "share": share,
-                 "calls": calls, "time_ns": ns, "executed_macs": (macs.get(op_id) or 0) * calls,
-                 "executed_flops": (flops.get(op_id) or 0) * calls, "time_model": label}
+                 "calls": calls, "time_ns": ns, "executed_macs": executed(macs.get(op_id), whole_run),
+                 "executed_flops": executed(flops.get(op_id), whole_run),
+                 PER_INVOCATION: executed(flops.get(op_id), per_invocation), "time_model": label}
                 for op_id, weight, share, ns in zip(ops, weights, shares, whole, strict=True)]
 
     def _measured_weights(self, ops: tuple[str, ...], roofline: list[float]) -> tuple[list[float], str] | None:
@@ -388,7 +561,7 @@ class Ledger:
                         "module_path": self.model.module_path(op_id), "phase": op.phase, "macs": None,
                         "flops": None, "bytes_read": None, "bytes_written": None, "weight": None, "share": 1.0,
                         "calls": calls, "time_ns": int(ns), "executed_macs": None, "executed_flops": None,
-                        "time_model": "root"})
+                        PER_INVOCATION: None, "time_model": "root"})
         return out
 
     @cached_property
@@ -483,37 +656,76 @@ class Ledger:
             found[partition].append(ns)
         return dict(found)
 
-    def op_figures(self) -> dict[str, dict[str, float]]:
-        """Op ID → {flops, macs, bytes, transcendentals, time_ns} summed over its entries,
-        ``bytes`` being what crosses its dispatches' boundary (read + written)."""
+    def op_figures(self) -> dict[str, Figures]:
+        """Op ID → :data:`OP_FIGURES` summed over its entries: {flops, macs, bytes,
+        transcendentals, time_ns, executed_flops, executed_macs, executed_transcendentals},
+        ``bytes`` being what crosses its dispatches' boundary (read + written); the
+        executed ones ``None`` where they are unknown (:attr:`executed_unknown`)."""
         return self._op_figures
 
+    @property
+    def empty_figures(self) -> Figures:
+        """The figures of an op (or group) with no entry: 0, executed ones ``None`` where
+        they are unknown (a reader's default for :meth:`op_figures`)."""
+        return {key: 0 if self._figure_known(key) else None for key in OP_FIGURES}
+
+    def _figure_known(self, key: str) -> bool:
+        """Whether figure ``key`` is known: static ones always, whole-run executed ones
+        where :attr:`executed_known`, per invocation where :attr:`per_invocation_known`."""
+        if key in EXECUTED_FIGURES:
+            return self.executed_known
+        return self.per_invocation_known if key == PER_INVOCATION else True
+
     @cached_property
-    def _op_figures(self) -> dict[str, dict[str, float]]:
-        found: dict[str, dict[str, float]] = {}
+    def _op_figures(self) -> dict[str, Figures]:
+        found: dict[str, Figures] = {}
         table = self.entries.select(["op_id", "flops", "macs", "bytes_read", "bytes_written", "transcendentals",
-                                     "time_ns"]).to_pydict()
-        for op_id, flops, macs, read, written, transcendental, ns in zip(*table.values(), strict=True):
-            row = found.setdefault(op_id, dict.fromkeys(OP_FIGURES, 0))
-            row["flops"] += flops or 0
-            row["macs"] += macs or 0
-            row["bytes"] += (read or 0) + (written or 0)
-            row["transcendentals"] += transcendental or 0
-            row["time_ns"] += ns or 0
+                                     "time_ns", *EXECUTED_FIGURES, PER_INVOCATION]).to_pydict()
+        known = {key: self._figure_known(key) for key in (*EXECUTED_FIGURES, PER_INVOCATION)}
+        for op_id, flops, macs, read, written, transcendental, ns, *executed in zip(*table.values(), strict=True):
+            row = found.setdefault(op_id, self.empty_figures)
+            for key, value in (("flops", flops), ("macs", macs), ("bytes", (read or 0) + (written or 0)),
+                               ("transcendentals", transcendental), ("time_ns", ns),
+                               *((key, value) for key, value in zip((*EXECUTED_FIGURES, PER_INVOCATION), executed,
+                                                                    strict=True) if known[key])):
+                row[key] = plus(row[key], value or 0)
         return found
 
-    def rollup_ops(self, group_of: Mapping[str, Any]) -> dict[Any, dict[str, float]]:
+    def rollup_ops(self, group_of: Mapping[str, Any]) -> dict[Any, Figures]:
         """Group → :meth:`op_figures` summed over the ops ``group_of`` maps to it (per
         source line, per site, …); ops mapped to ``None`` or absent are left out."""
         figures = self.op_figures()
-        found: dict[Any, dict[str, float]] = {}
+        found: dict[Any, Figures] = {}
         for op_id, group in group_of.items():
             if group is None or op_id not in figures:
                 continue
-            row = found.setdefault(group, dict.fromkeys(OP_FIGURES, 0))
+            row = found.setdefault(group, self.empty_figures)
             for key, value in figures[op_id].items():
-                row[key] += value
+                row[key] = plus(row[key], value)
         return found
+
+    @cached_property
+    def executed_totals(self) -> dict[str, int | None]:
+        """{executed_flops, executed_macs, executed_transcendentals}: the entries' sums,
+        the whole run's work (each ``None`` where executed figures are unknown)."""
+        if not self.executed_known:
+            return dict.fromkeys(EXECUTED_FIGURES)
+        return {key: sum(value or 0 for value in self.entries.column(key).to_pylist()) for key in EXECUTED_FIGURES}
+
+    @cached_property
+    def flops_per_invocation(self) -> float | None:
+        """Executed FLOPs of one invocation of the program (Σ of the entries'
+        :data:`PER_INVOCATION`, to 3 decimals), from :attr:`executed_basis`; None where
+        unknown (:attr:`per_invocation_unknown`)."""
+        if not self.per_invocation_known:
+            return None
+        return round(sum(value or 0 for value in self.entries.column(PER_INVOCATION).to_pylist()), 3)
+
+    def per_invocation_of(self, figures: Figures) -> float | None:
+        """A row of figures' executed FLOPs per invocation, as every reader prints it (to
+        3 decimals); None where unknown."""
+        value = figures.get(PER_INVOCATION)
+        return None if value is None else round(value, 3)
 
     @cached_property
     def total_flops(self) -> int:
@@ -521,18 +733,20 @@ class Ledger:
         FLOPs, where nothing was timed)."""
         return sum(value or 0 for value in self.entries.column("flops").to_pylist())
 
-    def partition_figures(self, partition_id: str) -> dict[str, float]:
-        """{macs, flops, bytes, transcendentals, time_ns} summed over the partition's
-        entries: what a roofline places it by (program-analyzer and the view alike)."""
-        return self._partition_figures.get(partition_id, dict.fromkeys(OP_FIGURES, 0))
+    def partition_figures(self, partition_id: str) -> Figures:
+        """:data:`OP_FIGURES` summed over the partition's entries: what a roofline places
+        it by (program-analyzer and the view alike); executed ones ``None`` where unknown."""
+        return self._partition_figures.get(partition_id, self.empty_figures)
 
     @cached_property
-    def _partition_figures(self) -> dict[str, dict[str, float]]:
-        found: dict[str, dict[str, float]] = {}
+    def _partition_figures(self) -> dict[str, Figures]:
+        found: dict[str, Figures] = {}
         for row in self.rollup("partition").to_pylist():
             found[row["partition"]] = {"macs": row["macs"] or 0, "flops": row["flops"] or 0,
                                        "bytes": (row["bytes_read"] or 0) + (row["bytes_written"] or 0),
-                                       "transcendentals": row["transcendentals"] or 0, "time_ns": row["time_ns"] or 0}
+                                       "transcendentals": row["transcendentals"] or 0, "time_ns": row["time_ns"] or 0,
+                                       **{key: (row[key] or 0) if self._figure_known(key) else None
+                                          for key in (*EXECUTED_FIGURES, PER_INVOCATION)}}
         return found
 
     def flop_share(self, flops: float | None) -> float | None:
@@ -542,8 +756,9 @@ class Ledger:
 
     def module_tree(self, ops: Iterable[str] | None = None,
                     classes: Callable[[str], dict[str, str]] | None = None) -> dict[str, ModuleNode]:
-        """Module path → node with self and inclusive sums of :meth:`op_figures` (plus
-        ``ops``, the op count) over ``ops`` (default: every op with a module path), in
+        """Module path → node with self and inclusive sums of :data:`TREE_FIGURES` of
+        :meth:`op_figures` (plus ``ops``, the op count; executed figures ``None`` where
+        unknown) over ``ops`` (default: every op with a module path), in
         the order the model computes (ops doing no arithmetic last, so importers' hoisted
         constants do not decide it). ``classes(op_id)``: {ancestor path: module class}."""
         figures = self.op_figures()
@@ -551,18 +766,35 @@ class Ledger:
         chosen = list(model.operators) if ops is None else list(ops)
         located = [(op_id, path) for op_id in chosen if (path := model.module_path(op_id)) is not None]
         located.sort(key=lambda item: not model.operators[item[0]].flops)
-        empty = dict.fromkeys(OP_FIGURES, 0)
-        return build_tree((path, model.operators[op_id].module_class, model.operators[op_id].phase,
+        empty = self.empty_figures
+        tree = build_tree((path, model.operators[op_id].module_class, model.operators[op_id].phase,
                            {"ops": 1, **{key: figures.get(op_id, empty)[key] for key in TREE_FIGURES}},
                            classes(op_id) if classes else {})
                           for op_id, path in located)
+        # build_tree sums PER_INVOCATION as a static figure (unknown → 0) and gives it no
+        # self value on a node holding no op: the ledger says which it is.
+        known = self.per_invocation_known
+        for node in tree.values():
+            for values in (node.values, node.self_values):
+                values[PER_INVOCATION] = values.get(PER_INVOCATION, 0) if known else None
+        return tree
 
 
 #: What every share of time a reader prints is a share of (:meth:`Ledger.share`).
 SHARE_BASIS = "attributed time"
+#: One op's (or group's) :data:`OP_FIGURES`: numbers, executed ones ``float | None``
+#: (``None``: unknown), hence values typed ``Any`` for readers that take a static one.
+Figures = dict[str, Any]
+#: Executed work (static figure × calls, the whole run; module doc) is
+#: :data:`~dfit_mlir.core.module_paths.EXECUTED_FIGURES`: ``None`` where unknown.
 #: Per-op figures of :meth:`Ledger.op_figures`; the module tree sums :data:`TREE_FIGURES`.
-OP_FIGURES = ("flops", "macs", "bytes", "transcendentals", "time_ns")
-TREE_FIGURES = ("flops", "bytes", "time_ns")
+OP_FIGURES = ("flops", "macs", "bytes", "transcendentals", "time_ns", *EXECUTED_FIGURES, PER_INVOCATION)
+TREE_FIGURES = ("flops", "bytes", "time_ns", *EXECUTED_FIGURES, PER_INVOCATION)
+
+
+def plus(a: float | None, b: float | None) -> float | None:
+    """``a + b`` where ``None`` is unknown: known if either is."""
+    return b if a is None else a if b is None else a + b
 
 
 def whole_split(amount: int, shares: list[float]) -> list[int]:

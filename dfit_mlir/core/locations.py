@@ -8,6 +8,7 @@ original location, e.g. ``loc("dfit:main/linalg.matmul#0"("model.py":15:9))``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable, Iterator, Union
 
@@ -195,3 +196,119 @@ def model_frame(frames: list[dict] | tuple[dict, ...], is_model_code: Callable[[
     """The innermost frame of ``frames`` (innermost first) that is model code: a source
     line whose file ``is_model_code`` accepts (see :class:`dfit_mlir.frontends.CodeRules`)."""
     return next((frame for frame in frames if is_source_line(frame) and is_model_code(frame["file"])), None)
+
+
+# --- location chains in messages -------------------------------------------------------
+
+#: A quoted file location as MLIR prints it, with an optional range: ``"m.py":7:23 to :39``.
+_PRINTED_FILE_LOC = re.compile(r'"((?:[^"\\]|\\.)*)":(\d+):(\d+)(?: to (?:\d+)?:\d+)?')
+#: ``file:line:col: note: called from``: one frame of a call-site chain in a diagnostic,
+#: followed by its indented source line and caret.
+_CALLED_FROM = re.compile(r"^(?P<file>\S.*?):(?P<line>\d+):(?P<col>\d+): note: called from$")
+
+
+@dataclass(frozen=True, slots=True)
+class FrameFilter:
+    """Which frames of a location chain a message keeps: ``keep(file)`` for the model's
+    files; ``owner(file)`` names what a cut frame belongs to (``dfit``, ``click``, ``the
+    standard library``) so that the message says what it left out."""
+
+    keep: Callable[[str], bool]
+    owner: Callable[[str], str]
+
+
+def cut_location_chains(text: str, frames: FrameFilter) -> str:
+    """``text`` (a compiler's diagnostics) with every call-site chain cut to the frames
+    ``frames.keep`` accepts, saying how many were cut and whose they were.
+
+    Two shapes are cut: a printed ``loc(callsite(... at callsite(...)))`` (a diagnostic
+    of the compiler library, whose location is not a plain file) becomes
+    ``loc(<dfit ID> at model.py:7:23; 17 frames of dfit, click cut)``; and the
+    ``file:line:col: note: called from`` notes a diagnostic lists per frame (with their
+    source line) lose the cut frames' notes, one ``note:`` line saying what went. A
+    chain none of whose frames is kept keeps its innermost one (where the op is)."""
+    text = _cut_printed_locations(text, frames)
+    return _cut_called_from_notes(text, frames)
+
+
+def _cut_printed_locations(text: str, frames: FrameFilter) -> str:
+    pieces, start = [], 0
+    while (found := text.find("loc(callsite(", start)) >= 0:
+        end = closing_paren(text, found + 3)
+        if end < 0:
+            break
+        pieces.append(text[start:found])
+        pieces.append(_cut_printed_location(text[found:end + 1], frames))
+        start = end + 1
+    pieces.append(text[start:])
+    return "".join(pieces)
+
+
+def closing_paren(text: str, opening: int) -> int:
+    """Index of the parenthesis closing ``text[opening]``, skipping quoted strings; -1
+    when the text ends first (a diagnostic cut short)."""
+    depth, index, quoted = 0, opening, False
+    while index < len(text):
+        char = text[index]
+        if quoted:
+            if char == "\\":
+                index += 1
+            elif char == '"':
+                quoted = False
+        elif char == '"':
+            quoted = True
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                return index
+        index += 1
+    return -1
+
+
+def _cut_printed_location(location: str, frames: FrameFilter) -> str:
+    """One printed ``loc(...)``: its frames in order (callee first), the kept ones
+    rendered ``file:line:col``, the cut ones counted; unchanged when nothing is cut."""
+    found = [(match.group(1), f"{match.group(1)}:{match.group(2)}:{match.group(3)}")
+             for match in _PRINTED_FILE_LOC.finditer(location)]
+    kept = [where for file, where in found if frames.keep(file)] or [where for _, where in found[:1]]
+    cut = [file for file, where in found if where not in kept]
+    if not cut:
+        return location
+    ids = [name for name in re.findall(r'"(dfit:[^"]+)"', location)[:1]]
+    kept = list(dict.fromkeys(kept))  # a frame printed as both the op's and its call's
+    return f"loc({' at '.join(ids + kept)}; {_cut_summary(cut, frames)})"
+
+
+def _cut_summary(cut: list[str], frames: FrameFilter) -> str:
+    owners = list(dict.fromkeys(frames.owner(file) for file in cut))
+    return f"{len(cut)} frame{'s' * (len(cut) != 1)} of {', '.join(owners)} cut"
+
+
+def _cut_called_from_notes(text: str, frames: FrameFilter) -> str:
+    lines = text.split("\n")
+    output: list[str] = []
+    cut: list[str] = []
+    summary_at = -1
+    index = 0
+    while index < len(lines):
+        match = _CALLED_FROM.match(lines[index])
+        # The frame's note, then its source line and caret (indented).
+        block_end = index + 1
+        while match and block_end < len(lines) and lines[block_end][:1].isspace():
+            block_end += 1
+        if match and not frames.keep(match.group("file")):
+            cut.append(match.group("file"))
+            if summary_at < 0:
+                summary_at = len(output)
+            index = block_end
+            continue
+        if not match and cut and summary_at >= 0:  # the chain ended: say what went, where it went
+            output.insert(summary_at, f"note: {_cut_summary(cut, frames)} (called-from notes)")
+            cut, summary_at = [], -1
+        output.extend(lines[index:block_end])
+        index = block_end
+    if cut and summary_at >= 0:
+        output.insert(summary_at, f"note: {_cut_summary(cut, frames)} (called-from notes)")
+    return "\n".join(output)

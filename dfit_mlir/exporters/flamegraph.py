@@ -5,6 +5,16 @@ A module path is split into its ancestors the way its frontend writes it: PyTorc
 with ``.`` (``encoder.layer.0`` → ``encoder``, ``encoder.layer``, ``encoder.layer.0``),
 ONNX, TFLite and JAX paths with ``/`` (``/model.22/cv3.0`` → ``/model.22``,
 ``/model.22/cv3.0``). ``""`` is the root.
+
+Widths are measured time (which counts every trip of a loop), else FLOPs, else op count.
+Each frame's tooltip (the SVG's ``<title>``) gives the module's FLOPs **per trip** (each
+op once, as the program says) and, where a run counted executions, its **executed**
+FLOPs over the whole run and per invocation (the ledger's: per-trip × the run's dispatch
+events, ÷ its invocations; else per-trip × the manifest's static trip counts, the source
+named): a scan body's module shows both, so the time a frame is wide
+by can be read against the work that time did. The tooltip rather than a second picture:
+the frame a user hovers is the one whose figures they want, and a picture sized by
+executed FLOPs is the view's icicle with "executed FLOPs" chosen.
 """
 
 from __future__ import annotations
@@ -12,7 +22,7 @@ from __future__ import annotations
 import html
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,7 +78,7 @@ def layout(nodes: dict[str, ModuleNode], weight: str) -> list[Box]:
     return boxes
 
 
-_UNITS = {"time_ns": "ns", "flops": "FLOPs", "ops": "ops"}
+_UNITS = {"time_ns": "ns", "flops": "FLOPs per trip", "ops": "ops"}
 
 
 def _colour(path: str) -> str:
@@ -79,8 +89,38 @@ def _colour(path: str) -> str:
     return f"rgb({205 + h % 50},{80 + (h >> 8) % 120},{40 + (h >> 16) % 50})"
 
 
+#: The ledger's executed FLOPs of one invocation, on a node (``None``: unknown).
+PER_INVOCATION = "executed_flops_per_invocation"
+
+
+def work_text(node: ModuleNode, per_invocation: Callable[[float | None], float | None] | None = None,
+              basis: str | None = None) -> str:
+    """A frame's work: ``FLOPs per trip 1,234; executed FLOPs 22,212 over the run (7,404
+    per invocation, from run events)``; where only the manifest's trip counts give them,
+    ``…; executed FLOPs 7,404 per invocation (from manifest trips; over the run unknown)``;
+    else ``…; executed FLOPs unknown (no run counted executions)``. The per-invocation
+    figure is the node's own (the ledger's), else ``per_invocation(executed)``."""
+    text = f"FLOPs per trip {node.values['flops']:,.0f}"
+    executed, each = node.values.get("executed_flops"), node.values.get(PER_INVOCATION)
+    if each is None and executed is not None and per_invocation is not None:
+        each = per_invocation(executed)
+    source = f", from {basis}" if basis else ""
+    if executed is None and each is None:
+        return text + "; executed FLOPs unknown (no run counted executions)"
+    if executed is None:
+        return text + f"; executed FLOPs {each:,.0f} per invocation ({source[2:] or 'known'}; over the run unknown)"
+    return text + f"; executed FLOPs {executed:,.0f} over the run" + (
+        f" ({each:,.0f} per invocation{source})" if each is not None else "")
+
+
 def write_svg(nodes: dict[str, ModuleNode], path: str | Path, title: str, weight: str | None = None,
-              width: int = 1200, row: int = 18) -> Path:
+              width: int = 1200, row: int = 18,
+              per_invocation: Callable[[float | None], float | None] | None = None,
+              basis: str | None = None) -> Path:
+    """The flame graph; ``per_invocation``: the ledger's division of an executed figure
+    by the run's invocations (:meth:`~dfit_mlir.analysis.ledger.Ledger.per_invocation`),
+    for nodes that carry no per-invocation figure of their own; ``basis``: where the
+    executed figures come from (the ledger's ``executed_basis``)."""
     weight = weight or weight_of(nodes)
     boxes = layout(nodes, weight)
     depth = max((b.depth for b in boxes), default=0) + 1
@@ -97,7 +137,8 @@ def write_svg(nodes: dict[str, ModuleNode], path: str | Path, title: str, weight
         node = nodes[box.path]
         label = leaf_name(box.path) + (f" ({node.module_class})" if node.module_class else "")
         tip = (f"{box.path or '(root)'}{' : ' + node.module_class if node.module_class else ''}\n"
-               f"{_UNITS[weight]}: {box.value:,.0f} ({100 * box.width:.1f}%), ops {node.values['ops']:,.0f}")
+               f"{_UNITS[weight]}: {box.value:,.0f} ({100 * box.width:.1f}%), ops {node.values['ops']:,.0f}\n"
+               f"{work_text(node, per_invocation, basis)}")
         parts.append(f'<g><title>{_xml(tip)}</title><rect x="{x:.2f}" y="{y}" width="{w:.2f}" '
                      f'height="{row - 1}" fill="{_colour(box.path)}" rx="2"/>')
         chars = int(w / 6.6)

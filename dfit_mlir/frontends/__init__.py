@@ -30,9 +30,11 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from dfit_mlir.core.filters import parse_globs  # noqa: F401  (the frontends' name for it)
+from dfit_mlir.core.locations import FrameFilter
 
 #: ``recompute``: forward ops run again inside the backward pass by activation
-#: checkpointing (``jax.checkpoint``, ``torch.utils.checkpoint``), apart from ``backward``.
+#: checkpointing (``jax.checkpoint``), apart from ``backward``. PyTorch's
+#: ``torch.utils.checkpoint`` gives none: its export has no backward (frontends.torch).
 PHASES = ("forward", "backward", "optimizer", "loss", "initializer", "recompute")
 #: Op kinds that hold initial values of the model (weights, buffers) rather than
 #: computing: their phase is ``initializer``.
@@ -206,6 +208,31 @@ class CodeRules:
 
     def is_framework(self, path: str) -> bool:
         return not self.is_model_code(path)
+
+    def owner(self, path: str) -> str:
+        """Whose a framework frame is, for a message that leaves it out: ``dfit``, a
+        package (``click``, ``torch``) or ``the standard library``."""
+        if path.startswith(self._dfit_roots) or f"/{DFIT_PACKAGE}/" in path or is_console_script(path):
+            return "dfit"
+        relative = package_relative(path)
+        if relative.startswith("<stdlib>/") or relative.startswith("<frozen"):
+            return "the standard library"
+        return relative.split("/", 1)[0] if relative != path else path
+
+    def message_frames(self) -> FrameFilter:
+        """The frames a compiler message keeps of a location chain: the model's
+        (:func:`dfit_mlir.core.locations.cut_location_chains`)."""
+        return FrameFilter(keep=self.is_model_code, owner=self.owner)
+
+
+def site_notes(name_path: Iterable[str]) -> tuple[str, ...]:
+    """What a frontend says about an op's frames, from its ``name_path``, for the output
+    that explains a site (``--explain-site``): PyTorch's ``torch.export stack cut: …``
+    (:func:`dfit_mlir.frontends.torch.fall_back_from_dispatch_calls`: the line torch.export
+    stopped at, and why the site is the line running the module instead)."""
+    from dfit_mlir.frontends.torch import STACK_CUT_PREFIX
+
+    return tuple(name[len(STACK_CUT_PREFIX):] for name in name_path if name.startswith(STACK_CUT_PREFIX))
 
 
 def is_console_script(path: str) -> bool:

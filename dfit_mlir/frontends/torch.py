@@ -24,12 +24,26 @@ Per op: module path and short class from that name (``""``: the root module), so
 = the torch op (``torch.aten.linear``), phase ``forward`` (an exported inference graph),
 except a parameter at the root (no single module uses it), whose phase is
 ``initializer``.
+
+What torch.export does silently, the export says (one stderr line each):
+
+* a Python ``int``/``float``/``bool`` argument is folded into the graph as a constant
+  (:func:`baked_scalar_arguments`);
+* ``torch.utils.checkpoint`` regions are inlined once: the graph recomputes nothing, so
+  there is no ``recompute`` (nor ``backward``) op; a forward that computes gradients does
+  not export, and the error says why (:func:`training_calls`);
+* the stack stops at a call into a callable object a module holds (diffusers'
+  ``return self.processor(``): those ops take the line that runs the module instead
+  (:func:`fall_back_from_dispatch_calls`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
+import sys
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +142,10 @@ def module_locations() -> Iterator[None]:
 
     def located(self: Any, node: Any) -> Any:
         loc = original(self, node)
+        note = node.meta.get(STACK_CUT_META)
+        if note is not None:  # said beside the frames (name_path), inside the module name
+            child = loc if loc is not None else ir.Location.unknown(context=self._c)
+            loc = ir.Location.name(STACK_CUT_PREFIX + note, childLoc=child, context=self._c)
         stack = module_stack(node)
         if not stack:
             return loc
@@ -139,6 +157,106 @@ def module_locations() -> Iterator[None]:
         yield
     finally:
         fx_importer.ContextCache.get_node_location = original
+
+
+# --- where torch.export cuts the stack -------------------------------------------------
+
+#: Node meta key (set by :func:`fall_back_from_dispatch_calls`) holding the note of a node
+#: whose stack torch.export cut at a call into a callable object.
+STACK_CUT_META = "dfit_stack_cut"
+#: Prefix of the NameLoc carrying that note (an op's ``name_path`` entry).
+STACK_CUT_PREFIX = "torch.export stack cut: "
+#: One frame of an FX node's ``stack_trace``: file, line, function, then the code line.
+_STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.*)')
+#: A frame line that hands its work to an attribute of the module: ``return self.processor(``.
+_SELF_CALL = re.compile(r"^(?:return\s+|[\w\s,.\[\]]+=\s*)?self\.(\w+)\(")
+
+
+@dataclass(frozen=True, slots=True)
+class StackCut:
+    """Where torch.export stopped a node's stack: the model's ``forward`` line ``where``
+    (``attention_processor.py:607``, ``code``: ``return self.processor(``) calls the
+    module's callable ``attribute`` (an ``AttnProcessor2_0``), whose own frames torch.export
+    does not keep (it keeps ``forward`` frames only), so the ops the callable runs all
+    end on that one line, whatever they are."""
+
+    where: str
+    code: str
+    module_path: str
+    attribute: str
+    callee: str
+
+    def note(self) -> str:
+        return (f"{self.where} `{self.code}` calls {self.callee} (self.{self.attribute} of {self.module_path or '<root>'}),"
+                f" whose lines torch.export does not keep; site: the line that runs {self.module_path or 'the model'}")
+
+
+def fall_back_from_dispatch_calls(graph_module: Any, model: Any, rules: Any = None) -> list[StackCut]:
+    """Give each node whose innermost model frame is a call into a callable object held
+    by its module (diffusers' ``Attention.forward``: ``return self.processor(attn, ...)``)
+    the line that runs that module instead, and a note saying so; in place, the cuts
+    found (one per distinct line).
+
+    torch.export keeps only the ``forward`` frames of a stack; the callable's
+    ``__call__`` is not one, so every op it runs (the projections, the attention, the
+    output projection: 96 ops of a small UNet) had ``return self.processor(`` as its
+    deepest line, one line for self- and cross-attention of every block. The frame is
+    dropped from the node's stack trace, so its site becomes the line in the parent's
+    ``forward`` that runs the module (``attn_output = self.attn1(``); the note
+    (``name_path``: ``torch.export stack cut: …``) says which line was cut and why. A call
+    of a method or a function (``self._conv_forward(``, ``get_timestep_embedding(``)
+    names what it calls and is kept."""
+    from dfit_mlir.frontends import CodeRules
+
+    rules = rules or CodeRules.default()
+    found: dict[str, StackCut] = {}
+    for node in graph_module.graph.nodes:
+        trace = node.meta.get("stack_trace")
+        if not trace or node.op != "call_function":
+            continue
+        frames = list(_STACK_FRAME.finditer(trace))
+        model_frames = [frame for frame in frames if rules.is_model_code(frame.group(1))]
+        if not model_frames:
+            continue
+        frame = model_frames[-1]
+        cut = _dispatch_call(frame, node, model)
+        if cut is None:
+            continue
+        found.setdefault(cut.where, cut)
+        node.meta["stack_trace"] = trace[:frame.start()] + trace[frame.end():].lstrip("\n ")
+        node.meta[STACK_CUT_META] = cut.note()
+    return list(found.values())
+
+
+def _dispatch_call(frame: Any, node: Any, model: Any) -> StackCut | None:
+    """The cut at ``frame`` (a ``forward`` line calling ``self.<attribute>(``, where the
+    attribute is a callable object, not a module, a method or a function), else ``None``."""
+    import inspect
+
+    import torch
+
+    file, line, function, code = frame.group(1), frame.group(2), frame.group(3), frame.group(4).strip()
+    call = _SELF_CALL.match(code)
+    if function != "forward" or call is None:
+        return None
+    for path, _ in reversed(module_stack(node)):
+        try:
+            module = model.get_submodule(path)
+        except AttributeError:
+            continue
+        try:
+            defined_in = inspect.getsourcefile(type(module).forward)
+        except (TypeError, OSError):  # a forward with no Python source (a builtin, a C extension)
+            continue
+        if defined_in is None or Path(defined_in).resolve() != Path(file).resolve():
+            continue
+        callee = getattr(module, call.group(1), None)
+        if callee is None or isinstance(callee, torch.nn.Module) or inspect.isroutine(callee) or \
+                not callable(callee) or isinstance(callee, type):
+            return None
+        return StackCut(where=f"{file}:{line}", code=code, module_path=path, attribute=call.group(1),
+                        callee=f"{type(callee).__qualname__}.__call__")
+    return None
 
 
 def _location_name(location: Any) -> str | None:
@@ -215,8 +333,105 @@ def export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None
 
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"dfit_mlir.frontends.torch.compile takes an nn.Module, not {type(model).__name__}")
-    with quiet_export():
-        return _export_mlir(model, args, kwargs, strict=strict)
+    warnings: list[str] = []
+    with quiet_export():  # which drops what is printed to stderr meanwhile: warnings wait
+        text = _export_mlir(model, args, kwargs, strict=strict, warnings=warnings)
+    for warning in warnings:
+        print(warning, file=sys.stderr)
+    return text
+
+
+# --- training code in an export --------------------------------------------------------
+
+
+@dataclass
+class TrainingCalls:
+    """What the model's code did while torch.export traced it that an exported forward
+    graph cannot hold: the functions ``torch.utils.checkpoint`` wrapped (by name, in call
+    order) and the gradient calls (``torch.autograd.grad``, ``Tensor.backward``)."""
+
+    checkpointed: list[str]
+    gradients: list[str]
+
+
+@contextlib.contextmanager
+def training_calls() -> Iterator[TrainingCalls]:
+    """While active, record the model's activation-checkpoint regions and gradient calls
+    (see :class:`TrainingCalls`). The hooks sit where every spelling arrives:
+    ``torch.utils.checkpoint``'s own internals (``checkpoint`` looks them up when called,
+    however the model imported it), ``torch.autograd.grad`` and ``Tensor.backward``."""
+    import torch
+    import torch.utils.checkpoint as checkpointing
+
+    seen = TrainingCalls([], [])
+
+    def callable_name(function: Any) -> str:
+        return type(function).__name__ if isinstance(function, torch.nn.Module) else \
+            getattr(function, "__qualname__", type(function).__name__)
+
+    generator = getattr(checkpointing, "_checkpoint_without_reentrant_generator", None)
+    function_class = getattr(checkpointing, "CheckpointFunction", None)
+    if generator is None or function_class is None:  # another torch's internals: nothing is hooked
+        yield seen
+        return
+    reentrant = function_class.__dict__.get("apply")
+    grad, backward = torch.autograd.grad, torch.Tensor.backward
+
+    def non_reentrant(function: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.checkpointed.append(callable_name(function))
+        return generator(function, *args, **kwargs)
+
+    def reentrant_apply(function: Any, *args: Any) -> Any:
+        seen.checkpointed.append(callable_name(function))
+        return torch.autograd.Function.apply.__func__(function_class, function, *args)
+
+    def recorded_grad(*args: Any, **kwargs: Any) -> Any:
+        seen.gradients.append("torch.autograd.grad")
+        return grad(*args, **kwargs)
+
+    def recorded_backward(tensor: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.gradients.append("Tensor.backward")
+        return backward(tensor, *args, **kwargs)
+
+    checkpointing._checkpoint_without_reentrant_generator = non_reentrant  # type: ignore[assignment]
+    function_class.apply = staticmethod(reentrant_apply)
+    torch.autograd.grad, torch.Tensor.backward = recorded_grad, recorded_backward  # type: ignore[assignment]
+    try:
+        yield seen
+    finally:
+        checkpointing._checkpoint_without_reentrant_generator = generator
+        if reentrant is None:
+            del function_class.apply
+        else:
+            function_class.apply = reentrant
+        torch.autograd.grad, torch.Tensor.backward = grad, backward  # type: ignore[assignment]
+
+
+#: Why a PyTorch model gets no ``backward``/``recompute`` phase from dfit: said once in the
+#: note and in the error below.
+FORWARD_ONLY = ("dfit's PyTorch path exports forward graphs (torch.export), with no backward pass, so no op is "
+                "`backward` or `recompute`; for those phases write the step in JAX (jax.grad, jax.checkpoint)")
+
+
+def checkpoint_note(model_name: str, calls: TrainingCalls) -> str | None:
+    """The note for a model that ran ``torch.utils.checkpoint`` regions and exported."""
+    if not calls.checkpointed:
+        return None
+    names = ", ".join(dict.fromkeys(calls.checkpointed))
+    return (f"dfit: note: {model_name} ran {len(calls.checkpointed)} torch.utils.checkpoint region(s) ({names}) "
+            f"while exporting: torch.export inlines them into the forward graph, which recomputes nothing, so "
+            f"their ops are `forward`; {FORWARD_ONLY}")
+
+
+def gradient_failure(model_name: str, calls: TrainingCalls, error: BaseException) -> str | None:
+    """The error of a model whose forward computes gradients (a training step) and
+    whose export failed on it (torch 2.13: ``AssertionError: Unexpected key …``)."""
+    if not calls.gradients:
+        return None
+    detail = str(error).splitlines()[0] if str(error) else ""
+    return (f"torch.export failed on {model_name}: its forward computes gradients "
+            f"({', '.join(dict.fromkeys(calls.gradients))}), which an exported graph cannot hold; {FORWARD_ONLY}; "
+            f"or compile the model's forward alone (torch said: {type(error).__name__}: {detail[:200]})")
 
 
 #: Warnings torch 2.13 gives on every export that say nothing about the user's model.
@@ -249,7 +464,8 @@ def quiet_export() -> Iterator[None]:
                 logger.setLevel(level)
 
 
-def _export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, *, strict: bool) -> str:
+def _export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None, *, strict: bool,
+                 warnings: list[str]) -> str:
     import torch
     from iree.turbine import aot
 
@@ -258,7 +474,8 @@ def _export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | Non
     # A transformers KV cache among the inputs or outputs passes as its tensors.
     register_cache_pytrees()
     try:
-        program = torch.export.export(model, tuple(args), kwargs or None, strict=strict)
+        with training_calls() as calls:
+            program = torch.export.export(model, tuple(args), kwargs or None, strict=strict)
         # torch.export gives training IR, with in-place ops (``x += residual``) that the
         # importer rejects, and ops IREE 3.13 does not legalize (the eval-mode
         # ``_native_batch_norm_legit_no_training`` of every BatchNorm): decompose with the
@@ -268,8 +485,18 @@ def _export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | Non
         drop_true_conjunctions(program.graph_module)
         guard_fully_masked_rows(program.graph_module, program.graph_signature.user_inputs)
     except Exception as error:  # torch.export raises many kinds; say which model failed
-        raise CompileError(f"torch.export failed on {type(model).__name__}: {type(error).__name__}: "
+        training = gradient_failure(type(model).__name__, calls, error)
+        raise CompileError(training or f"torch.export failed on {type(model).__name__}: {type(error).__name__}: "
                            f"{str(error).splitlines()[0] if str(error) else ''}") from error
+    cuts = fall_back_from_dispatch_calls(program.graph_module, model)
+    note = checkpoint_note(type(model).__name__, calls)
+    if note is not None:
+        warnings.append(note)
+    warnings.extend(baked_scalar_warning(type(model).__name__, name, value)
+                    for name, value in baked_scalar_arguments(program))
+    warnings.extend(f"dfit: note: {type(model).__name__}: torch.export cut the stack at {cut.where} `{cut.code}` "
+                    f"(a call into {cut.callee}, whose lines it does not keep): those ops' site is the line that "
+                    f"runs their module" for cut in cuts)
     with module_locations():
         try:
             output = aot.export(program)
@@ -279,6 +506,33 @@ def _export_mlir(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | Non
         relocate_scaffolding(output.mlir_module)
         unknown_operator(output.mlir_module, type(model).__name__)
         return output.mlir_module.operation.get_asm(enable_debug_info=True)
+
+
+#: Python scalars torch.export turns into constants of the graph (a ``str`` or ``None``
+#: is one too, but has no tensor to become instead).
+BAKED_SCALAR_TYPES = (bool, int, float)
+
+
+def baked_scalar_arguments(program: Any) -> list[tuple[str, Any]]:
+    """(name, value) of every user argument that ``torch.export`` specialised into a
+    constant: a Python ``int``/``float``/``bool`` among the example arguments is read
+    once while tracing and its value is folded into the ops (``x * 0.5``); the compiled
+    function has no input for it and computes with that value whatever the caller means.
+    The exported program's signature says so: such an input is a ``ConstantArgument``."""
+    from torch.export.graph_signature import ConstantArgument, InputKind
+
+    return [(spec.arg.name, spec.arg.value) for spec in program.graph_signature.input_specs
+            if spec.kind == InputKind.USER_INPUT and isinstance(spec.arg, ConstantArgument)
+            and isinstance(spec.arg.value, BAKED_SCALAR_TYPES)]
+
+
+def baked_scalar_warning(model_name: str, name: str, value: Any) -> str:
+    """The one line :func:`export_mlir` prints per baked-in argument."""
+    kind = type(value).__name__
+    tensor = f"torch.tensor({value!r})"
+    return (f"dfit: warning: {model_name} argument '{name}' = {value!r} (a Python {kind}) is baked into the "
+            f"compiled graph as a constant: the compiled function takes no input for it; to make it an input, "
+            f"pass a 0-d tensor ({tensor})")
 
 
 def unknown_operator(module: Any, model_name: str) -> None:

@@ -7,7 +7,15 @@ the ledger's attributed time (:meth:`~dfit_mlir.analysis.ledger.Ledger.share`, t
 every tool prints), or of the model's FLOPs when no time reached an op (nothing was run,
 or a reconstructed run log timed whole steps only); the icicle's widths are
 the ledger's module tree, per phase. Per-invocation min/median/max of a dispatch are the
-ledger's per-instance sums. The page's script sums nothing but a collapsed group's rows. An op's *site* is
+ledger's per-instance sums. FLOPs are per trip (each op once, as the program says); a
+run's **executed** FLOPs (per trip × the run's dispatch events, so a loop body counts
+every trip) are the ledger's too: a column of the dispatch table (over the run, and per
+invocation), a width of the icicle ("executed FLOPs", per module) and the header's total
+per invocation; ``None`` (shown "-", with the reason) where no run counted executions
+(:attr:`~dfit_mlir.analysis.ledger.Ledger.executed_unknown`). Where only the manifest's
+static trip counts give them (a manifest alone, a run without dispatch events), the
+per-invocation figures are those and ``executed.basis`` says so (``manifest trips``). The attained FLOP/s of the
+roofline is executed work over time. The page's script sums nothing but a collapsed group's rows. An op's *site* is
 :func:`~dfit_mlir.analysis.tools.builtin.semantic_attribution.op_site`: a model-code line whose
 file exists is shown in its file's text; anything else (ONNX/TFLite node names,
 reconstructions) is a row of the node-name tree.
@@ -108,6 +116,10 @@ def view_data(model: SemanticModel, rules: CodeRules | None = None) -> dict[str,
         "measured_ns": measured, "attributed_pct": book.totals.attributed_pct,
         "attributed_ns": book.attributed_time_ns, "share_basis": ledger.SHARE_BASIS if weight == "time" else "FLOPs",
         "time_model": book.time_models_label(), "weight": weight,
+        "executed": {"flops": _maybe(book.executed_totals["executed_flops"]),
+                     "flops_per_invocation": _maybe(book.flops_per_invocation),
+                     "instances": book.instances, "unknown": book.executed_unknown, "basis": book.executed_basis,
+                     "per_invocation_unknown": book.per_invocation_unknown},
         "stages": list(lineage.get("stages") or []),
         "legend": {letter: name for name, letter in (lineage.get("legend") or
                    {"preserved": "p", "fused": "f", "split": "s", "erased": "e"}).items()},
@@ -134,6 +146,11 @@ def view_data(model: SemanticModel, rules: CodeRules | None = None) -> dict[str,
 
 def _num(value: Any) -> float:
     return 0 if value is None else round(float(value), 3)
+
+
+def _maybe(value: Any) -> float | None:
+    """A figure that may be unknown (an executed one without a run): ``None`` stays."""
+    return None if value is None else _num(value)
 
 
 def _bytes(row: dict[str, Any]) -> float:
@@ -169,6 +186,13 @@ def _hottest(shares: list[float]) -> int:
     return best if best >= 0 and shares[best] > 0 else -1
 
 
+#: The icicle's widths: page name → the ledger's module-tree figure (``executed_flops``:
+#: over the whole run, 0 on every module where no run counted executions; the page
+#: says why, ``executed.unknown``).
+MODULE_FIGURES = (("time", "time_ns"), ("flops", "flops"), ("executed_flops", "executed_flops"),
+                  ("bytes", "bytes"), ("ops", "ops"))
+
+
 def _module_figures(book: ledger.Ledger, ops: list, modules: dict[str, list],
                     strings: Interner) -> dict[str, dict[str, list[float]]]:
     """Phase (``""``: all) → figure → inclusive value per module row, from the ledger's
@@ -178,10 +202,10 @@ def _module_figures(book: ledger.Ledger, ops: list, modules: dict[str, list],
     found = {}
     for phase in phases:
         tree = book.module_tree([op.id for op in ops if not phase or op.phase == phase])
-        columns = {name: [0.0] * len(index) for name in ("time", "flops", "bytes", "ops")}
+        columns = {name: [0.0] * len(index) for name, _ in MODULE_FIGURES}
         for path, node in tree.items():
             if path in index:
-                for name, key in (("time", "time_ns"), ("flops", "flops"), ("bytes", "bytes"), ("ops", "ops")):
+                for name, key in MODULE_FIGURES:
                     columns[name][index[path]] = _num(node.values[key])
         found[phase] = columns
     return found
@@ -270,7 +294,8 @@ def _dispatch_table(model: SemanticModel, book: ledger.Ledger, op_index: dict[st
     groups = dispatch_workgroups(model)
     load_time = _load_time_sites(model)
     table: dict[str, list] = {key: [] for key in ("name", "export", "kind", "root", "ops", "calls", "time", "flops",
-                                                  "bytes", "min", "median", "max", "workgroups", "load")}
+                                                  "executed_flops", "executed_flops_per_invocation", "bytes", "min",
+                                                  "median", "max", "workgroups", "load")}
     for part in model.partitions:
         table["load"].append(part.attributes.get("site") in load_time)
         row = by_part.get(part.id, {})
@@ -283,6 +308,9 @@ def _dispatch_table(model: SemanticModel, book: ledger.Ledger, op_index: dict[st
         table["calls"].append(book.calls(part.id))
         table["time"].append(_num(book.partition_ns(part.id)))
         table["flops"].append(_num(row.get("flops")))
+        work = book.partition_figures(part.id)
+        table["executed_flops"].append(_maybe(work["executed_flops"]))
+        table["executed_flops_per_invocation"].append(_maybe(book.per_invocation_of(work)))
         table["bytes"].append(_bytes(row))
         table["workgroups"].append(strings(groups.get(part.id)))
         for key, value in (("min", min), ("median", statistics.median), ("max", max)):

@@ -26,9 +26,14 @@ is no node name (a PyTorch export's names are nn.Module stacks shared by every o
 module, :data:`NOT_NODE_NAMES`), is keyed by its dfit ID, so PyTorch ops stay one key each. ``key="id"`` keys every op by its dfit ID. Ops that stand in for a
 partition (an Edge TPU custom op) are left out: their numbers are their members'.
 
-**Metrics.** ``macs``, ``flops``, ``bytes`` (static, from the manifest), ``time`` (mean
+**Metrics.** ``macs``, ``flops``, ``bytes`` (static, from the manifest; ``flops`` is
+**per trip**: an op inside a loop once, as the program says), ``time`` (mean
 attributed ns per invocation: each dispatch's time split over its ops by the ledger's
-time model, :mod:`dfit_mlir.analysis.ledger`), ``partition`` (the partition IDs an op
+time model, :mod:`dfit_mlir.analysis.ledger`), ``executed_flops`` (the ledger's executed
+FLOPs per invocation, the work that time did: per trip × every trip, counted by the run's
+dispatch events, else from the manifest's static trip counts — the file's title names
+which; no file values where neither knows them, a loop bound known only at run time),
+``partition`` (the partition IDs an op
 lands in, as text, one colour per partition), ``module`` (the op's module path from its
 frontend, ``encoder.layer.0.attention.self.query``; ``(root)`` for the model's root)
 and ``phase`` (forward, backward, optimizer, loss, initializer), as text, one colour
@@ -57,7 +62,7 @@ from dfit_mlir.analysis.model import (
 from dfit_mlir.core import atomic
 from dfit_mlir.core.errors import InvalidInputError
 
-METRICS = ("macs", "flops", "bytes", "time", "partition", "module", "phase")
+METRICS = ("macs", "flops", "bytes", "time", "executed_flops", "partition", "module", "phase")
 #: Metrics whose values are text (coloured per value, not on a gradient).
 TEXT_METRICS = frozenset({"partition", "module", "phase"})
 KEYS = ("name", "id")
@@ -65,7 +70,8 @@ KEYS = ("name", "id")
 GRADIENT = ({"stop": 0, "bgColor": "#ffffff"}, {"stop": 1, "bgColor": "#e53935"})
 #: Light colours for text values (partitions), assigned in order of first appearance.
 PALETTE = ("#bbdefb", "#c8e6c9", "#ffe0b2", "#e1bee7", "#b2ebf2", "#f8bbd0", "#dcedc8", "#d7ccc8")
-TITLES = {"macs": "dfit macs", "flops": "dfit flops", "bytes": "dfit bytes", "time": "dfit time (ns per invocation)",
+TITLES = {"macs": "dfit macs", "flops": "dfit flops (per trip)", "bytes": "dfit bytes",
+          "time": "dfit time (ns per invocation)", "executed_flops": "dfit executed flops (per invocation)",
           "partition": "dfit partition", "module": "dfit module path", "phase": "dfit phase"}
 
 
@@ -115,7 +121,7 @@ def node_data(model: SemanticModel, metric: str, key: str = "name") -> dict[str,
         value = value_of(op)
         if value is not None and value != ():
             grouped[node_key(op, key)].append(value)
-    document: dict[str, Any] = {"name": TITLES[metric]}
+    document: dict[str, Any] = {"name": title(model, metric)}
     if metric in TEXT_METRICS:
         labels = {k: "; ".join(dict.fromkeys(p for parts in values for p in parts)) for k, values in grouped.items()}
         colours = {label: PALETTE[i % len(PALETTE)] for i, label in enumerate(dict.fromkeys(labels.values()))}
@@ -128,6 +134,13 @@ def node_data(model: SemanticModel, metric: str, key: str = "name") -> dict[str,
                                if not isinstance(total, float) or math.isfinite(total)}
         document["gradient"] = [dict(item) for item in GRADIENT]
     return document
+
+
+def title(model: SemanticModel, metric: str) -> str:
+    """A node data file's name: :data:`TITLES`, executed FLOPs with where they come from
+    (``dfit executed flops (per invocation, from manifest trips)``)."""
+    basis = ledger.of(model).executed_basis if metric == "executed_flops" else None
+    return TITLES[metric] if basis is None else TITLES[metric].removesuffix(")") + f", from {basis})"
 
 
 def export(bundle_or_model: str | Path | SemanticModel, out_path: str | Path,
@@ -162,6 +175,11 @@ def _value_getter(model: SemanticModel, metric: str) -> Callable[[Operator], Any
         # An op doing none of that work has no value (a node without a colour), not 0.
         figures = ledger.of(model).op_figures()
         return lambda op: figures[op.id][metric] or None if op.id in figures else None
+    if metric == "executed_flops":
+        # The ledger's executed FLOPs per invocation (per trip × trips), beside time per
+        # invocation; None on every op where no run or manifest knows the trips.
+        figures = ledger.of(model).op_figures()
+        return lambda op: figures[op.id][ledger.PER_INVOCATION] or None if op.id in figures else None
     if metric == "time":
         book = ledger.of(model)
         runs = book.instances or 1

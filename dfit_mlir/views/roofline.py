@@ -11,12 +11,19 @@ host for the run's threads and cached), and the class (memory-bound / balanced /
 compute-bound) is program-analyzer's own (:func:`program_analyzer.region_row`), so the view
 and ``regions.csv`` never disagree on it.
 
-* intensity = 2 x MACs / boundary bytes (FLOP/B);
-* attained FLOP/s = 2 x MACs x calls / time, attained B/s = bytes x calls / time;
+* intensity = 2 x MACs / boundary bytes (FLOP/B), per trip (one call's work over one
+  call's bytes);
+* attained FLOP/s = 2 x MACs x calls / time, attained B/s = bytes x calls / time: the
+  time sums every call (each trip of a loop), so the work over it is the executed work
+  of those calls (per-trip figure x calls, the ledger's ``executed_macs`` of the events
+  the run kept), never the per-trip figure alone;
 * the roof at that intensity = min(peak FLOP/s, intensity x the bandwidth roof), where
   peak FLOP/s is twice the profile's peak MAC/s (a MAC is a multiply and an add; the
   profiles halve the vendors' ops/s) and the bandwidth roof is the memory's or the
   fastest cache level the bytes fit in (:meth:`Profile.bandwidth_for`);
+* each partition is held against the peak of its own element type (program-analyzer's
+  ``peak_dtype``: an ``i8`` dispatch against the measured i8 peak, not the f32 one), and
+  the plot draws one roof per element type its points use;
 * % of roof = attained / that roof. Above 100 % (by program-analyzer's
   ``ROOF_TOLERANCE``) is a measurement problem, flagged, not a result.
 
@@ -50,10 +57,13 @@ class Roof:
     #: (name, capacity in bytes, bandwidth) of each cache level the profile measured: the
     #: roof of a partition whose bytes fit there (:attr:`Profile.cache_roofs`).
     caches: tuple[tuple[str, int, float], ...] = ()
+    #: (element type, peak FLOP/s) of every type the profile has a peak for (``dtype``'s
+    #: included): partitions of another type are drawn under their own roof.
+    peaks: tuple[tuple[str, float], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "basis": self.basis, "dtype": self.dtype, "peak": self.peak_flops_per_s,
-                "bandwidth": self.bandwidth_bytes_per_s,
+                "peaks": dict(self.peaks), "bandwidth": self.bandwidth_bytes_per_s,
                 "caches": [{"name": name, "capacity": capacity, "bandwidth": bandwidth}
                            for name, capacity, bandwidth in self.caches]}
 
@@ -77,7 +87,9 @@ def roof(profile: Profile) -> Roof:
     dtype, peak = profile.peak(None)
     return Roof(profile.name, "measured on this host" if profile.calibrated else "vendor-published peaks", dtype,
                 FLOPS_PER_MAC * peak.value, profile.memory_bandwidth.value,
-                tuple((name, capacity, figure.value) for name, capacity, figure in profile.cache_roofs))
+                tuple((name, capacity, figure.value) for name, capacity, figure in profile.cache_roofs),
+                tuple((element, FLOPS_PER_MAC * figure.value)
+                      for element, figure in sorted(profile.peak_macs_per_s.items())))
 
 
 def table(model: SemanticModel, book: ledger.Ledger, profile: Profile | None) -> dict[str, list]:
@@ -85,7 +97,7 @@ def table(model: SemanticModel, book: ledger.Ledger, profile: Profile | None) ->
     from dfit_mlir.analysis.tools.builtin import program_analyzer
 
     columns: dict[str, list] = {key: [] for key in ("intensity", "flops_per_s", "bytes_per_s", "roof", "pct",
-                                                    "bound", "above", "bandwidth_roof")}
+                                                    "bound", "above", "bandwidth_roof", "peak_dtype")}
     for part in model.partitions:
         region = program_analyzer.region_row(part, model, book, profile)
         work, moved = FLOPS_PER_MAC * region["macs"], region["bytes_moved"]
@@ -106,4 +118,5 @@ def table(model: SemanticModel, book: ledger.Ledger, profile: Profile | None) ->
         columns["bound"].append(region["boundness"])
         columns["above"].append(pct is not None and pct > 100 * program_analyzer.ROOF_TOLERANCE)
         columns["bandwidth_roof"].append(region["bandwidth_roof"])
+        columns["peak_dtype"].append(region["peak_dtype"])
     return columns

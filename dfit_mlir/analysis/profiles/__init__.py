@@ -180,8 +180,11 @@ def _calibrated(path: Path, name: str, backend: str, default_dtype: str,
     measured = calibration.calibrate(calibration_path, threads=threads)
     cache = None if measured.last_level_cache_bytes is None else Figure(measured.last_level_cache_bytes,
                                                                           measured.cache_method)
+    peaks = {default_dtype: Figure(measured.peak_macs_per_s, measured.compute_method)}
+    if measured.peak_i8_macs_per_s is not None:  # int8 regions' roof (their own matmul, measured)
+        peaks["i8"] = Figure(measured.peak_i8_macs_per_s, measured.i8_compute_method)
     return Profile(name=name, backend=backend, path=path, default_dtype=default_dtype,
-                   peak_macs_per_s={default_dtype: Figure(measured.peak_macs_per_s, measured.compute_method)},
+                   peak_macs_per_s=peaks,
                    memory_bandwidth=Figure(measured.memory_bandwidth_bytes_per_s, measured.bandwidth_method),
                    on_chip_memory=cache, calibrated=True,
                    cache_roofs=tuple((f"L{roof.level}", roof.capacity_bytes,

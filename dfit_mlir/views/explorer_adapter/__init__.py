@@ -15,12 +15,19 @@ manifest, an IREE run bundle or a reconstructed bundle (Edge TPU, Cerebras, Samb
   name lands on this graph too;
 * **node attributes** are the ledger's figures per op (:mod:`dfit_mlir.analysis.ledger`, the
   spec; nothing is re-derived here): ``time_ns`` (measured, summed over the run's
-  dispatches, present when the bundle measured time), ``macs``, ``flops``,
-  ``bytes_read``, ``bytes_written``, ``bytes`` (their sum), ``dispatch`` (the partitions
-  the op runs in), ``role`` (root/fused), ``phase``, plus the op's ``source``.
+  dispatches, present when the bundle measured time), ``macs``, ``flops`` (**per trip**:
+  an op inside a loop once, as the program says), ``executed_flops`` (the work the
+  whole run did, every trip: beside ``time_ns``, which counts every trip too) and
+  ``executed_flops_per_invocation`` (the same per invocation; from the manifest's static
+  trip counts where no run counted them, so a manifest alone has it), each present where
+  the ledger knows it, ``bytes_read``, ``bytes_written``, ``bytes`` (their sum),
+  ``dispatch`` (the partitions the op runs in), ``role`` (root/fused), ``phase``, plus
+  the op's ``source``.
 
 :func:`serve` also hands Model Explorer one node data overlay per figure
-(:data:`OVERLAYS`), keyed by node id, so the graph can be coloured by time or FLOPs.
+(:data:`OVERLAYS`), keyed by node id, so the graph can be coloured by time or FLOPs; the
+executed ones' titles say where the figure comes from (``run events`` or ``manifest
+trips``, the ledger's ``executed_basis``).
 Model Explorer loads ``<extension>.main`` (:mod:`.main` holds the adapter class); this
 module imports ``model_explorer`` only when a graph is built or served.
 """
@@ -50,9 +57,14 @@ FUNCTION_OPS = frozenset({"func.func", "util.func", "builtin.module"})
 #: server must not be reachable from another machine.
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 #: Node data overlays :func:`serve` adds: figure → title. Text figures get one colour per
-#: value. Model Explorer colours the graph by the last one: time.
+#: value. Model Explorer colours the graph by the last one: time, whole run, with the
+#: executed FLOPs of that same whole run beside it (static ``flops`` are per trip).
 OVERLAYS = {"dispatch": "dfit dispatch", "phase": "dfit phase", "bytes": "dfit bytes (read + written)",
-            "macs": "dfit macs", "flops": "dfit flops", "time_ns": "dfit time (ns, whole run)"}
+            "macs": "dfit macs", "flops": "dfit flops (per trip)",
+            "executed_flops_per_invocation": "dfit executed flops (per invocation)",
+            "executed_flops": "dfit executed flops (whole run)", "time_ns": "dfit time (ns, whole run)"}
+#: Overlays whose title names the ledger's ``executed_basis``.
+EXECUTED_OVERLAYS = frozenset({"executed_flops", "executed_flops_per_invocation"})
 TEXT_FIGURES = frozenset({"phase", "dispatch", "role"})
 
 
@@ -67,6 +79,9 @@ class OpFigures:
     bytes_written: int | None
     partitions: tuple[str, ...]
     roles: tuple[str, ...]
+    #: Executed FLOPs over the whole run and per invocation (the ledger's ``op_figures``).
+    executed_flops: int | None = None
+    executed_flops_per_invocation: float | None = None
 
     @property
     def bytes(self) -> int | None:
@@ -110,12 +125,15 @@ def op_figures(model: SemanticModel) -> dict[str, OpFigures]:
     rows: defaultdict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in book.entries.to_pylist():
         rows[row["op_id"]].append(row)
+    executed = book.op_figures()
     return {op_id: OpFigures(
         time_ns=sum(r["time_ns"] or 0 for r in found) if timed else None,
         macs=_sum(r["macs"] for r in found), flops=_sum(r["flops"] for r in found),
         bytes_read=_sum(r["bytes_read"] for r in found), bytes_written=_sum(r["bytes_written"] for r in found),
         partitions=tuple(dict.fromkeys(r["partition"] for r in found if r["partition"])),
         roles=tuple(dict.fromkeys(r["role"] for r in found)),
+        executed_flops=executed[op_id]["executed_flops"],
+        executed_flops_per_invocation=book.per_invocation_of(executed[op_id]),
     ) for op_id, found in rows.items()}
 
 
@@ -137,7 +155,8 @@ def figure_values(figures: OpFigures | None, op: Operator) -> dict[str, str]:
     if figures is not None:
         if figures.time_ns is not None:
             values["time_ns"] = f"{figures.time_ns:.1f}"
-        for name in ("macs", "flops", "bytes_read", "bytes_written", "bytes"):
+        for name in ("macs", "flops", "executed_flops", "executed_flops_per_invocation", "bytes_read",
+                     "bytes_written", "bytes"):
             if (value := getattr(figures, name)) is not None:
                 values[name] = str(value)
         if figures.partitions:
@@ -198,8 +217,11 @@ def node_data(model: SemanticModel) -> dict[str, dict[str, Any]]:
     op has are left out)."""
     figures = op_figures(model)
     values = {op.id: figure_values(figures.get(op.id), op) for op in shown_ops(model)}
+    basis = ledger.of(model).executed_basis
     documents = {}
     for figure, title in OVERLAYS.items():
+        if figure in EXECUTED_OVERLAYS and basis is not None:
+            title = title.removesuffix(")") + f", from {basis})"
         found = {op_id: v[figure] for op_id, v in values.items() if figure in v}
         if not found:
             continue

@@ -22,13 +22,38 @@ each dispatch's root op, its fused ops and the time model that split it.
 
 Rollups over the frontend's source model (manifest fields ``module_path``,
 ``module_class``, ``phase``): ``modules.csv`` is the module tree — every module path and
-its ancestors, with self and inclusive ops, FLOPs, bytes and measured time;
-``phases.csv`` the same per phase; ``flamegraph.svg`` draws the tree (width: measured
-time, else FLOPs, else ops) and ``speedscope.json`` opens in https://www.speedscope.app
+its ancestors, with self and inclusive ops, FLOPs, executed FLOPs, bytes and measured
+time; ``phases.csv`` the same per phase; ``flamegraph.svg`` draws the tree (width:
+measured time, else FLOPs, else ops; each frame's tooltip gives its FLOPs per trip and,
+from a run, its executed FLOPs over the run and per invocation) and ``speedscope.json`` opens in https://www.speedscope.app
 (one profile for the model, one per phase).
 
+**Per trip and executed** (the ledger's, module doc "Executed work"). ``flops``,
+``self_flops`` and ``transcendentals`` are static, **per trip**: each op counted once per
+call of its site, as the program says, however often a loop runs it. Every table then
+has the executed columns (:data:`EXECUTED_COLUMNS`): ``executed_flops``,
+``executed_macs``, ``executed_transcendentals`` — the work the run did, over the whole run
+(per-trip figure × the run's dispatch events at each partition, so a ``lax.scan`` or
+``scf.for`` body counts once per trip and per invocation) — and
+``executed_flops_per_invocation`` (÷ the run's invocations, ``instances`` in the summary):
+the figure to hold against a count of one call of the program with its loops unrolled
+(XLA's ``cost_analysis()["flops"]`` of the unrolled step). ``modules.csv`` adds
+``self_executed_flops``; ``partitions.csv`` has ``flops`` (per trip) beside ``calls`` and
+``executed_flops`` = ``flops`` × ``calls``. Time counts every trip, so a rate derived from
+``time_ns`` divides ``executed_flops``, never ``flops``. Where the run counted no
+executions — a manifest without a run, a run without dispatch events (``--mode
+none/ids/lite``), or one that kept only some (``--ids``, ``--sample``, dropped events) —
+the manifest's static trip counts stand in where every dispatch site has one:
+``executed_flops_per_invocation`` = per trip × trips, and the whole-run columns that too ×
+the invocations a run says ran (empty for a manifest alone). Every table's
+``executed_basis`` column (and the summary's) names the source: ``run events`` or
+``manifest trips``. Where neither knows (a loop bound known only at run time, a
+reconstruction's groups) the executed columns are empty, never 0, and the summary's
+``executed_unknown`` / ``per_invocation_unknown`` and a note say why.
+
 Outputs ``partitions.csv``, ``sites.csv`` (the ranking), ``modules.csv``, ``phases.csv``,
-``flamegraph.svg``, ``speedscope.json``, ``unattributed.csv`` and ``summary.json``.
+``flamegraph.svg``, ``speedscope.json``, ``unattributed.csv`` and ``summary.json``
+(totals: ``flops`` per trip, the executed columns, ``instances``).
 """
 
 from __future__ import annotations
@@ -45,18 +70,28 @@ from dfit_mlir.core import locations, module_paths
 from dfit_mlir.core.errors import InvalidInputError
 from dfit_mlir.core.lineage import is_constant
 from dfit_mlir.exporters import flamegraph
-from dfit_mlir.frontends import CodeRules, module_classes, parse_globs
+from dfit_mlir.frontends import CodeRules, module_classes, parse_globs, site_notes
 
 EXECUTION_KINDS = ledger.EXECUTION_KINDS
-SITE_COLUMNS = ("rank", "site", "site_kind", "operators", "flops", "transcendentals", "time_ns", "attributed_share",
-                "module_paths", "phases", "site_rule")
+#: Executed work over the whole run (the ledger's: per-trip figure × the run's dispatch
+#: events), then executed FLOPs per invocation (÷ the run's invocations): empty where no
+#: run counted executions. Every table carries them after its per-trip ``flops``.
+EXECUTED_COLUMNS = ("executed_flops", "executed_macs", "executed_transcendentals", "executed_flops_per_invocation")
+#: Where every row's executed figures come from (the ledger's ``executed_basis``: ``run
+#: events`` or ``manifest trips``; empty where they are unknown), beside them in each table.
+BASIS_COLUMN = "executed_basis"
+SITE_COLUMNS = ("rank", "site", "site_kind", "operators", "flops", "transcendentals", *EXECUTED_COLUMNS, BASIS_COLUMN,
+                "time_ns", "attributed_share", "module_paths", "phases", "site_rule")
 PARTITION_COLUMNS = ("partition", "kind", "root_id", "root_site", "sites", "module_paths", "operators",
-                     "compute_ops", "fused_ids", "calls", "time_ns", "root_share", "time_model")
+                     "compute_ops", "fused_ids", "calls", "flops", *EXECUTED_COLUMNS, BASIS_COLUMN, "time_ns",
+                     "root_share", "time_model")
 UNATTRIBUTED_COLUMNS = ("what", "kind", "partition", "count", "time_ns")
 MODULE_COLUMNS = ("module_path", "parent", "depth", "name", "module_class", "self_ops", "ops", "self_flops", "flops",
-                  "self_bytes", "bytes", "self_time_ns", "time_ns", "self_attributed_share", "attributed_share", "phases")
-PHASE_COLUMNS = ("phase", "ops", "non_constant_ops", "flops", "transcendentals", "bytes", "time_ns", "attributed_share",
-                 "modules")
+                  "self_executed_flops", *EXECUTED_COLUMNS, BASIS_COLUMN, "self_bytes", "bytes", "self_time_ns",
+                  "time_ns",
+                  "self_attributed_share", "attributed_share", "phases")
+PHASE_COLUMNS = ("phase", "ops", "non_constant_ops", "flops", "transcendentals", *EXECUTED_COLUMNS, BASIS_COLUMN,
+                 "bytes", "time_ns", "attributed_share", "modules")
 OPTIONS = ("framework_code", "model_code")
 #: Structural ops: neither constants nor computation (counted apart in the summary).
 STRUCTURAL_OPS = frozenset({"func.func", "func.return", "util.func", "util.return", "builtin.module"})
@@ -117,6 +152,7 @@ def explain_site(model: SemanticModel, site: str, rules: CodeRules | None = None
             lines.append(f"    {frame[0]}:{frame[1]}  {where}: {decision.reason}")
         if not frames:
             lines.append("    no frame with a file: " + site_rule((site, found[0][1]), rules))
+        lines.extend(f"    note: {note}" for note in site_notes(op.name_path))
     if len(found) > limit:
         lines.append(f"  … {len(found) - limit} more ops")
     return "\n".join(lines)
@@ -140,22 +176,19 @@ class SemanticAttribution(Tool):
         rules = ctx.state["rules"]
         sites = {op_id: op_site(model, op, rules) for op_id, op in model.operators.items()}
         book = ledger.of(model)
-        figures = book.op_figures()
-        empty = dict.fromkeys(ledger.OP_FIGURES, 0)
+        # The ledger's sums per site: FLOPs per trip, transcendentals (exp/tanh/erf/… per
+        # element, dfit_mlir.core.costs, not in flops), executed work, time.
+        rolled = book.rollup_ops({op_id: found[0] for op_id, found in sites.items() if found is not None})
 
         by_site: dict[str, dict[str, Any]] = {}
         for op_id, found in sites.items():
             if found is None:
                 continue
             entry = by_site.setdefault(found[0], {"site": found[0], "site_kind": found[1], "operators": 0,
-                                                  "flops": 0, "transcendentals": 0, "time_ns": 0.0,
-                                                  "module_paths": set(),
+                                                  **_figures(book, rolled.get(found[0])), "module_paths": set(),
                                                   "phases": Counter(), "site_rule": site_rule(found, rules)})
             entry["operators"] += 1
             entry["phases"][model.operators[op_id].phase or "(none)"] += 1
-            # Elementwise exp/tanh/erf/... per element (dfit_mlir.core.costs), not in flops.
-            for key in ("flops", "transcendentals", "time_ns"):
-                entry[key] += figures.get(op_id, empty)[key]
             if model.module_path(op_id):
                 entry["module_paths"].add(model.module_path(op_id))
         totals = book.totals
@@ -170,6 +203,7 @@ class SemanticAttribution(Tool):
         for partition in model.partitions:
             compute = model.compute_ops(partition)
             split = book.partition_summary(partition)
+            work = book.partition_figures(partition.id)
             partition_rows.append({
                 "partition": partition.id, "kind": partition.kind, "root_id": partition.root_id,
                 "root_site": root_site[0] if (root_site := sites.get(partition.root_id or "")) else None,
@@ -177,7 +211,7 @@ class SemanticAttribution(Tool):
                 "module_paths": ";".join(dict.fromkeys(p for i in compute if (p := model.module_path(i)))),
                 "operators": len(partition.operator_ids), "compute_ops": len(compute),
                 "fused_ids": ";".join(split["fused"]),
-                "calls": book.calls(partition.id),
+                "calls": book.calls(partition.id), "flops": work["flops"], **_executed(book, work),
                 "time_ns": book.partition_ns(partition.id),
                 "root_share": (round(split["shares"][partition.root_id], 6)
                                if partition.root_id in split["shares"] else None),
@@ -202,10 +236,21 @@ class SemanticAttribution(Tool):
             "attributed_time_pct": totals.attributed_pct, "time_model": book.time_models_label(),
             "time_model_source": book.time_model.source,
             "top_sites": [row["site"] for row in site_rows[:5]],
+            "flops": book.total_flops, **book.executed_totals,
+            "executed_flops_per_invocation": book.flops_per_invocation, BASIS_COLUMN: book.executed_basis,
+            "executed_unknown": book.executed_unknown, "per_invocation_unknown": book.per_invocation_unknown,
         }
         summary.update(self._rollups(ctx, model, book))
         if not total_time:
             ctx.note("no measured execution time in this bundle: sites are ranked by FLOPs and op count only")
+        if book.executed_basis is None:
+            ctx.note(f"executed_* columns are empty: {book.per_invocation_unknown}")
+        elif book.executed_basis == ledger.MANIFEST_TRIPS:
+            ctx.note(f"executed figures are per-trip figures x the manifest's static trip counts (executed_basis: "
+                     f"{ledger.MANIFEST_TRIPS}), since {book.events_uncounted}")
+            if book.executed_unknown:
+                ctx.note(f"executed figures over the whole run are empty (per invocation is known): "
+                         f"{book.executed_unknown}")
         if not any(found and found[1] == "source" for found in sites.values()):
             ctx.note("no op has a file:line outside framework code; sites are module paths or framework frames")
         ctx.export_table("sites", _table(site_rows, SITE_COLUMNS))
@@ -227,6 +272,7 @@ class SemanticAttribution(Tool):
             "module_path": path, "parent": node.parent, "depth": node.depth, "name": module_paths.leaf_name(path),
             "module_class": node.module_class, "self_ops": node.self_values["ops"], "ops": node.values["ops"],
             "self_flops": node.self_values["flops"], "flops": node.values["flops"],
+            "self_executed_flops": node.self_values["executed_flops"], **_executed(book, node.values),
             "self_bytes": node.self_values["bytes"], "bytes": node.values["bytes"],
             "self_time_ns": node.self_values["time_ns"], "time_ns": node.values["time_ns"],
             "self_attributed_share": book.share(node.self_values["time_ns"]),
@@ -235,17 +281,14 @@ class SemanticAttribution(Tool):
         } for path, node in tree.items()]
         ctx.export_table("modules", _table(module_rows, MODULE_COLUMNS))
 
-        figures = book.op_figures()
-        empty = dict.fromkeys(ledger.OP_FIGURES, 0)
+        rolled = book.rollup_ops({op_id: op.phase or "(none)" for op_id, op in model.operators.items()})
         by_phase: dict[str, dict[str, Any]] = {}
         for op in model.operators.values():
             key = op.phase or "(none)"
-            row = by_phase.setdefault(key, {"phase": key, "ops": 0, "non_constant_ops": 0, "flops": 0, "bytes": 0,
-                                            "time_ns": 0, "modules": set(), "transcendentals": 0})
+            row = by_phase.setdefault(key, {"phase": key, "ops": 0, "non_constant_ops": 0,
+                                            **_figures(book, rolled.get(key)), "modules": set()})
             row["ops"] += 1
             row["non_constant_ops"] += not is_constant(op.op)
-            for name in ("flops", "bytes", "time_ns", "transcendentals"):
-                row[name] += figures.get(op.id, empty)[name]
             if (path := model.module_path(op.id)) is not None:
                 row["modules"].add(path)
         order = {name: index for index, name in enumerate((*PHASES_ORDER, "(none)"))}
@@ -256,7 +299,8 @@ class SemanticAttribution(Tool):
         title = f"{model.frontend or model.backend} model {_model_name(model)}"
         if tree:
             weight = flamegraph.weight_of(tree)
-            flamegraph.write_svg(tree, ctx.output_path("flamegraph.svg"), title, weight)
+            flamegraph.write_svg(tree, ctx.output_path("flamegraph.svg"), title, weight,
+                                 per_invocation=book.per_invocation, basis=book.executed_basis)
             per_phase = []
             for phase in (r["phase"] for r in phase_rows if r["phase"] != "(none)"):
                 sub = book.module_tree((op_id for op_id, op in model.operators.items() if op.phase == phase),
@@ -283,8 +327,8 @@ class SemanticAttribution(Tool):
                                                                 if model.module_path(op.id) is None).most_common()),
             "top_modules": [path for path, node in sorted(
                 ((path, node) for path, node in tree.items() if node.self_values["ops"]),
-                key=lambda item: (-item[1].self_values["time_ns"], -item[1].self_values["flops"],
-                                  -item[1].self_values["ops"]))[:5]],
+                key=lambda item: (-(item[1].self_values["time_ns"] or 0), -(item[1].self_values["flops"] or 0),
+                                  -(item[1].self_values["ops"] or 0)))[:5]],
         }
 
     def report(self, ctx: ToolContext) -> str:
@@ -301,6 +345,21 @@ class SemanticAttribution(Tool):
                 f"({summary['attributed_operators_pct']}%){time_part}; top sites: "
                 f"{', '.join(summary['top_sites'][:3]) or 'none'}\n"
                 f"{modules}; ops by phase: {phases}\nanalysis took {ctx.state['busy_s'] * 1e3:.1f} ms")
+
+
+def _executed(book: ledger.Ledger, figures: Any) -> dict[str, Any]:
+    """The :data:`EXECUTED_COLUMNS` and :data:`BASIS_COLUMN` of a row from the ledger's
+    figures (``None``: unknown)."""
+    return {**{key: figures[key] for key in ledger.EXECUTED_FIGURES},
+            "executed_flops_per_invocation": book.per_invocation_of(figures), BASIS_COLUMN: book.executed_basis}
+
+
+def _figures(book: ledger.Ledger, figures: Any) -> dict[str, Any]:
+    """A site's or phase's columns from its :meth:`~ledger.Ledger.rollup_ops` row (none:
+    its ops have no entry)."""
+    figures = figures or book.empty_figures
+    return {"flops": figures["flops"], "transcendentals": figures["transcendentals"], "bytes": figures["bytes"],
+            "time_ns": figures["time_ns"], **_executed(book, figures)}
 
 
 def _pct(part: int, whole: int) -> float | None:
