@@ -645,10 +645,15 @@ def test_executed_flops_are_the_ledgers_and_unknown_without_a_run(iree_bundles: 
         assert table["executed_flops_per_invocation"][index] == book.per_invocation(executed)
     assert data["executed"] == {"flops": book.executed_totals["executed_flops"],
                                 "flops_per_invocation": book.per_invocation(book.executed_totals["executed_flops"]),
-                                "instances": book.instances, "unknown": None}
+                                "instances": book.instances, "unknown": None, "basis": "run events",
+                                "per_invocation_unknown": None}
     static = html.view_data(SemanticModel.open(iree_bundles["manifest"]))
     assert set(static["dispatches"]["executed_flops"]) == {None} and static["executed"]["flops"] is None
     assert static["executed"]["unknown"].startswith("nothing ran")
+    # Per invocation, the manifest's trip counts stand in (the convnet: no loop, 1 each).
+    assert static["executed"]["basis"] == "manifest trips"
+    assert static["dispatches"]["executed_flops_per_invocation"] == table["executed_flops_per_invocation"]
+    assert static["executed"]["flops_per_invocation"] == data["executed"]["flops_per_invocation"]
     assert all(not any(figures["executed_flops"]) for figures in static["modules"]["figures"].values())
 
 
@@ -672,9 +677,10 @@ def test_browser_shows_executed_flops_apart_from_per_trip(browser: Any, iree_bun
     assert "executed per invocation" in work.text and f"in {book.instances} invocation" in work.get_attribute("title")
     no_console_errors(browser)
     open_view(browser, iree_bundles["manifest"], tmp_path)
-    assert {td.text for td in browser.find_elements(By.CSS_SELECTOR, "tr.dispatch td.executed")} == {"-"}
+    cells = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "tr.dispatch td.executed")]
+    assert cells and all(text.startswith("- (") for text in cells)  # per invocation only, from the trips
     work = browser.find_element(By.ID, "work")
-    assert "executed unknown" in work.text and work.get_attribute("title").startswith("executed FLOPs unknown: nothing ran")
+    assert "(manifest trips)" in work.text and "over the whole run unknown: nothing ran" in work.get_attribute("title")
     browser.find_element(By.CSS_SELECTOR, "#weight option[value='executed_flops']").click()
     assert "executed FLOPs unknown" in browser.find_element(By.ID, "icicle").text
     no_console_errors(browser)

@@ -155,7 +155,8 @@ def diff(bundle_a: Path, bundle_b: Path, out_dir: Path | None, as_json: bool, li
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True,
               help="Node data file; with several metrics, one NAME.<metric>.json each.")
 @click.option("--metric", "metrics", default="macs", show_default=True,
-              help="Comma-separated: macs, flops, bytes, time, partition, module, phase.")
+              help="Comma-separated: macs, flops (per trip), bytes, time, executed_flops (per invocation, "
+                   "every trip), partition, module, phase.")
 @click.option("--key", type=click.Choice(["name", "id"]), default="name", show_default=True,
               help="Node key: the op's tensor/location name (TFLite, MLIR graphs) or its dfit ID.")
 @force_option
