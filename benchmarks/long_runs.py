@@ -8,6 +8,11 @@ the child via ``os.wait4``): wall, CPU and peak RSS.
 
 The module is ``examples/models/convnet.mlir`` compiled with ``dfit compile ...
 --dfit-tag --mode full`` (6 dispatches, 22 profiled records per invocation).
+
+``--decode-records R`` also records a profile of about R records and times its decode in
+this process, best of three: the windowed reader's index pass alone, the index plus every
+record of every family read into typed columns window by window (what a run reads), and
+the whole-file reader (``profile_file.read_profile``) for comparison.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,11 +46,53 @@ def timed(command: list[str]) -> dict[str, float]:
             "rss_mib": round(usage.ru_maxrss / 1024, 1)}
 
 
+def decode_rate(vmfb: Path, inputs: Path, records: int, driver: str, work: Path) -> dict[str, Any]:
+    """Records per second of the profile readers on a profile of about ``records`` records."""
+    from dfit_mlir.runtime_hooks import profile_file, profile_stream
+
+    profile = work / "decode.ireeprof"
+    n = -(-records // 22)
+    subprocess.run([str(Path(sys.executable).parent / "iree-benchmark-module"), f"--module={vmfb}",
+                    f"--device={driver}", f"--device_profiling_mode={FAMILIES}",
+                    f"--device_profiling_output={profile}", f"--input=@{inputs}", "--function=main",
+                    f"--benchmark_min_time={n}x"], check=True, capture_output=True)
+
+    def best(read: Any) -> tuple[float, float, int]:
+        """Best wall and best CPU seconds of three reads, and the records read."""
+        walls, cpus, count = [], [], 0
+        for _ in range(3):
+            start, cpu = time.perf_counter(), time.process_time()
+            count = read()
+            walls.append(time.perf_counter() - start)
+            cpus.append(time.process_time() - cpu)
+        return min(walls), min(cpus), count
+
+    def index_only() -> int:
+        return sum(profile_stream.index_profile(profile).counts.values())
+
+    def windows() -> int:
+        index = profile_stream.index_profile(profile)
+        return sum(len(index.family_window(family, w)) for family in index.counts for w in range(index.windows))
+
+    def whole() -> int:
+        return sum(len(r) for r in profile_file.read_profile(profile).records.values())
+
+    found = {"invocations": n, "profile_mb": round(profile.stat().st_size / 1e6, 1)}
+    for name, read in (("index", index_only), ("index + every window", windows), ("whole file", whole)):
+        seconds, cpu, count = best(read)
+        found[name] = {"records": count, "s": round(seconds, 3), "records_per_s": round(count / seconds),
+                       "cpu_s": round(cpu, 3), "records_per_cpu_s": round(count / max(cpu, 1e-9))}
+    profile.unlink()
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--invocations", default="1000,5000,30000", help="comma-separated N")
     parser.add_argument("--driver", default="local-task")
+    parser.add_argument("--decode-records", type=int, default=0, help="also time the decode of a profile this big")
     args = parser.parse_args()
+    print(f"load average at the start: {', '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     bin_dir = Path(sys.executable).parent
     with tempfile.TemporaryDirectory(prefix="dfit-long-runs-") as tmp:
         work = Path(tmp)
@@ -66,12 +114,15 @@ def main() -> None:
                           "--driver", args.driver, "--input", f"@{work / 'x.npy'}", "-o", str(bundle)])
             summary = json.loads((bundle / "summary.json").read_text())
             events = sum(summary["records"][k] for k in ("dispatch", "queue", "memory"))
-            row = {"invocations": n, "events": events, "profile_mb": round(size / 1e6, 1), "benchmark": bench,
+            row = {"invocations": n, "events": events, "route": summary.get("profile_read", {}).get("route"), "profile_mb": round(size / 1e6, 1), "benchmark": bench,
                    "dfit": dfit, "wall_ratio": round(dfit["wall_s"] / bench["wall_s"], 2),
                    "cpu_ratio": round(dfit["cpu_s"] / max(bench["cpu_s"], 1e-3), 2)}
             rows.append(row)
             print(json.dumps(row), flush=True)
             subprocess.run(["rm", "-rf", str(bundle)], check=True)
+        if args.decode_records:
+            print(json.dumps({"decode": decode_rate(vmfb, work / "x.npy", args.decode_records, args.driver, work)}),
+                  flush=True)
     print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print("| invocations | events | .ireeprof | iree-benchmark-module wall / CPU / RSS | dfit run wall / CPU / RSS "
           "| wall ratio | CPU ratio |")

@@ -282,7 +282,7 @@ class Executions:
 
 def invocation_starts(manifest: dict[str, Any], function: str, invocations: int,
                       recording_of_buffer: dict[int, int], executions: Executions | Sequence[tuple[int, int]],
-                      flush_starts: Sequence[int] | None = None) -> list[int]:
+                      flush_starts: Sequence[int] | np.ndarray | None = None) -> list[int]:
     """First submission id of each invocation, from the host code's structure.
 
     The anchor of ``function`` is the first command-buffer execution in its entry block:
@@ -319,7 +319,8 @@ def invocation_starts(manifest: dict[str, Any], function: str, invocations: int,
     return flush_invocation_starts(function, invocations, flush_starts)
 
 
-def flush_invocation_starts(function: str, invocations: int, flush_starts: Sequence[int] | None) -> list[int]:
+def flush_invocation_starts(function: str, invocations: int,
+                            flush_starts: Sequence[int] | np.ndarray | None) -> list[int]:
     """Invocation starts of a function without an anchor, from the profile's flushes:
     one per invocation, each the first submission of its call. A call that issues no
     submission (a loop that ran no trip, a branch with no work) writes no flush, so the
@@ -329,14 +330,14 @@ def flush_invocation_starts(function: str, invocations: int, flush_starts: Seque
         raise UnresolvedDispatchError(
             f"cannot split {invocations} invocations of {function}: {shape}, and this profile has no queue events "
             f"to split by (they come with the queue-events family of iree-benchmark-module); run it with --repeat 1")
-    if not flush_starts:  # no call issued anything: every invocation is empty
+    if not len(flush_starts):  # no call issued anything: every invocation is empty
         return [0] * invocations
     if len(flush_starts) != invocations:
         raise UnresolvedDispatchError(
             f"cannot split {invocations} invocations of {function}: {shape}, and only {len(flush_starts)} of the "
             f"{invocations} calls issued a queue operation (a loop that ran no trip or a branch with no device work "
             f"issues none), so which calls did the work cannot be told; run it with --repeat 1")
-    return list(flush_starts)
+    return flush_starts.tolist() if isinstance(flush_starts, np.ndarray) else list(flush_starts)
 
 
 def _dispatchless_anchor(manifest: dict[str, Any], wanted: set[int], invocations: int,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -352,48 +353,58 @@ class Records:
         return cls(columns)
 
 
-def _plain(records: np.ndarray, *names: str) -> dict[str, np.ndarray]:
-    """Copies of ``names`` (ids as int64, as the JSON prints them)."""
-    return {name: records[name].astype(np.int64) for name in names}
+#: The record's ``type`` as stored (its name is ``op`` / ``event_type``): what a run codes
+#: event names by (sorting a few integers, not a string per record). Not iree-profile's.
+TYPE_VALUE = "type_value"
 
 
-def queue_records(tables: ProfileTables) -> Records:
-    """``iree-profile queue``'s ``queue_event`` records."""
+def _plain(records: np.ndarray, *names: str, only: Collection[str] | None = None) -> dict[str, np.ndarray]:
+    """Copies of ``names`` (ids as int64, as the JSON prints them); ``only``: of those
+    among them (a caller that reads a few fields does not pay for the others)."""
+    return {name: records[name].astype(np.int64) for name in names if only is None or name in only}
+
+
+def queue_records(tables: ProfileTables, only: Collection[str] | None = None) -> Records:
+    """``iree-profile queue``'s ``queue_event`` records (``only``: those fields of them)."""
     r = tables.family("queue-events")
     return Records({
-        "event_id": r["event_id"].astype(np.int64), "op": names(r["type"], QUEUE_OPS),
-        **_plain(r, "flags"), "dependency_strategy": names(r["dependency_strategy"], DEPENDENCY_STRATEGIES),
+        "event_id": r["event_id"].astype(np.int64), "op": names(r["type"], QUEUE_OPS), TYPE_VALUE: r["type"],
+        **_plain(r, "flags", only=only),
+        "dependency_strategy": names(r["dependency_strategy"], DEPENDENCY_STRATEGIES),
         **_plain(r, "submission_id", "command_buffer_id", "allocation_id", "physical_device_ordinal",
                  "queue_ordinal", "stream_id", "host_time_ns", "ready_host_time_ns", "wait_count", "signal_count",
-                 "barrier_count", "operation_count", "payload_length")})
+                 "barrier_count", "operation_count", "payload_length", only=only)})
 
 
-def host_execution_records(tables: ProfileTables, dispatches: bool = False) -> Records:
+def host_execution_records(tables: ProfileTables, dispatches: bool = False,
+                           only: Collection[str] | None = None) -> Records:
     """``iree-profile queue``'s ``host_execution_event`` records: those that are not
-    dispatches (``dispatches=False``: the host operations) or all."""
+    dispatches (``dispatches=False``: the host operations) or all (``only``: those fields)."""
     r = tables.family("host-execution-events")
     if not dispatches:
         r = r[r["type"] != DISPATCH_TYPE]
     start, end = r["start_host_time_ns"], r["end_host_time_ns"]
     return Records({
-        "event_id": r["event_id"].astype(np.int64), "op": names(r["type"], QUEUE_OPS),
+        "event_id": r["event_id"].astype(np.int64), "op": names(r["type"], QUEUE_OPS), TYPE_VALUE: r["type"],
         **_plain(r, "flags", "status_code", "submission_id", "command_buffer_id", "command_index",
                  "executable_id", "function_ordinal", "allocation_id", "physical_device_ordinal", "queue_ordinal",
                  "stream_id", "operation_count", "payload_length", "tile_count", "tile_duration_sum_ns",
-                 "start_host_time_ns", "end_host_time_ns"),
+                 "start_host_time_ns", "end_host_time_ns", only=only),
         "duration_ns": end - start, "valid": (start >= 0) & (end >= start)})
 
 
-def memory_records(tables: ProfileTables) -> Records:
-    """``iree-profile memory``'s ``memory_event`` records."""
+def memory_records(tables: ProfileTables, only: Collection[str] | None = None) -> Records:
+    """``iree-profile memory``'s ``memory_event`` records (``only``: those fields of them)."""
     r = tables.family("memory-events")
     return Records({
         "event_id": r["event_id"].astype(np.int64), "event_type": names(r["type"], MEMORY_EVENT_TYPES),
+        TYPE_VALUE: r["type"],
         "event_type_value": r["type"].astype(np.int64),
         **_plain(r, "flags", "result", "host_time_ns", "allocation_id", "pool_id", "backing_id", "submission_id",
                  "physical_device_ordinal", "queue_ordinal", "frontier_entry_count", "memory_type",
                  "buffer_usage", "offset", "length", "alignment", "pool_bytes_reserved", "pool_bytes_free",
-                 "pool_bytes_committed", "pool_budget_limit", "pool_reservation_count", "pool_slab_count"),
+                 "pool_bytes_committed", "pool_budget_limit", "pool_reservation_count", "pool_slab_count",
+                 only=only),
         "externally_owned": (r["flags"] & 32) != 0, "pool_stats_available": (r["flags"] & 16) != 0})
 
 

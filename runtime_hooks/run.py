@@ -43,7 +43,7 @@ from dfit_mlir.core.errors import DfitError, InvalidInputError, ModuleFaultError
 from dfit_mlir.core.event_pipeline import EventPipeline, EventRow, Policy
 from dfit_mlir.core.vmfb import exported_functions
 from dfit_mlir.exporters.bundle import BUNDLE_KIND, write_bundle
-from dfit_mlir.runtime_hooks import drivers, hal_profile
+from dfit_mlir.runtime_hooks import drivers, hal_profile, profile_file
 from dfit_mlir.runtime_hooks.inputs import (
     check_indices,
     check_inputs,
@@ -133,10 +133,10 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
         if mode == "full":
             assert manifest is not None
             granted = drivers.ask(vmfb, driver, function, len(arguments)) if caps.source == "asked" else None
-            profile = _profiled_run(vmfb, manifest, inputs, driver, function, repeat, warmup,
-                                    drivers.run_families(caps, "full", granted), fault=fault)
-            write_bundle(bundle, manifest, lambda sink: profile.pipeline(manifest, policy, sink),
-                         {**summary, **profile.summary()})
+            families = drivers.run_families(caps, "full", granted)
+            recorded = _record_run(vmfb, inputs, driver, function, repeat, warmup, families, Path(scratch), fault)
+            _write_full_bundle(bundle, manifest, policy, summary, recorded, function, repeat, warmup, families,
+                               driver)
         else:
             _in_child(InProcessRun(vmfb, manifest or plain_manifest(vmfb, vmfb_sha256), mode, driver,
                                    function, tuple(inputs), repeat, warmup, policy, tensors, summary,
@@ -422,77 +422,281 @@ class ProfiledRun:
         return [row for part in self.memory for row in part.rows()]
 
     def summary(self) -> dict[str, Any]:
-        import numpy as np
-
-        found = self.dispatches
-        recorded = found.invocation >= 0
-        k = found.invocation[recorded]
-        totals = np.bincount(k, weights=found.duration_ns[recorded], minlength=self.invocations).astype(np.int64)
-        counts = np.bincount(k, minlength=self.invocations)
-        ends = found.start_ns + found.duration_ns
-        first = np.full(self.invocations, np.iinfo(np.int64).max)
-        last = np.full(self.invocations, np.iinfo(np.int64).min)
-        np.minimum.at(first, k, found.start_ns[recorded])
-        np.maximum.at(last, k, ends[recorded])
-        spans = (last - first)[counts > 0]
-        wall = self.wall_ns_per_invocation
-        load = ~recorded
-        return {
-            "profiling_families": list(self.families),
-            "driver_capabilities": None if self.capabilities is None else asdict(self.capabilities),
-            "clocks": self.clock_summary(),
-            "join": "structural: command-buffer recordings of the hal-phase host code; invocations by submission",
-            "dispatch_ns_per_invocation": duration_stats(totals.tolist()),
-            # First dispatch start to last dispatch end: the device-side window.
-            "dispatch_window_ns": duration_stats(spans.tolist()),
-            # Wall time per invocation as iree-benchmark-module measures it (a mean: the
-            # tool reports no per-invocation times); in-process modes time each call.
-            "invocation_ns": None if wall is None else {"count": self.invocations, "min": wall, "median": wall,
-                                                        "mean": wall, "max": wall},
-            "timing_harness": "iree-benchmark-module" if wall is not None else "iree-run-module",
-            "load_time": {"dispatches": int(load.sum()), "dispatch_ns": int(found.duration_ns[load].sum()),
-                          "invocation": LOAD_INVOCATION},
-            "records": {"dispatch": int(recorded.sum()), "load_dispatch": int(load.sum()),
-                        "queue": sum(map(len, self.queue)), "memory": sum(map(len, self.memory)),
-                        "warmup_records_dropped": self.warmup_records, "load_records": self.load_records,
-                        "unsubmitted_records": self.unsubmitted_records},
-        }
-
+        totals = RunTotals(self.invocations)
+        totals.add_dispatches(self.dispatches)
+        totals.queue, totals.memory = sum(map(len, self.queue)), sum(map(len, self.memory))
+        totals.warmup, totals.load, totals.unsubmitted = self.warmup_records, self.load_records, \
+            self.unsubmitted_records
+        return run_summary(totals, self.families, self.capabilities, self.wall_ns_per_invocation,
+                           self.clock_summary())
 
     def clock_summary(self) -> dict[str, Any]:
-        """Which clock each table's times came from: all are on the host's
-        (``iree_host_time_ns``); device ticks got there by the fits listed."""
-        dispatch = self.capabilities.dispatch_clock if self.capabilities else drivers.HOST_CLOCK
-        fitted = "device_tick fitted to iree_host_time_ns"
-        return {"dispatch": fitted if dispatch == drivers.DEVICE_CLOCK else drivers.HOST_CLOCK,
-                "queue": drivers.HOST_CLOCK, "memory": drivers.HOST_CLOCK,
-                **({"queue device spans (device ...)": fitted} if "device-queue-events" in self.families else {}),
-                "fits": [fit.summary() for fit in self.clocks]}
+        return clock_summary(self.capabilities, self.families, self.clocks)
+
+
+def clock_summary(capabilities: drivers.DriverCapabilities | None, families: Sequence[str],
+                  clocks: Sequence[hal_profile.ClockFit]) -> dict[str, Any]:
+    """Which clock each table's times came from: all are on the host's
+    (``iree_host_time_ns``); device ticks got there by the fits listed."""
+    dispatch = capabilities.dispatch_clock if capabilities else drivers.HOST_CLOCK
+    fitted = "device_tick fitted to iree_host_time_ns"
+    return {"dispatch": fitted if dispatch == drivers.DEVICE_CLOCK else drivers.HOST_CLOCK,
+            "queue": drivers.HOST_CLOCK, "memory": drivers.HOST_CLOCK,
+            **({"queue device spans (device ...)": fitted} if "device-queue-events" in families else {}),
+            "fits": [fit.summary() for fit in clocks]}
+
+
+class RunTotals:
+    """What a ``full`` run's summary says of its records, added up block by block (the
+    whole run at once, or a window at a time): per invocation (a few numbers each) and
+    per run, never per event."""
+
+    def __init__(self, invocations: int):
+        self.invocations = invocations
+        self.dispatch_ns = np.zeros(invocations, np.int64)
+        self.dispatches = np.zeros(invocations, np.int64)
+        self.first = np.full(invocations, np.iinfo(np.int64).max)
+        self.last = np.full(invocations, np.iinfo(np.int64).min)
+        self.load_dispatches = self.load_dispatch_ns = 0
+        self.queue = self.memory = self.warmup = self.load = self.unsubmitted = 0
+
+    def add_dispatches(self, found: hal_profile.JoinColumns) -> None:
+        """Joined dispatches past the warmup (load time at :data:`LOAD_INVOCATION`)."""
+        recorded = found.invocation >= 0
+        k = found.invocation[recorded]
+        np.add.at(self.dispatch_ns, k, found.duration_ns[recorded])
+        self.dispatches += np.bincount(k, minlength=self.invocations)
+        np.minimum.at(self.first, k, found.start_ns[recorded])
+        np.maximum.at(self.last, k, (found.start_ns + found.duration_ns)[recorded])
+        load = ~recorded
+        self.load_dispatches += int(load.sum())
+        self.load_dispatch_ns += int(found.duration_ns[load].sum())
+
+
+def run_summary(totals: RunTotals, families: Sequence[str], capabilities: drivers.DriverCapabilities | None,
+                wall: float | None, clocks: dict[str, Any]) -> dict[str, Any]:
+    """A ``full`` run's part of summary.json, from its :class:`RunTotals`."""
+    spans = (totals.last - totals.first)[totals.dispatches > 0]
+    return {
+        "profiling_families": list(families),
+        "driver_capabilities": None if capabilities is None else asdict(capabilities),
+        "clocks": clocks,
+        "join": "structural: command-buffer recordings of the hal-phase host code; invocations by submission",
+        "dispatch_ns_per_invocation": duration_stats(totals.dispatch_ns.tolist()),
+        # First dispatch start to last dispatch end: the device-side window.
+        "dispatch_window_ns": duration_stats(spans.tolist()),
+        # Wall time per invocation as iree-benchmark-module measures it (a mean: the
+        # tool reports no per-invocation times); in-process modes time each call.
+        "invocation_ns": None if wall is None else {"count": totals.invocations, "min": wall, "median": wall,
+                                                    "mean": wall, "max": wall},
+        "timing_harness": "iree-benchmark-module" if wall is not None else "iree-run-module",
+        "load_time": {"dispatches": totals.load_dispatches, "dispatch_ns": totals.load_dispatch_ns,
+                      "invocation": LOAD_INVOCATION},
+        "records": {"dispatch": int(totals.dispatches.sum()), "load_dispatch": totals.load_dispatches,
+                    "queue": totals.queue, "memory": totals.memory, "warmup_records_dropped": totals.warmup,
+                    "load_records": totals.load, "unsubmitted_records": totals.unsubmitted},
+    }
 
 
 #: ``invocation`` of the events of load-time work (initializers).
 LOAD_INVOCATION = -1
 
 
-def _profiled_run(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], driver: str, function: str,
-                  repeat: int, warmup: int, families: Sequence[str] = hal_profile.FULL_FAMILIES,
-                  fault: FaultContext | None = None) -> ProfiledRun:
-    invocations = warmup + repeat
+#: Where the windowed route reads (tests force small windows to exercise several).
+WINDOW_RECORDS = 65_536
+#: A profiled run of this many invocations says on a terminal that it is running (its
+#: progress cannot be counted until the profile is read; seconds at this size).
+ANNOUNCED_INVOCATIONS = 1_000
+#: The families a windowed run writes as queue and memory events, with their row kind
+#: and, for host operations, the record types that are not (dispatches).
+_WINDOW_ROWS = (("queue-events", "submit", "queue"), ("host-execution-events", "host", "queue"),
+                ("memory-events", "memory", "memory"))
+
+
+@dataclass(frozen=True)
+class WindowedRun:
+    """A ``full`` run's records read a window at a time (:mod:`profile_stream`): the
+    dispatches joined window by window, then the queue, host-operation and memory
+    records, each family in file order — the order, batches and values the whole-run
+    route (:class:`ProfiledRun`) writes. :meth:`summary` is complete once
+    :meth:`pipeline` has run."""
+
+    index: Any  # profile_stream.ProfileIndex
+    manifest: dict[str, Any]
+    function: str
+    repeat: int
+    warmup: int
+    families: tuple[str, ...]
+    capabilities: drivers.DriverCapabilities | None
+    wall_ns_per_invocation: float | None
+    recording_of_buffer: dict[int, int]
+    starts: np.ndarray
+    #: Added up by :meth:`pipeline` (which runs once), read by :meth:`summary`.
+    totals: RunTotals
+
+    @classmethod
+    def open(cls, recorded: RecordedProfile, manifest: dict[str, Any], function: str, repeat: int, warmup: int,
+             families: Sequence[str], driver: str) -> WindowedRun:
+        """Index the profile and place the invocations (:class:`WindowedRouteUnavailable`
+        where the whole-run route must decide)."""
+        from dfit_mlir.runtime_hooks import profile_file, profile_stream
+        from dfit_mlir.runtime_hooks.columnar_join import match_blocks
+        from dfit_mlir.runtime_hooks.join_records import UnresolvedDispatchError, invocation_starts
+
+        unavailable = profile_stream.WindowedRouteUnavailable
+        invocations = warmup + repeat
+        if invocations < 2 or "queue-events" not in families:
+            raise unavailable("one invocation, or no queue events to split the flushes by")
+        if "recordings" not in manifest["partitions"]:
+            raise unavailable("the manifest has no command-buffer recordings")
+        try:
+            if not profile_file.supported(recorded.path):
+                raise unavailable("the profile's format or the runtime is not the one the direct reader knows")
+            index = profile_stream.index_profile(recorded.path, WINDOW_RECORDS)
+        except profile_file.ProfileFormatError as error:
+            raise hal_profile.DamagedProfileError(f"cannot read the HAL profile: {error}") from None
+        if not len(index.executions):
+            raise unavailable("no command-buffer execution records")
+        known: dict[int, int] = {}
+        for _, records in profile_stream.dispatch_windows(index, index.first_buffer_windows):
+            # Only a window with a buffer not yet matched has anything to teach.
+            if len(records) and not set(np.unique(records.command_buffer_id).tolist()) <= known.keys():
+                matched = match_blocks(records, manifest, function, known, index.numbered)
+                if matched is None:
+                    raise unavailable("a command buffer's records are ambiguous or unexplained")
+                known = matched.recording_of_buffer
+        try:
+            starts = invocation_starts(manifest, function, invocations, known, index.executions, index.flush_starts)
+        except UnresolvedDispatchError as error:
+            raise unavailable(f"the invocations cannot be placed ({error})") from None
+        return cls(index, manifest, function, repeat, warmup, tuple(families), drivers.capabilities(driver),
+                   recorded.wall_ns_per_invocation, known, np.array(starts, np.int64), RunTotals(repeat))
+
+    def pipeline(self, manifest: dict[str, Any], policy: Policy, sink: Any) -> EventPipeline:
+        import uuid
+
+        from dfit_mlir.runtime_hooks.progress import Progress
+
+        index = self.index
+        pipeline = EventPipeline(manifest, policy, sink, session=uuid.uuid4().hex[:12])
+        total = index.dispatch_records + sum(index.counts.get(family, 0) for family, _, _ in _WINDOW_ROWS)
+        with Progress("dfit: writing events", total, threshold=WINDOW_RECORDS) as progress:
+            self._write_dispatches(pipeline, progress)
+            self._write_rows(pipeline, progress)
+        return pipeline
+
+    def _write_dispatches(self, pipeline: EventPipeline, progress: Any) -> None:
+        """The dispatch records joined window by window, in runtime order."""
+        from dfit_mlir.runtime_hooks import profile_stream
+        from dfit_mlir.runtime_hooks.columnar_join import match_blocks, place_blocks
+
+        index, invocations, taken = self.index, self.warmup + self.repeat, 0
+        for _, records in profile_stream.dispatch_windows(index):
+            if not len(records):
+                continue
+            taken += len(records)
+            matched = match_blocks(records, self.manifest, self.function, self.recording_of_buffer, index.numbered)
+            columns = None if matched is None else place_blocks(matched, self.manifest, self.function, invocations,
+                                                                 self.starts)
+            if columns is None:
+                raise profile_stream.WindowedRouteUnavailable("a window's records are not what the run's were")
+            found = _recorded(columns, self.warmup)
+            self.totals.add_dispatches(found)
+            pipeline.add_dispatches(found.site, found.start_ns, found.duration_ns, found.workgroups, found.tiles,
+                                    found.invocation, attributes=found.shape_attributes())
+            progress.update(len(records))
+        if taken != index.dispatch_records:  # each record in exactly one window: checked, not assumed
+            raise profile_stream.WindowedRouteUnavailable(
+                f"the windows took {taken} of the profile's {index.dispatch_records} dispatch records")
+
+    def _write_rows(self, pipeline: EventPipeline, progress: Any) -> None:
+        """The queue, host-operation and memory records, family by family, window by
+        window (file order, as the whole-run route writes them)."""
+        from dfit_mlir.runtime_hooks import profile_file as pf
+        from dfit_mlir.runtime_hooks import profile_stream
+
+        index, totals = self.index, self.totals
+        builders = {"submit": pf.queue_records, "memory": pf.memory_records,
+                    "host": lambda tables, only: pf.host_execution_records(tables, only=only)}
+        for family, kind, category in _WINDOW_ROWS:
+            if not index.counts.get(family):
+                continue
+            labels = profile_stream.row_labels(index, family, _ROW_KINDS[kind][0],
+                                               exclude=(pf.DISPATCH_TYPE,) if kind == "host" else ())
+            for window in range(index.windows):
+                found = index.family_window(family, window)
+                # Only the fields a run writes are converted (_ROW_FIELDS).
+                records = builders[kind](profile_stream.tables_of(index, family, found), _ROW_FIELDS[kind])
+                progress.update(len(found))
+                if not records:
+                    continue
+                part = _placed_rows(kind, records, self.starts, self.warmup, totals, labels)
+                part.add_to(pipeline, category)
+                if category == "queue":
+                    totals.queue += len(part)
+                else:
+                    totals.memory += len(part)
+
+    def summary(self) -> dict[str, Any]:
+        """The run's figures (after :meth:`pipeline`) and how the profile was read."""
+        summary = run_summary(self.totals, self.families, self.capabilities, self.wall_ns_per_invocation,
+                              clock_summary(self.capabilities, self.families, ()))
+        summary["profile_read"] = {"route": "windowed", "windows": self.index.windows,
+                                   "window_records": WINDOW_RECORDS}
+        return summary
+
+
+@dataclass(frozen=True)
+class RecordedProfile:
+    """A profiled run's raw profile (in a scratch folder) and the benchmark tool's time."""
+
+    path: Path
+    wall_ns_per_invocation: float | None
+
+
+def _record_run(vmfb: Path, inputs: Sequence[str], driver: str, function: str, repeat: int, warmup: int,
+                families: Sequence[str], folder: Path, fault: FaultContext | None = None) -> RecordedProfile:
+    """Run ``vmfb`` ``warmup + repeat`` times under HAL profiling, the profile kept in
+    ``folder`` (a fault in the module: :class:`ModuleFaultError`)."""
+    path = folder / "profile.ireeprof"
+    if warmup + repeat >= ANNOUNCED_INVOCATIONS:  # a run long enough to wait for: say what it is doing
+        from dfit_mlir.runtime_hooks.progress import announce
+
+        announce(f"dfit: profiling {warmup + repeat} invocations of {function} (iree-benchmark-module)")
     try:
-        profile = hal_profile.capture_profile(vmfb, inputs, driver=driver, function=function,
-                                              invocations=invocations, families=families)
+        tool, stdout = hal_profile.record_profile(vmfb, inputs, path, driver=driver, function=function,
+                                                  invocations=warmup + repeat, families=families)
     except hal_profile.ToolFault as error:
         signal_number = fault_signal(error.returncode)
         if fault is not None and signal_number is not None:
             fault.raise_for(signal_number, error.tool, (error.stderr.strip().splitlines() or [""])[-1])
         raise
+    return RecordedProfile(path, hal_profile._benchmark_real_time_ns(stdout) if tool == "iree-benchmark-module"
+                           else None)
+
+
+def _profiled_run(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], driver: str, function: str,
+                  repeat: int, warmup: int, families: Sequence[str] = hal_profile.FULL_FAMILIES,
+                  fault: FaultContext | None = None) -> ProfiledRun:
+    """Record and decode a profiled run as a whole (lite's queue pass, tests)."""
+    with atomic.scratch_directory("dfit-profile-") as folder:
+        recorded = _record_run(vmfb, inputs, driver, function, repeat, warmup, families, folder, fault)
+        return _whole_run(recorded, manifest, function, repeat, warmup, families, driver)
+
+
+def _whole_run(recorded: RecordedProfile, manifest: dict[str, Any], function: str, repeat: int, warmup: int,
+               families: Sequence[str], driver: str) -> ProfiledRun:
+    """The whole-run route: every record decoded at once (:func:`hal_profile.decode_profile`)
+    and joined at once; what the windowed route (:class:`WindowedRun`) must equal."""
+    invocations = warmup + repeat
+    profile = hal_profile.decode_profile(recorded.path, families, invocations, recorded.wall_ns_per_invocation)
     # Command-buffer executions from the host-execution records (CPU drivers) or the
     # queue records (every driver records queue-events): the same (submission, buffer).
     executions = _executions(profile.host_operations, profile.queue_events)
     joined = hal_profile.join_structural(profile.dispatch_records, manifest, function, invocations, executions,
                                          profile.flush_starts)
     starts = np.array(joined.starts, dtype=np.int64)
-    counts = {"warmup": 0, "load": 0, "unsubmitted": 0}
+    counts = RunTotals(repeat)
     queue: list[RowColumns] = []
     memory: list[RowColumns] = []
     for records, found, kind in (
@@ -501,22 +705,83 @@ def _profiled_run(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], d
         (profile.device_queue_events, queue, "device"),
         (profile.memory_events, memory, "memory"),
     ):
-        if not records:
-            continue
-        submission = records.column("submission_id")
-        k = np.searchsorted(starts, submission, side="right") - 1
-        # Released outside any submission (pool trims at teardown): no invocation's,
-        # kept with a null invocation and counted; load time at LOAD_INVOCATION.
-        unsubmitted, load = submission == 0, (submission != 0) & (k < 0)
-        warm = (submission != 0) & (k >= 0) & (k < warmup)
-        counts["unsubmitted"] += int(unsubmitted.sum())
-        counts["load"] += int(load.sum())
-        counts["warmup"] += int(warm.sum())
-        k = np.where(unsubmitted, NULL_INVOCATION, np.where(load, LOAD_INVOCATION, k - warmup)).astype(np.int32)
-        found.append(RowColumns.of(kind, records.where(~warm), k[~warm]))
-    return ProfiledRun(_recorded(joined.columns, warmup), repeat, tuple(queue), tuple(memory), counts["warmup"],
-                       profile.wall_ns_per_invocation, counts["load"], counts["unsubmitted"], tuple(families),
+        if records:
+            found.append(_placed_rows(kind, records, starts, warmup, counts))
+    return ProfiledRun(_recorded(joined.columns, warmup), repeat, tuple(queue), tuple(memory), counts.warmup,
+                       profile.wall_ns_per_invocation, counts.load, counts.unsubmitted, tuple(families),
                        drivers.capabilities(driver), tuple((profile.clocks or {}).values()))
+
+
+def _placed_rows(kind: str, records: hal_profile.Records, starts: np.ndarray, warmup: int, counts: RunTotals,
+                 labels: tuple[str, ...] | None = None) -> RowColumns:
+    """``records`` (queue, host-operation or memory records) as rows, each in the
+    invocation of its submission, those of the warmup dropped and counted."""
+    submission = records.column("submission_id")
+    k = np.searchsorted(starts, submission, side="right") - 1
+    # Released outside any submission (pool trims at teardown): no invocation's,
+    # kept with a null invocation and counted; load time at LOAD_INVOCATION.
+    unsubmitted, load = submission == 0, (submission != 0) & (k < 0)
+    warm = (submission != 0) & (k >= 0) & (k < warmup)
+    counts.unsubmitted += int(unsubmitted.sum())
+    counts.load += int(load.sum())
+    counts.warmup += int(warm.sum())
+    k = np.where(unsubmitted, NULL_INVOCATION, np.where(load, LOAD_INVOCATION, k - warmup)).astype(np.int32)
+    if not warm.any():
+        return RowColumns.of(kind, records, k, labels)
+    # Only the columns the rows are made of are copied past the warmup.
+    kept = hal_profile.Records({name: values for name, values in records.columns.items()
+                                if name in _ROW_FIELDS[kind]})
+    return RowColumns.of(kind, kept.where(~warm), k[~warm], labels)
+
+
+def _write_full_bundle(bundle: Path, manifest: dict[str, Any], policy: Policy, summary: dict[str, Any],
+                       recorded: RecordedProfile, function: str, repeat: int, warmup: int,
+                       families: Sequence[str], driver: str) -> None:
+    """The bundle of a ``full`` run: by the windowed route where it takes the profile on
+    (:mod:`profile_stream`: memory bounded by a window, whatever the run's length), else
+    by the whole-run route; the summary says which, and why not."""
+    from dfit_mlir.runtime_hooks.profile_stream import WindowedRouteUnavailable
+
+    try:
+        # Held here only until the pipeline is filled: the traces are written after it,
+        # without the index and the run's per-invocation arrays.
+        opened = [WindowedRun.open(recorded, manifest, function, repeat, warmup, families, driver)]
+        # The summary's run figures are added up while the pipeline is filled: the dict
+        # handed to write_bundle is completed in place before write_bundle writes it.
+        written = dict(summary)
+
+        def fill(sink: Any) -> EventPipeline:
+            windowed = opened.pop()
+            pipeline = windowed.pipeline(manifest, policy, sink)
+            written.update(windowed.summary())
+            del windowed
+            hand_back_memory()
+            return pipeline
+
+        write_bundle(bundle, manifest, fill, written)
+        return
+    except WindowedRouteUnavailable as why:  # nothing was written: the bundle is still as it was
+        reason = str(why)
+    except profile_file.ProfileFormatError as error:  # found reading a window: no bundle either
+        raise hal_profile.DamagedProfileError(f"cannot read the HAL profile: {error}") from None
+    whole = _whole_run(recorded, manifest, function, repeat, warmup, families, driver)
+    write_bundle(bundle, manifest, lambda sink: whole.pipeline(manifest, policy, sink),
+                 {**summary, **whole.summary(), "profile_read": {"route": "whole run", "why": reason}})
+
+
+def hand_back_memory() -> None:
+    """Return to the system what the decode and join freed (Arrow's pool, glibc's heap),
+    so that what runs next (the trace writers) starts from the run's live memory, not
+    from its high-water mark."""
+    import ctypes
+
+    import pyarrow as pa
+
+    pa.default_memory_pool().release_unused()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: its allocator keeps what it keeps
+        pass
 
 
 def _executions(*families: Any) -> Executions:
@@ -541,6 +806,12 @@ _ROW_KINDS: dict[str, tuple[str | None, tuple[str, ...], str]] = {
                "length"),
 }
 
+#: The record fields each kind of row is made of (:meth:`RowColumns.of` reads no other).
+_ROW_FIELDS = {kind: frozenset({"op" if prefix else "event_type", profile_file.TYPE_VALUE, size, *kept,
+                                "submission_id", "host_time_ns",
+                                "ready_host_time_ns", "start_host_time_ns", "end_host_time_ns", "duration_ns"})
+               for kind, (prefix, kept, size) in _ROW_KINDS.items()}
+
 
 @dataclass(frozen=True)
 class RowColumns:
@@ -559,11 +830,28 @@ class RowColumns:
         return len(self.start_ns)
 
     @classmethod
-    def of(cls, kind: str, records: hal_profile.Records, invocation: Any) -> RowColumns:
+    def of(cls, kind: str, records: hal_profile.Records, invocation: Any,
+           labels: tuple[str, ...] | None = None) -> RowColumns:
+        """``labels``: the event names of the whole run (a window's rows are coded into
+        them, so that every window writes one table); default: those of ``records``."""
         prefix, kept, size = _ROW_KINDS[kind]
         names = records.column("op" if prefix else "event_type", "")
-        distinct, code = np.unique(names.astype(str), return_inverse=True)
-        labels = tuple(f"{prefix} {name}" if prefix else str(name) for name in distinct.tolist())
+        types = records.columns.get(profile_file.TYPE_VALUE)
+        values, first, code = np.unique(types if types is not None else np.zeros(0, np.int64), return_index=True,
+                                        return_inverse=True)
+        if types is not None and len(set(names[first].tolist())) == len(values):
+            # The direct reader's records: the names coded from their few type values.
+            by_name = np.argsort(names[first].astype(str), kind="stable")
+            rank = np.empty(len(values), np.int64)
+            rank[by_name] = np.arange(len(values))
+            distinct, code = names[first][by_name].astype(str), rank[code.ravel()]
+        else:
+            distinct, code = np.unique(names.astype(str), return_inverse=True)
+        found = tuple(f"{prefix} {name}" if prefix else str(name) for name in distinct.tolist())
+        if labels is None:
+            labels = found
+        else:
+            code = np.array([labels.index(name) for name in found], np.int64)[code.ravel()]
         if kind == "submit":
             start = records.column("host_time_ns")
             duration = records.column("ready_host_time_ns") - start

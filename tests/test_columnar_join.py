@@ -136,7 +136,8 @@ def test_dfit_run_joins_decoded_columns(iree_bundles: dict[str, Path], mode: str
 
     monkeypatch.setattr(hal_profile, "join_structural", spy)
     vmfb = iree_bundles["manifest"].parent / f"{mode}.vmfb"
-    if mode == "full":
+    if mode == "full":  # the whole-run route (the windowed one joins per window: tests/test_stream_windows.py)
+        monkeypatch.setattr(run.WindowedRun, "open", _no_windows)
         bundle = run_bundle(vmfb, manifest_io.default_path(vmfb), tmp_path / "run", mode=mode, repeat=2,
                             warmup=1).bundle
     else:
@@ -181,3 +182,9 @@ def test_columnar_join_imports_nothing_of_hal_profile() -> None:
             "print(sorted(m for m in sys.modules if m.startswith('dfit_mlir.runtime_hooks.')))")
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert shown.strip() == "['dfit_mlir.runtime_hooks.columnar_join', 'dfit_mlir.runtime_hooks.join_records']"
+
+
+def _no_windows(*args: Any, **kwargs: Any) -> Any:
+    from dfit_mlir.runtime_hooks.profile_stream import WindowedRouteUnavailable
+
+    raise WindowedRouteUnavailable("the whole-run route under test")

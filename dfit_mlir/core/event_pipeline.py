@@ -27,13 +27,17 @@ class Policy:
     as the frontend shows them, module paths, ignoring case (``dfit_mlir/core/filters.py``;
     empty: all);
     ``sample_every``: keep one dispatch event in k, deterministically by event index;
-    ``max_events``: a budget, events past it are dropped and counted."""
+    ``max_events``: a budget, events past it are dropped and counted;
+    ``trace_all``: the traces draw every event however long the run (else, past
+    ``dfit_mlir.exporters.trace_plan.TRACE_MAX_EVENTS``, they summarise the middle
+    invocations: ``dfit run --trace-all``)."""
 
     mode: str = "full"
     ids: tuple[str, ...] = ()
     sample_every: int = 1
     max_events: int | None = None
     batch_size: int = 65_536
+    trace_all: bool = False
 
     def __post_init__(self) -> None:
         if self.sample_every < 1:
@@ -109,13 +113,25 @@ class ParquetSink:
     """Streams record batches into one Parquet file; nothing is kept in memory."""
 
     def __init__(self, path: Path):
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
         self.path = path
-        self._writer = pq.ParquetWriter(str(path), es.arrow_schema(), compression="zstd")
+        schema = es.arrow_schema()
+        # Parquet's dictionary pages only for the columns that repeat a few values (the
+        # interned strings, the attribute texts): on unique times and sizes they cost
+        # time and bytes (5M events: ~10% less to write, a third smaller).
+        repeated = [f.name for f in schema if pa.types.is_dictionary(f.type)] + [es.ATTRIBUTES]
+        self._writer = pq.ParquetWriter(str(path), schema, compression="zstd",
+                                        use_dictionary=repeated)  # type: ignore[arg-type]  # a list: documented
 
     def export(self, batch: Any) -> None:
+        import pyarrow as pa
+
         self._writer.write_batch(batch)
+        # Arrow's allocator keeps what a batch freed for the next one; handed back after
+        # each batch, a long run's peak RSS stays that of one batch (-40 MiB at 5M events).
+        pa.default_memory_pool().release_unused()
 
     def shutdown(self) -> None:
         self._writer.close()
@@ -184,6 +200,10 @@ class EventPipeline:
         self._pending_rows = 0
         #: Dispatch attribute texts (JSON) -> code, in first-use order.
         self._text_codes: dict[str, int] = {}
+        #: The column stream being written (:meth:`add_columns`): its key, rows not yet written.
+        self._stream: tuple[Any, ...] | None = None
+        self._stream_parts: list[dict[str, np.ndarray]] = []
+        self._stream_rows = 0
 
     def add_dispatches(self, site: np.ndarray, start_ns: np.ndarray, duration_ns: np.ndarray,
                        workgroups: np.ndarray, tiles: np.ndarray, invocation: np.ndarray, *,
@@ -191,6 +211,7 @@ class EventPipeline:
         """A block of dispatch records (equal-length arrays, events in runtime order).
         ``attributes``: (code of each row, JSON texts; ``""`` or a code ``< 0``: none),
         the few distinct texts interned across blocks (a dispatch's workgroup shape)."""
+        self._flush_stream()  # rows keep the order they were added in
         count = len(site)
         first = self.counts.seen
         self.counts.seen += count
@@ -252,6 +273,7 @@ class EventPipeline:
 
         if kind not in es.EVENT_KINDS:
             raise ValueError(f"unknown event kind {kind!r}")
+        self._flush_stream()  # rows keep the order they were added in
         self.counts.seen += len(rows)
         kept = [row for row in rows if row.root_id is None or self.policy.selects((row.root_id,), self._names)]
         self.counts.filtered += len(rows) - len(kept)
@@ -290,36 +312,67 @@ class EventPipeline:
         ``partition``: (code of each row, the names); ``invocation``: ``-2`` for none
         (null); ``bytes_``: ``< 0`` for none;
         ``attributes``: name -> values, written as :meth:`add_rows` writes them (sorted
-        keys, ``json.dumps``' separators)."""
-        import pyarrow as pa
-        import pyarrow.compute as pc
+        keys, ``json.dumps``' separators).
 
+        Consecutive calls with the same kind, names and attribute fields are one stream,
+        written in whole batches (:attr:`Policy.batch_size`): a family fed a window at a
+        time is written as the same batches as the family fed at once."""
         if kind not in es.EVENT_KINDS:
             raise ValueError(f"unknown event kind {kind!r}")
         count = len(start_ns)
         self.counts.seen += count
         if self.policy.max_events is not None:
-            room = max(0, self.policy.max_events - self.counts.kept - self._pending_rows)
+            room = max(0, self.policy.max_events - self.counts.kept - self._pending_rows - self._stream_rows)
             self.counts.dropped += max(0, count - room)
             count = min(count, room)
-        for first in range(0, count, self.policy.batch_size):
-            rows = slice(first, min(count, first + self.policy.batch_size))
-            k = invocation[rows]
-            size = None if bytes_ is None else bytes_[rows]
-            self.counts.kept += len(k)
-            self.sink.export(self._record_batch(len(k), {
-                es.KIND: kind,
-                es.INVOCATION: pa.array(k, pa.int32(), mask=k == -2),
-                es.PARTITION: pa.DictionaryArray.from_arrays(pa.array(partition[0][rows], pa.int32()),
-                                                             pa.array(list(partition[1]), pa.string())),
-                es.START_NS: pa.array(start_ns[rows], pa.int64()),
-                es.DURATION_NS: pa.array(duration_ns[rows], pa.int64()),
-                es.BYTES: pa.nulls(len(k), pa.int64()) if size is None else pa.array(size, pa.int64(), mask=size < 0),
-                es.ATTRIBUTES: None if not attributes else _json_objects(
-                    {name: values[rows] for name, values in attributes.items()}, pa, pc),
-            }))
+        stream = (kind, tuple(partition[1]), tuple(sorted(attributes or {})), bytes_ is None)
+        if stream != self._stream:
+            self._flush_stream()
+            self._stream = stream
+        if not count:
+            return
+        rows = slice(0, count)
+        self._stream_parts.append({
+            "partition": partition[0][rows], "start_ns": start_ns[rows], "duration_ns": duration_ns[rows],
+            "invocation": invocation[rows], **({} if bytes_ is None else {"bytes": bytes_[rows]}),
+            **{f"attribute:{name}": values[rows] for name, values in (attributes or {}).items()}})
+        self._stream_rows += count
+        while self._stream_rows >= self.policy.batch_size:
+            self._write_stream(self.policy.batch_size)
+
+    def _flush_stream(self) -> None:
+        while self._stream_rows:
+            self._write_stream(min(self._stream_rows, self.policy.batch_size))
+
+    def _write_stream(self, rows: int) -> None:
+        """Write the first ``rows`` rows of the current column stream as one batch."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        merged = {name: np.concatenate([part[name] for part in self._stream_parts]) for name in self._stream_parts[0]}
+        rest = {name: values[rows:] for name, values in merged.items()}
+        self._stream_parts = [rest] if len(rest["start_ns"]) else []
+        self._stream_rows -= rows
+        now = {name: values[:rows] for name, values in merged.items()}
+        assert self._stream is not None
+        kind, labels, attribute_names, no_bytes = self._stream
+        k = now["invocation"]
+        size = None if no_bytes else now["bytes"]
+        attributes = {name: now[f"attribute:{name}"] for name in attribute_names}
+        self.counts.kept += rows
+        self.sink.export(self._record_batch(rows, {
+            es.KIND: kind,
+            es.INVOCATION: pa.array(k, pa.int32(), mask=k == -2),
+            es.PARTITION: pa.DictionaryArray.from_arrays(pa.array(now["partition"], pa.int32()),
+                                                         pa.array(list(labels), pa.string())),
+            es.START_NS: pa.array(now["start_ns"], pa.int64()),
+            es.DURATION_NS: pa.array(now["duration_ns"], pa.int64()),
+            es.BYTES: pa.nulls(rows, pa.int64()) if size is None else pa.array(size, pa.int64(), mask=size < 0),
+            es.ATTRIBUTES: None if not attributes else _json_objects(attributes, pa, pc),
+        }))
 
     def close(self) -> Counts:
+        self._flush_stream()
         while self._pending_rows:
             self._flush(self._pending_rows)
         self.sink.shutdown()

@@ -1,0 +1,565 @@
+"""A raw HAL profile (``.ireeprof``) read in windows of whole flushes, so that a long
+run's decode and join hold one window of records at a time, not the run (issue 29).
+
+``iree-benchmark-module`` flushes the profile after every invocation: one chunk per
+event family and flush, the queue-events chunk first (``profile_flushes``). A *window*
+is a run of whole flushes holding about :data:`WINDOW_RECORDS` event records, cut just
+before a queue-events chunk; it is read with one ``pread`` of its byte range (never the
+whole file, never a growing ``mmap`` footprint) and its records gathered into the
+reader's structured arrays (:data:`profile_file.FAMILY_DTYPES`).
+
+:class:`ProfileIndex` is the one pass over the whole file that a window's work needs
+first: every event chunk (family, payload offset, record count), the window cuts, and
+the run's small facts — command-buffer executions, the first submission of each flush,
+the distinct operation types of each family, the export names, dropped records.
+
+The join needs every record of a submission together (a command buffer's block), but
+the records of work a call did not wait for may be written by a later flush. So window
+``w`` *owns* the submissions from its first queue event up to the next window's, and its
+dispatch records are taken from windows ``w - 1``, ``w`` and ``w + 1`` (one window of
+look-ahead, which is thousands of flushes); the index checks that every dispatch record
+lies within one window of its owner. Anything the windowed route does not take on —
+records further away, device-tick families, queue events of several streams, dropped
+records, an operation it does not know, a block the columnar join leaves to the
+per-record join — is :class:`WindowedRouteUnavailable`, whose reason is shown in the run
+summary, and the run takes the whole-run route, which decides or names the error.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from dfit_mlir.runtime_hooks import profile_file as pf
+from dfit_mlir.runtime_hooks.join_records import NO_COMMAND_INDEX, DispatchColumns, Executions
+
+#: Event records per window (all families): about 6 MiB of profile, a few MiB of columns.
+WINDOW_RECORDS = 65_536
+#: Bytes read per ``pread`` while indexing (a record larger than this is read alone).
+BLOCK_BYTES = 8 << 20
+#: The event families this reader indexes, by code (the index stores the code).
+FAMILIES = tuple(pf.FAMILY_DTYPES)
+_CODE = {family: code for code, family in enumerate(FAMILIES)}
+_CONTENT_CODES = {(pf.CONTENT_PREFIX + family).encode(): code for family, code in _CODE.items()}
+_FUNCTIONS_TYPE = (pf.CONTENT_PREFIX + "executable-functions").encode()
+QUEUE, HOST = _CODE["queue-events"], _CODE["host-execution-events"]
+#: Families whose records carry device ticks: placed with the whole profile's clock fit,
+#: which this route does not build (the GPU drivers' runs take the whole-run route).
+DEVICE_TICK_FAMILIES = frozenset({"dispatch-events", "queue-device-events"})
+#: The header fields the index reads: record_length, payload_length, stream_id,
+#: header_length, content_type_length, name_length, physical_device_ordinal,
+#: chunk_flags, dropped_record_count, record_type (``profile_file._RECORD_HEADER``).
+_HEADER_DTYPE = np.dtype({
+    "names": ["length", "payload_length", "stream_id", "header_length", "type_length", "name_length", "device",
+              "flags", "dropped", "record_type"],
+    "formats": ["<u8", "<u8", "<u8", "<u4", "<u4", "<u4", "<u4", "<u8", "<u8", "<u2"],
+    "offsets": [0, 8, 24, 56, 60, 64, 68, 80, 88, 100], "itemsize": 104})
+_LENGTH = struct.Struct("<Q")
+#: Content code of the executable-function metadata chunks (after the event families).
+_FUNCTIONS_CODE = len(FAMILIES)
+_CONTENT_CODES[_FUNCTIONS_TYPE] = _FUNCTIONS_CODE
+_ITEM_SIZES = np.array([pf.FAMILY_SIZES[family] for family in FAMILIES] + [1], np.int64)
+_NO_SUBMISSION = np.iinfo(np.int64).max
+_BEFORE_ALL = np.iinfo(np.int64).min
+
+
+class WindowedRouteUnavailable(Exception):
+    """This profile is not one the windowed route takes on; the message says why."""
+
+
+@dataclass(frozen=True)
+class ProfileIndex:
+    """Where everything in one ``.ireeprof`` is, and the run's small facts (see the module doc)."""
+
+    path: Path
+    version: tuple[int, int]
+    #: One row per event chunk, in file order.
+    chunk_family: np.ndarray
+    chunk_payload_at: np.ndarray
+    chunk_records: np.ndarray
+    #: Chunk row where each window begins, and one past the last (``len(windows) + 1`` rows).
+    window_chunks: np.ndarray
+    #: First submission each window owns (the first window: every submission before).
+    window_submissions: np.ndarray
+    #: (executable_id, function_ordinal) -> export name.
+    functions: dict[tuple[int, int], str]
+    #: (submission, command buffer) of every ``execute`` record (queue and host-execution), distinct.
+    executions: Executions
+    #: First submission of each flush that holds queue events (``hal_profile._chunk_starts``).
+    flush_starts: np.ndarray
+    #: family -> distinct ``type`` values of its records (the event names a run writes).
+    types: dict[str, np.ndarray]
+    #: family -> number of records.
+    counts: dict[str, int]
+    #: Whether the driver numbers commands (some dispatch record has a command index).
+    numbered: bool
+    #: Host-execution records that are dispatches.
+    dispatch_records: int
+    #: Windows whose submissions hold a command buffer's first dispatch records (the
+    #: windows the join must see to know every buffer's recording).
+    first_buffer_windows: tuple[int, ...] = ()
+    read_stats: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def windows(self) -> int:
+        return len(self.window_chunks) - 1
+
+    def owned(self, window: int) -> tuple[int, int]:
+        """[first, end) of the submissions window ``window`` owns."""
+        first = int(self.window_submissions[window]) if window else _BEFORE_ALL
+        end = int(self.window_submissions[window + 1]) if window + 1 < self.windows else _NO_SUBMISSION
+        return first, end
+
+    def family_window(self, family: str, window: int) -> np.ndarray:
+        """The records of ``family`` in window ``window``'s chunks, in file order."""
+        rows = slice(int(self.window_chunks[window]), int(self.window_chunks[window + 1]))
+        mine = self.chunk_family[rows] == _CODE[family]
+        payload_at, records = self.chunk_payload_at[rows][mine], self.chunk_records[rows][mine]
+        dtype = pf.FAMILY_DTYPES[family]
+        if not len(payload_at):
+            return np.zeros(0, dtype)
+        low, high = int(payload_at[0]), int(payload_at[-1]) + int(records[-1]) * dtype.itemsize
+        # The window's bytes mapped, not copied: each pass touches the pages of its family's
+        # chunks once, and the mapping (one window, a few MiB) goes when the records are taken.
+        start = low - low % mmap.ALLOCATIONGRANULARITY
+        with open(self.path, "rb") as handle:
+            if os.fstat(handle.fileno()).st_size < high:
+                raise pf.ProfileFormatError(f"{self.path}: the file ends before byte {high}, where its {family} "
+                                            f"chunk ended when it was indexed")
+            return _on_mapping(handle.fileno(), start, high - start,
+                               lambda data: gather(self.path, data, start, payload_at, records, family))
+
+
+def _on_mapping(fd: int, offset: int, length: int, read: Any) -> Any:
+    """``read(mapping)`` of the file's bytes ``[offset, offset + length)`` mapped: what
+    it returns must not view the mapping (copies). An error it raises is raised once the
+    mapping is closed: its traceback's frames hold views that would keep it open."""
+    failure: pf.ProfileFormatError | None = None
+    with mmap.mmap(fd, length, access=mmap.ACCESS_READ, offset=offset) as mapping:
+        try:
+            return read(mapping)
+        except pf.ProfileFormatError as error:
+            failure = pf.ProfileFormatError(str(error))  # the frames (and their views) go with ``error``
+    raise failure
+
+
+def gather(path: Path, data: bytes | mmap.mmap, base: int, payload_at: np.ndarray, records: np.ndarray,
+           family: str) -> np.ndarray:
+    """The records of the chunks at ``payload_at`` (absolute offsets; ``records`` each)
+    of ``data`` (the file's bytes from ``base``), as one structured array: every
+    record's bytes copied by one fancy index over a strided view, no per-chunk Python."""
+    dtype = pf.FAMILY_DTYPES[family]
+    size = dtype.itemsize
+    total = int(records.sum())
+    if not total:
+        return np.zeros(0, dtype)
+    within = np.arange(total) - np.repeat(np.cumsum(records) - records, records)
+    offsets = np.repeat(payload_at - base, records) + within * size
+    raw = np.frombuffer(data, np.uint8)
+    rows = as_strided(raw, shape=(len(raw) - size + 1, size), strides=(1, 1), writeable=False)[offsets]
+    found = rows.view(dtype).reshape(-1)
+    wrong = np.flatnonzero(found["record_length"] != size)
+    if len(wrong):
+        row = int(wrong[0])
+        raise pf.ProfileFormatError(
+            f"{path}: the {family} record at byte {base + int(offsets[row])} has record_length "
+            f"{int(found['record_length'][row])}, not the {size} bytes this reader knows")
+    return found
+
+
+def gather_field(data: bytes | mmap.mmap, base: int, payload_at: np.ndarray, records: np.ndarray, family: str,
+                 name: str) -> np.ndarray:
+    """One field of every record of the chunks at ``payload_at`` (as :func:`gather`, the
+    field's bytes only)."""
+    dtype = pf.FAMILY_DTYPES[family]
+    kind, at = dtype.fields[name]  # type: ignore[index]
+    total = int(records.sum())
+    if not total:
+        return np.zeros(0, kind)
+    within = np.arange(total) - np.repeat(np.cumsum(records) - records, records)
+    offsets = np.repeat(payload_at - base, records) + within * dtype.itemsize + at
+    raw = np.frombuffer(data, np.uint8)
+    return as_strided(raw, shape=(len(raw) - kind.itemsize + 1, kind.itemsize), strides=(1, 1),
+                      writeable=False)[offsets].view(kind).reshape(-1)
+
+
+class _Walk:
+    """The index's one pass: the record headers, block by block (:data:`BLOCK_BYTES`)."""
+
+    def __init__(self, path: Path, window_records: int):
+        self.path, self.window_records = path, window_records
+        self.family: list[np.ndarray] = []
+        self.payload_at: list[np.ndarray] = []
+        self.records: list[np.ndarray] = []
+        self.functions: dict[tuple[int, int], str] = {}
+        self.dropped: dict[str, int] = {}
+        self.queue_streams: set[int] = set()
+        self.device_ticks: set[str] = set()
+        self.executions: list[np.ndarray] = []
+        self.queue_bounds: list[np.ndarray] = []  # (first, last) submission per queue chunk
+        self.dispatch_bounds: list[np.ndarray] = []  # (chunk row, first, last) per host chunk with dispatches
+        self.types: dict[str, set[int]] = {}
+        self.numbered = False
+        self.dispatch_records = 0
+        #: command buffer -> chunk row of its first dispatch record.
+        self.buffers: dict[int, int] = {}
+        self.chunks = 0
+        self.blocks = 0
+        self.version = (0, 0)
+
+    def run(self) -> None:
+        reader = pf.ProfileFileReader(self.path)
+        version = self.version = reader.version()
+        if version not in pf.KNOWN_VERSIONS:
+            raise WindowedRouteUnavailable(f"HAL profile format {version[0]}.{version[1]}")
+        with open(self.path, "rb") as handle:
+            fd = handle.fileno()
+            size = os.fstat(fd).st_size
+            head = os.pread(fd, 24, 0)
+            _, _, _, offset, _, logical_end = struct.unpack("<4sHHIIQ", head)
+            end = logical_end or size
+            if end > size:
+                raise pf.ProfileFormatError(f"{self.path}: the header says {end} bytes, the file has {size} "
+                                            f"(truncated at byte {size})")
+            while offset < end:
+                if offset + 104 > end:
+                    raise pf.ProfileFormatError(f"{self.path}: a record header at byte {offset} runs past the end "
+                                                f"({end}): the file is truncated")
+                (length,) = struct.unpack("<Q", os.pread(fd, 8, offset))
+                # A block of whole records, mapped (not copied) and unmapped once indexed;
+                # a record larger than a block is mapped alone.
+                base = offset - offset % mmap.ALLOCATIONGRANULARITY
+                stop = min(end, offset + max(BLOCK_BYTES, length))
+                self.blocks += 1
+                offset = _on_mapping(fd, base, stop - base, lambda block, base=base, start=offset: base + self._block(
+                    block, base, end, start - base))
+
+    def _block(self, block: bytes | mmap.mmap, base: int, end: int, position: int) -> int:
+        """Index the whole records of ``block`` (the file from byte ``base``) from
+        ``position``; where the walk stopped. The walk reads one length per record (or
+        leaps, :func:`_leap`); the headers are then read and checked all at once."""
+        size = len(block)
+        limit = min(size, end - base)  # a record must end within both
+        starts: list[int] = []
+        leaps: list[np.ndarray] = []
+        lengths: list[int] = []
+        append, unpack = starts.append, _LENGTH.unpack_from
+        while position + 104 <= size:
+            leap = _leap(block, position, limit, lengths)
+            if leap is not None:
+                leaps.append(np.array(starts, np.int64))
+                leaps.append(leap[0])
+                starts.clear()
+                position = leap[1]
+                lengths = lengths[-16:]
+                if position + 104 > size:
+                    break
+            (length,) = unpack(block, position)
+            if length < 104 or base + position + length > end or (not starts and not leaps and
+                                                                   position + length > size):
+                if not starts and not leaps:  # the first record of a block is checked alone
+                    self._headers(block, base, end, np.array([position], np.int64))
+                break  # checked below with the others, or the next block starts here
+            if position + length > size:
+                break
+            append(position)
+            lengths.append(length)
+            position += length
+        walked = np.concatenate([*leaps, np.array(starts, np.int64)]) if leaps else np.array(starts, np.int64)
+        if not len(walked):
+            return position
+        heads, codes = self._headers(block, base, end, walked)
+        functions = np.flatnonzero(codes == _FUNCTIONS_CODE)
+        for row in functions.tolist():
+            at, length, payload = int(walked[row]), int(heads["length"][row]), int(heads["payload_length"][row])
+            pf.ProfileFileReader(self.path)._functions(block, at + length - payload, payload,  # type: ignore[arg-type]
+                                                       self.functions)
+        event = (codes >= 0) & (codes < len(FAMILIES)) & (heads["payload_length"] > 0)
+        truncated = np.flatnonzero((heads["flags"] & pf.CHUNK_FLAG_TRUNCATED) != 0)
+        for row in truncated.tolist():
+            at, hl, tl = int(walked[row]), int(heads["header_length"][row]), int(heads["type_length"][row])
+            kind = block[at + hl:at + hl + tl].decode("ascii", "replace").removeprefix(pf.CONTENT_PREFIX)
+            self.dropped[kind] = self.dropped.get(kind, 0) + int(heads["dropped"][row])
+        queue = event & (codes == QUEUE)
+        self.queue_streams.update(np.unique(heads["stream_id"][queue]).tolist())
+        family = codes[event].astype(np.int8)
+        payload_at = base + walked[event] + heads["length"][event].astype(np.int64) \
+            - heads["payload_length"][event].astype(np.int64)
+        records = heads["payload_length"][event].astype(np.int64) // _ITEM_SIZES[family]
+        if len(family):
+            self._decode(block, base, family, payload_at, records)
+        return position
+
+    def _headers(self, block: bytes | mmap.mmap, base: int, end: int, walked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The record headers at ``walked`` (offsets in ``block``), checked, and the
+        content code of each (a family's, :data:`_FUNCTIONS_CODE`, or -1)."""
+        raw = np.frombuffer(block, np.uint8)
+        heads = as_strided(raw, shape=(len(raw) - 103, 104), strides=(1, 1), writeable=False)[walked] \
+            .view(_HEADER_DTYPE).reshape(-1)
+        length = heads["length"].astype(np.int64)
+        header_length = heads["header_length"].astype(np.int64)
+        needed = header_length + heads["type_length"] + heads["name_length"] + heads["payload_length"].astype(np.int64)
+        bad = np.flatnonzero((header_length < 104) | (length < needed) | (base + walked + length > end)
+                             | (walked + np.maximum(needed, 104) > len(raw)))
+        if len(bad):
+            row = int(bad[0])
+            raise pf.ProfileFormatError(
+                f"{self.path}: the record at byte {base + int(walked[row])} has length {int(length[row])}, which "
+                f"does not hold its header, content type and {int(heads['payload_length'][row])}-byte payload "
+                f"within the file ({end} bytes)")
+        codes = np.full(len(walked), -1, np.int64)
+        chunk = heads["record_type"] == pf.RECORD_TYPE_CHUNK
+        type_at = walked + header_length
+        for content, code in _CONTENT_CODES.items():
+            mine = np.flatnonzero(chunk & (heads["type_length"] == len(content)))
+            if not len(mine):
+                continue
+            pattern = np.frombuffer(content, np.uint8)
+            text = as_strided(raw, shape=(len(raw) - len(content) + 1, len(content)), strides=(1, 1),
+                              writeable=False)[type_at[mine]]
+            codes[mine[(text == pattern).all(axis=1)]] = code
+        event = (codes >= 0) & (codes < len(FAMILIES))
+        sizes = _ITEM_SIZES[np.maximum(codes, 0)]
+        uneven = np.flatnonzero(event & (heads["payload_length"].astype(np.int64) % sizes != 0))
+        if len(uneven):
+            row = int(uneven[0])
+            raise pf.ProfileFormatError(
+                f"{self.path}: the {FAMILIES[int(codes[row])]} chunk at byte {base + int(walked[row])} holds "
+                f"{int(heads['payload_length'][row])} bytes, not a whole number of {int(sizes[row])}-byte records")
+        return heads, codes
+
+    def _decode(self, block: bytes | mmap.mmap, base: int, family: np.ndarray, payload_at: np.ndarray,
+                records: np.ndarray) -> None:
+        """The small facts of this block's chunks (see :class:`ProfileIndex`)."""
+        first_row = self.chunks
+        self.chunks += len(family)
+        self.family.append(family)
+        self.payload_at.append(payload_at)
+        self.records.append(records)
+        for code in np.unique(family).tolist():
+            name = FAMILIES[code]
+            mine = family == code
+            if name in DEVICE_TICK_FAMILIES:
+                self.device_ticks.add(name)
+                continue
+            if name == "memory-events":  # only its types matter here (its records are checked when read)
+                types = gather_field(block, base, payload_at[mine], records[mine], name, "type")
+                self.types.setdefault(name, set()).update(np.flatnonzero(np.bincount(types)).tolist())
+                continue
+            if name not in ("queue-events", "host-execution-events"):
+                continue
+            found = gather(self.path, block, base, payload_at[mine], records[mine], name)
+            self.types.setdefault(name, set()).update(np.flatnonzero(np.bincount(found["type"])).tolist())
+            counts = records[mine]
+            starts = np.cumsum(counts) - counts
+            submission = found["submission_id"].astype(np.int64)
+            execute = found["type"] == pf.QUEUE_OPS.index("execute")
+            self.executions.append(np.stack([submission[execute], found["command_buffer_id"][execute]
+                                             .astype(np.int64)], axis=1))
+            if name == "queue-events":
+                self.queue_bounds.append(np.stack([np.minimum.reduceat(submission, starts),
+                                                   np.maximum.reduceat(submission, starts)], axis=1))
+                continue
+            dispatch = found["type"] == pf.DISPATCH_TYPE
+            if not dispatch.any():
+                continue
+            self.dispatch_records += int(dispatch.sum())
+            buffer_ids = found["command_buffer_id"][dispatch]
+            # Buffer ids are small counters: counted, not sorted (the buffers are few).
+            buffers = np.flatnonzero(np.bincount(buffer_ids)) if buffer_ids.max() < 1 << 20 \
+                else np.unique(buffer_ids)
+            fresh = [buffer for buffer in buffers.tolist() if buffer not in self.buffers]
+            if fresh:
+                chunk_rows = np.repeat(np.flatnonzero(mine), counts)[dispatch]
+                for buffer in fresh:
+                    self.buffers[buffer] = first_row + int(chunk_rows[int(np.argmax(buffer_ids == buffer))])
+            self.numbered |= bool((found["command_index"][dispatch] != NO_COMMAND_INDEX).any())
+            chunk = np.repeat(np.flatnonzero(mine), counts)[dispatch]
+            low = np.full(len(family), _NO_SUBMISSION, np.int64)
+            high = np.full(len(family), _BEFORE_ALL, np.int64)
+            np.minimum.at(low, chunk, submission[dispatch])
+            np.maximum.at(high, chunk, submission[dispatch])
+            rows = np.flatnonzero(low != _NO_SUBMISSION)
+            self.dispatch_bounds.append(np.stack([rows + first_row, low[rows], high[rows]], axis=1))
+
+
+#: Records the walk predicts at once from the last flush's record lengths (:func:`_leap`).
+LEAP_RECORDS = 4096
+
+
+def _leap(block: bytes, position: int, limit: int, lengths: list[int]) -> tuple[np.ndarray, int] | None:
+    """(record starts, the position after them) from ``position``, predicted by repeating
+    the period of the last record ``lengths`` (a flush writes the same chunks each
+    invocation) and kept up to the first record whose stored length differs: each kept
+    start is the previous one plus that record's own length, so it is a record start, as
+    the one-by-one walk would find it. ``None``: no period, or nothing predicted right."""
+    if len(lengths) < 4:
+        return None
+    for period in range(1, min(8, len(lengths) // 2) + 1):
+        if lengths[-period:] == lengths[-2 * period:-period]:
+            break
+    else:
+        return None
+    pattern = np.array(lengths[-period:], np.int64)
+    repeats = max(1, min(LEAP_RECORDS // period, (limit - position) // int(pattern.sum())))
+    steps = np.tile(pattern, repeats)
+    ends = position + np.cumsum(steps)
+    at = ends - steps
+    fits = np.flatnonzero(ends > limit)
+    count = int(fits[0]) if len(fits) else len(at)
+    if not count:
+        return None
+    raw = np.frombuffer(block, np.uint8)
+    stored = as_strided(raw, shape=(len(raw) - 7, 8), strides=(1, 1), writeable=False)[at[:count]] \
+        .view("<u8").reshape(-1)
+    wrong = np.flatnonzero(stored != steps[:count].astype(np.uint64))
+    count = int(wrong[0]) if len(wrong) else count
+    if not count:
+        return None
+    lengths.extend(steps[max(0, count - 16):count].tolist())
+    return at[:count], int(ends[count - 1])
+
+
+def index_profile(path: Path, window_records: int = WINDOW_RECORDS) -> ProfileIndex:
+    """The :class:`ProfileIndex` of ``path``: :class:`profile_file.ProfileFormatError` for
+    a damaged file (naming the byte), :class:`WindowedRouteUnavailable` for a profile the
+    windowed route leaves to the whole-run one."""
+    walk = _Walk(Path(path), window_records)
+    walk.run()
+    if walk.dropped:
+        raise WindowedRouteUnavailable("the profiler dropped records")
+    if walk.device_ticks:
+        raise WindowedRouteUnavailable(f"device-tick families ({', '.join(sorted(walk.device_ticks))}) are placed "
+                                       f"with the whole profile's clock fit")
+    if len(walk.queue_streams) > 1:
+        raise WindowedRouteUnavailable("queue events of several streams")
+    unknown = {pf.QUEUE_OPS[t] if t < len(pf.QUEUE_OPS) else str(t)
+               for t in walk.types.get("host-execution-events", set())} - {"dispatch"}
+    from dfit_mlir.runtime_hooks.hal_profile import NON_MODEL_OPERATIONS
+
+    if unknown - NON_MODEL_OPERATIONS:
+        raise WindowedRouteUnavailable(f"host operations {sorted(unknown - NON_MODEL_OPERATIONS)}")
+    family = np.concatenate(walk.family) if walk.family else np.zeros(0, np.int8)
+    payload_at = np.concatenate(walk.payload_at) if walk.payload_at else np.zeros(0, np.int64)
+    records = np.concatenate(walk.records) if walk.records else np.zeros(0, np.int64)
+    queue_bounds = np.concatenate(walk.queue_bounds) if walk.queue_bounds else np.zeros((0, 2), np.int64)
+    late = np.flatnonzero(queue_bounds[1:, 0] <= queue_bounds[:-1, 1])
+    if len(late):
+        raise WindowedRouteUnavailable(f"flush {int(late[0]) + 1} holds a submission before the previous flush's last")
+    # Windows: cut before a queue-events chunk once a window holds window_records records.
+    queue_rows = np.flatnonzero(family == QUEUE)
+    before = np.concatenate([[0], np.cumsum(records)])
+    cuts = [0]
+    while True:
+        candidates = queue_rows[(queue_rows > cuts[-1]) & (before[queue_rows] - before[cuts[-1]] >= window_records)]
+        if not len(candidates):
+            break
+        cuts.append(int(candidates[0]))
+    window_chunks = np.array([*cuts, len(family)], np.int64)
+    # The first submission a window owns: its first chunk's, a queue chunk's (window 0: all before).
+    owned = np.full(len(window_chunks) - 1, _BEFORE_ALL, np.int64)
+    owned[1:] = queue_bounds[np.searchsorted(queue_rows, window_chunks[1:-1]), 0]
+    _check_look_ahead(walk, window_chunks, owned)
+    pairs = np.concatenate(walk.executions) if walk.executions else np.zeros((0, 2), np.int64)
+    pairs = _distinct_pairs(pairs)
+    counts = {FAMILIES[code]: int(records[family == code].sum()) for code in np.unique(family).tolist()}
+    return ProfileIndex(
+        path=Path(path), version=walk.version, chunk_family=family, chunk_payload_at=payload_at,
+        chunk_records=records.astype(np.int32),
+        window_chunks=window_chunks, window_submissions=owned, functions=walk.functions,
+        executions=Executions(pairs[:, 0].copy(), pairs[:, 1].copy()), flush_starts=queue_bounds[:, 0].copy(),
+        types={name: np.array(sorted(values), np.int64) for name, values in walk.types.items()}, counts=counts,
+        numbered=walk.numbered, dispatch_records=walk.dispatch_records,
+        first_buffer_windows=_near(window_chunks, np.array(list(walk.buffers.values()), np.int64)),
+        read_stats={"chunks": len(family), "blocks": walk.blocks})
+
+
+def _distinct_pairs(pairs: np.ndarray) -> np.ndarray:
+    """``np.unique(pairs, axis=0)`` (sorted distinct rows), packed into one integer per
+    row where the values allow (the row-wise sort costs a hundred times more)."""
+    if not len(pairs):
+        return pairs
+    if pairs.min() >= 0 and pairs[:, 1].max() < 1 << 20 and pairs[:, 0].max() < 1 << 43:
+        packed = np.unique((pairs[:, 0] << 20) | pairs[:, 1])
+        return np.stack([packed >> 20, packed & ((1 << 20) - 1)], axis=1)
+    return np.unique(pairs, axis=0)
+
+
+def _near(window_chunks: np.ndarray, chunk_rows: np.ndarray) -> tuple[int, ...]:
+    """The windows holding ``chunk_rows`` and their neighbours (a record's submission is
+    owned by its window or the one before or after: :func:`_check_look_ahead`)."""
+    windows = np.searchsorted(window_chunks, chunk_rows, side="right") - 1
+    near = np.unique(np.concatenate([windows - 1, windows, windows + 1]))
+    return tuple(near[(near >= 0) & (near < len(window_chunks) - 1)].tolist())
+
+
+def _check_look_ahead(walk: _Walk, window_chunks: np.ndarray, owned: np.ndarray) -> None:
+    """Every dispatch record within one window of the window that owns its submission."""
+    if not walk.dispatch_bounds:
+        return
+    bounds = np.concatenate(walk.dispatch_bounds)
+    window = np.searchsorted(window_chunks, bounds[:, 0], side="right") - 1
+    # Owner of a submission: the last window whose first owned submission is <= it.
+    low_owner = np.searchsorted(owned, bounds[:, 1], side="right") - 1
+    high_owner = np.searchsorted(owned, bounds[:, 2], side="right") - 1
+    far = np.flatnonzero((low_owner < window - 1) | (high_owner > window + 1))
+    if len(far):
+        row = int(far[0])
+        raise WindowedRouteUnavailable(
+            f"dispatch records of submissions {int(bounds[row, 1])}..{int(bounds[row, 2])} were written more than "
+            f"one window ({int(window_chunks[1] - window_chunks[0])} chunks) away from their submission's window")
+
+
+def dispatch_windows(index: ProfileIndex, windows: Sequence[int] | None = None) -> Iterator[tuple[int, DispatchColumns]]:
+    """(window, the dispatch records of the submissions it owns, in runtime order), for
+    each of ``windows`` (default: all) in order: a window's records are taken from its own
+    chunks and its neighbours' (the look-ahead of the module doc); each window's
+    host-execution records are read once and dropped when no later window needs them."""
+    from dfit_mlir.runtime_hooks.hal_profile import _dispatch_columns
+
+    wanted = range(index.windows) if windows is None else windows
+    cache: dict[int, np.ndarray] = {}
+
+    def dispatches(window: int) -> np.ndarray:
+        if window not in cache:
+            found = index.family_window("host-execution-events", window)
+            cache[window] = found[found["type"] == pf.DISPATCH_TYPE]
+        return cache[window]
+
+    for window in wanted:
+        first, end = index.owned(window)
+        parts = []
+        for near in (window - 1, window, window + 1):
+            if 0 <= near < index.windows:
+                found = dispatches(near)
+                submission = found["submission_id"].astype(np.int64)
+                parts.append(found[(submission >= first) & (submission < end)])
+        for old in [k for k in cache if k < window]:
+            del cache[old]
+        records = np.concatenate(parts) if parts else np.zeros(0, pf.FAMILY_DTYPES["host-execution-events"])
+        tables = pf.ProfileTables(index.path, index.version, records={"host-execution-events": records},
+                                  functions=index.functions)
+        yield window, _dispatch_columns(tables, None)
+
+
+def row_labels(index: ProfileIndex, family: str, prefix: str | None, exclude: Sequence[int] = ()) -> tuple[str, ...]:
+    """The event names a family's rows get over the whole run (``RowColumns.of``'s, sorted
+    as there), so that every window's rows share one table."""
+    table = pf.MEMORY_EVENT_TYPES if family == "memory-events" else pf.QUEUE_OPS
+    values = [int(t) for t in index.types.get(family, np.zeros(0, np.int64)).tolist() if int(t) not in exclude]
+    names = sorted({str(pf.names(np.array([value]), table)[0]) for value in values})
+    return tuple(f"{prefix} {name}" if prefix else name for name in names)
+
+
+def tables_of(index: ProfileIndex, family: str, records: np.ndarray) -> Any:
+    """A :class:`profile_file.ProfileTables` holding one window's ``records`` of ``family``
+    (what ``profile_file``'s record builders read)."""
+    return pf.ProfileTables(index.path, index.version, records={family: records}, functions=index.functions)

@@ -1,0 +1,320 @@
+"""The windowed route of a ``full`` run (issue 29: ``runtime_hooks/profile_stream.py``,
+``run.WindowedRun``) against the whole-run route on real profiles: with windows forced
+down to a few dozen records, so that every profile is read in many windows and the
+look-ahead is exercised, the events written (values, order and batches), the summary's
+figures and the bundle's CSVs are the whole-run route's — on loops, a data-dependent
+``scf.while``, an ``scf.if``, several entry points, an initializer (load time), a warmup,
+both CPU drivers — and with host-execution chunks rewritten a flush after their
+submissions' (the records of work a call did not wait for), which the look-ahead joins.
+A profile the windowed route does not take on (records two windows late, one
+invocation), or a window it cannot join, goes to the whole-run route with the reason in
+the summary and nothing half written; a damaged profile is exit 2 naming the file and
+the byte. The progress bar shows on a terminal only."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from dfit_mlir.core import manifest as manifest_io
+from dfit_mlir.core.errors import EXIT_INVALID_INPUT
+from dfit_mlir.core.event_pipeline import MemorySink, Policy
+from dfit_mlir.passes.instrumented_compile import CompileResult, compile_instrumented
+from dfit_mlir.runtime_hooks import hal_profile, profile_stream, run
+from dfit_mlir.runtime_hooks.progress import Progress, announce
+from tests.conftest import CONVNET, REPO
+
+pytestmark = pytest.mark.slow
+SHAPES = REPO / "tests" / "inputs" / "shapes"
+#: name -> (source, function, inputs, repeat, warmup, driver).
+CASES = {
+    "convnet_warmup_task": (CONVNET, "main", ("1x32x32x3xf32=0.1",), 9, 2, "local-task"),
+    "loop_anchor_sync": (SHAPES / "loop.mlir", "main", ("16x16xf32=0.01", "i32=3"), 8, 1, "local-sync"),
+    "loop_first_task": (SHAPES / "control_flow_first.mlir", "loop_first", ("2", "16x16xf32=0.01"), 7, 1,
+                        "local-task"),
+    "while_first_sync": (SHAPES / "control_flow_first.mlir", "while_first", ("16xf32=0.5", "0.0", "300.0"), 6, 0,
+                         "local-sync"),
+    "if_first_task": (SHAPES / "control_flow_first.mlir", "if_first", ("1", "16x16xf32=0.01"), 6, 1, "local-task"),
+    "initializer_sync": (SHAPES / "initializer.mlir", "main", ("8x64xf32=1",), 10, 1, "local-sync"),
+}
+#: Records per window in these tests: about one flush each, so the look-ahead is one flush.
+SMALL_WINDOW = 8
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[Path, CompileResult]:
+    root = tmp_path_factory.mktemp("stream-windows")
+    flags = {SHAPES / "initializer.mlir": ("--iree-opt-const-eval=false",)}
+    return {source: compile_instrumented(source, root / f"{source.stem}.vmfb", mode="full",
+                                         flags=flags.get(source, ()))
+            for source in sorted({case[0] for case in CASES.values()})}
+
+
+def recorded(compiled: dict[Path, CompileResult], case: str, folder: Path) -> tuple[run.RecordedProfile, dict[str, Any]]:
+    source, function, inputs, repeat, warmup, driver = CASES[case]
+    result = compiled[source]
+    profile = run._record_run(result.vmfb, inputs, driver, function, repeat, warmup, hal_profile.FULL_FAMILIES,
+                              folder)
+    return profile, manifest_io.load(result.manifest_path)
+
+
+def both_routes(profile: run.RecordedProfile, manifest: dict[str, Any], case: str,
+                policy: Policy) -> tuple[Any, ...]:
+    """(windowed table, whole table, windowed summary, whole summary, windowed batches, whole batches, windows)."""
+    _, function, _, repeat, warmup, driver = CASES[case]
+    families = hal_profile.FULL_FAMILIES
+    windowed = run.WindowedRun.open(profile, manifest, function, repeat, warmup, families, driver)
+    sinks = MemorySink(), MemorySink()
+    counts = windowed.pipeline(manifest, policy, sinks[0]).close()
+    whole = run._whole_run(profile, manifest, function, repeat, warmup, families, driver)
+    assert whole.pipeline(manifest, policy, sinks[1]).close() == counts
+    tables = [sink.table().drop(["session"]) for sink in sinks]
+    summary = windowed.summary()
+    assert summary.pop("profile_read")["route"] == "windowed"
+    return (*tables, summary, whole.summary(), *[[b.num_rows for b in sink.batches] for sink in sinks],
+            windowed.index.windows)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_windowed_route_writes_what_the_whole_run_writes(compiled: dict[Path, CompileResult], case: str,
+                                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(run, "WINDOW_RECORDS", SMALL_WINDOW)
+    profile, manifest = recorded(compiled, case, tmp_path)
+    # Small batches too, so that batches are cut inside windows and across them.
+    windowed, whole, summary, reference, batches, whole_batches, windows = both_routes(
+        profile, manifest, case, Policy(batch_size=7))
+    assert windows >= 4, f"{case}: {windows} windows"  # the look-ahead crosses windows
+    assert windowed.num_rows == whole.num_rows > 0
+    assert windowed.equals(whole), case
+    assert batches == whole_batches
+    assert summary == reference
+    kinds = set(whole.column("kind").to_pylist())
+    assert {"dispatch", "queue", "memory"} <= kinds
+
+
+def test_bundle_files_are_the_whole_runs(compiled: dict[Path, CompileResult], tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through ``write_bundle``: events.parquet, the CSVs and summary.json (less the
+    session, the toolchain's clock and the route) are the whole-run route's."""
+    case = "convnet_warmup_task"
+    _, function, _, repeat, warmup, driver = CASES[case]
+    profile, manifest = recorded(compiled, case, tmp_path)
+    monkeypatch.setattr(run, "WINDOW_RECORDS", SMALL_WINDOW)
+    families = hal_profile.FULL_FAMILIES
+    run._write_full_bundle(tmp_path / "windowed", manifest, Policy(), {"mode": "full"}, profile, function, repeat,
+                           warmup, families, driver)
+    whole = run._whole_run(profile, manifest, function, repeat, warmup, families, driver)
+    from dfit_mlir.exporters.bundle import write_bundle
+
+    write_bundle(tmp_path / "whole", manifest, lambda sink: whole.pipeline(manifest, Policy(), sink),
+                 {"mode": "full", **whole.summary()})
+    tables = [pq.read_table(tmp_path / name / "events.parquet").drop(["session"]) for name in ("windowed", "whole")]
+    assert tables[0].equals(tables[1])
+    for name in ("dispatches.csv", "events.csv"):
+        assert (tmp_path / "windowed" / name).read_text() == (tmp_path / "whole" / name).read_text()
+    summaries = [json.loads((tmp_path / name / "summary.json").read_text()) for name in ("windowed", "whole")]
+    assert summaries[0].pop("profile_read")["windows"] >= 4
+    for summary in summaries:
+        summary.pop("toolchain")
+    assert summaries[0] == summaries[1]
+
+
+def test_a_window_it_cannot_join_falls_back_whole(compiled: dict[Path, CompileResult], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Half-way through the windows (batches already written) the route gives up: the
+    half-written bundle is discarded, the whole-run route writes it, the summary says why."""
+    case = "convnet_warmup_task"
+    _, function, _, repeat, warmup, driver = CASES[case]
+    profile, manifest = recorded(compiled, case, tmp_path)
+    monkeypatch.setattr(run, "WINDOW_RECORDS", SMALL_WINDOW)
+    from dfit_mlir.runtime_hooks import columnar_join
+
+    calls = []
+    original = columnar_join.place_blocks
+
+    def fails_late(*args: Any) -> Any:
+        calls.append(1)
+        return None if len(calls) == 5 else original(*args)
+
+    monkeypatch.setattr(columnar_join, "place_blocks", fails_late)
+    run._write_full_bundle(tmp_path / "b", manifest, Policy(batch_size=5), {"mode": "full"}, profile, function,
+                           repeat, warmup, hal_profile.FULL_FAMILIES, driver)
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["profile_read"] == {"route": "whole run",
+                                       "why": "a window's records are not what the run's were"}
+    assert summary["records"]["dispatch"] == repeat * 6
+    assert pq.read_table(tmp_path / "b" / "events.parquet").num_rows == summary["counts"]["kept"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b", "profile.ireeprof"]  # nothing half-written left
+
+
+def test_one_invocation_takes_the_whole_run_route(compiled: dict[Path, CompileResult], tmp_path: Path) -> None:
+    result = compiled[CONVNET]
+    bundle = run.run_bundle(result.vmfb, result.manifest_path, tmp_path / "b", mode="full", repeat=1).bundle
+    summary = json.loads((bundle / "summary.json").read_text())
+    assert summary["profile_read"]["route"] == "whole run"
+    assert "one invocation" in summary["profile_read"]["why"]
+
+
+def _event_chunk(data: bytes, family: bytes = b"-events") -> int:
+    offset = struct.unpack_from("<I", data, 8)[0]
+    while True:
+        length, (header, type_length) = struct.unpack_from("<Q", data, offset)[0], struct.unpack_from(
+            "<II", data, offset + 56)
+        if data[offset + header:offset + header + type_length].endswith(family):
+            return offset
+        offset += length
+
+
+@pytest.mark.parametrize("damage", ["cut_mid_chunk", "cut_mid_header", "wrong_magic", "record_length",
+                                    "chunk_length"])
+def test_damaged_profile_is_exit_2_naming_the_byte(compiled: dict[Path, CompileResult], tmp_path: Path,
+                                                   damage: str) -> None:
+    case = "convnet_warmup_task"
+    _, function, _, repeat, warmup, driver = CASES[case]
+    profile, manifest = recorded(compiled, case, tmp_path)
+    data = bytearray(profile.path.read_bytes())
+    at = _event_chunk(data, b"memory-events")
+    if damage == "wrong_magic":
+        data[:4] = b"XXXX"
+    elif damage in ("cut_mid_chunk", "cut_mid_header"):
+        struct.pack_into("<Q", data, 16, 0)  # an unfinished bundle: no logical length
+        data = data[:at + (150 if damage == "cut_mid_chunk" else 50)]
+    elif damage == "record_length":  # the first memory event claims another size
+        payload_at = at + struct.unpack_from("<Q", data, at)[0] - struct.unpack_from("<Q", data, at + 8)[0]
+        struct.pack_into("<I", data, payload_at, 999)
+    else:  # a chunk whose length cannot hold its payload
+        struct.pack_into("<Q", data, at, 120)
+    profile.path.write_bytes(bytes(data))
+    with pytest.raises(hal_profile.DamagedProfileError) as error:
+        run._write_full_bundle(tmp_path / "b", manifest, Policy(), {"mode": "full"}, profile, function, repeat,
+                               warmup, hal_profile.FULL_FAMILIES, driver)
+    assert error.value.exit_code == EXIT_INVALID_INPUT
+    message = str(error.value)
+    assert str(profile.path) in message and "byte" in message, message
+    if damage not in ("wrong_magic",):
+        assert f"byte {at}" in message or f"byte {at + 104}" in message or "at byte" in message, message
+    assert not (tmp_path / "b").exists()
+
+
+def test_index_reads_a_profile_in_whole_flush_windows(compiled: dict[Path, CompileResult], tmp_path: Path) -> None:
+    """Each window after the first starts at a queue-events chunk and owns the submissions
+    from its first one; the facts the index gathers are the whole-run decode's."""
+    profile, _ = recorded(compiled, "loop_first_task", tmp_path)
+    index = profile_stream.index_profile(profile.path, 16)
+    decoded = hal_profile.decode_profile(profile.path, hal_profile.FULL_FAMILIES, 8)
+    assert index.windows >= 4
+    assert tuple(index.flush_starts.tolist()) == decoded.flush_starts
+    assert index.dispatch_records == len(decoded.dispatch_records)
+    first_chunks = index.chunk_family[index.window_chunks[1:-1]]
+    assert (first_chunks == profile_stream.QUEUE).all()
+    assert list(index.window_submissions[1:]) == [s for s in decoded.flush_starts if s in
+                                                  set(index.window_submissions[1:].tolist())]
+    taken = sum(len(records) for _, records in profile_stream.dispatch_windows(index))
+    assert taken == len(decoded.dispatch_records)
+
+
+def test_progress_is_quiet_off_a_terminal() -> None:
+    stream = io.StringIO()
+    with Progress("dfit: writing events", 10, file=stream) as bar:
+        bar.update(10)
+    assert not bar.shown and not announce("dfit: profiling", file=stream) and stream.getvalue() == ""
+
+
+def test_progress_shows_on_a_terminal() -> None:
+    """On a pseudo-terminal the bar is drawn (and DFIT_NO_PROGRESS turns it off)."""
+    script = ("import sys, time; from dfit_mlir.runtime_hooks.progress import Progress, announce\n"
+              "announce('dfit: profiling 4 invocations')\n"
+              "with Progress('dfit: writing events', 4) as bar:\n"
+              "    for _ in range(4): bar.update(1)\n"
+              "print('shown' if bar.shown else 'hidden', file=sys.stderr)\n")
+    for quiet, expected in ((False, "shown"), (True, "hidden")):
+        main, secondary = os.openpty()
+        env = {**os.environ, **({"DFIT_NO_PROGRESS": "1"} if quiet else {})}
+        env.pop("DFIT_NO_PROGRESS", None) if not quiet else None
+        child = subprocess.run([sys.executable, "-c", script], stderr=secondary, stdout=subprocess.DEVNULL,
+                               cwd=REPO, env=env, timeout=60)
+        os.close(secondary)
+        text = b""
+        while True:
+            try:
+                piece = os.read(main, 65536)
+            except OSError:
+                break
+            if not piece:
+                break
+            text += piece
+        os.close(main)
+        assert child.returncode == 0
+        output = text.decode(errors="replace")
+        assert expected in output, output
+        assert ("dfit: writing events" in output) == (not quiet), output
+        assert ("dfit: profiling 4 invocations" in output) == (not quiet), output
+
+
+def _records(data: bytes) -> list[tuple[int, int, bytes]]:
+    """(offset, length, content type) of every record of a profile, in file order."""
+    found, offset = [], struct.unpack_from("<I", data, 8)[0]
+    while offset < len(data):
+        length, (header, type_length) = struct.unpack_from("<Q", data, offset)[0], struct.unpack_from(
+            "<II", data, offset + 56)
+        found.append((offset, length, bytes(data[offset + header:offset + header + type_length])))
+        offset += length
+    return found
+
+
+def _move_host_chunk(path: Path, flush: int, later: int) -> None:
+    """Rewrite the profile with flush ``flush``'s host-execution chunk written after the
+    queue-events chunk of flush ``flush + later``, as the records of work a call did not
+    wait for are when a later flush writes them (the records themselves unchanged)."""
+    data = path.read_bytes()
+    records = _records(data)
+    queue = [k for k, (_, _, kind) in enumerate(records) if kind.endswith(b"queue-events")]
+    host = next(k for k in range(queue[flush], len(records)) if records[k][2].endswith(b"host-execution-events"))
+    order = [k for k in range(len(records)) if k != host]
+    order.insert(order.index(queue[flush + later]) + 1, host)
+    head = struct.unpack_from("<I", data, 8)[0]
+    path.write_bytes(data[:head] + b"".join(data[records[k][0]:records[k][0] + records[k][1]] for k in order))
+
+
+def test_records_a_flush_late_are_joined_by_the_look_ahead(compiled: dict[Path, CompileResult], tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    case = "convnet_warmup_task"
+    monkeypatch.setattr(run, "WINDOW_RECORDS", SMALL_WINDOW)
+    profile, manifest = recorded(compiled, case, tmp_path)
+    for flush in (1, 4, 7):
+        _move_host_chunk(profile.path, flush, 1)
+    index = profile_stream.index_profile(profile.path, SMALL_WINDOW)
+    late = 0
+    for window in range(1, index.windows):  # records in a window's chunks that the window before owns
+        found = index.family_window("host-execution-events", window)
+        late += int((found["submission_id"].astype(np.int64) < index.owned(window)[0]).sum())
+    assert late >= 3 * 6, late
+    windowed, whole, summary, reference, batches, whole_batches, windows = both_routes(
+        profile, manifest, case, Policy(batch_size=7))
+    assert windows >= 9 and windowed.equals(whole) and batches == whole_batches and summary == reference
+
+
+def test_records_two_windows_late_take_the_whole_run_route(compiled: dict[Path, CompileResult], tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    case = "convnet_warmup_task"
+    _, function, _, repeat, warmup, driver = CASES[case]
+    monkeypatch.setattr(run, "WINDOW_RECORDS", SMALL_WINDOW)
+    profile, manifest = recorded(compiled, case, tmp_path)
+    _move_host_chunk(profile.path, 2, 3)
+    with pytest.raises(profile_stream.WindowedRouteUnavailable, match="more than one window"):
+        run.WindowedRun.open(profile, manifest, function, repeat, warmup, hal_profile.FULL_FAMILIES, driver)
+    run._write_full_bundle(tmp_path / "b", manifest, Policy(), {"mode": "full"}, profile, function, repeat, warmup,
+                           hal_profile.FULL_FAMILIES, driver)
+    summary = json.loads((tmp_path / "b" / "summary.json").read_text())
+    assert summary["profile_read"]["route"] == "whole run" and "more than one window" in summary["profile_read"]["why"]
+    assert summary["records"]["dispatch"] == repeat * 6
