@@ -104,6 +104,19 @@ def test_overlapping_spans_count_once() -> None:
     assert [(r.kind, r.count, r.time_ns) for r in ledger.Ledger(_model(), events).unattributed] == [("queue", 2, 1200)]
 
 
+def test_load_time_and_unsubmitted_work_are_not_runs() -> None:
+    """SYNTHETIC: two invocations' dispatches, plus a queue span at load time
+    (invocation -1, an initializer's submission) and one outside any submission (-2):
+    the run is 2 invocations, so per-invocation figures divide by 2, not 4."""
+    events = _events([("dispatch", 0, 0, 100), ("dispatch", 0, 200, 100), ("queue", None, -1, 50),
+                      ("queue", None, -1, 70)])
+    events[0] = events[0].set_column(events[0].schema.get_field_index("invocation"), "invocation",
+                                     pa.array([0, 1, -1, -2], pa.int32()))
+    book = ledger.Ledger(_model(), events)
+    assert book.instances == 2
+    assert book.per_invocation(2_000_000) == 1_000_000
+
+
 def test_interval_helpers_against_a_direct_count() -> None:
     """SYNTHETIC random intervals: the vectorised union and leaf rule against a count
     over every nanosecond / every pair."""

@@ -143,7 +143,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -257,8 +257,10 @@ class _Timing:
     root_calls: dict[str, int] = field(default_factory=dict)
     rest: tuple[Unattributed, ...] = ()
     totals: Totals = field(default_factory=lambda: Totals(0, 0, 0, 0, {}, 0))
-    #: (partition ID, instance) → summed ns, and (root op ID, instance) → ns.
-    partition_instance_ns: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: Partition ID → (the instances that ran it, its summed ns in each), numpy arrays:
+    #: a long run has a pair per call site per invocation, millions, so not a dict entry
+    #: each; and (root op ID, instance) → ns (events of a root op at no call site: few).
+    partition_instance_ns: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     root_instance_ns: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
@@ -270,8 +272,10 @@ class Ledger:
         self.model = model
         self.time_model = time_model or time_model_for(model)
         self._measured_allowed = time_model is None
-        batches = model.event_batches() if events is None else events
-        self._timing = _timing(model, batches)
+        # The model's events can be read again: a long run's intervals are then taken a
+        # time bucket at a time (bounded memory); given events are read once.
+        self._timing = _timing(model, (lambda: model.event_batches(columns=list(_TIMING_COLUMNS)))
+                               if events is None else events)
         self._rows: dict[str, list[dict[str, Any]]] = {}
 
     @cached_property
@@ -637,24 +641,18 @@ class Ledger:
             if model != "root":
                 split[partition].append((op_id, share))
         found: defaultdict[str, defaultdict[int, float]] = defaultdict(lambda: defaultdict(float))
-        for (partition, instance), ns in self._timing.partition_instance_ns.items():
+        for partition, (instances, times) in self._timing.partition_instance_ns.items():
             for op_id, share in split.get(partition, ()):
-                found[op_id][instance] += ns * share
+                for instance, ns in zip(instances.tolist(), times.tolist(), strict=True):
+                    found[op_id][instance] += ns * share
         for (op_id, instance), ns in self._timing.root_instance_ns.items():
             found[op_id][instance] += ns
         return {op_id: dict(by_instance) for op_id, by_instance in found.items()}
 
     def partition_time_by_instance(self, partition_id: str) -> list[int]:
-        """The partition's summed ns in each run of the program that ran it."""
-        return self._instance_ns_by_partition.get(partition_id, [])
-
-    @cached_property
-    def _instance_ns_by_partition(self) -> dict[str, list[int]]:
-        # Grouped once: the view asks for every partition, and a long run has many runs.
-        found: defaultdict[str, list[int]] = defaultdict(list)
-        for (partition, _), ns in self._timing.partition_instance_ns.items():
-            found[partition].append(ns)
-        return dict(found)
+        """The partition's summed ns in each run of the program that ran it (in instance order)."""
+        found = self._timing.partition_instance_ns.get(partition_id)
+        return found[1].tolist() if found is not None else []
 
     def op_figures(self) -> dict[str, Figures]:
         """Op ID → :data:`OP_FIGURES` summed over its entries: {flops, macs, bytes,
@@ -984,24 +982,101 @@ def _operand_bytes(model: SemanticModel, op_id: str, side: str) -> int | None:
 
 # --- measured time ----------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
-class _Other:
-    """An execution event at no call site (few: program, queue, memory spans and
-    reconstructed records), kept until the leaf rule has decided on it."""
+class _StringCodes:
+    """Codes of a string column's values that hold across batches (-1: null), read from
+    the dictionary the event schema encodes it with: no string per event."""
 
-    position: int
-    kind: str
-    partition: str | None
-    root_id: str | None
-    duration_ns: int
-    instance: int
+    def __init__(self) -> None:
+        self.values: list[str] = []
+        self._code: dict[str, int] = {}
+
+    def codes(self, np: Any, pa: Any, pc: Any, column: Any) -> Any:
+        encoded = column if pa.types.is_dictionary(column.type) else pc.dictionary_encode(column)
+        lookup = np.array([self._of(value) for value in encoded.dictionary.cast(pa.string()).to_pylist()] + [-1],
+                          dtype=np.int64)
+        return lookup[encoded.indices.fill_null(len(lookup) - 1).to_numpy(zero_copy_only=False)]
+
+    def _of(self, value: str) -> int:
+        code = self._code.get(value)
+        if code is None:
+            code = self._code[value] = len(self.values)
+            self.values.append(value)
+        return code
 
 
-def _timing(model: SemanticModel, batches: Iterable[Any]) -> _Timing:
+#: Timed events the interval totals hold at once. The leaf rule and the unions take the
+#: events in start order, which a long run's file does not keep (a window's families in
+#: turn, windows in time order); past this many, the events are read again a time
+#: bucket at a time, each bucket sorted alone (a bucket holds at most this many, or the
+#: events of one bin of start times).
+BUCKET_EVENTS = 1 << 18
+
+#: The event columns the measured time reads.
+_TIMING_COLUMNS = ("kind", "duration_ns", "start_ns", "site", "partition", "root_id", "invocation", "step")
+
+#: Bins of the run's start times the buckets are cut from (counted in a second pass).
+START_BINS = 1 << 16
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Timed execution events, column-wise: position (index among all of them in reading
+    order), start (-1: none), end, kind (index in :data:`KINDS`), at a call site,
+    partition and root op (codes, -1: none), duration, instance."""
+
+    position: Any
+    start: Any
+    end: Any
+    kind: Any
+    is_site: Any
+    site: Any
+    partition: Any
+    root: Any
+    duration: Any
+    instance: Any
+
+    def take(self, rows: Any) -> _Rows:
+        return _Rows(*(column[rows] for column in (self.position, self.start, self.end, self.kind, self.is_site,
+                                                   self.site, self.partition, self.root, self.duration,
+                                                   self.instance)))
+
+    @staticmethod
+    def joined(np: Any, parts: list[_Rows]) -> _Rows:
+        if not parts:
+            empty = np.zeros(0, dtype=np.int64)
+            return _Rows(empty, empty, empty, empty, np.zeros(0, dtype=bool), empty, empty, empty, empty, empty)
+        return _Rows(*(np.concatenate(column) for column in zip(
+            *((r.position, r.start, r.end, r.kind, r.is_site, r.site, r.partition, r.root, r.duration, r.instance)
+              for r in parts), strict=True)))
+
+
+def _batch_rows(np: Any, pa: Any, pc: Any, batch: Any, sites: int, partitions: _StringCodes, roots: _StringCodes,
+                offset: int) -> _Rows | None:
+    """``batch``'s timed execution events (``offset``: how many came before)."""
+    codes = _kind_codes(np, pa, batch.column("kind"))
+    timed = pc.fill_null(pc.greater(batch.column("duration_ns"), pa.scalar(0)), False) \
+        .to_numpy(zero_copy_only=False)
+    keep = timed & (codes >= 0)
+    if not keep.any():
+        return None
+    chosen = batch if keep.all() else batch.filter(pa.array(keep))
+    kind = codes[keep]
+    duration = chosen.column("duration_ns").to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    start = pc.fill_null(chosen.column("start_ns"), -1).to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    site = pc.fill_null(chosen.column("site"), -1).to_numpy(zero_copy_only=False).astype(np.int64)
+    return _Rows(offset + np.arange(len(kind)), start, np.where(start >= 0, start + duration, -1), kind,
+                 (kind == DISPATCH) & (site >= 0) & (site < sites), site,
+                 partitions.codes(np, pa, pc, chosen.column("partition")), roots.codes(np, pa, pc, chosen.column("root_id")),
+                 duration, _instance_keys(np, pc, chosen))
+
+
+def _timing(model: SemanticModel, batches: Iterable[Any] | Callable[[], Iterable[Any]]) -> _Timing:
     """Per-partition event sums and the interval totals, vectorised over the batches.
     A dispatch event at a call site is the innermost execution unit and always counts
     (dispatches overlapping on several threads do not enclose one another's work);
-    any other event counts only if it is a leaf."""
+    any other event counts only if it is a leaf. ``batches``: the events, or what reads
+    them again (then a long run's intervals are taken a time bucket at a time:
+    :data:`BUCKET_EVENTS`)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -1009,46 +1084,230 @@ def _timing(model: SemanticModel, batches: Iterable[Any]) -> _Timing:
     dispatches = [p for p in model.partitions if p.kind == "dispatch"]
     site_ns = np.zeros(len(dispatches), dtype=np.int64)
     site_calls = np.zeros(len(dispatches), dtype=np.int64)
-    starts, ends, kinds, at_site, others = [], [], [], [], []
-    instances: set[int] = set()
-    site_instance_ns: Counter[tuple[int, int]] = Counter()
+    partitions, roots = _StringCodes(), _StringCodes()
+    instance_sets: list[Any] = []
+    site_pairs: list[tuple[Any, Any, Any]] = []
+    held: list[_Rows] = []
+    held_count = 0
+    spilled = False
+    low, high = np.iinfo(np.int64).max, -1  # the range of the start times
     offset = 0
-    for batch in batches:
-        codes = _kind_codes(np, pa, batch.column("kind"))
-        timed = pc.fill_null(pc.greater(batch.column("duration_ns"), pa.scalar(0)), False) \
-            .to_numpy(zero_copy_only=False)
-        keep = timed & (codes >= 0)
-        if not keep.any():
+    for batch in (batches() if callable(batches) else batches):
+        rows = _batch_rows(np, pa, pc, batch, len(dispatches), partitions, roots, offset)
+        if rows is None:
             continue
-        chosen = batch if keep.all() else batch.filter(pa.array(keep))
-        kind = codes[keep]
-        duration = chosen.column("duration_ns").to_numpy(zero_copy_only=False)
-        start_column = chosen.column("start_ns")
-        start = pc.fill_null(start_column, -1).to_numpy(zero_copy_only=False)
-        site = pc.fill_null(chosen.column("site"), -1).to_numpy(zero_copy_only=False).astype(np.int64)
-        is_site = (kind == DISPATCH) & (site >= 0) & (site < len(dispatches))
-        site_ns += np.bincount(site[is_site], weights=duration[is_site], minlength=len(dispatches)).astype(np.int64)
-        site_calls += np.bincount(site[is_site], minlength=len(dispatches))
-        instance = _instance_keys(np, pc, chosen)
-        instances.update(np.unique(instance).tolist())
-        _add_by_pair(np, site_instance_ns, site[is_site], instance[is_site], duration[is_site])
-        rest = np.flatnonzero(~is_site)
-        if len(rest):
-            picked = chosen.take(pa.array(rest))
-            roots = picked.column("root_id").cast(pa.string()).to_pylist()
-            names = picked.column("partition").cast(pa.string()).to_pylist()
-            others += [_Other(offset + int(i), KINDS[kind[i]], name, root, int(duration[i]), int(instance[i]))
-                       for i, root, name in zip(rest, roots, names, strict=True)]
-        starts.append(start)
-        ends.append(np.where(start >= 0, start + duration, -1))
-        kinds.append(kind)
-        at_site.append(is_site)
-        offset += chosen.num_rows
-    timing = _collect(np, dispatches, site_ns, site_calls, starts, ends, kinds, at_site, others, model,
-                      len(instances))
-    for (site_index, key), ns in site_instance_ns.items():
-        timing.partition_instance_ns[(dispatches[site_index].id, key)] = ns
+        offset += len(rows.kind)
+        at, duration = rows.is_site, rows.duration
+        site_ns += np.bincount(rows.site[at], weights=duration[at], minlength=len(dispatches)).astype(np.int64)
+        site_calls += np.bincount(rows.site[at], minlength=len(dispatches))
+        instance_sets.append(np.unique(rows.instance))
+        site_pairs.append(_pair_sums(np, rows.site[at], rows.instance[at], duration[at]))
+        started = rows.start[rows.start >= 0]
+        if len(started):
+            low, high = min(low, int(started.min())), max(high, int(started.max()))
+        if not spilled:
+            held.append(rows)
+            held_count += len(rows.kind)
+            if callable(batches) and held_count > BUCKET_EVENTS:
+                spilled, held = True, []
+    intervals = _Intervals(model, partitions, roots)
+    if not spilled:
+        intervals.add(np, _Rows.joined(np, held), np.iinfo(np.int64).max)
+    else:
+        assert callable(batches)
+        for bucket, later_min_end in _buckets(np, pa, pc, batches, len(dispatches), partitions, roots, low, high):
+            intervals.add(np, bucket, later_min_end)
+    empty = np.zeros(0, dtype=np.int64)
+    # Load time (invocation -1) and work outside any submission (-2) are not runs of the
+    # program: counting them would divide every per-invocation figure by one run too many.
+    seen = np.unique(np.concatenate(instance_sets)) if instance_sets else np.zeros(0, dtype=np.int64)
+    invocations = int((seen >= 0).sum())
+    timing = intervals.timing(np, dispatches, site_ns, site_calls, invocations)
+    sites, keys, totals = [np.concatenate(column) for column in zip(*site_pairs, strict=True)] if site_pairs else \
+        [empty] * 3
+    sites, keys, totals = _pair_sums(np, sites, keys, totals)  # the batches' partial sums, summed
+    bounds = np.searchsorted(sites, np.arange(len(dispatches) + 1))
+    for index, partition in enumerate(dispatches):
+        if bounds[index] < bounds[index + 1]:
+            timing.partition_instance_ns[partition.id] = (keys[bounds[index]:bounds[index + 1]],
+                                                          totals[bounds[index]:bounds[index + 1]])
     return timing
+
+
+def _buckets(np: Any, pa: Any, pc: Any, batches: Callable[[], Iterable[Any]], sites: int, partitions: _StringCodes,
+             roots: _StringCodes, low: int, high: int) -> Iterator[tuple[_Rows, int]]:
+    """The timed events a time bucket at a time, in start order of the buckets, each with
+    the earliest end among the events of the later buckets (what the leaf rule needs to
+    know of them). A pass counts the events per bin of start times (and the earliest end
+    per bin); a pass per bucket of consecutive bins then reads the events again and keeps
+    its own (events without a start: with the first bucket)."""
+    span = max(high - low + 1, 1)
+
+    def bins_of(start: Any) -> Any:  # a monotonic function of the start: equal starts share a bin
+        return np.clip(((start - low) / span * START_BINS).astype(np.int64), 0, START_BINS - 1)
+
+    def read() -> Iterator[_Rows]:
+        offset = 0
+        for batch in batches():
+            rows = _batch_rows(np, pa, pc, batch, sites, partitions, roots, offset)
+            if rows is not None:
+                offset += len(rows.kind)
+                yield rows
+
+    counts = np.zeros(START_BINS, dtype=np.int64)
+    earliest_end = np.full(START_BINS, np.iinfo(np.int64).max)
+    for rows in read():
+        started = rows.start >= 0
+        where = bins_of(rows.start[started])
+        counts += np.bincount(where, minlength=START_BINS)
+        np.minimum.at(earliest_end, where, rows.end[started])
+    after = np.append(np.minimum.accumulate(earliest_end[::-1])[::-1][1:], np.iinfo(np.int64).max)
+    first = 0
+    while first < START_BINS:
+        last = first  # the bucket's bins: first..last, at most BUCKET_EVENTS events unless one bin holds more
+        while last + 1 < START_BINS and counts[first:last + 2].sum() <= BUCKET_EVENTS:
+            last += 1
+        parts = []
+        for rows in read():
+            where = np.full(len(rows.start), -1)
+            started = rows.start >= 0
+            where[started] = bins_of(rows.start[started])
+            mine = (where >= first) & (where <= last) if first else where <= last  # the first: the unstarted too
+            if mine.any():
+                parts.append(rows.take(mine))
+        yield _Rows.joined(np, parts), int(after[last])
+        first = last + 1
+
+
+class _Intervals:
+    """The leaf rule and the interval totals over the timed events, given in buckets of
+    increasing start times (one bucket: all of them), and the sums of the leaves at no
+    call site: per root op, per group, the rest. Memory: a bucket's events and a few
+    numbers per root op, group and (kind, partition)."""
+
+    def __init__(self, model: SemanticModel, partitions: _StringCodes, roots: _StringCodes) -> None:
+        self.model, self.partitions, self.roots = model, partitions, roots
+        #: The latest end of the spans so far (all; attributed ones).
+        self.reach: int | None = None
+        self.done_reach: int | None = None
+        self.measured = self.attributed_union = self.leaf_sum = 0
+        self.kind_counts = [0] * len(KINDS)
+        #: Per root op / group / (kind, partition): [ns, calls, first position].
+        self.root: dict[int, list[int]] = {}
+        self.group: dict[str, list[int]] = {}
+        self.rest: dict[tuple[int, int], list[int]] = {}
+        self.root_instance: dict[tuple[int, int], list[int]] = {}
+        self.group_instance: list[tuple[Any, Any, Any]] = []
+        self._group_of: dict[tuple[int, int], str | None] = {}
+
+    def add(self, np: Any, rows: _Rows, later_min_end: int) -> None:
+        start, end, is_site = rows.start, rows.end, rows.is_site
+        timed = start >= 0
+        leaf = np.ones(len(start), dtype=bool)  # an event without a start encloses nothing
+        order = _start_order(np, start, end, timed)
+        if (~is_site).any():  # dispatches at a call site are leaves by rule; only the others are tested
+            leaf[order] = _leaves_in_order(np, end[order], later_min_end) | is_site[order]
+        done = is_site.copy()
+        other = ~is_site & leaf
+        if other.any():
+            done[other] = self._add_others(np, rows.take(other))
+        spans = order[leaf[order]]
+        spans_start, spans_end = start[spans], end[spans]
+        measured, self.reach = _union_from(np, spans_start, spans_end, self.reach)
+        self.measured += measured
+        attributed, self.done_reach = _union_from(np, spans_start[done[spans]], spans_end[done[spans]],
+                                                  self.done_reach)
+        self.attributed_union += attributed
+        self.leaf_sum += int((spans_end - spans_start).sum())
+        for index, count in enumerate(np.bincount(rows.kind[leaf], minlength=len(KINDS)).tolist()):
+            self.kind_counts[index] += count
+
+    def _add_others(self, np: Any, rows: _Rows) -> Any:
+        """Sum the leaves at no call site; returns which were attributed (to a root op or group).
+        The op an event names is the most precise place for its time; else the group (a
+        reconstruction's partition) it ran in, split over its ops like a dispatch."""
+        known = np.array([name in self.model.operators for name in self.roots.values] + [False], dtype=bool)
+        at_root = known[rows.root]  # root -1: the appended False
+        pairs, pair_of_row = np.unique(np.stack([rows.kind, rows.partition], axis=1), axis=0, return_inverse=True)
+        group_ids = [self._group((int(k), int(p))) for k, p in pairs.tolist()]
+        named = sorted({gid for gid in group_ids if gid is not None})
+        group_code = np.array([named.index(gid) if gid is not None else -1 for gid in group_ids],
+                              dtype=np.int64)[pair_of_row.reshape(-1)]
+        in_group = ~at_root & (group_code >= 0)
+        _accumulate(np, self.root, rows.root[at_root][:, None], rows.duration[at_root], rows.position[at_root],
+                    lambda key: key[0])
+        _accumulate(np, self.root_instance, np.stack([rows.root[at_root], rows.instance[at_root]], axis=1),
+                    rows.duration[at_root], rows.position[at_root], lambda key: (key[0], key[1]))
+        _accumulate(np, self.group, group_code[in_group][:, None], rows.duration[in_group], rows.position[in_group],
+                    lambda key: named[key[0]])
+        if in_group.any():
+            codes, keys, totals = _pair_sums(np, group_code[in_group], rows.instance[in_group], rows.duration[in_group])
+            self.group_instance.append((np.array(named, dtype=object)[codes], keys, totals))
+        rest = ~at_root & ~in_group
+        _accumulate(np, self.rest, np.stack([rows.kind[rest], rows.partition[rest]], axis=1), rows.duration[rest],
+                    rows.position[rest], lambda key: (key[0], key[1]))
+        return at_root | in_group
+
+    def _group(self, pair: tuple[int, int]) -> str | None:
+        if pair not in self._group_of:
+            kind, partition = pair
+            group = self.model.partition_of_event({"kind": KINDS[kind], "partition": self.partitions.values[partition]
+                                                   if partition >= 0 else None})
+            self._group_of[pair] = group.id if group is not None else None
+        return self._group_of[pair]
+
+    def timing(self, np: Any, dispatches: list[Partition], site_ns: Any, site_calls: Any, invocations: int) -> _Timing:
+        def ordered(sums: dict[Any, list[int]]) -> list[tuple[Any, list[int]]]:  # as they first appeared
+            return sorted(sums.items(), key=lambda item: item[1][2])
+
+        roots = self.roots.values
+        root_ns = {roots[code]: ns for code, (ns, _, _) in ordered(self.root)}
+        root_calls = {roots[code]: calls for code, (_, calls, _) in ordered(self.root)}
+        root_instance_ns = {(roots[code], key): ns for (code, key), (ns, _, _) in ordered(self.root_instance)}
+        group_ns = {gid: ns for gid, (ns, _, _) in ordered(self.group)}
+        group_calls = {gid: calls for gid, (_, calls, _) in ordered(self.group)}
+        group_instance_ns: dict[str, tuple[Any, Any]] = {}
+        if self.group_instance:
+            names, keys, totals = (np.concatenate(column) for column in zip(*self.group_instance, strict=True))
+            for gid in sorted(set(names.tolist())):
+                mine = names == gid
+                group_instance_ns[gid] = _pair_sums(np, np.zeros(int(mine.sum()), dtype=np.int64), keys[mine],
+                                                    totals[mine])[1:]
+        # Most time first; ties in the order they first appear (Counter.most_common's).
+        rest = tuple(Unattributed(KINDS[k], self.partitions.values[p] if p >= 0 else None, calls, ns)
+                     for (k, p), (ns, calls, _) in sorted(ordered(self.rest), key=lambda item: -item[1][0]))
+        totals = Totals(measured_ns=self.measured, leaf_sum_ns=self.leaf_sum, attributed_union_ns=self.attributed_union,
+                        attributed_ns=int(site_ns.sum()) + sum(root_ns.values()) + sum(group_ns.values()),
+                        kinds={KINDS[n]: count for n, count in enumerate(self.kind_counts) if count},
+                        invocations=invocations)
+        return _Timing({**{p.id: int(site_ns[i]) for i, p in enumerate(dispatches) if site_calls[i]}, **group_ns},
+                       {**{p.id: int(site_calls[i]) for i, p in enumerate(dispatches) if site_calls[i]}, **group_calls},
+                       root_ns, root_calls, rest, totals, group_instance_ns, root_instance_ns)
+
+
+def _accumulate(np: Any, sums: dict[Any, list[int]], keys: Any, values: Any, positions: Any,
+                name: Callable[[Any], Any]) -> None:
+    """``sums[name(key)] += [value, 1, first position]`` per distinct row of ``keys``."""
+    if not len(values):
+        return
+    distinct, totals, counts, first = _sums_in_first_order(np, keys, values)
+    for key, total, count, at in zip(distinct.tolist(), totals.tolist(), counts.tolist(), positions[first].tolist(),
+                                     strict=True):
+        found = sums.setdefault(name(key), [0, 0, at])
+        found[0] += total
+        found[1] += count
+        found[2] = min(found[2], at)
+
+
+def _union_from(np: Any, start: Any, end: Any, reach: int | None) -> tuple[int, int | None]:
+    """(length of the union of [start, end) sorted by start, not counting what reaches
+    before ``reach``; the new reach) — :func:`_union_sorted` continued over buckets."""
+    if not len(start):
+        return 0, reach
+    floor = np.iinfo(np.int64).min if reach is None else reach
+    ahead = np.maximum.accumulate(np.maximum(end, floor))
+    before = np.concatenate(([floor], ahead[:-1]))
+    return int(np.clip(end - np.maximum(start, before), 0, None).sum()), int(ahead[-1])
 
 
 def _instance_keys(np: Any, pc: Any, batch: Any) -> Any:
@@ -1060,14 +1319,43 @@ def _instance_keys(np: Any, pc: Any, batch: Any) -> Any:
     return pc.fill_null(keys.cast("int64"), 0).to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def _add_by_pair(np: Any, sums: Counter[tuple[int, int]], first: Any, second: Any, values: Any) -> None:
-    """``sums[(first[i], second[i])] += values[i]`` for every i, vectorised."""
+def _pair_sums(np: Any, first: Any, second: Any, values: Any) -> tuple[Any, Any, Any]:
+    """(first, second, summed values) per distinct (first, second) pair, sorted by pair;
+    exact integer sums."""
     if not len(first):
-        return
-    pairs, inverse = np.unique(np.stack([first, second]), axis=1, return_inverse=True)
-    totals = np.bincount(inverse.reshape(-1), weights=values).astype(np.int64)
-    for a, b, total in zip(pairs[0].tolist(), pairs[1].tolist(), totals.tolist(), strict=True):
-        sums[(a, b)] += total
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    distinct, _, inverse = _distinct_rows(np, np.stack([first, second], axis=1))
+    totals = np.zeros(len(distinct), dtype=np.int64)
+    np.add.at(totals, inverse, values.astype(np.int64, copy=False))
+    return distinct[:, 0], distinct[:, 1], totals
+
+
+def _distinct_rows(np: Any, keys: Any) -> tuple[Any, Any, Any]:
+    """``np.unique(keys, axis=0, return_index=True, return_inverse=True)`` (rows × columns
+    of integers), through one integer per row when the columns' ranges allow: the row-wise
+    unique copies and sorts whole rows (≈10x the memory of a long run's pairs)."""
+    if len(keys) and keys.min() >= 0:
+        spans = keys.max(axis=0).astype(object) + 1
+        if int(np.prod(spans)) < 2**62:
+            key = np.zeros(len(keys), dtype=np.int64)
+            for column, span in enumerate(spans.tolist()):
+                key = key * span + keys[:, column]
+            _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+            return keys[first], first, inverse.reshape(-1)
+    distinct, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    return distinct, first, inverse.reshape(-1)
+
+
+def _sums_in_first_order(np: Any, keys: Any, values: Any) -> tuple[Any, Any, Any, Any]:
+    """Per distinct row of ``keys`` (rows × columns): (the key row, summed values, count,
+    first row), distinct rows in the order they first appear (as a Counter filled row by
+    row would hold them)."""
+    distinct, first, inverse = _distinct_rows(np, keys)
+    totals = np.zeros(len(distinct), dtype=np.int64)
+    np.add.at(totals, inverse, values)
+    counts = np.bincount(inverse, minlength=len(distinct))
+    order = np.argsort(first, kind="stable")
+    return distinct[order], totals[order], counts[order], first[order]
 
 
 #: Execution kinds in a fixed order: events carry their index (``-1``: not execution).
@@ -1087,69 +1375,6 @@ def _kind_codes(np: Any, pa: Any, column: Any) -> Any:
     return np.array([KINDS.index(k) if k in EXECUTION_KINDS else -1 for k in values], dtype=np.int64)
 
 
-def _collect(np: Any, dispatches: list[Partition], site_ns: Any, site_calls: Any, starts: list[Any],
-             ends: list[Any], kinds: list[Any], at_site: list[Any], others: list[_Other], model: SemanticModel,
-             invocations: int) -> _Timing:
-    """Apply the leaf rule to the events at no call site, and the interval totals."""
-    if not starts:
-        return _Timing(totals=Totals(0, 0, 0, 0, {}, invocations))
-    start, end = np.concatenate(starts), np.concatenate(ends)
-    kind, is_site = np.concatenate(kinds), np.concatenate(at_site)
-    timed = start >= 0
-    leaf = np.ones(len(start), dtype=bool)  # an event without a start encloses nothing
-    order = _start_order(np, start, end, timed)
-    if others:  # dispatches at a call site are leaves by rule; only the others are tested
-        leaf[order] = _leaves_in_order(np, end[order]) | is_site[order]
-    done = is_site.copy()
-    root_ns: Counter[str] = Counter()
-    root_calls: Counter[str] = Counter()
-    group_ns: Counter[str] = Counter()
-    group_calls: Counter[str] = Counter()
-    root_instance_ns: Counter[tuple[str, int]] = Counter()
-    group_instance_ns: Counter[tuple[str, int]] = Counter()
-    rest_ns: Counter[tuple[str, str | None]] = Counter()
-    rest_count: Counter[tuple[str, str | None]] = Counter()
-    for event in others:
-        if not leaf[event.position]:
-            continue
-        # The op an event names is the most precise place for its time; else the group
-        # (a reconstruction's partition) it ran in, split over its ops like a dispatch.
-        group = model.partition_of_event({"kind": event.kind, "partition": event.partition})
-        if event.root_id is not None and event.root_id in model.operators:
-            root_ns[event.root_id] += event.duration_ns
-            root_calls[event.root_id] += 1
-            root_instance_ns[(event.root_id, event.instance)] += event.duration_ns
-            done[event.position] = True
-        elif group is not None:
-            group_ns[group.id] += event.duration_ns
-            group_calls[group.id] += 1
-            group_instance_ns[(group.id, event.instance)] += event.duration_ns
-            done[event.position] = True
-        else:
-            rest_ns[(event.kind, event.partition)] += event.duration_ns
-            rest_count[(event.kind, event.partition)] += 1
-    # A run's events usually come timed, sorted and all leaves: then no copy in sorted order.
-    in_order = len(order) == len(start) and bool((order == np.arange(len(start))).all())
-    spans = leaf if in_order else leaf[order]
-    if in_order and spans.all():
-        sorted_start, sorted_end, sorted_done = start, end, done
-    else:
-        sorted_start, sorted_end, sorted_done = start[order][spans], end[order][spans], done[order][spans]
-    measured = _union_sorted(np, sorted_start, sorted_end)
-    counts = np.bincount(kind[leaf], minlength=len(KINDS)).tolist()
-    totals = Totals(measured_ns=measured,
-                    leaf_sum_ns=int((sorted_end - sorted_start).sum()),
-                    attributed_union_ns=measured if sorted_done.all() else
-                    _union_sorted(np, sorted_start[sorted_done], sorted_end[sorted_done]),
-                    attributed_ns=int(site_ns.sum()) + sum(root_ns.values()) + sum(group_ns.values()),
-                    kinds={KINDS[n]: count for n, count in enumerate(counts) if count},
-                    invocations=invocations)
-    rest = tuple(Unattributed(k, p, rest_count[(k, p)], ns) for (k, p), ns in rest_ns.most_common())
-    return _Timing({**{p.id: int(site_ns[i]) for i, p in enumerate(dispatches) if site_calls[i]}, **group_ns},
-                   {**{p.id: int(site_calls[i]) for i, p in enumerate(dispatches) if site_calls[i]}, **group_calls},
-                   dict(root_ns), dict(root_calls), rest, totals, dict(group_instance_ns), dict(root_instance_ns))
-
-
 def _start_order(np: Any, start: Any, end: Any, timed: Any) -> Any:
     """Indices of the timed intervals by start, then longest first (the leaf rule's tie
     order); a stable argsort when no two starts tie (the usual case: cheaper)."""
@@ -1163,13 +1388,16 @@ def _start_order(np: Any, start: Any, end: Any, timed: Any) -> Any:
     return chosen[np.lexsort((start[chosen] - end[chosen], start[chosen]))]
 
 
-def _leaves_in_order(np: Any, sorted_end: Any) -> Any:
+def _leaves_in_order(np: Any, sorted_end: Any, after: int | None = None) -> Any:
     """In that order, which intervals enclose none after them: an interval encloses a
-    later one iff the earliest end among the later ones is at or before its own end."""
+    later one iff the earliest end among the later ones is at or before its own end
+    (``after``: the earliest end of those after these, if any)."""
     if not len(sorted_end):
         return np.ones(0, dtype=bool)
     later_min = np.minimum.accumulate(sorted_end[::-1])[::-1]
-    later_min = np.append(later_min[1:], np.iinfo(np.int64).max)
+    later_min = np.append(later_min[1:], np.iinfo(np.int64).max if after is None else after)
+    if after is not None:
+        later_min = np.minimum(later_min, after)
     return ~(later_min <= sorted_end)
 
 

@@ -260,10 +260,11 @@ class SemanticModel:
         path = self.bundle / "events.parquet"
         return path if path.is_file() else None
 
-    def event_batches(self, batch_size: int = 65_536) -> Iterator[Any]:
+    def event_batches(self, batch_size: int = 65_536, columns: list[str] | None = None) -> Iterator[Any]:
         """Record batches of ``events.parquet`` in this dfit's event schema (none for a
-        bare manifest). Files of an older minor version get the fields added since as
-        nulls; another major version is refused."""
+        bare manifest), or of its ``columns`` only (a reader that reads the events more
+        than once: the rest, a long run's per-event text, is not read). Files of an older
+        minor version get the fields added since as nulls; another major version is refused."""
         if self.events_path is None:
             return
         import pyarrow as pa
@@ -273,8 +274,10 @@ class SemanticModel:
 
         try:
             events = pq.ParquetFile(self.events_path)
-            conform = _conformer(events.schema_arrow, str(self.events_path))
-            for batch in event_schema.checked_batches(self.events_path, batch_size=batch_size, handle=events):
+            conform = _conformer(events.schema_arrow, str(self.events_path), columns)
+            read = None if columns is None else [name for name in columns if name in events.schema_arrow.names]
+            for batch in event_schema.checked_batches(self.events_path, batch_size=batch_size, handle=events,
+                                                      columns=read):
                 yield conform(batch)
         except (pa.ArrowException, OSError) as error:
             first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
@@ -314,8 +317,6 @@ BUNDLE_FILES = ("manifest.json", "summary.json", "events.parquet", "sites.parque
 def check_bundle(bundle: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     """Refuse a bundle that is incomplete, unreadable, of another version, or whose
     manifest is not the one its events were joined against; returns its summary."""
-    import pyarrow as pa
-
     from dfit_mlir.exporters.bundle import SUMMARY_SCHEMA
 
     missing = [name for name in BUNDLE_FILES if not (bundle / name).is_file()]
@@ -344,32 +345,59 @@ def check_bundle(bundle: Path, manifest: dict[str, Any]) -> dict[str, Any]:
     from dfit_mlir.core import event_schema
 
     event_schema.check_events(bundle / "events.parquet")  # its values: as they are read (event_batches)
-    events = _parquet(bundle / "events.parquet", ["kind", "site", "root_id", "backend"])
+    rows, backends, site_roots = _event_facts(bundle / "events.parquet")
     backend = (manifest.get("capabilities") or {}).get("backend")
-    found_backends = set(events.column("backend").cast(pa.string()).unique().to_pylist()) - {None}
+    found_backends = {name for name in backends if name is not None}
     if backend is not None and found_backends - {backend}:
         raise InvalidInputError(f"{bundle / 'events.parquet'}: events of the {', '.join(sorted(found_backends))} "
                                 f"backend, but the bundle's manifest.json is an {backend} model's")
     counts = summary.get("counts")
     kept = counts.get("kept") if isinstance(counts, dict) else None
-    if isinstance(kept, int) and kept != events.num_rows:
-        raise InvalidInputError(f"{bundle / 'events.parquet'}: holds {events.num_rows} events, summary.json "
+    if isinstance(kept, int) and kept != rows:
+        raise InvalidInputError(f"{bundle / 'events.parquet'}: holds {rows} events, summary.json "
                                 f"says {kept}")
-    _check_event_sites(bundle / "events.parquet", events, dict(expected))
+    _check_event_sites(bundle / "events.parquet", site_roots, dict(expected))
     return summary
 
 
-def _check_event_sites(path: Path, events: Any, roots: dict[int, str]) -> None:
-    """Every dispatch event names a call site of the manifest, with that site's root ID."""
+def _event_facts(path: Path) -> tuple[int, set[str | None], list[tuple[int | None, str | None]]]:
+    """What the bundle check needs of the events: how many, their backends, and the
+    distinct (call site, root ID) of the dispatch events; read a batch at a time (a long
+    run's columns are not held whole), any way the file is broken being an input error."""
     import pyarrow as pa
     import pyarrow.compute as pc
+    import pyarrow.parquet as pq
 
-    kinds = events.column("kind").cast(pa.string())
-    dispatches = events.filter(pc.equal(kinds, pa.scalar("dispatch")))
-    pairs = dispatches.select(["site", "root_id"]).group_by(["site", "root_id"]).aggregate([])
-    columns: dict[str, pa.DataType] = {"site": pa.int64(), "root_id": pa.string()}
-    pairs = pairs.cast(pa.schema(columns))
-    for site, root in zip(pairs.column("site").to_pylist(), pairs.column("root_id").to_pylist(), strict=True):
+    from dfit_mlir.core import event_schema
+
+    columns = ["kind", "site", "root_id", "backend"]
+    types: dict[str, pa.DataType] = {"site": pa.int64(), "root_id": pa.string()}
+    rows = 0
+    backends: set[str | None] = set()
+    pairs: set[tuple[int | None, str | None]] = set()
+    try:
+        handle = pq.ParquetFile(path)
+        missing = [name for name in columns if name not in handle.schema_arrow.names]
+        if missing:
+            raise InvalidInputError(f"{path}: not a dfit table (no column {missing[0]!r})")
+        for batch in event_schema.row_group_batches(handle, batch_size=262_144, columns=columns):
+            rows += batch.num_rows
+            backends.update(pc.unique(batch.column("backend").cast(pa.string())).to_pylist())
+            dispatches = pa.Table.from_batches([batch]).filter(
+                pc.equal(batch.column("kind").cast(pa.string()), pa.scalar("dispatch")))
+            found = dispatches.select(["site", "root_id"]).group_by(["site", "root_id"]).aggregate([])
+            found = found.cast(pa.schema(types))
+            pairs.update(zip(found.column("site").to_pylist(), found.column("root_id").to_pylist(), strict=True))
+    except (pa.ArrowException, OSError, ValueError) as error:
+        first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        raise InvalidInputError(f"{path}: not a readable Parquet file ({first})") from None
+    return rows, backends, sorted(pairs, key=lambda pair: (pair[0] is None, pair[0] or 0, pair[1] or ""))
+
+
+def _check_event_sites(path: Path, pairs: list[tuple[int | None, str | None]], roots: dict[int, str]) -> None:
+    """Every dispatch event names a call site of the manifest, with that site's root ID
+    (``pairs``: the distinct (site, root ID) of the dispatch events)."""
+    for site, root in pairs:
         if site is None:
             continue
         if site not in roots:
@@ -407,8 +435,9 @@ def _parquet(path: Path, columns: list[str]) -> Any:
         raise InvalidInputError(f"{path}: not a readable Parquet file ({first})") from None
 
 
-def _conformer(written: Any, source: str) -> Any:
-    """A function bringing batches written with ``written`` to the current event schema."""
+def _conformer(written: Any, source: str, columns: list[str] | None = None) -> Any:
+    """A function bringing batches written with ``written`` to the current event schema
+    (its ``columns`` only, when given)."""
     import pyarrow as pa
 
     from dfit_mlir.core import event_schema
@@ -418,7 +447,11 @@ def _conformer(written: Any, source: str) -> Any:
         raise InvalidInputError(f"{source}: event schema {version} is not readable by this dfit "
                                 f"(reads {event_schema.MIN_READER_VERSION} to {event_schema.SCHEMA_VERSION.split('.')[0]}.x)")
     current = event_schema.arrow_schema()
-    if written.names == current.names:
+    if columns is not None:
+        current = pa.schema([current.field(name) for name in columns])
+        if all(name in written.names for name in columns):
+            return lambda batch: batch
+    elif written.names == current.names:
         return lambda batch: batch
 
     def conform(batch: Any) -> Any:

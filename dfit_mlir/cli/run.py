@@ -52,6 +52,11 @@ from dfit_mlir.fleet.placement import MAX_CLOCK_OFFSET_NS, MAX_RANK
                    "tensors: per ID, so each traced ID is sampled).")
 @click.option("--max-events", type=click.IntRange(0, 1 << 62), default=None,
               help="Event budget: events past it are dropped and counted in summary.json.")
+@click.option("--trace-all", is_flag=True,
+              help="Draw every event in trace.pftrace and trace.json. By default a run of more than 1,000,000 "
+                   "events (≈200 MB of trace.pftrace) keeps its first and last invocations in full (as many as "
+                   "hold 500,000 events) and draws each invocation between as one summary slice; summary.json "
+                   "says which (its 'trace' entry).")
 @click.option("--max-input-bytes", "max_input_bytes", default=None, metavar="SIZE",
               help="Memory the given inputs may take together, e.g. 64GB (default: a quarter of the machine's); "
                    "a larger input is refused before it is allocated.")
@@ -65,7 +70,7 @@ from dfit_mlir.fleet.placement import MAX_CLOCK_OFFSET_NS, MAX_RANK
 @user_errors
 def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | None, tensor_values: int,
         inputs: tuple[str, ...], inputs_from: Path | None, repeat: int, warmup: int, driver: str,
-        function: str | None, id_globs: tuple[str, ...], sample: float, max_events: int | None,
+        function: str | None, id_globs: tuple[str, ...], sample: float, max_events: int | None, trace_all: bool,
         max_input_bytes: str | None, host: str | None, rank: int | None, clock_offset_ns: int | None, output: Path, force: bool) -> None:
     """Run a compiled module, join runtime events to IDs, write a run bundle."""
     import socket
@@ -91,7 +96,7 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
     output = outputs.check(output, "bundle", inputs=[vmfb, manifest_path, inputs_from, *input_files], force=force)
     sample_every = max(1, round(1 / sample))
     policy = Policy(mode=mode, ids=NameFilter.parse(id_globs, "--ids").patterns if id_globs else (),
-                    sample_every=sample_every, max_events=max_events)
+                    sample_every=sample_every, max_events=max_events, trace_all=trace_all)
     if policy.ids:  # a glob matching no op fails before the module runs
         manifest_file = manifest_path or manifest.default_path(vmfb)
         policy.check(manifest.load(manifest_file), str(manifest_file))

@@ -7,7 +7,9 @@ into place; an existing bundle is replaced only once the new one is complete).
   fused IDs (empty when the manifest has none);
 * ``dispatches.csv`` — per call site: count and min/mean/max/total duration;
   ``events.csv`` — per kind and partition: count and durations;
-* ``trace.pftrace`` (Perfetto native) and ``trace.json`` (Chrome trace JSON);
+* ``trace.pftrace`` (Perfetto native) and ``trace.json`` (Chrome trace JSON): every
+  event, or past a size the first and last invocations in full and a summary slice per
+  invocation between (:mod:`dfit_mlir.exporters.trace_plan`; ``trace`` in the summary);
 
 Run, reconstruct and merge all write them here (:func:`write_files`).
 * ``summary.json`` — mode, policy, counts (dropped included), inputs, versions.
@@ -22,19 +24,23 @@ from pathlib import Path
 from typing import Any
 
 from dfit_mlir.core import atomic, toolchain
+from dfit_mlir.core import event_schema as es
 from dfit_mlir.core import manifest as manifest_io
 from dfit_mlir.core.event_pipeline import EventPipeline, ParquetSink, site_table
+from dfit_mlir.exporters.trace_plan import DEFAULT_LIMIT, PLAN_COLUMNS, TraceLimit, plan_trace
 
 SUMMARY_SCHEMA = "dfit.run-summary"
-SUMMARY_VERSION = "1.1"
+SUMMARY_VERSION = "1.2"  # 1.2: ``trace`` (what the traces keep)
 #: The output kind of a bundle directory (its marker; see dfit_mlir.core.outputs).
 BUNDLE_KIND = "bundle"
 
 
 def write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[ParquetSink], EventPipeline],
-                 summary: dict[str, Any], extra_files: dict[str, str] | None = None) -> Path:
+                 summary: dict[str, Any], extra_files: dict[str, str] | None = None, *,
+                 trace_limit: TraceLimit | None = None) -> Path:
     """``fill(sink)`` returns a pipeline holding the run's events (not yet closed);
-    ``extra_files``: more text files for the bundle (name → content)."""
+    ``extra_files``: more text files for the bundle (name → content); ``trace_limit``:
+    the traces' size limit (default: what the pipeline's policy asks for)."""
     with atomic.atomic_directory(bundle, kind=BUNDLE_KIND) as tmp:
         pipeline = fill(ParquetSink(tmp / "events.parquet"))
         counts = pipeline.close()
@@ -44,19 +50,21 @@ def write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[Parquet
             # Dropped at the budget in the pipeline, or earlier by an in-process session.
             "dropped_events": counts.dropped + summary.get("dropped_in_process", 0),
         }
-        write_files(tmp, manifest, summary, head=head, extra_files=extra_files)
+        write_files(tmp, manifest, summary, head=head, extra_files=extra_files,
+                    trace_limit=trace_limit or TraceLimit.of(pipeline.policy))
     return bundle
 
 
 def write_files(folder: Path, manifest: dict[str, Any], summary: dict[str, Any], *,
                 head: dict[str, Any] | None = None, trace_batches: Callable[[], Iterable[Any]] | None = None,
-                extra_files: dict[str, str] | None = None) -> dict[str, Any]:
+                extra_files: dict[str, str] | None = None, trace_limit: TraceLimit = DEFAULT_LIMIT) -> dict[str, Any]:
     """Every file of a bundle beside ``events.parquet`` (already in ``folder``), written
     here for every kind of bundle (run, reconstruction, merged job): the manifest, the
     call-site table, the CSVs, both traces and ``summary.json`` (``head`` first, then the
     trace's slice count, ``summary`` and the toolchain). ``trace_batches()``: the events
     the traces draw, when they carry more than ``events.parquet`` (a merged job's ranks
-    and linked steps). Returns the summary written."""
+    and linked steps). ``trace_limit``: past it, the traces summarise the middle
+    invocations (:mod:`dfit_mlir.exporters.trace_plan`). Returns the summary written."""
     import pyarrow.parquet as pq
 
     from dfit_mlir.exporters.chrome import write_chrome_json_batches
@@ -69,10 +77,12 @@ def write_files(folder: Path, manifest: dict[str, Any], summary: dict[str, Any],
     _grouped_csv(events, folder / "dispatches.csv", kind="dispatch", keys=["site", "partition", "root_id"])
     _grouped_csv(events, folder / "events.csv", kind=None, keys=["kind", "partition"])
     batches = trace_batches or (lambda: event_batches(events))
-    slices = write_perfetto_batches(batches(), manifest, folder / "trace.pftrace")
-    write_chrome_json_batches(batches(), manifest, folder / "trace.json")
+    plan = plan_trace(pq.ParquetFile(events).metadata.num_rows, trace_limit,
+                      trace_batches or (lambda: event_batches(events, PLAN_COLUMNS)))
+    slices = write_perfetto_batches(plan.batches(batches()), manifest, folder / "trace.pftrace")
+    write_chrome_json_batches(plan.batches(batches()), manifest, folder / "trace.json")
     document = {"schema": SUMMARY_SCHEMA, "version": SUMMARY_VERSION, **(head or {}), "trace_slices": slices,
-                **summary, "toolchain": toolchain.versions()}
+                "trace": plan.record(), **summary, "toolchain": toolchain.versions()}
     (folder / "summary.json").write_text(json.dumps(document, indent=1) + "\n")
     for name, text in (extra_files or {}).items():
         (folder / name).write_text(text)
@@ -92,7 +102,7 @@ def _grouped_csv(events: Path, path: Path, *, kind: str | None, keys: list[str])
     aggregates = [("duration_ns", "count"), ("duration_ns", "min"), ("duration_ns", "max"), ("duration_ns", "sum")]
     partials = []
     handle = pq.ParquetFile(events)
-    for batch in handle.iter_batches(batch_size=GROUP_BATCH_ROWS, columns=sorted({*keys, "kind", "duration_ns"})):
+    for batch in es.row_group_batches(handle, batch_size=GROUP_BATCH_ROWS, columns=sorted({*keys, "kind", "duration_ns"})):
         table = pa.Table.from_batches([batch])
         if kind is not None:
             table = table.filter(pc.equal(table.column("kind").cast(pa.string()), kind))

@@ -22,6 +22,7 @@ from dfit_mlir.exporters.traces import (
     event_batches,
     forget_oldest,
     group_batch,
+    release_unused_memory,
 )
 
 
@@ -74,6 +75,7 @@ class ChromeJsonWriter:
     def write_batches(self, batches: Any) -> int:
         for batch in batches:
             self.write_batch(batch)
+            release_unused_memory()
         return self.written
 
     def close(self) -> None:

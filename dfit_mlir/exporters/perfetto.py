@@ -24,6 +24,7 @@ from dfit_mlir.exporters.traces import (
     event_batches,
     forget_oldest,
     group_batch,
+    release_unused_memory,
 )
 
 #: Perfetto's built-in monotonic clock (BUILTIN_CLOCK_MONOTONIC): the HAL host times.
@@ -326,6 +327,7 @@ class PerfettoWriter:
     def write_batches(self, batches: Any) -> int:
         for batch in batches:
             self.write_batch(batch)
+            release_unused_memory()
         return self.written
 
     def write_batch(self, batch: Any) -> None:

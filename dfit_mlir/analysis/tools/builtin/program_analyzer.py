@@ -168,7 +168,7 @@ def dispatch_workgroups(model: SemanticModel) -> dict[str, str]:
 
     wanted = (pc.field("kind") == "dispatch") & pc.field("site").is_valid() & (pc.field("workgroups") >= 0)
     found: dict[int, set[tuple[int, str]]] = {}
-    for batch in model.event_batches():
+    for batch in model.event_batches(columns=["kind", "site", "workgroups", "attributes"]):
         table = pa.Table.from_batches([batch])
         keys = ["site", "workgroups", *(["attributes"] if "attributes" in table.column_names else [])]
         distinct = table.select(["kind", *keys]).filter(wanted).group_by(keys).aggregate([])

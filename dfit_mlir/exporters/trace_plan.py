@@ -1,0 +1,266 @@
+"""How much of a run the traces draw (``trace.pftrace``, ``trace.json``).
+
+Every event, up to :data:`TRACE_MAX_EVENTS` events in the run. Past it, a trace of
+every event is more than the Perfetto UI opens (≈200 bytes of ``trace.pftrace`` and
+≈500 of ``trace.json`` per event), so the traces keep the first and last invocations
+in full (as many at each end as hold :data:`TRACE_MAX_EVENTS` / 2 events together, at
+least one) and draw every invocation between as one summary slice (from its first
+event's start to its last event's end; its event and dispatch counts and dispatch time
+in its args), on a track of its own. Events of no invocation are always kept. The
+choice is recorded in ``summary.json`` (``trace``, :meth:`TracePlan.record`);
+``dfit run --trace-all`` keeps every event whatever the size.
+
+The summaries are computed in one pass over the events before the traces are written:
+five integers per invocation (40 bytes: 9 MB for 228k invocations), not per event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from dfit_mlir.core import event_schema as es
+from dfit_mlir.core.event_pipeline import Policy
+from dfit_mlir.exporters.traces import BATCH_ROWS, SUMMARY_KIND, _codes
+
+#: Events past which the traces summarise the middle invocations (documented in ``dfit run
+#: --help``; the CLI's text is held to it by a test).
+TRACE_MAX_EVENTS = 1_000_000
+
+
+@dataclass(frozen=True)
+class TraceLimit:
+    """The traces' size limit: ``max_events`` events (None: no limit, every event drawn)."""
+
+    max_events: int | None = TRACE_MAX_EVENTS
+
+    @staticmethod
+    def of(policy: Policy) -> TraceLimit:
+        """The limit a run's event policy asks for: none under ``dfit run --trace-all``
+        (``Policy.trace_all``), else the default."""
+        return KEEP_ALL if policy.trace_all else DEFAULT_LIMIT
+
+
+KEEP_ALL = TraceLimit(None)
+DEFAULT_LIMIT = TraceLimit()
+
+#: The columns the planning pass reads.
+PLAN_COLUMNS = [es.INVOCATION, es.START_NS, es.DURATION_NS, es.KIND, es.STAGE, "track_group"]
+
+
+@dataclass(frozen=True)
+class InvocationTotals:
+    """Per (track group, invocation) of the summarised ones, in invocation order: where
+    its events start and end, how many there are, how many are dispatches and their time."""
+
+    group: list[Any]
+    stage: list[Any]
+    invocation: np.ndarray
+    first_start: np.ndarray
+    last_end: np.ndarray
+    events: np.ndarray
+    dispatches: np.ndarray
+    dispatch_ns: np.ndarray
+
+
+@dataclass(frozen=True)
+class TracePlan:
+    """What the traces keep: every event, or the invocations outside ``summarised``
+    (an inclusive range of invocation numbers) in full and ``totals`` for those inside."""
+
+    events: int
+    max_events: int | None
+    full_each_end: int = 0
+    summarised: tuple[int, int] | None = None
+    totals: InvocationTotals | None = field(default=None, repr=False)
+
+    def record(self) -> dict[str, Any]:
+        """What ``summary.json`` says of it (its ``trace`` entry)."""
+        document: dict[str, Any] = {"max_events": self.max_events, "events": self.events,
+                                    "kept": "all" if self.summarised is None else "ends"}
+        if self.summarised is not None and self.totals is not None:
+            document.update({"full_invocations_each_end": self.full_each_end,
+                             "summarised_invocations": len(np.unique(self.totals.invocation)),
+                             "summarised_range": list(self.summarised), "summary_slices": len(self.totals.invocation)})
+        return document
+
+    def batches(self, source: Iterable[Any]) -> Iterator[Any]:
+        """``source``'s batches without the summarised invocations' events, then the
+        summary slices (events of kind :data:`~dfit_mlir.exporters.traces.SUMMARY_KIND`)."""
+        if self.summarised is None:
+            yield from source
+            return
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        first, last = self.summarised
+        for batch in source:
+            if es.INVOCATION not in batch.schema.names:
+                yield batch
+                continue
+            invocation = batch.column(es.INVOCATION)
+            inside = pc.and_(pc.greater_equal(invocation, pa.scalar(first, invocation.type)),
+                             pc.less_equal(invocation, pa.scalar(last, invocation.type)))
+            yield batch.filter(pc.invert(pc.fill_null(inside, False)))
+        yield from self._summary_batches()
+
+    def _summary_batches(self) -> Iterator[Any]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        totals = self.totals
+        assert totals is not None
+        text = pa.string()
+
+        def number(values: np.ndarray) -> Any:
+            return pc.cast(pa.array(values), text)
+
+        for begin in range(0, len(totals.invocation), BATCH_ROWS):
+            end = min(len(totals.invocation), begin + BATCH_ROWS)
+            part = slice(begin, end)
+            count = end - begin
+            attributes = pc.binary_join_element_wise(
+                '{"invocation": ', number(totals.invocation[part]), ', "events": ', number(totals.events[part]),
+                ', "dispatches": ', number(totals.dispatches[part]), ', "dispatch_ns": ',
+                number(totals.dispatch_ns[part]), "}", "")
+            columns = {
+                es.KIND: pa.array([SUMMARY_KIND] * count, text),
+                es.STAGE: pa.array(totals.stage[part], text),
+                es.INVOCATION: pa.array(totals.invocation[part], pa.int32()),
+                es.START_NS: pa.array(totals.first_start[part]),
+                es.DURATION_NS: pa.array(totals.last_end[part] - totals.first_start[part]),
+                es.ATTRIBUTES: attributes,
+            }
+            if any(group is not None for group in totals.group):
+                columns["track_group"] = pa.array(totals.group[part], text)
+            yield pa.RecordBatch.from_pydict(columns)
+
+
+def plan_trace(events: int, limit: TraceLimit, batches: Callable[[], Iterable[Any]]) -> TracePlan:
+    """The plan for a run of ``events`` events; ``batches()``: its events (with at least
+    :data:`PLAN_COLUMNS` those it has), read once more only when it is over the limit."""
+    if limit.max_events is None or events <= limit.max_events:
+        return TracePlan(events, limit.max_events)
+    totals = _Accumulator()
+    for batch in batches():
+        totals.add(batch)
+        if totals.sparse:  # invocation numbers far apart (not a run's 0..N-1): every event is kept
+            return TracePlan(events, limit.max_events)
+    numbers, per_number = totals.events_per_invocation()
+    keep = _full_at_each_end(per_number, limit.max_events // 2)
+    if keep == 0:  # too few invocations to summarise any: every event is kept
+        return TracePlan(events, limit.max_events)
+    summarised = (int(numbers[keep]), int(numbers[len(numbers) - keep - 1]))
+    return TracePlan(events, limit.max_events, keep, summarised, totals.between(*summarised))
+
+
+def _full_at_each_end(per_invocation: np.ndarray, budget: int) -> int:
+    """The largest k (at least 1) such that the first k and last k invocations hold at
+    most ``budget`` events together; 0 when fewer than 2k + 1 invocations leave nothing
+    between to summarise."""
+    count = len(per_invocation)
+    if count < 3:
+        return 0
+    half = (count - 1) // 2  # at least one invocation between
+    both = np.cumsum(per_invocation[:half]) + np.cumsum(per_invocation[::-1][:half])
+    return max(1, int(np.searchsorted(both, budget, side="right")))
+
+
+class _Accumulator:
+    """Per (track group, invocation): first start, last end, events, dispatches, dispatch
+    time; dense arrays indexed by invocation number (they are small and consecutive)."""
+
+    #: Invocation numbers past this many per event seen (plus a margin) are too sparse for
+    #: dense arrays (a bundle's numbers may be anything up to 2^31 - 1).
+    SPARSE = 16
+
+    def __init__(self) -> None:
+        self.groups: dict[Any, dict[str, np.ndarray]] = {}
+        self.stages: dict[Any, Any] = {}
+        self.seen = 0
+        self.sparse = False
+
+    def add(self, batch: Any) -> None:
+        import pyarrow.compute as pc
+
+        names = batch.schema.names
+        if es.INVOCATION not in names or es.START_NS not in names:
+            return
+        invocation, start = batch.column(es.INVOCATION), batch.column(es.START_NS)
+        valid = np.asarray(pc.and_(pc.is_valid(invocation), pc.is_valid(start)), dtype=bool)
+        if not valid.any():
+            return
+        rows = np.flatnonzero(valid)
+        numbers = np.asarray(invocation.fill_null(0), dtype=np.int64)[rows]
+        self.seen += len(rows)
+        if int(numbers.max()) > self.SPARSE * self.seen + (1 << 20):
+            self.sparse = True
+            return
+        starts = np.asarray(start.fill_null(0), dtype=np.int64)[rows]
+        durations = np.asarray(batch.column(es.DURATION_NS).fill_null(0), dtype=np.int64)[rows] \
+            if es.DURATION_NS in names else np.zeros(len(rows), dtype=np.int64)
+        kinds, kind_values = _codes(batch.column(es.KIND))
+        dispatch = np.array([value == "dispatch" for value in kind_values])[kinds[rows]]
+        stages, stage_values = _codes(batch.column(es.STAGE)) if es.STAGE in names else \
+            (np.zeros(batch.num_rows, dtype=np.int64), [None])
+        groups, group_values = _codes(batch.column("track_group")) if "track_group" in names else \
+            (np.zeros(batch.num_rows, dtype=np.int64), [None])
+        group_of_row = groups[rows]
+        for code in np.unique(group_of_row).tolist():
+            mine = group_of_row == code
+            group = group_values[code]
+            self.stages.setdefault(group, stage_values[stages[rows][mine][0]])
+            self._add(group, numbers[mine], starts[mine], starts[mine] + durations[mine], dispatch[mine],
+                      durations[mine])
+
+    def _add(self, group: Any, numbers: np.ndarray, starts: np.ndarray, ends: np.ndarray, dispatch: np.ndarray,
+             durations: np.ndarray) -> None:
+        arrays = self.groups.get(group)
+        size = int(numbers.max()) + 1
+        if arrays is None or len(arrays["events"]) < size:
+            grown = max(size, 2 * len(arrays["events"]) if arrays else size)
+            fresh = {"first_start": np.full(grown, np.iinfo(np.int64).max), "last_end": np.full(grown, -1),
+                     "events": np.zeros(grown, dtype=np.int64), "dispatches": np.zeros(grown, dtype=np.int64),
+                     "dispatch_ns": np.zeros(grown, dtype=np.int64)}
+            if arrays is not None:
+                for name, values in arrays.items():
+                    fresh[name][:len(values)] = values
+            arrays = self.groups[group] = fresh
+        np.minimum.at(arrays["first_start"], numbers, starts)
+        np.maximum.at(arrays["last_end"], numbers, ends)
+        arrays["events"] += np.bincount(numbers, minlength=len(arrays["events"]))
+        arrays["dispatches"] += np.bincount(numbers[dispatch], minlength=len(arrays["events"]))
+        arrays["dispatch_ns"] += np.bincount(numbers[dispatch], weights=durations[dispatch],
+                                             minlength=len(arrays["events"])).astype(np.int64)
+
+    def events_per_invocation(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the invocation numbers that have events, in order; their events over all groups)."""
+        size = max((len(arrays["events"]) for arrays in self.groups.values()), default=0)
+        events = np.zeros(size, dtype=np.int64)
+        for arrays in self.groups.values():
+            events[:len(arrays["events"])] += arrays["events"]
+        numbers = np.flatnonzero(events)
+        return numbers, events[numbers]
+
+    def between(self, first: int, last: int) -> InvocationTotals:
+        """The totals of invocations ``first``..``last`` (inclusive) that have events,
+        group by group (each group's in invocation order)."""
+        parts: dict[str, list[np.ndarray]] = {name: [] for name in
+                                              ("invocation", "first_start", "last_end", "events", "dispatches",
+                                               "dispatch_ns")}
+        groups: list[Any] = []
+        stages: list[Any] = []
+        for group, arrays in self.groups.items():
+            numbers = np.arange(first, min(last + 1, len(arrays["events"])))
+            numbers = numbers[arrays["events"][numbers] > 0]
+            parts["invocation"].append(numbers)
+            for name in ("first_start", "last_end", "events", "dispatches", "dispatch_ns"):
+                parts[name].append(arrays[name][numbers])
+            groups += [group] * len(numbers)
+            stages += [self.stages.get(group)] * len(numbers)
+        joined = {name: np.concatenate(values) if values else np.zeros(0, dtype=np.int64)
+                  for name, values in parts.items()}
+        return InvocationTotals(groups, stages, **joined)

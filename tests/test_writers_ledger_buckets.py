@@ -1,0 +1,53 @@
+"""The ledger's measured time a time bucket at a time (issue 29: a long run's bundle opens
+in bounded memory): the same figures as with every event held at once, on real bundles
+(an IREE run's dispatch, queue and memory events; a reconstruction's groups), with the
+buckets made tiny so that every bucket boundary and the earliest-end carry are used."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dfit_mlir.analysis import ledger
+from dfit_mlir.analysis.model import SemanticModel
+from tests.conftest import bundle_path
+
+
+def figures(timing: Any) -> dict[str, Any]:
+    return {"partition_ns": timing.partition_ns, "partition_calls": timing.partition_calls,
+            "root_ns": timing.root_ns, "root_calls": timing.root_calls, "rest": timing.rest,
+            "totals": timing.totals, "root_instance_ns": timing.root_instance_ns,
+            "partition_instance_ns": {key: (list(keys), list(values))
+                                      for key, (keys, values) in timing.partition_instance_ns.items()}}
+
+
+@pytest.mark.parametrize("name", ["iree-full", "iree-lite", "cerebras", "sambanova"])
+@pytest.mark.parametrize(("bucket", "bins"), [(7, 1 << 16), (50, 16)])
+def test_buckets_give_the_figures_of_one_pass(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
+                                             name: str, bucket: int, bins: int) -> None:
+    model = SemanticModel.open(bundle_path(request, name))
+    whole = figures(ledger._timing(model, list(model.event_batches(columns=list(ledger._TIMING_COLUMNS)))))
+    monkeypatch.setattr(ledger, "BUCKET_EVENTS", bucket)
+    monkeypatch.setattr(ledger, "START_BINS", bins)
+    bucketed = figures(ledger._timing(model, lambda: model.event_batches(columns=list(ledger._TIMING_COLUMNS))))
+    assert bucketed == whole
+    assert whole["totals"].measured_ns > 0
+
+
+def test_pair_sums_are_exact_past_float_precision() -> None:
+    """Per-(site, instance) sums add int64s (a bincount's float weights round past 2^53)."""
+    big = np.array([2**53 + 1, 1, 3], dtype=np.int64)
+    first, second, totals = ledger._pair_sums(np, np.array([0, 0, 1]), np.array([5, 5, 5]), big)
+    assert first.tolist() == [0, 1] and second.tolist() == [5, 5] and totals.tolist() == [2**53 + 2, 3]
+
+
+def test_bucketed_ledger_of_a_long_synthetic_run_is_the_one_pass_ledger(tmp_path: Path, iree_bundles: dict[str, Path],
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model reads its events again when the run is long: Ledger(model) then buckets."""
+    model = SemanticModel.open(iree_bundles["full"])
+    one_pass = ledger.Ledger(model).totals
+    monkeypatch.setattr(ledger, "BUCKET_EVENTS", 5)
+    assert ledger.Ledger(SemanticModel.open(iree_bundles["full"])).totals == one_pass

@@ -1,0 +1,202 @@
+"""The traces of a long run (issue 29): past a size, the first and last invocations in
+full and one summary slice per invocation between, said in ``summary.json``; under it,
+the same bytes as the plain writers. On a real ``dfit run --mode full`` bundle of the
+convnet (dispatch, queue and memory events), its invocations repeated with shifted
+times: a long run in miniature, with a limit scaled down to match."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+
+from dfit_mlir.core import event_schema as es
+from dfit_mlir.exporters import bundle as bundle_writer
+from dfit_mlir.exporters import chrome, perfetto, trace_plan, traces
+from dfit_mlir.exporters.trace_plan import KEEP_ALL, TraceLimit
+from tests.conftest import read_pftrace
+
+#: Copies of the seed run's invocations: 3 × 12 = 36 invocations, 792 events.
+COPIES = 12
+
+
+@pytest.fixture(scope="module")
+def long_run(tmp_path_factory: pytest.TempPathFactory, iree_bundles: dict[str, Path]) -> Path:
+    """A folder holding ``events.parquet`` (the seed's events, repeated; one row group
+    per copy, as a streamed run writes a window at a time) and ``manifest.json``."""
+    seed = iree_bundles["full"]
+    folder = tmp_path_factory.mktemp("long-run") / "events-only"
+    folder.mkdir()
+    shutil.copy(seed / "manifest.json", folder / "manifest.json")
+    table = pq.read_table(seed / "events.parquet")
+    invocations = pc.max(table.column("invocation")).as_py() + 1
+    starts = table.column("start_ns")
+    span = pc.max(starts).as_py() - pc.min(starts).as_py() + 1000
+    with pq.ParquetWriter(folder / "events.parquet", table.schema) as writer:
+        for copy in range(COPIES):
+            shifted = table.set_column(table.schema.get_field_index("start_ns"), "start_ns",
+                                       pc.add(starts, copy * span))
+            shifted = shifted.set_column(shifted.schema.get_field_index("invocation"), "invocation",
+                                         pc.add(shifted.column("invocation"),
+                                                pa.scalar(copy * invocations, pa.int32())))
+            writer.write_table(shifted)
+    return folder
+
+
+def written_bundle(long_run: Path, out: Path, limit: TraceLimit) -> dict[str, Any]:
+    out.mkdir()
+    for name in ("events.parquet", "manifest.json"):
+        shutil.copy(long_run / name, out / name)
+    manifest = json.loads((long_run / "manifest.json").read_text())
+    return bundle_writer.write_files(out, manifest, {"mode": "full"}, trace_limit=limit)
+
+
+def chrome_records(path: Path) -> list[dict[str, Any]]:
+    return [r for r in json.loads(path.read_text())["traceEvents"] if r["ph"] != "M"]
+
+
+def nanoseconds(microseconds: Any) -> int:
+    return int(Decimal(str(microseconds)) * 1000)
+
+
+def test_over_the_limit_keeps_the_ends_in_full_and_summarises_between(long_run: Path, tmp_path: Path) -> None:
+    events = pq.read_table(long_run / "events.parquet")
+    total = events.num_rows
+    per_invocation = total // (pc.max(events.column("invocation")).as_py() + 1)  # 22
+    limit = TraceLimit(max_events=total // 3)
+    summary = written_bundle(long_run, tmp_path / "b", limit)
+    keep = (limit.max_events // 2) // (2 * per_invocation)  # whole invocations at each end
+    last = pc.max(events.column("invocation")).as_py()
+    record = summary["trace"]
+    assert record == {"max_events": limit.max_events, "events": total, "kept": "ends",
+                      "full_invocations_each_end": keep, "summarised_invocations": last + 1 - 2 * keep,
+                      "summarised_range": [keep, last - keep], "summary_slices": last + 1 - 2 * keep}
+    assert json.loads((tmp_path / "b" / "summary.json").read_text())["trace"] == record
+
+    invocation = events.column("invocation").to_numpy(zero_copy_only=False)
+    in_full = (invocation < keep) | (invocation > last - keep)
+    starts = events.column("start_ns").to_numpy()
+    ends = starts + events.column("duration_ns").to_numpy()
+    # The expected summaries: per summarised invocation, its events' extent and counts.
+    expected = {}
+    for number in range(keep, last - keep + 1):
+        mine = invocation == number
+        dispatch = mine & (events.column("kind").cast(pa.string()).to_numpy(zero_copy_only=False) == "dispatch")
+        expected[number] = (int(starts[mine].min()), int(ends[mine].max()),
+                            {"invocation": number, "events": int(mine.sum()), "dispatches": int(dispatch.sum()),
+                             "dispatch_ns": int((ends - starts)[dispatch].sum())})
+
+    # Chrome JSON: every kept event as it is, one summary per invocation between.
+    records = chrome_records(tmp_path / "b" / "trace.json")
+    summaries = [r for r in records if r["name"] == traces.SUMMARY_SLICE]
+    kept = [r for r in records if r["name"] != traces.SUMMARY_SLICE]
+    assert sorted((nanoseconds(r["ts"]), nanoseconds(r.get("dur", 0))) for r in kept) == \
+        sorted(zip(starts[in_full].tolist(), (ends - starts)[in_full].tolist(), strict=True))
+    found = {}
+    for r in summaries:
+        attributes = json.loads(r["args"]["attributes"])
+        found[attributes["invocation"]] = (nanoseconds(r["ts"]), nanoseconds(r["ts"]) + nanoseconds(r["dur"]),
+                                           attributes)
+    assert found == expected
+    assert summary["trace_slices"] == len(records)
+
+    # Perfetto, read the way its trace processor reads it: the same events, the
+    # summaries on one track of their own, and every slice closed on its own track.
+    tracks, packets = read_pftrace(tmp_path / "b" / "trace.pftrace")
+    begins = [(p, name, args) for p, name, args in packets if p.track_event.type != p.track_event.TYPE_SLICE_END]
+    assert len(begins) == summary["trace_slices"]
+    summary_tracks = {tracks[p.track_event.track_uuid] for p, name, _ in begins if name == traces.SUMMARY_SLICE}
+    assert summary_tracks == {traces.SUMMARY_TRACK}
+    assert {json.loads(args["attributes"])["invocation"]: p.timestamp for p, name, args in begins
+            if name == traces.SUMMARY_SLICE} == {number: start for number, (start, _, _) in expected.items()}
+    drawn = {int(name.split()[1]) for name in tracks.values() if name.startswith("invocation ")}
+    assert drawn == {number for number in range(last + 1) if number < keep or number > last - keep}
+    from tests.test_traces_columnar import packets as raw_packets
+    from tests.test_traces_columnar import paired_durations, stream_durations
+
+    found_packets = raw_packets(tmp_path / "b" / "trace.pftrace")
+    assert paired_durations(found_packets) == stream_durations(found_packets)
+
+
+def test_under_the_limit_the_traces_are_the_plain_writers_bytes(long_run: Path, tmp_path: Path) -> None:
+    summary = written_bundle(long_run, tmp_path / "b", TraceLimit())
+    assert summary["trace"] == {"max_events": trace_plan.TRACE_MAX_EVENTS,
+                                "events": pq.ParquetFile(long_run / "events.parquet").metadata.num_rows,
+                                "kept": "all"}
+    manifest = json.loads((long_run / "manifest.json").read_text())
+    perfetto.write_perfetto(long_run / "events.parquet", manifest, tmp_path / "plain.pftrace")
+    chrome.write_chrome_json(long_run / "events.parquet", manifest, tmp_path / "plain.json")
+    assert (tmp_path / "b" / "trace.pftrace").read_bytes() == (tmp_path / "plain.pftrace").read_bytes()
+    assert (tmp_path / "b" / "trace.json").read_bytes() == (tmp_path / "plain.json").read_bytes()
+    # ... and keeping all past the limit is the plain writers' bytes too.
+    summary = written_bundle(long_run, tmp_path / "all", KEEP_ALL)
+    assert summary["trace"]["kept"] == "all" and summary["trace"]["max_events"] is None
+    assert (tmp_path / "all" / "trace.pftrace").read_bytes() == (tmp_path / "plain.pftrace").read_bytes()
+
+
+def test_the_readers_per_row_group_chunk_give_the_same_events(long_run: Path, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new Parquet reader every few row groups (memory flat in the file's length) reads
+    the same rows, and the trace decodes to the same events (batches are cut at the
+    readers' boundaries, so new tracks may be described at other places)."""
+    from tests.test_traces_columnar import without_tracks
+
+    manifest = json.loads((long_run / "manifest.json").read_text())
+    path = long_run / "events.parquet"
+    assert pq.ParquetFile(path).metadata.num_row_groups == COPIES
+    whole = tmp_path / "whole.pftrace"
+    perfetto.write_perfetto(path, manifest, whole)
+    monkeypatch.setattr(es, "ROW_GROUPS_PER_READER", 5)
+    chunked = tmp_path / "chunked.pftrace"
+    perfetto.write_perfetto(path, manifest, chunked)
+    rows = pa.Table.from_batches(list(traces.event_batches(path)))
+    assert rows.num_rows == pq.ParquetFile(path).metadata.num_rows
+    assert rows.column("start_ns").to_pylist() == pq.read_table(path).column("start_ns").to_pylist()
+    from tests.test_traces_columnar import packets as raw_packets
+
+    assert without_tracks(raw_packets(chunked)) == without_tracks(raw_packets(whole))
+
+
+def test_track_groups_are_summarised_each_on_their_own_track(long_run: Path) -> None:
+    """A merged job's ranks (``track_group``): each rank's invocations summarised apart."""
+    events = pq.read_table(long_run / "events.parquet")
+    groups = pa.array(["rank 1" if row % 2 else "rank 0" for row in range(events.num_rows)])
+    batches = events.append_column("track_group", groups).to_batches(max_chunksize=100)
+    plan = trace_plan.plan_trace(events.num_rows, TraceLimit(max_events=200), lambda: batches)
+    summaries = pa.Table.from_batches(list(plan.batches([]))[-1:])
+    assert plan.totals is not None
+    first, last = plan.summarised or (0, 0)
+    assert set(summaries.column("track_group").to_pylist()) == {"rank 0", "rank 1"}
+    assert len(plan.totals.invocation) == 2 * (last - first + 1)
+    assert int(plan.totals.events.sum()) == int(pc.sum(pc.and_(pc.greater_equal(events.column("invocation"), first),
+                                                               pc.less_equal(events.column("invocation"), last))
+                                                        .cast(pa.int64())).as_py())
+
+
+@pytest.mark.parametrize(("per_invocation", "budget", "keep"), [
+    ([10] * 9, 40, 2),  # 2 + 2 invocations of 10 events fit 40
+    ([10] * 9, 5, 1),  # at least one at each end
+    ([10] * 5, 1000, 2),  # at least one invocation left between
+    ([10] * 2, 1000, 0),  # nothing between to summarise
+    ([1, 50, 1, 1, 50, 1], 4, 1),
+])
+def test_full_invocations_at_each_end(per_invocation: list[int], budget: int, keep: int) -> None:
+    assert trace_plan._full_at_each_end(np.array(per_invocation), budget) == keep
+
+
+def test_sparse_invocation_numbers_keep_every_event() -> None:
+    """Invocation numbers far apart (a bundle may hold any up to 2^31 - 1) are not given
+    dense per-invocation arrays: the traces keep every event instead."""
+    batch = pa.RecordBatch.from_pydict({
+        "invocation": pa.array([0, 1, 2, (1 << 31) - 1], pa.int32()), "start_ns": [1, 2, 3, 4],
+        "duration_ns": [1, 1, 1, 1], "kind": ["dispatch"] * 4, "stage": ["runtime"] * 4})
+    plan = trace_plan.plan_trace(4, TraceLimit(max_events=2), lambda: [batch])
+    assert plan.summarised is None and plan.record()["kept"] == "all"
