@@ -660,27 +660,10 @@ def parse_attribute_dict(body: str) -> dict[str, str]:
 
 
 def _matching(text: str, pos: int, open_: str, close: str) -> int:
-    """Index just past the bracket closing the one at ``pos`` (quotes respected)."""
-    depth = 0
-    in_string = False
-    index = pos
-    while index < len(text):
-        char = text[index]
-        if in_string:
-            if char == "\\":
-                index += 1
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char == open_:
-            depth += 1
-        elif char == close:
-            depth -= 1
-            if depth == 0:
-                return index + 1
-        index += 1
-    return -1
+    """Index just past the bracket closing the one at ``pos`` (quotes respected); -1
+    when the text ends first."""
+    closing = locations.closing_paren(text, pos, open_ + close)
+    return closing + 1 if closing >= 0 else -1
 
 
 class _LineReader:

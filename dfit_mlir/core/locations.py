@@ -244,9 +244,11 @@ def _cut_printed_locations(text: str, frames: FrameFilter) -> str:
     return "".join(pieces)
 
 
-def closing_paren(text: str, opening: int) -> int:
-    """Index of the parenthesis closing ``text[opening]``, skipping quoted strings; -1
-    when the text ends first (a diagnostic cut short)."""
+def closing_paren(text: str, opening: int, pair: str = "()") -> int:
+    """Index of the bracket closing ``text[opening]`` (``pair``: its opening and closing
+    characters: ``()``, ``{}``), skipping quoted strings; -1 when the text ends first (a
+    diagnostic or an IR line cut short)."""
+    open_char, close_char = pair
     depth, index, quoted = 0, opening, False
     while index < len(text):
         char = text[index]
@@ -257,9 +259,9 @@ def closing_paren(text: str, opening: int) -> int:
                 quoted = False
         elif char == '"':
             quoted = True
-        elif char == "(":
+        elif char == open_char:
             depth += 1
-        elif char == ")":
+        elif char == close_char:
             depth -= 1
             if depth == 0:
                 return index
