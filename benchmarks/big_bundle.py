@@ -24,7 +24,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -40,16 +39,10 @@ TARGET_RSS_MIB = 300
 
 
 def timed(command: list[str], cwd: Path | None = None) -> dict[str, Any]:
-    """Wall seconds, CPU seconds (user + system) and peak RSS (MiB) of ``command``."""
-    start = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
-    _, status, usage = os.wait4(child.pid, 0)
-    wall = time.perf_counter() - start
-    stderr = child.stderr.read().decode(errors="replace") if child.stderr else ""
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(command)} failed: {stderr.strip()[-1500:]}")
-    return {"wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
-            "rss_mib": round(usage.ru_maxrss / 1024, 1)}
+    """Wall seconds, CPU seconds and peak RSS (MiB) of ``command`` (long_runs' measure)."""
+    from benchmarks.long_runs import timed as measured
+
+    return measured(command, cwd, digits=2)
 
 
 def seed_bundle(work: Path) -> Path:

@@ -33,16 +33,17 @@ ROOT = Path(__file__).resolve().parent.parent
 FAMILIES = "host-execution,queue-events,memory-events"
 
 
-def timed(command: list[str]) -> dict[str, float]:
-    """Wall seconds, CPU seconds (user + system) and peak RSS (MiB) of ``command``."""
+def timed(command: list[str], cwd: Path | None = None, digits: int = 3) -> dict[str, float]:
+    """Wall seconds, CPU seconds (user + system) and peak RSS (MiB) of ``command`` (a
+    child process, measured by ``wait4``)."""
     start = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - start
     stderr = child.stderr.read().decode(errors="replace") if child.stderr else ""
     if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(command)} failed: {stderr.strip()[-800:]}")
-    return {"wall_s": round(wall, 3), "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+        raise SystemExit(f"{' '.join(command)} failed: {stderr.strip()[-1500:]}")
+    return {"wall_s": round(wall, digits), "cpu_s": round(usage.ru_utime + usage.ru_stime, digits),
             "rss_mib": round(usage.ru_maxrss / 1024, 1)}
 
 

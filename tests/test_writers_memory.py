@@ -59,3 +59,43 @@ def test_row_group_readers_hold_no_memory_per_row_group_passed(tmp_path: Path,
     assert chunked < one_reader / 2, (chunked, one_reader)
     rows = sum(batch.num_rows for batch in es.row_group_batches(handle, batch_size=traces.BATCH_ROWS, columns=columns))
     assert rows == ROW_GROUPS * ROWS_PER_GROUP
+
+
+@pytest.mark.parametrize("count", [1, 2, 7, 10])
+def test_partition_time_spread_is_min_median_max_of_the_runs(count: int) -> None:
+    """The view's min/median/max per partition, taken on the ledger's array, are what
+    ``min``, ``statistics.median`` and ``max`` give on its list (int for an odd count,
+    the exact mean of the two middle ones for an even one)."""
+    import statistics
+
+    from dfit_mlir.analysis import ledger
+
+    times = np.random.default_rng(count).integers(1, 2**55, count)  # sums past 2^53: exact halves matter
+    book = ledger.Ledger.__new__(ledger.Ledger)
+    book._timing = ledger._Timing()
+    book._timing.partition_instance_ns["p"] = (np.arange(count), times)
+    values = times.tolist()
+    assert book.partition_time_spread("p") == (min(values), statistics.median(values), max(values))
+    assert book.partition_time_spread("absent") is None
+
+
+def test_site_sums_folded_a_few_batches_at_a_time_equal_one_sum() -> None:
+    """A long run's per-(site, instance) sums, folded every few batches, equal the sums
+    of all its pairs at once (instances of a batch overlapping the next's included)."""
+    from dfit_mlir.analysis import ledger
+
+    rng = np.random.default_rng(0)
+    sums = ledger._SiteSums()
+    keys, totals = [], []
+    for batch in range(3 * ledger._SiteSums.FOLD_BATCHES + 1):
+        batch_keys = np.unique(rng.integers(batch * 50, batch * 50 + 80, 40))
+        batch_totals = rng.integers(0, 2**40, len(batch_keys))
+        sums.add(np, batch_keys, batch_totals)
+        keys.append(batch_keys)
+        totals.append(batch_totals)
+    found_keys, found_totals = sums.folded(np)
+    expected = {}
+    for key, total in zip(np.concatenate(keys).tolist(), np.concatenate(totals).tolist(), strict=True):
+        expected[key] = expected.get(key, 0) + total
+    assert found_keys.tolist() == sorted(expected)
+    assert found_totals.tolist() == [expected[key] for key in sorted(expected)]

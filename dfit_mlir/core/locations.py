@@ -248,7 +248,7 @@ def closing_paren(text: str, opening: int, pair: str = "()") -> int:
     """Index of the bracket closing ``text[opening]`` (``pair``: its opening and closing
     characters: ``()``, ``{}``), skipping quoted strings; -1 when the text ends first (a
     diagnostic or an IR line cut short)."""
-    open_char, close_char = pair
+    open_char, close_char = pair[0], pair[1]
     depth, index, quoted = 0, opening, False
     while index < len(text):
         char = text[index]

@@ -35,7 +35,6 @@ export names cost one entry each.
 from __future__ import annotations
 
 import json
-import statistics
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -299,7 +298,7 @@ def _dispatch_table(model: SemanticModel, book: ledger.Ledger, op_index: dict[st
     for part in model.partitions:
         table["load"].append(part.attributes.get("site") in load_time)
         row = by_part.get(part.id, {})
-        times = book.partition_time_by_instance(part.id)
+        spread = book.partition_time_spread(part.id)
         table["name"].append(strings(part.id))
         table["export"].append(strings(part.attributes.get("export")))
         table["kind"].append(strings(part.kind))
@@ -313,8 +312,8 @@ def _dispatch_table(model: SemanticModel, book: ledger.Ledger, op_index: dict[st
         table["executed_flops_per_invocation"].append(_maybe(book.per_invocation_of(work)))
         table["bytes"].append(_bytes(row))
         table["workgroups"].append(strings(groups.get(part.id)))
-        for key, value in (("min", min), ("median", statistics.median), ("max", max)):
-            table[key].append(_num(value(times)) if times else None)
+        for key, value in zip(("min", "median", "max"), spread or (None,) * 3, strict=True):
+            table[key].append(None if spread is None else _num(value))
     return table
 
 
