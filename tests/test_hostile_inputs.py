@@ -45,6 +45,10 @@ class Art:
     bundle: Path  # its full run bundle
     canary: Path  # a folder of secrets outside every case's working folder
     bomb: bytes  # zlib data of 800 MB of one byte (~780 KB)
+    #: This host's roofline calibrations (1 thread and every core), measured once and
+    #: copied into each case's fresh DFIT_CACHE_DIR: not what these cases test, and
+    #: measuring them (an IREE-compiled i8 matmul among them) took most of each case.
+    calibrations: Path
 
 
 @dataclass(frozen=True)
@@ -646,13 +650,22 @@ def art(iree_bundles: dict[str, Path], tmp_path_factory: pytest.TempPathFactory)
     engine = zlib.compressobj(9)
     chunk = b"\0" * (1 << 20)
     bomb = b"".join(engine.compress(chunk) for _ in range(800)) + engine.flush()
-    return Art(iree_bundles["manifest"], iree_bundles["full"], canary, bomb)
+    from dfit_mlir.analysis import calibration
+    from dfit_mlir.core.paths import CACHE_DIR_ENV
+
+    calibrations = tmp_path_factory.mktemp("calibrations")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(CACHE_DIR_ENV, str(calibrations))
+        for threads in sorted({1, calibration.available_cores()}):
+            calibration.calibrate(threads=threads)
+    return Art(iree_bundles["manifest"], iree_bundles["full"], canary, bomb, calibrations)
 
 
 @pytest.mark.parametrize("case", [pytest.param(case, id=case.id, marks=case.marks) for case in CASES])
 def test_hostile_input(case: Case, art: Art, tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
+    shutil.copytree(art.calibrations, work / ".cache")
     argv = case.build(work, art)
     before, canary_before = _tree_hash(work, case.writes), _tree_hash(art.canary)
     inputs_before = _tree_hash(art.bundle), hashlib.sha256(art.manifest.read_bytes()).hexdigest()
