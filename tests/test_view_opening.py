@@ -125,9 +125,16 @@ def test_line_and_op_links_scroll_to_what_they_select(browser: Any, two_file_run
     browser.get(page.as_uri() + "#op=" + _quoted(softmax))
     lit = browser.find_elements(By.CSS_SELECTOR, "#source .line.hl")
     assert [e.get_attribute("data-line") for e in lit] == [last] and in_view(browser, lit[0], "source")
-    rows = browser.find_elements(By.CSS_SELECTOR, "tr.dispatch.hl")
-    assert rows and all(in_view(browser, row, "dispatches") for row in rows[:1])
+    # A fragment navigation returns before the page's hashchange handler may have run:
+    # wait (up to 5 s) for the lit dispatch row to be brought into view.
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    def row_shown(driver: Any) -> bool:
+        rows = driver.find_elements(By.CSS_SELECTOR, "tr.dispatch.hl")
+        return bool(rows) and in_view(driver, rows[0], "dispatches")
+
     browser.save_screenshot(str(tmp_path / "op-link.png"))
+    WebDriverWait(browser, 5, poll_frequency=0.05).until(row_shown, "the op's dispatch row was not scrolled into view")
     no_console_errors(browser)
 
 
