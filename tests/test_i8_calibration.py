@@ -20,7 +20,7 @@ import pytest
 from dfit_mlir.analysis import calibration
 from dfit_mlir.analysis.profiles import load_profile
 from dfit_mlir.analysis.tools.session import analyze
-from tests.conftest import read_csv
+from tests.conftest import read_csv, write_calibration
 
 pytest.importorskip("onnxruntime.quantization", reason="onnxruntime is not installed (pip install -e .[test])")
 
@@ -99,12 +99,7 @@ def test_int8_dispatch_efficiency_is_against_the_int8_peak(cache: Path, tmp_path
 def test_a_calibration_file_without_int8_figures_still_loads(tmp_path: Path) -> None:
     """A calibration written by hand (or by a tool that knows no int8 peak) is read as it
     is: the profile has its f32 peak only, and int8 regions fall back to it."""
-    path = tmp_path / "by-hand.json"
-    path.write_text(json.dumps({
-        "schema": calibration.SCHEMA, "version": calibration.VERSION, "host": "by-hand", "threads": 1,
-        "peak_macs_per_s": 2.0e10, "memory_bandwidth_bytes_per_s": 1.0e10, "cache_roofs": [],
-        "last_level_cache_bytes": None, "compute_method": "by hand", "bandwidth_method": "by hand",
-        "cache_method": "by hand", "measured_at": "2026-01-01T00:00:00+00:00"}))
+    path = write_calibration(tmp_path / "by-hand.json", 2.0e10, 1.0e10, "by hand")
     profile = load_profile("iree", calibration_path=path)
     assert profile is not None and set(profile.peak_macs_per_s) == {"f32"}
     assert profile.peak("i8") == ("f32", profile.peak_macs_per_s["f32"])

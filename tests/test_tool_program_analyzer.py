@@ -16,7 +16,7 @@ from dfit_mlir.analysis import calibration
 from dfit_mlir.analysis.profiles import bundled, load_profile
 from dfit_mlir.analysis.tools.session import analyze
 from dfit_mlir.core.errors import InvalidInputError
-from tests.conftest import bundle_path, read_csv
+from tests.conftest import bundle_path, read_csv, write_calibration
 
 BUNDLES = ("iree-full", "iree-lite", "iree-ids", "iree-none", "iree-manifest", "edgetpu", "sambanova", "cerebras")
 F32 = 4  # bytes per element of the convnet's tensors
@@ -259,12 +259,7 @@ def test_bad_threads_option(iree_bundles: dict[str, Path], tmp_path: Path) -> No
 def test_above_the_roof_is_a_measurement_problem(iree_bundles: dict[str, Path], tmp_path: Path) -> None:
     """SYNTHETIC calibration far below this host (1 MAC/s, 1 B/s): every timed region
     with MACs beats its roof, so each is flagged and none is reported as a result."""
-    fake = tmp_path / "slow-host.json"
-    fake.write_text(json.dumps({
-        "schema": calibration.SCHEMA, "version": calibration.VERSION, "host": "synthetic", "threads": 1,
-        "peak_macs_per_s": 1.0, "memory_bandwidth_bytes_per_s": 1.0, "cache_roofs": [],
-        "last_level_cache_bytes": None, "compute_method": "SYNTHETIC", "bandwidth_method": "SYNTHETIC",
-        "cache_method": "SYNTHETIC", "measured_at": "2026-01-01T00:00:00+00:00"}))
+    fake = write_calibration(tmp_path / "slow-host.json", 1.0, 1.0, "SYNTHETIC")
     out, report = run(iree_bundles["full"], tmp_path / "o", calibration=str(fake))
     rows = read_csv(out / "regions.csv")
     above = [row for row in rows if row["above_roof"] == "True"]

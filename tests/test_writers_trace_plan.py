@@ -200,3 +200,18 @@ def test_sparse_invocation_numbers_keep_every_event() -> None:
         "duration_ns": [1, 1, 1, 1], "kind": ["dispatch"] * 4, "stage": ["runtime"] * 4})
     plan = trace_plan.plan_trace(4, TraceLimit(max_events=2), lambda: [batch])
     assert plan.summarised is None and plan.record()["kept"] == "all"
+
+
+def test_load_time_and_unsubmitted_events_are_kept_not_planned() -> None:
+    """Invocation -1 (load time) and -2 (outside any submission), as run bundles write
+    them, or any negative number a crafted bundle holds, are no invocation: they are not
+    counted into per-invocation arrays (a negative index there raised or wrapped round)
+    and fall outside every summarised range, so the writers keep them."""
+    numbers = [-2, -1, *range(10), -(1 << 31)]
+    batch = pa.RecordBatch.from_pydict({
+        "invocation": pa.array(numbers, pa.int32()), "start_ns": list(range(len(numbers))),
+        "duration_ns": [1] * len(numbers), "kind": ["dispatch"] * len(numbers), "stage": ["runtime"] * len(numbers)})
+    plan = trace_plan.plan_trace(len(numbers), TraceLimit(max_events=4), lambda: [batch])
+    assert plan.summarised is not None
+    low, high = plan.summarised
+    assert 0 < low <= high < 9

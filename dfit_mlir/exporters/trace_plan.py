@@ -193,6 +193,11 @@ class _Accumulator:
         valid = np.asarray(pc.and_(pc.is_valid(invocation), pc.is_valid(start)), dtype=bool)
         if not valid.any():
             return
+        # A negative number (load time -1, outside any submission -2, or whatever a crafted
+        # bundle holds) is no invocation: not planned, so outside every summarised range.
+        valid &= np.asarray(invocation.fill_null(-1), dtype=np.int64) >= 0
+        if not valid.any():
+            return
         rows = np.flatnonzero(valid)
         numbers = np.asarray(invocation.fill_null(0), dtype=np.int64)[rows]
         self.seen += len(rows)
