@@ -29,8 +29,10 @@ too.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from iree.compiler import ir
+if TYPE_CHECKING:  # the MLIR bindings cost ~110 MiB of RSS: the runtime side reads only the names above
+    from iree.compiler import ir
 
 #: Module and function the runtime hook provides (``dfit.probe`` → import ``dfit.probe``).
 PROBE_MODULE = "dfit"
@@ -73,6 +75,8 @@ def insert_function_probes(module: ir.Operation) -> list[ProbeSite]:
     """Insert entry/exit probes in every function of ``module`` that has a body; returns
     the probe sites in site order (empty, and nothing inserted, if there is no such
     function or the module already has probes)."""
+    from iree.compiler import ir
+
     body = module.regions[0].blocks[0]
     top_level = list(body.operations)
     if any(_symbol(op) == f"{PROBE_MODULE}.{PROBE_FUNCTION}" for op in top_level):
@@ -110,6 +114,8 @@ def insert_function_probes(module: ir.Operation) -> list[ProbeSite]:
 
 
 def _call_probe(call_op: str, site: int, edge: int, i32: ir.Type) -> None:
+    from iree.compiler import ir
+
     site_value = ir.Operation.create("arith.constant", results=[i32],
                                      attributes={"value": ir.IntegerAttr.get(i32, site)}).result
     edge_value = ir.Operation.create("arith.constant", results=[i32],
@@ -119,6 +125,8 @@ def _call_probe(call_op: str, site: int, edge: int, i32: ir.Type) -> None:
 
 
 def _symbol(op: ir.Operation | ir.OpView) -> str | None:
+    from iree.compiler import ir
+
     op = op.operation
     if "sym_name" not in op.attributes:
         return None

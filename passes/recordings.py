@@ -31,6 +31,7 @@ from typing import Any
 
 from iree.compiler import ir
 
+from dfit_mlir.passes.host_calls import reachable
 from dfit_mlir.passes.mlir_engine import OpTree, symbol_name
 from dfit_mlir.passes.snapshot import SITE_KINDS, _site_target, symbol_path
 
@@ -240,19 +241,6 @@ def _symbol_ref(attribute: Any) -> str:
     return symbol_path(attribute)[-1]
 
 
-def reachable(roots: set[str] | list[str], calls: dict[str, list[str]]) -> set[str]:
-    """``roots`` and every function they call, transitively."""
-    seen: set[str] = set()
-    stack = list(roots)
-    while stack:
-        name = stack.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        stack.extend(calls.get(name, ()))
-    return seen
-
-
 def _recording_json(recording: Recording) -> dict[str, Any]:
     row = asdict(recording)
     row["commands"] = [{k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(c).items() if v is not None}
@@ -298,7 +286,7 @@ def _traced(value: Any, recording_of: dict[Any, Recording], by_global: dict[str,
 
 def _entry_anchor_ops(function_op: ir.Operation, tree: OpTree, function: HostFunction) -> None:
     """The entry block's queue operations, calls and first execution, in order (the
-    entry block runs exactly once per call: see :func:`anchor`)."""
+    entry block runs exactly once per call: see :func:`dfit_mlir.passes.host_calls.anchor`)."""
     if not function_op.regions or not function_op.regions[0].blocks:
         return
     for op in tree.ops_in(function_op.regions[0].blocks[0]):
@@ -309,31 +297,3 @@ def _entry_anchor_ops(function_op: ir.Operation, tree: OpTree, function: HostFun
             function.entry.append(["queue"])
         elif op.name in CALL_KINDS:
             function.entry.append(["call", _symbol_ref(op.attributes["callee"])])
-
-
-def anchor(functions: dict[str, dict[str, Any]], name: str, depth: int = 0) -> tuple[list[int], int] | None:
-    """The first command-buffer execution a call of ``name`` makes for sure: (recordings
-    it may run, queue operations — one submission each — issued before it in the call).
-    Found in the entry block, following calls made there; ``None`` when a call or branch
-    before it could issue any number of submissions."""
-    function = functions.get(name)
-    if function is None or depth > 16:
-        return None
-    issued = 0
-    for item in function["entry"]:
-        if item[0] == "queue":
-            issued += 1
-        elif item[0] == "execute":
-            return (item[1], issued) if item[1] else None
-        elif item[0] == "call":
-            callee = item[1]
-            if not _issues_queue_ops(functions, callee):
-                continue
-            found = anchor(functions, callee, depth + 1)
-            return None if found is None else (found[0], issued + found[1])
-    return None
-
-
-def _issues_queue_ops(functions: dict[str, dict[str, Any]], name: str) -> bool:
-    return any(functions[n]["queue_ops"] for n in reachable([name], {k: f["calls"] for k, f in functions.items()})
-               if n in functions)

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-from iree.compiler import ir
+from typing import TYPE_CHECKING
 
 from dfit_mlir.core import filters, lineage, locations
-from dfit_mlir.passes import mlir_engine
+
+if TYPE_CHECKING:  # the MLIR bindings cost ~110 MiB of RSS: a run reads only KEY_PREFIX
+    from iree.compiler import ir
 
 KEY_PREFIX = "dfit:"
 #: ``tensor.empty`` holds no values: tracing it would show uninitialised memory.
@@ -67,6 +68,10 @@ def insert_tensor_traces(module: ir.Operation, patterns: tuple[str, ...],
     """Insert one trace per selected ID (see the module docstring). ``names``: each
     source ID's names (:func:`dfit_mlir.core.filters.names_by_id` of the manifest's
     operators); without it, the ID and its op name."""
+    from iree.compiler import ir
+
+    from dfit_mlir.passes import mlir_engine
+
     selection = filters.NameFilter(tuple(patterns), "--tensors")
     last_op_of: dict[str, ir.Operation] = {}
     used: set[str] = set()
@@ -110,6 +115,8 @@ def insert_tensor_traces(module: ir.Operation, patterns: tuple[str, ...],
 def _dynamic_dims(value: ir.Value) -> list[ir.Value]:
     """``tensor.dim`` of each dynamic dimension: ``flow.tensor.trace`` takes them as
     operands (``[%v : tensor<?x4xf32>{%d0}]``)."""
+    from iree.compiler import ir
+
     shaped = ir.RankedTensorType(value.type)
     index = ir.IndexType.get()
     dims = []

@@ -214,7 +214,7 @@ def shape_codes(workgroup: np.ndarray, counts: tuple[tuple[int, ...], ...], size
 def candidate_recordings(manifest: dict[str, Any], function: str) -> tuple[list[int], list[int]]:
     """(recordings an invocation of ``function`` may execute, load-time recordings).
     Only the function run — and what it calls — executes; initializers run at load."""
-    from dfit_mlir.passes.recordings import reachable
+    from dfit_mlir.passes.host_calls import reachable
 
     partitions = manifest["partitions"]
     functions = partitions.get("host_functions") or {}
@@ -293,7 +293,7 @@ def invocation_starts(manifest: dict[str, Any], function: str, invocations: int,
     are the benchmark tool's iterations: it flushes the profile after each call, and
     ``flush_starts`` holds the first submission of each flush (:func:`flush_invocation_starts`).
     One invocation starts after the load-time work."""
-    from dfit_mlir.passes.recordings import anchor as entry_anchor
+    from dfit_mlir.passes.host_calls import anchor as entry_anchor
 
     executions = Executions.of(executions)
     functions = manifest["partitions"]["host_functions"]
@@ -356,7 +356,7 @@ def _dispatchless_anchor(manifest: dict[str, Any], wanted: set[int], invocations
 
 
 def _executions_reachable(manifest: dict[str, Any], function: str) -> list[list[int] | None]:
-    from dfit_mlir.passes.recordings import reachable
+    from dfit_mlir.passes.host_calls import reachable
 
     functions = manifest["partitions"]["host_functions"]
     reach = reachable([function], {name: f["calls"] for name, f in functions.items()})

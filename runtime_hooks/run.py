@@ -41,6 +41,7 @@ from dfit_mlir.core import atomic
 from dfit_mlir.core import manifest as manifest_io
 from dfit_mlir.core.errors import DfitError, InvalidInputError, ModuleFaultError
 from dfit_mlir.core.event_pipeline import EventPipeline, EventRow, Policy
+from dfit_mlir.core.perf import release_freed_memory
 from dfit_mlir.core.vmfb import exported_functions
 from dfit_mlir.exporters.bundle import BUNDLE_KIND, write_bundle
 from dfit_mlir.runtime_hooks import drivers, hal_profile, profile_file
@@ -755,7 +756,7 @@ def _write_full_bundle(bundle: Path, manifest: dict[str, Any], policy: Policy, s
             pipeline = windowed.pipeline(manifest, policy, sink)
             written.update(windowed.summary())
             del windowed
-            hand_back_memory()
+            release_freed_memory()
             return pipeline
 
         write_bundle(bundle, manifest, fill, written)
@@ -767,21 +768,6 @@ def _write_full_bundle(bundle: Path, manifest: dict[str, Any], policy: Policy, s
     whole = _whole_run(recorded, manifest, function, repeat, warmup, families, driver)
     write_bundle(bundle, manifest, lambda sink: whole.pipeline(manifest, policy, sink),
                  {**summary, **whole.summary(), "profile_read": {"route": "whole run", "why": reason}})
-
-
-def hand_back_memory() -> None:
-    """Return to the system what the decode and join freed (Arrow's pool, glibc's heap),
-    so that what runs next (the trace writers) starts from the run's live memory, not
-    from its high-water mark."""
-    import ctypes
-
-    import pyarrow as pa
-
-    pa.default_memory_pool().release_unused()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: its allocator keeps what it keeps
-        pass
 
 
 def _executions(*families: Any) -> Executions:

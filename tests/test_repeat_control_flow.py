@@ -88,7 +88,7 @@ def per_invocation(rows: list[dict], kind: str, key: str) -> dict[int, Counter]:
 
 def test_no_entry_point_has_an_anchor(compiled) -> None:
     """The premise: nothing runs on the device in these functions' entry blocks."""
-    from dfit_mlir.passes.recordings import anchor
+    from dfit_mlir.passes.host_calls import anchor
 
     functions = compiled["full"].manifest["partitions"]["host_functions"]
     for name in [*INPUTS, "loop_only"]:

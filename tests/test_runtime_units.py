@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from dfit_mlir.core.vmfb import ExportedFunction
-from dfit_mlir.passes.recordings import anchor
+from dfit_mlir.passes.host_calls import anchor
 from dfit_mlir.runtime_hooks.inputs import integer_bounds
 from dfit_mlir.runtime_hooks.run import fault_signal
 

@@ -27,6 +27,7 @@ from dfit_mlir.core import atomic, toolchain
 from dfit_mlir.core import event_schema as es
 from dfit_mlir.core import manifest as manifest_io
 from dfit_mlir.core.event_pipeline import EventPipeline, ParquetSink, site_table
+from dfit_mlir.core.perf import release_freed_memory
 from dfit_mlir.exporters.trace_plan import DEFAULT_LIMIT, PLAN_COLUMNS, TraceLimit, plan_trace
 
 SUMMARY_SCHEMA = "dfit.run-summary"
@@ -69,18 +70,20 @@ def write_files(folder: Path, manifest: dict[str, Any], summary: dict[str, Any],
 
     from dfit_mlir.exporters.chrome import write_chrome_json_batches
     from dfit_mlir.exporters.perfetto import write_perfetto_batches
-    from dfit_mlir.exporters.traces import event_batches
+    from dfit_mlir.exporters.traces import event_batches, write_in_parallel
 
     events = folder / "events.parquet"
     manifest_io.save(manifest, folder / "manifest.json")
     pq.write_table(site_table(manifest), folder / "sites.parquet")
     _grouped_csv(events, folder / "dispatches.csv", kind="dispatch", keys=["site", "partition", "root_id"])
     _grouped_csv(events, folder / "events.csv", kind=None, keys=["kind", "partition"])
+    release_freed_memory()  # the traces start from the live memory, not the CSVs' peak
     batches = trace_batches or (lambda: event_batches(events))
     plan = plan_trace(pq.ParquetFile(events).metadata.num_rows, trace_limit,
                       trace_batches or (lambda: event_batches(events, PLAN_COLUMNS)))
-    slices = write_perfetto_batches(plan.batches(batches()), manifest, folder / "trace.pftrace")
-    write_chrome_json_batches(plan.batches(batches()), manifest, folder / "trace.json")
+    slices, _ = write_in_parallel(plan.batches(batches()),
+                                 lambda some: write_perfetto_batches(some, manifest, folder / "trace.pftrace"),
+                                 lambda some: write_chrome_json_batches(some, manifest, folder / "trace.json"))
     document = {"schema": SUMMARY_SCHEMA, "version": SUMMARY_VERSION, **(head or {}), "trace_slices": slices,
                 "trace": plan.record(), **summary, "toolchain": toolchain.versions()}
     (folder / "summary.json").write_text(json.dumps(document, indent=1) + "\n")

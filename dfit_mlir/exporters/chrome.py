@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from dfit_mlir.core.perf import release_freed_memory
 from dfit_mlir.exporters.traces import (
     DESCRIBING,
     DESCRIPTION_CACHE,
@@ -19,10 +20,10 @@ from dfit_mlir.exporters.traces import (
     SliceNamer,
     WriteBehind,
     data_end,
+    encode_slices,
     event_batches,
     forget_oldest,
     group_batch,
-    release_unused_memory,
 )
 
 
@@ -74,8 +75,9 @@ class ChromeJsonWriter:
 
     def write_batches(self, batches: Any) -> int:
         for batch in batches:
-            self.write_batch(batch)
-            release_unused_memory()
+            for part in encode_slices(batch):
+                self.write_batch(part)
+            release_freed_memory()
         return self.written
 
     def close(self) -> None:
@@ -101,8 +103,9 @@ class ChromeJsonWriter:
             if tid is None:
                 tid = self.next_tid
                 self.next_tid += 1
-                metadata.append(json.dumps({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                                            "args": {"name": track}}))
+                # A run has a thread per invocation: formatted, only the name JSON-encoded.
+                metadata.append(f'{{"ph": "M", "name": "thread_name", "pid": {pid}, "tid": {tid}, '
+                                f'"args": {{"name": {json.dumps(track)}}}}}')
             self.tids[key] = tid
             threads.append(f'}}, "pid": {pid}, "tid": {tid}, "ts": ')
         forget_oldest(self.tids)
@@ -141,12 +144,25 @@ class ChromeJsonWriter:
 
 def _json_attributes(attributes: Any) -> Any:
     """Each event's ``, "attributes": "…"`` member of its args (empty for none), an Arrow
-    string array: the text JSON-escaped column-wise (backslashes and quotes; the rare
-    value with control characters goes through ``json.dumps``)."""
+    string array. Dispatches repeat a few texts (workgroup shapes) over millions of
+    events, queue and memory events rarely one (their submission ids differ): where the
+    distinct texts are few, each is escaped once and taken per event."""
+    import pyarrow as pa
+
+    text = attributes.cast(pa.large_string())
+    encoded = text.dictionary_encode()
+    if len(encoded.dictionary) * 4 > len(text):
+        return _escaped_members(text)
+    return _escaped_members(encoded.dictionary).take(encoded.indices)
+
+
+def _escaped_members(text: Any) -> Any:
+    """``, "attributes": "…"`` of each value of ``text`` (a large_string array), empty for
+    an empty value: JSON-escaped column-wise (backslashes and quotes; the rare value with
+    control characters goes through ``json.dumps``)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    text = attributes.cast(pa.large_string())
     escaped = pc.replace_substring(pc.replace_substring(text, "\\", "\\\\"), '"', '\\"')
     controls = np.asarray(pc.match_substring_regex(text, "[\\x00-\\x1f]"), dtype=bool)
     if controls.any():

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from dfit_mlir.core.perf import release_freed_memory
 from dfit_mlir.exporters.traces import (
     DESCRIBING,
     DESCRIPTION_CACHE,
@@ -21,10 +22,10 @@ from dfit_mlir.exporters.traces import (
     SliceNamer,
     WriteBehind,
     data_end,
+    encode_slices,
     event_batches,
     forget_oldest,
     group_batch,
-    release_unused_memory,
 )
 
 #: Perfetto's built-in monotonic clock (BUILTIN_CLOCK_MONOTONIC): the HAL host times.
@@ -326,8 +327,9 @@ class PerfettoWriter:
 
     def write_batches(self, batches: Any) -> int:
         for batch in batches:
-            self.write_batch(batch)
-            release_unused_memory()
+            for part in encode_slices(batch):
+                self.write_batch(part)
+            release_freed_memory()
         return self.written
 
     def write_batch(self, batch: Any) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 from dfit_mlir.core import atomic, reading
 from dfit_mlir.core import event_schema as es
 from dfit_mlir.core.errors import InvalidInputError
+from dfit_mlir.core.perf import release_freed_memory
 from dfit_mlir.fleet.placement import bundle_backend, check_summary, placement_columns
 from dfit_mlir.fleet.store import layout, ledger_rows, rollup
 
@@ -302,7 +303,7 @@ def bundle_writer(store: Path, backend: str, model: str, run: str, *,
         yield tmp
         for table in layout.ROLLUP_TABLES:
             rollup.write(table, tmp / "events.parquet", tmp / f"{table}.parquet")
-            release_unused_memory()
+            release_freed_memory()
         if ledger_of is not None:
             ledger_rows.write(ledger_of, tmp / f"{layout.LEDGER_TABLE}.parquet",
                               ledger_rows.run_instances(tmp / "op_totals.parquet"))
@@ -336,15 +337,6 @@ def _add_ledger(source: _Source, bundle: Path) -> None:
     # The marker lists its own files and this one, not whatever else is in the folder.
     marker["files"] = sorted({*marker.get("files", ()), name})
     atomic.write_text(bundle / outputs.MARKER, json.dumps(marker, indent=1) + "\n")
-
-
-def release_unused_memory() -> None:
-    """Hand Arrow's freed memory back to the system after a batch or a table: its
-    allocator (mimalloc) keeps what one batch's temporaries freed, and the next batch's
-    do not always fit in it, so a long run's copy crept up with the events (issue 29)."""
-    import pyarrow as pa
-
-    pa.default_memory_pool().release_unused()
 
 
 def events_writer(path: Path) -> Any:
@@ -395,7 +387,7 @@ def _write_events(source: _Source, run: str, path: Path, host: str | None, rank:
                 batch = batch.set_column(index, name, column) if index >= 0 else batch.append_column(name, column)
             writer.write_batch(layout.conform(batch, schema))
             written += count
-            release_unused_memory()
+            release_freed_memory()
     return written, version
 
 
