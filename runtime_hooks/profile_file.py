@@ -40,10 +40,25 @@ import numpy as np
 MAGIC = b"IRPF"
 #: (major, minor) file-format versions whose layout this reader knows: IREE 3.13 writes 1.6.
 KNOWN_VERSIONS = frozenset({(1, 6)})
+KNOWN_VERSIONS_TEXT = ", ".join(f"{major}.{minor}" for major, minor in sorted(KNOWN_VERSIONS))
 #: The runtime package (and version) whose profiles were checked field by field.
 PINNED_RUNTIME = ("iree-base-runtime", "3.13.0")
 CONTENT_PREFIX = "application/vnd.iree.hal.profile."
-RECORD_TYPE_CHUNK = 2
+#: ``iree_hal_profile_file_record_type_t``: session begin, chunk, session end.
+RECORD_TYPE_SESSION_BEGIN, RECORD_TYPE_CHUNK, RECORD_TYPE_SESSION_END = 1, 2, 3
+RECORD_TYPES = frozenset({RECORD_TYPE_SESSION_BEGIN, RECORD_TYPE_CHUNK, RECORD_TYPE_SESSION_END})
+#: Every chunk content type (after :data:`CONTENT_PREFIX`) the pinned runtime writes: the
+#: ``application/vnd.iree.hal.profile.*`` strings of iree-base-runtime 3.13.0's libraries
+#: (``iree/hal/profile_schema.h``). Those beside the event families and the function
+#: names are metadata a run does not need; a chunk of any other type in a 1.6 file is
+#: damage, not a newer layout (that would be a new format version).
+KNOWN_CHUNK_TYPES = frozenset({
+    "clock-correlations", "command-buffers", "command-operations", "command-region-events", "counter-samples",
+    "counter-sets", "counters", "device-metric-descriptors", "device-metric-samples", "device-metric-sources",
+    "devices", "dispatch-events", "event-relationships", "executable-code-object-loads", "executable-code-objects",
+    "executable-functions", "executable-traces", "executables", "host-execution-events", "memory-events",
+    "queue-device-events", "queue-events", "queues", "session",
+})
 #: ``IREE_HAL_PROFILE_CHUNK_FLAG_TRUNCATED``.
 CHUNK_FLAG_TRUNCATED = 1
 _FILE_HEADER = struct.Struct("<4sHHIIQ")  # 24 bytes
@@ -173,6 +188,18 @@ class ProfileTables:
         return inverse.ravel().astype(np.int32), tuple(names)
 
 
+def check_record_kind(path: Path, offset: int, record_type: int, content: str) -> None:
+    """Refuse a record of a type, or a chunk of a content type (``content``, after
+    :data:`CONTENT_PREFIX`), that the pinned format does not define: a damaged file."""
+    if record_type not in RECORD_TYPES:
+        raise ProfileFormatError(f"{path}: the record at byte {offset} has record type {record_type}, which HAL "
+                                 f"profile format {KNOWN_VERSIONS_TEXT} does not define: the file is damaged")
+    if record_type == RECORD_TYPE_CHUNK and content not in KNOWN_CHUNK_TYPES:
+        raise ProfileFormatError(f"{path}: the chunk at byte {offset} has content type {content!r}, which HAL "
+                                 f"profile format {KNOWN_VERSIONS_TEXT} ({PINNED_RUNTIME[0]}=={PINNED_RUNTIME[1]}) does not define: "
+                                 f"the file is damaged")
+
+
 class ProfileFileReader:
     """``ProfileFileReader(path).read()``: the :class:`ProfileTables` of ``path``."""
 
@@ -227,6 +254,7 @@ class ProfileFileReader:
                 content_type = bytes(view[at:at + type_length]).decode("ascii", "replace")
                 family = content_type.removeprefix(CONTENT_PREFIX)
                 payload_at = offset + length - payload_length
+                check_record_kind(self.path, offset, record_type, family)
                 if record_type == RECORD_TYPE_CHUNK:
                     if flags & CHUNK_FLAG_TRUNCATED:
                         tables.dropped[family] = tables.dropped.get(family, 0) + dropped

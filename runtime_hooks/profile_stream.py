@@ -66,7 +66,12 @@ _LENGTH = struct.Struct("<Q")
 #: Content code of the executable-function metadata chunks (after the event families).
 _FUNCTIONS_CODE = len(FAMILIES)
 _CONTENT_CODES[_FUNCTIONS_TYPE] = _FUNCTIONS_CODE
-_ITEM_SIZES = np.array([pf.FAMILY_SIZES[family] for family in FAMILIES] + [1], np.int64)
+#: Content code of the other chunk types the format defines (metadata this route does not read).
+_METADATA_CODE = _FUNCTIONS_CODE + 1
+_CONTENT_CODES.update({(pf.CONTENT_PREFIX + kind).encode(): _METADATA_CODE for kind in pf.KNOWN_CHUNK_TYPES
+                       if (pf.CONTENT_PREFIX + kind).encode() not in _CONTENT_CODES})
+_RECORD_TYPES = np.array(sorted(pf.RECORD_TYPES))
+_ITEM_SIZES = np.array([pf.FAMILY_SIZES[family] for family in FAMILIES] + [1, 1], np.int64)
 _NO_SUBMISSION = np.iinfo(np.int64).max
 _BEFORE_ALL = np.iinfo(np.int64).min
 
@@ -300,7 +305,8 @@ class _Walk:
 
     def _headers(self, block: bytes | mmap.mmap, base: int, end: int, walked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The record headers at ``walked`` (offsets in ``block``), checked, and the
-        content code of each (a family's, :data:`_FUNCTIONS_CODE`, or -1)."""
+        content code of each (a family's, :data:`_FUNCTIONS_CODE` or :data:`_METADATA_CODE`); a record
+        type or chunk content type the format does not define is :class:`ProfileFormatError`."""
         raw = np.frombuffer(block, np.uint8)
         heads = as_strided(raw, shape=(len(raw) - 103, 104), strides=(1, 1), writeable=False)[walked] \
             .view(_HEADER_DTYPE).reshape(-1)
@@ -326,6 +332,13 @@ class _Walk:
             text = as_strided(raw, shape=(len(raw) - len(content) + 1, len(content)), strides=(1, 1),
                               writeable=False)[type_at[mine]]
             codes[mine[(text == pattern).all(axis=1)]] = code
+        strange = np.flatnonzero(~np.isin(heads["record_type"], _RECORD_TYPES) | (chunk & (codes < 0)))
+        if len(strange):  # raises: a record type or chunk content type the format does not define
+            row = int(strange[0])
+            at, type_length = int(type_at[row]), int(heads["type_length"][row])
+            content = bytes(raw[at:at + type_length]).decode("ascii", "replace")
+            pf.check_record_kind(self.path, base + int(walked[row]), int(heads["record_type"][row]),
+                                 content.removeprefix(pf.CONTENT_PREFIX))
         event = (codes >= 0) & (codes < len(FAMILIES))
         sizes = _ITEM_SIZES[np.maximum(codes, 0)]
         uneven = np.flatnonzero(event & (heads["payload_length"].astype(np.int64) % sizes != 0))

@@ -16,7 +16,7 @@ import pytest
 
 from dfit_mlir.core.errors import EXIT_INVALID_INPUT
 from dfit_mlir.passes.instrumented_compile import CompileResult, compile_instrumented
-from dfit_mlir.runtime_hooks import drivers, hal_profile, profile_file
+from dfit_mlir.runtime_hooks import drivers, hal_profile, profile_file, profile_stream
 from tests.conftest import REPO
 
 SHAPES = REPO / "tests" / "inputs" / "shapes"
@@ -128,15 +128,25 @@ def _first_event_chunk(data: bytearray) -> int:
         offset += length
 
 
-@pytest.mark.parametrize("damage", ["cut_mid_chunk", "wrong_magic", "record_length"])
+@pytest.mark.parametrize("damage", ["cut_mid_chunk", "wrong_magic", "record_length", "unknown_chunk_type",
+                                    "unknown_record_type"])
 def test_damaged_profile_is_exit_2_with_the_offset(programs: dict[str, CompileResult], tmp_path: Path,
                                                    damage: str) -> None:
+    damaged_at: list[int] = []
+
     def cut(data: bytearray) -> bytearray:
+        damaged_at.append(_first_event_chunk(data))
         if damage == "wrong_magic":
             data[:4] = b"XXXX"
         elif damage == "cut_mid_chunk":
             struct.pack_into("<Q", data, 16, 0)  # an unfinished bundle: no logical length
             data = data[:_first_event_chunk(data) + 150]
+        elif damage == "unknown_chunk_type":  # "...queue-events" -> "...queue-eventz": same length, undefined
+            at = _first_event_chunk(data)
+            header, type_length = struct.unpack_from("<II", data, at + 56)
+            data[at + header + type_length - 1:at + header + type_length] = b"z"
+        elif damage == "unknown_record_type":
+            struct.pack_into("<H", data, _first_event_chunk(data) + 100, 9)
         else:  # the first event record claims another size
             at = _first_event_chunk(data)
             payload_at = at + struct.unpack_from("<Q", data, at)[0] - struct.unpack_from("<Q", data, at + 8)[0]
@@ -148,6 +158,11 @@ def test_damaged_profile_is_exit_2_with_the_offset(programs: dict[str, CompileRe
         hal_profile.decode_profile(profile, hal_profile.FULL_FAMILIES, 2)
     assert error.value.exit_code == EXIT_INVALID_INPUT
     assert str(profile) in str(error.value) and "byte" in str(error.value)
+    if damage.startswith("unknown"):  # the exact offset, by both readers (the windowed one indexes first)
+        offset = f"byte {damaged_at[0]} "
+        assert offset in str(error.value)
+        with pytest.raises(profile_file.ProfileFormatError, match=offset):
+            profile_stream.index_profile(profile)
 
 
 def test_unknown_version_goes_to_iree_profile(programs: dict[str, CompileResult], tmp_path: Path) -> None:
