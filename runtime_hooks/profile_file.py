@@ -296,7 +296,7 @@ class ProfileFileReader:
         tables.chunk_starts[family] = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
         tables.chunk_streams[family] = np.array(streams, dtype=np.int64)
 
-    def _functions(self, data: mmap.mmap, at: int, length: int, functions: dict[tuple[int, int], str]) -> None:
+    def _functions(self, data: Any, at: int, length: int, functions: dict[tuple[int, int], str]) -> None:
         end = at + length
         while at < end:
             if at + _FUNCTION_RECORD.size > end:
@@ -308,7 +308,7 @@ class ProfileFileReader:
                 raise ProfileFormatError(f"{self.path}: the executable-function record at byte {at} has length "
                                          f"{record_length}, which does not hold its {name_length}-byte name")
             start = at + _FUNCTION_RECORD.size
-            functions[executable, ordinal] = data[start:start + name_length].decode("utf-8", "replace")
+            functions[executable, ordinal] = bytes(data[start:start + name_length]).decode("utf-8", "replace")
             at += record_length
 
 

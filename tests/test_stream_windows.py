@@ -223,6 +223,23 @@ def test_index_reads_a_profile_in_whole_flush_windows(compiled: dict[Path, Compi
     assert taken == len(decoded.dispatch_records)
 
 
+def test_a_profile_cut_after_indexing_names_where_it_ends(compiled: dict[Path, CompileResult],
+                                                          tmp_path: Path) -> None:
+    """The windows are read after the index: a file cut in between (a full disk, a user's
+    cleanup) is a ProfileFormatError naming the file and the byte it now ends at."""
+    from dfit_mlir.runtime_hooks import profile_file
+
+    profile, _ = recorded(compiled, "loop_first_task", tmp_path)
+    index = profile_stream.index_profile(profile.path, 16)
+    last = index.windows - 1
+    kept = int(index.chunk_payload_at[index.window_chunks[last]])
+    with profile.path.open("r+b") as handle:
+        handle.truncate(kept)
+    assert len(index.family_window("queue-events", 0))  # what is still there reads as before
+    with pytest.raises(profile_file.ProfileFormatError, match=f"{profile.path}: the file ends at byte {kept},"):
+        index.family_window("queue-events", last)
+
+
 def test_progress_is_quiet_off_a_terminal() -> None:
     stream = io.StringIO()
     with Progress("dfit: writing events", 10, file=stream) as bar:
