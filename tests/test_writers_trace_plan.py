@@ -165,6 +165,35 @@ def test_the_readers_per_row_group_chunk_give_the_same_events(long_run: Path, tm
     assert without_tracks(raw_packets(chunked)) == without_tracks(raw_packets(whole))
 
 
+def test_row_groups_of_the_summarised_middle_are_not_read(long_run: Path) -> None:
+    """The traces skip the row groups whose events are all summarised (by the footer's
+    invocation statistics) and read every event of the others."""
+    path = long_run / "events.parquet"
+    table = pq.read_table(path)
+    per_copy = table.num_rows // COPIES
+    invocations = (pc.max(table.column("invocation")).as_py() + 1) // COPIES
+    # Copies 3..8 lie wholly inside; copies 2 and 9 straddle the range's ends.
+    skipped = (3 * invocations - 1, 9 * invocations)
+    read = pa.Table.from_batches(list(traces.event_batches(path, skip_invocations=skipped)))
+    assert read.num_rows == table.num_rows - 6 * per_copy
+    invocation = table.column("invocation").to_numpy(zero_copy_only=False)
+    outside = (invocation < skipped[0]) | (invocation > skipped[1])
+    kept = read.column("invocation").to_numpy(zero_copy_only=False)
+    assert ((kept < skipped[0]) | (kept > skipped[1])).sum() == outside.sum()
+
+
+def test_a_row_group_with_events_of_no_invocation_is_read(tmp_path: Path) -> None:
+    """SYNTHETIC row groups: one whose invocations all lie in the range but which holds
+    an event of no invocation (kept by the plan) is read; one wholly inside is not."""
+    path = tmp_path / "events.parquet"
+    with pq.ParquetWriter(path, pa.schema([("invocation", pa.int32()), ("start_ns", pa.int64())])) as writer:
+        writer.write_table(pa.table({"invocation": pa.array([5, None, 6], pa.int32()), "start_ns": [1, 2, 3]}))
+        writer.write_table(pa.table({"invocation": pa.array([7, 8], pa.int32()), "start_ns": [4, 5]}))
+    read = pa.Table.from_batches(list(es.row_group_batches(pq.ParquetFile(path), batch_size=10,
+                                                           skip_invocations=(0, 10))))
+    assert read.column("start_ns").to_pylist() == [1, 2, 3]
+
+
 def test_track_groups_are_summarised_each_on_their_own_track(long_run: Path) -> None:
     """A merged job's ranks (``track_group``): each rank's invocations summarised apart."""
     events = pq.read_table(long_run / "events.parquet")

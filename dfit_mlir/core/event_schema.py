@@ -200,13 +200,31 @@ def checked_batches(path: Any, *, batch_size: int = 65_536, columns: list[str] |
 ROW_GROUPS_PER_READER = 64
 
 
-def row_group_batches(handle: Any, *, batch_size: int, columns: list[str] | None = None) -> Any:
+def row_group_batches(handle: Any, *, batch_size: int, columns: list[str] | None = None,
+                      skip_invocations: tuple[int, int] | None = None) -> Any:
     """The record batches of ``handle`` (a ``pq.ParquetFile``), a new reader every
-    :data:`ROW_GROUPS_PER_READER` row groups (batches do not span two readers)."""
-    groups = handle.metadata.num_row_groups
-    for first in range(0, groups, ROW_GROUPS_PER_READER):
+    :data:`ROW_GROUPS_PER_READER` row groups (batches do not span two readers).
+    ``skip_invocations``: (first, last); row groups whose every event has an invocation
+    within it (by the footer's statistics) are not read at all."""
+    groups = [group for group in range(handle.metadata.num_row_groups)
+              if skip_invocations is None or not _within(handle.metadata.row_group(group), skip_invocations)]
+    for first in range(0, len(groups), ROW_GROUPS_PER_READER):
         yield from handle.iter_batches(batch_size=batch_size, columns=columns,
-                                       row_groups=range(first, min(groups, first + ROW_GROUPS_PER_READER)))
+                                       row_groups=groups[first:first + ROW_GROUPS_PER_READER])
+
+
+def _within(row_group: Any, invocations: tuple[int, int]) -> bool:
+    """Whether every event of ``row_group`` (its footer metadata) has an invocation in
+    ``invocations`` (inclusive): no nulls, and its minimum and maximum inside."""
+    for column in range(row_group.num_columns):
+        chunk = row_group.column(column)
+        if chunk.path_in_schema != INVOCATION:
+            continue
+        stats = chunk.statistics
+        if stats is None or not stats.has_min_max or stats.null_count != 0:
+            return False
+        return invocations[0] <= stats.min and stats.max <= invocations[1]
+    return False
 
 
 #: The events' durations together: at most this many ns (146 years), so that every sum a

@@ -78,9 +78,10 @@ def write_files(folder: Path, manifest: dict[str, Any], summary: dict[str, Any],
     _grouped_csv(events, folder / "dispatches.csv", kind="dispatch", keys=["site", "partition", "root_id"])
     _grouped_csv(events, folder / "events.csv", kind=None, keys=["kind", "partition"])
     release_freed_memory()  # the traces start from the live memory, not the CSVs' peak
-    batches = trace_batches or (lambda: event_batches(events))
     plan = plan_trace(pq.ParquetFile(events).metadata.num_rows, trace_limit,
                       trace_batches or (lambda: event_batches(events, PLAN_COLUMNS)))
+    # The summarised middle's row groups are not even read (the plan drops their events).
+    batches = trace_batches or (lambda: event_batches(events, skip_invocations=plan.summarised))
     slices, _ = write_in_parallel(plan.batches(batches()),
                                  lambda some: write_perfetto_batches(some, manifest, folder / "trace.pftrace"),
                                  lambda some: write_chrome_json_batches(some, manifest, folder / "trace.json"))

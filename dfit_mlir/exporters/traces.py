@@ -154,15 +154,17 @@ class SliceNamer:
         return locations.model_frame(frames, self.rules.is_model_code) or op.get("source")
 
 
-def event_batches(parquet: Path, columns: list[str] | None = None) -> Iterator[Any]:
+def event_batches(parquet: Path, columns: list[str] | None = None,
+                  skip_invocations: tuple[int, int] | None = None) -> Iterator[Any]:
     """``events.parquet``'s batches, with the columns the writers read (or ``columns``,
-    those of them the file has)."""
+    those of them the file has); ``skip_invocations``: row groups holding only events
+    of these invocations (first, last) are not read (a trace's summarised middle)."""
     events = es.open_parquet(parquet)
     wanted = trace_columns(events) if columns is None else \
         [name for name in columns if name in events.schema_arrow.names]
     # A reader per few row groups (event_schema.row_group_batches): one over a long run's
     # whole file holds memory for every row group it has passed.
-    return es.row_group_batches(events, batch_size=BATCH_ROWS, columns=wanted)
+    return es.row_group_batches(events, batch_size=BATCH_ROWS, columns=wanted, skip_invocations=skip_invocations)
 
 
 def trace_columns(events: Any) -> list[str]:
