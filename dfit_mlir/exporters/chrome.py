@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 
 from dfit_mlir.core.perf import release_freed_memory
+from dfit_mlir.core.write_behind import WriteBehind
 from dfit_mlir.exporters.traces import (
     DESCRIBING,
     DESCRIPTION_CACHE,
     Lanes,
     SliceNamer,
-    WriteBehind,
     data_end,
     encode_slices,
     event_batches,
@@ -36,7 +36,7 @@ def write_chrome_json(parquet: Path, manifest: dict[str, Any], path: Path) -> in
 def write_chrome_json_batches(batches: Iterable[Any], manifest: dict[str, Any], path: Path) -> int:
     """:func:`write_chrome_json` from event batches (``track_group`` and ``flow_id`` as
     the Perfetto writer takes them)."""
-    with path.open("wb") as file, WriteBehind(file) as stream:
+    with path.open("wb") as file, WriteBehind(file.write, name="dfit-trace-writer") as stream:
         writer = ChromeJsonWriter(manifest, stream)
         written = writer.write_batches(batches)
         writer.close()

@@ -15,12 +15,12 @@ from typing import Any
 import numpy as np
 
 from dfit_mlir.core.perf import release_freed_memory
+from dfit_mlir.core.write_behind import WriteBehind
 from dfit_mlir.exporters.traces import (
     DESCRIBING,
     DESCRIPTION_CACHE,
     Lanes,
     SliceNamer,
-    WriteBehind,
     data_end,
     encode_slices,
     event_batches,
@@ -70,7 +70,7 @@ def write_perfetto(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
 def write_perfetto_batches(batches: Iterable[Any], manifest: dict[str, Any], path: Path) -> int:
     """:func:`write_perfetto` from event batches (which may add ``track_group`` and
     ``flow_id`` columns: a merged job's ranks and linked steps)."""
-    with path.open("wb") as file, WriteBehind(file) as stream:
+    with path.open("wb") as file, WriteBehind(file.write, name="dfit-trace-writer") as stream:
         return PerfettoWriter(manifest, stream).write_batches(batches)
 
 

@@ -172,45 +172,6 @@ def trace_columns(events: Any) -> list[str]:
     return [name for name in (*_PER_EVENT, *DESCRIBING, *_PER_EVENT_ARGS) if name in events.schema_arrow.names]
 
 
-class WriteBehind:
-    """A stream whose writes go to ``file`` from a thread, so the disk takes the previous
-    batch's bytes while the next batch is encoded (both release the GIL). At most
-    ``depth`` writes wait; a failed write is raised by the next write or on exit."""
-
-    def __init__(self, file: Any, depth: int = 4):
-        import queue
-        import threading
-
-        self.file = file
-        self.pending: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._drain, name="dfit-trace-writer", daemon=True)
-        self.thread.start()
-
-    def _drain(self) -> None:
-        while (data := self.pending.get()) is not None:
-            if self.error is None:
-                try:
-                    self.file.write(data)
-                except BaseException as error:  # raised in the encoding thread
-                    self.error = error
-
-    def write(self, data: Any) -> int:
-        if self.error is not None:
-            raise self.error
-        self.pending.put(data)  # a memoryview keeps its Arrow buffer alive until written
-        return len(data)
-
-    def __enter__(self) -> WriteBehind:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.pending.put(None)
-        self.thread.join()
-        if self.error is not None and exc[0] is None:
-            raise self.error
-
-
 def write_in_parallel(batches: Iterable[Any], *writers: Callable[[Iterable[Any]], Any]) -> list[Any]:
     """Each of ``writers`` (a function of an iterable of batches) over the same
     ``batches``, read once: each writer in its own thread, fed through a short queue, so
