@@ -68,9 +68,9 @@ def write_files(folder: Path, manifest: dict[str, Any], summary: dict[str, Any],
     invocations (:mod:`dfit_mlir.exporters.trace_plan`). Returns the summary written."""
     import pyarrow.parquet as pq
 
-    from dfit_mlir.exporters.chrome import write_chrome_json_batches
-    from dfit_mlir.exporters.perfetto import write_perfetto_batches
-    from dfit_mlir.exporters.traces import event_batches, write_in_parallel
+    from dfit_mlir.exporters.chrome import write_chrome_json_groups
+    from dfit_mlir.exporters.perfetto import write_perfetto_groups
+    from dfit_mlir.exporters.traces import event_batches, grouped_slices, write_in_parallel
 
     events = folder / "events.parquet"
     manifest_io.save(manifest, folder / "manifest.json")
@@ -82,9 +82,9 @@ def write_files(folder: Path, manifest: dict[str, Any], summary: dict[str, Any],
                       trace_batches or (lambda: event_batches(events, PLAN_COLUMNS)))
     # The summarised middle's row groups are not even read (the plan drops their events).
     batches = trace_batches or (lambda: event_batches(events, skip_invocations=plan.summarised))
-    slices, _ = write_in_parallel(plan.batches(batches()),
-                                 lambda some: write_perfetto_batches(some, manifest, folder / "trace.pftrace"),
-                                 lambda some: write_chrome_json_batches(some, manifest, folder / "trace.json"))
+    slices, _ = write_in_parallel(grouped_slices(plan.batches(batches())),
+                                 lambda groups: write_perfetto_groups(groups, manifest, folder / "trace.pftrace"),
+                                 lambda groups: write_chrome_json_groups(groups, manifest, folder / "trace.json"))
     document = {"schema": SUMMARY_SCHEMA, "version": SUMMARY_VERSION, **(head or {}), "trace_slices": slices,
                 "trace": plan.record(), **summary, "toolchain": toolchain.versions()}
     (folder / "summary.json").write_text(json.dumps(document, indent=1) + "\n")

@@ -17,13 +17,14 @@ from dfit_mlir.core.write_behind import WriteBehind
 from dfit_mlir.exporters.traces import (
     DESCRIBING,
     DESCRIPTION_CACHE,
+    Grouped,
     Lanes,
     SliceNamer,
     data_end,
-    encode_slices,
     event_batches,
     forget_oldest,
     group_batch,
+    grouped_slices,
 )
 
 
@@ -36,9 +37,15 @@ def write_chrome_json(parquet: Path, manifest: dict[str, Any], path: Path) -> in
 def write_chrome_json_batches(batches: Iterable[Any], manifest: dict[str, Any], path: Path) -> int:
     """:func:`write_chrome_json` from event batches (``track_group`` and ``flow_id`` as
     the Perfetto writer takes them)."""
+    return write_chrome_json_groups(grouped_slices(batches), manifest, path)
+
+
+def write_chrome_json_groups(groups: Iterable[Grouped | None], manifest: dict[str, Any], path: Path) -> int:
+    """:func:`write_chrome_json_batches` of events already grouped
+    (:func:`~dfit_mlir.exporters.traces.grouped_slices`)."""
     with path.open("wb") as file, WriteBehind(file.write, name="dfit-trace-writer") as stream:
         writer = ChromeJsonWriter(manifest, stream)
-        written = writer.write_batches(batches)
+        written = writer.write_groups(groups)
         writer.close()
     return written
 
@@ -74,22 +81,29 @@ class ChromeJsonWriter:
         self.first = False
 
     def write_batches(self, batches: Any) -> int:
-        for batch in batches:
-            for part in encode_slices(batch):
-                self.write_batch(part)
-            release_freed_memory()
+        return self.write_groups(grouped_slices(batches, self.lanes))
+
+    def write_groups(self, groups: Iterable[Grouped | None]) -> int:
+        """Write :func:`~dfit_mlir.exporters.traces.grouped_slices`' groups."""
+        for grouped in groups:
+            if grouped is None:  # a read batch's end
+                release_freed_memory()
+            else:
+                self.write_grouped(grouped)
         return self.written
+
+    def write_batch(self, batch: Any) -> None:
+        grouped = group_batch(batch, self.lanes)
+        if grouped is not None:
+            self.write_grouped(grouped)
 
     def close(self) -> None:
         self.stream.write(b"\n]}\n")
 
-    def write_batch(self, batch: Any) -> None:
+    def write_grouped(self, grouped: Grouped) -> None:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        grouped = group_batch(batch, self.lanes)
-        if grouped is None:
-            return
         metadata: list[str] = []
         threads = []
         for key in grouped.tracks:

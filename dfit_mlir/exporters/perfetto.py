@@ -19,13 +19,14 @@ from dfit_mlir.core.write_behind import WriteBehind
 from dfit_mlir.exporters.traces import (
     DESCRIBING,
     DESCRIPTION_CACHE,
+    Grouped,
     Lanes,
     SliceNamer,
     data_end,
-    encode_slices,
     event_batches,
     forget_oldest,
     group_batch,
+    grouped_slices,
 )
 
 #: Perfetto's built-in monotonic clock (BUILTIN_CLOCK_MONOTONIC): the HAL host times.
@@ -70,8 +71,14 @@ def write_perfetto(parquet: Path, manifest: dict[str, Any], path: Path) -> int:
 def write_perfetto_batches(batches: Iterable[Any], manifest: dict[str, Any], path: Path) -> int:
     """:func:`write_perfetto` from event batches (which may add ``track_group`` and
     ``flow_id`` columns: a merged job's ranks and linked steps)."""
+    return write_perfetto_groups(grouped_slices(batches), manifest, path)
+
+
+def write_perfetto_groups(groups: Iterable[Grouped | None], manifest: dict[str, Any], path: Path) -> int:
+    """:func:`write_perfetto_batches` of events already grouped
+    (:func:`~dfit_mlir.exporters.traces.grouped_slices`)."""
     with path.open("wb") as file, WriteBehind(file.write, name="dfit-trace-writer") as stream:
-        return PerfettoWriter(manifest, stream).write_batches(batches)
+        return PerfettoWriter(manifest, stream).write_groups(groups)
 
 
 #: TracePacket / TrackEvent field tags (wire type in the low 3 bits), as Perfetto's protos number them.
@@ -326,16 +333,23 @@ class PerfettoWriter:
         return body
 
     def write_batches(self, batches: Any) -> int:
-        for batch in batches:
-            for part in encode_slices(batch):
-                self.write_batch(part)
-            release_freed_memory()
+        return self.write_groups(grouped_slices(batches, self.lanes))
+
+    def write_groups(self, groups: Iterable[Grouped | None]) -> int:
+        """Write :func:`~dfit_mlir.exporters.traces.grouped_slices`' groups."""
+        for grouped in groups:
+            if grouped is None:  # a read batch's end
+                release_freed_memory()
+            else:
+                self.write_grouped(grouped)
         return self.written
 
     def write_batch(self, batch: Any) -> None:
         grouped = group_batch(batch, self.lanes)
-        if grouped is None:
-            return
+        if grouped is not None:
+            self.write_grouped(grouped)
+
+    def write_grouped(self, grouped: Grouped) -> None:
         parents: list[bytes] = []
         new_tracks: list[tuple[int, str, int]] = []  # (uuid, name, parent uuid): one per new invocation, mostly
         uuids = np.zeros(len(grouped.tracks), dtype=np.int64)

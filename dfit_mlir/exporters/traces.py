@@ -172,12 +172,12 @@ def trace_columns(events: Any) -> list[str]:
     return [name for name in (*_PER_EVENT, *DESCRIBING, *_PER_EVENT_ARGS) if name in events.schema_arrow.names]
 
 
-def write_in_parallel(batches: Iterable[Any], *writers: Callable[[Iterable[Any]], Any]) -> list[Any]:
-    """Each of ``writers`` (a function of an iterable of batches) over the same
-    ``batches``, read once: each writer in its own thread, fed through a short queue, so
-    the two traces are encoded at once on two cores (their numpy and Arrow work releases
-    the GIL) from one read of ``events.parquet``. Returns what each writer returned; the
-    first writer's error is raised once every thread has stopped."""
+def write_in_parallel(items: Iterable[Any], *writers: Callable[[Iterable[Any]], Any]) -> list[Any]:
+    """Each of ``writers`` (a function of an iterable) over the same ``items`` (made once,
+    in this thread: the events read and grouped, :func:`grouped_slices`), each writer in
+    its own thread, fed through a short queue, so the two traces are encoded at once on
+    two cores (their numpy and Arrow work releases the GIL). Returns what each writer
+    returned; the first writer's error is raised once every thread has stopped."""
     import queue
     import threading
 
@@ -189,8 +189,8 @@ def write_in_parallel(batches: Iterable[Any], *writers: Callable[[Iterable[Any]]
     ended = [False] * len(writers)
 
     def drain(k: int) -> Iterator[Any]:
-        while (batch := feeds[k].get()) is not done:
-            yield batch
+        while (item := feeds[k].get()) is not done:
+            yield item
         ended[k] = True
 
     def work(k: int) -> None:
@@ -206,9 +206,9 @@ def write_in_parallel(batches: Iterable[Any], *writers: Callable[[Iterable[Any]]
     for thread in threads:
         thread.start()
     try:
-        for batch in batches:
+        for item in items:
             for feed in feeds:
-                feed.put(batch)
+                feed.put(item)
     finally:
         for feed in feeds:
             feed.put(done)
@@ -247,6 +247,20 @@ def encode_slices(batch: Any) -> Iterator[Any]:
     """``batch`` in slices of :data:`ENCODE_ROWS` events (views, not copies)."""
     for start in range(0, batch.num_rows, ENCODE_ROWS):
         yield batch.slice(start, ENCODE_ROWS)
+
+
+def grouped_slices(batches: Iterable[Any], lanes: Lanes | None = None) -> Iterator[Grouped | None]:
+    """The events of ``batches``, :data:`ENCODE_ROWS` at a time, grouped for the writers
+    (:func:`group_batch`, one :class:`Lanes` over the whole stream), and ``None`` after
+    each read batch (a writer hands back what the batch freed there). Both traces draw
+    the same groups: grouped once, they are written by both (:func:`write_in_parallel`)."""
+    lanes = Lanes() if lanes is None else lanes
+    for batch in batches:
+        for part in encode_slices(batch):
+            grouped = group_batch(part, lanes)
+            if grouped is not None:
+                yield grouped
+        yield None
 
 
 def data_end(array: Any) -> int:
