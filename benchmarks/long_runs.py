@@ -4,7 +4,10 @@ in one run (issue 29). Each is a child process timed with ``/usr/bin/time -v`` s
 accounting (``resource.getrusage(RUSAGE_CHILDREN)`` deltas for CPU, ``ru_maxrss`` of
 the child via ``os.wait4``): wall, CPU and peak RSS.
 
-    .venv/bin/python -m benchmarks.long_runs --invocations 1000,5000,30000
+    .venv/bin/python -m benchmarks.long_runs --invocations 1000,5000,30000 [--repeats 3]
+
+With ``--repeats K`` each pair runs K times, alternating; the table shows the median
+wall and CPU of each and the largest peak RSS (the bound must hold in every run).
 
 The module is ``examples/models/convnet.mlir`` compiled with ``dfit compile ...
 --dfit-tag --mode full`` (6 dispatches, 22 profiled records per invocation).
@@ -45,6 +48,12 @@ def timed(command: list[str], cwd: Path | None = None, digits: int = 3) -> dict[
         raise SystemExit(f"{' '.join(command)} failed: {stderr.strip()[-1500:]}")
     return {"wall_s": round(wall, digits), "cpu_s": round(usage.ru_utime + usage.ru_stime, digits),
             "rss_mib": round(usage.ru_maxrss / 1024, 1)}
+
+
+def median(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each measure's median over ``runs`` (RSS: the largest, a bound must hold in every run)."""
+    return {key: (max(run[key] for run in runs) if key == "rss_mib" else round(float(np.median([run[key] for run in runs])), 3))
+            for key in runs[0]}
 
 
 def decode_rate(vmfb: Path, inputs: Path, records: int, driver: str, work: Path) -> dict[str, Any]:
@@ -92,6 +101,8 @@ def main() -> None:
     parser.add_argument("--invocations", default="1000,5000,30000", help="comma-separated N")
     parser.add_argument("--driver", default="local-task")
     parser.add_argument("--decode-records", type=int, default=0, help="also time the decode of a profile this big")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="run each pair this many times, alternating, and report the medians")
     args = parser.parse_args()
     print(f"load average at the start: {', '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     bin_dir = Path(sys.executable).parent
@@ -104,20 +115,27 @@ def main() -> None:
         rows = []
         for n in (int(text) for text in args.invocations.split(",")):
             profile = work / f"p{n}.ireeprof"
-            bench = timed([str(bin_dir / "iree-benchmark-module"), f"--module={vmfb}", f"--device={args.driver}",
-                           f"--device_profiling_mode={FAMILIES}", f"--device_profiling_output={profile}",
-                           f"--input=@{work / 'x.npy'}", "--function=main", f"--benchmark_min_time={n}x",
-                           "--benchmark_format=json"])
-            size = profile.stat().st_size
-            profile.unlink()
             bundle = work / f"b{n}"
-            dfit = timed([str(bin_dir / "dfit"), "run", str(vmfb), "--mode", "full", "--repeat", str(n),
-                          "--driver", args.driver, "--input", f"@{work / 'x.npy'}", "-o", str(bundle)])
+            benches, dfits = [], []
+            for _ in range(args.repeats):  # alternating, so that a slow spell of the machine hits both
+                benches.append(timed([str(bin_dir / "iree-benchmark-module"), f"--module={vmfb}",
+                                      f"--device={args.driver}", f"--device_profiling_mode={FAMILIES}",
+                                      f"--device_profiling_output={profile}", f"--input=@{work / 'x.npy'}",
+                                      "--function=main", f"--benchmark_min_time={n}x", "--benchmark_format=json"]))
+                size = profile.stat().st_size
+                profile.unlink()
+                subprocess.run(["rm", "-rf", str(bundle)], check=True)
+                dfits.append(timed([str(bin_dir / "dfit"), "run", str(vmfb), "--mode", "full", "--repeat", str(n),
+                                    "--driver", args.driver, "--input", f"@{work / 'x.npy'}", "-o", str(bundle)]))
+            bench, dfit = median(benches), median(dfits)
             summary = json.loads((bundle / "summary.json").read_text())
             events = sum(summary["records"][k] for k in ("dispatch", "queue", "memory"))
-            row = {"invocations": n, "events": events, "route": summary.get("profile_read", {}).get("route"), "profile_mb": round(size / 1e6, 1), "benchmark": bench,
-                   "dfit": dfit, "wall_ratio": round(dfit["wall_s"] / bench["wall_s"], 2),
-                   "cpu_ratio": round(dfit["cpu_s"] / max(bench["cpu_s"], 1e-3), 2)}
+            row = {"invocations": n, "events": events, "route": summary.get("profile_read", {}).get("route"),
+                   "profile_mb": round(size / 1e6, 1), "benchmark": bench, "dfit": dfit,
+                   "wall_ratio": round(dfit["wall_s"] / bench["wall_s"], 2),
+                   "cpu_ratio": round(dfit["cpu_s"] / max(bench["cpu_s"], 1e-3), 2),
+                   "pairs": [{"benchmark_wall_s": b["wall_s"], "dfit_wall_s": d["wall_s"], "dfit_rss_mib": d["rss_mib"]}
+                             for b, d in zip(benches, dfits, strict=True)]}
             rows.append(row)
             print(json.dumps(row), flush=True)
             subprocess.run(["rm", "-rf", str(bundle)], check=True)
