@@ -18,11 +18,15 @@ the records of work a call did not wait for may be written by a later flush. So 
 ``w`` *owns* the submissions from its first queue event up to the next window's, and its
 dispatch records are taken from windows ``w - 1``, ``w`` and ``w + 1`` (one window of
 look-ahead, which is thousands of flushes); the index checks that every dispatch record
-lies within one window of its owner. Anything the windowed route does not take on —
-records further away, device-tick families, queue events of several streams, dropped
-records, an operation it does not know, a block the columnar join leaves to the
-per-record join — is :class:`WindowedRouteUnavailable`, whose reason is shown in the run
-summary, and the run takes the whole-run route, which decides or names the error.
+lies within one window of its owner. A GPU driver's records (``dispatch-events``,
+``queue-device-events``) are timed in device ticks, placed on the host's clock with the
+whole profile's clock fit: the index keeps each device's first and last
+clock-correlation sample as it walks (:class:`_ClockEnds`), so every window is placed
+with the fit the whole-run route uses. Anything the windowed route does not take on —
+records further away, queue events of several streams, dropped records, an operation it
+does not know, a block the columnar join leaves to the per-record join — is
+:class:`WindowedRouteUnavailable`, whose reason is shown in the run summary, and the run
+takes the whole-run route, which decides or names the error.
 """
 
 from __future__ import annotations
@@ -50,8 +54,8 @@ _CODE = {family: code for code, family in enumerate(FAMILIES)}
 _CONTENT_CODES = {(pf.CONTENT_PREFIX + family).encode(): code for family, code in _CODE.items()}
 _FUNCTIONS_TYPE = (pf.CONTENT_PREFIX + "executable-functions").encode()
 QUEUE, HOST = _CODE["queue-events"], _CODE["host-execution-events"]
-#: Families whose records carry device ticks: placed with the whole profile's clock fit,
-#: which this route does not build (the GPU drivers' runs take the whole-run route).
+#: Families whose records carry device ticks: placed with the whole profile's clock fit
+#: (:class:`_ClockEnds`).
 DEVICE_TICK_FAMILIES = frozenset({"dispatch-events", "queue-device-events"})
 #: The header fields the index reads: record_length, payload_length, stream_id,
 #: header_length, content_type_length, name_length, physical_device_ordinal,
@@ -116,6 +120,14 @@ class ProfileIndex:
     #: windows the join must see to know every buffer's recording).
     first_buffer_windows: tuple[int, ...] = ()
     read_stats: dict[str, int] = field(default_factory=dict)
+    #: Each event chunk's physical device ordinal (a GPU driver's dispatch records take
+    #: their device from their chunk).
+    chunk_device: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
+    #: The family holding the dispatch records: the CPU drivers' host-execution records,
+    #: or a GPU driver's ``dispatch-events`` (device ticks, placed with :attr:`clocks`).
+    dispatch_family: str = "host-execution-events"
+    #: Per device, the whole profile's clock fit (``None``: no device-tick family).
+    clocks: dict[int, Any] | None = None
 
     @property
     def windows(self) -> int:
@@ -126,6 +138,12 @@ class ProfileIndex:
         first = int(self.window_submissions[window]) if window else _BEFORE_ALL
         end = int(self.window_submissions[window + 1]) if window + 1 < self.windows else _NO_SUBMISSION
         return first, end
+
+    def family_devices(self, family: str, window: int) -> np.ndarray:
+        """The physical device ordinal of each record :meth:`family_window` gives (its chunk's)."""
+        rows = slice(int(self.window_chunks[window]), int(self.window_chunks[window + 1]))
+        mine = self.chunk_family[rows] == _CODE[family]
+        return np.repeat(self.chunk_device[rows][mine], self.chunk_records[rows][mine])
 
     def family_window(self, family: str, window: int) -> np.ndarray:
         """The records of ``family`` in window ``window``'s chunks, in file order."""
@@ -218,6 +236,42 @@ def gather_field(data: bytes | np.ndarray | mmap.mmap, base: int, payload_at: np
     return items_at(data, offsets, kind.itemsize).view(kind)
 
 
+class _ClockEnds:
+    """Per physical device, the first and last usable clock-correlation sample (device
+    tick, host midpoint, host bracket: ``profile_file.clock_samples``'), their number and
+    the widest bracket: what IREE's fit (``hal_profile.ClockFit``) reads of a whole
+    profile's samples, kept while the index walks it (a sample a flush, so the samples
+    themselves grow with the run)."""
+
+    def __init__(self) -> None:
+        #: device -> [first sample, last sample, samples, widest bracket]
+        self.ends: dict[int, list[Any]] = {}
+
+    def add(self, found: np.ndarray) -> None:
+        flags = found["flags"]
+        usable = found[((flags & pf.CLOCK_DEVICE_TICK) != 0) & ((flags & pf.CLOCK_HOST_BRACKET) != 0)]
+        for device in np.unique(usable["physical_device_ordinal"]).tolist():
+            mine = usable[usable["physical_device_ordinal"] == device]
+            begin, end = mine["host_time_begin_ns"].astype(np.int64), mine["host_time_end_ns"].astype(np.int64)
+            tick, middle, bracket = mine["device_tick"].astype(np.int64), (begin + end) // 2, end - begin
+            order = np.lexsort((bracket, middle, tick))  # the samples sorted as tuples
+            first, last = (tuple(int(x[k]) for x in (tick, middle, bracket)) for k in (order[0], order[-1]))
+            known = self.ends.get(device)
+            if known is None:
+                self.ends[device] = [first, last, len(mine), int(bracket.max())]
+            else:
+                known[:] = [min(known[0], first), max(known[1], last), known[2] + len(mine),
+                            max(known[3], int(bracket.max()))]
+
+    def fits(self) -> dict[int, Any]:
+        """``hal_profile._fits`` of the samples seen: per device with two distinct ticks."""
+        from dfit_mlir.runtime_hooks.hal_profile import ClockFit
+
+        return {device: ClockFit(device, first[0], first[1], last[0], last[1], count, widest)
+                for device, (first, last, count, widest) in self.ends.items()
+                if count >= 2 and last[0] > first[0]}
+
+
 class _Walk:
     """The index's one pass: the record headers, block by block (:data:`BLOCK_BYTES`)."""
 
@@ -226,6 +280,9 @@ class _Walk:
         self.family: list[np.ndarray] = []
         self.payload_at: list[np.ndarray] = []
         self.records: list[np.ndarray] = []
+        self.device: list[np.ndarray] = []  # each event chunk's physical device ordinal
+        self.clocks = _ClockEnds()
+        self.dispatch_families: set[str] = set()
         self.functions: dict[tuple[int, int], str] = {}
         self.dropped: dict[str, int] = {}
         self.queue_streams: set[int] = set()
@@ -321,7 +378,7 @@ class _Walk:
             - heads["payload_length"][event].astype(np.int64)
         records = heads["payload_length"][event].astype(np.int64) // _ITEM_SIZES[family]
         if len(family):
-            self._decode(block, base, family, payload_at, records)
+            self._decode(block, base, family, payload_at, records, heads["device"][event].astype(np.int32))
         return position
 
     def _headers(self, block: bytes | np.ndarray | mmap.mmap, base: int, end: int, walked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -371,30 +428,38 @@ class _Walk:
         return heads, codes
 
     def _decode(self, block: bytes | np.ndarray | mmap.mmap, base: int, family: np.ndarray, payload_at: np.ndarray,
-                records: np.ndarray) -> None:
+                records: np.ndarray, devices: np.ndarray) -> None:
         """The small facts of this block's chunks (see :class:`ProfileIndex`)."""
         first_row = self.chunks
         self.chunks += len(family)
         self.family.append(family)
         self.payload_at.append(payload_at)
         self.records.append(records)
+        self.device.append(devices)
         for code in np.unique(family).tolist():
             name = FAMILIES[code]
             mine = family == code
             if name in DEVICE_TICK_FAMILIES:
                 self.device_ticks.add(name)
-                continue
-            if name == "memory-events":  # only its types matter here (its records are checked when read)
+            if name in ("memory-events", "queue-device-events"):  # only their types matter here
                 types = gather_field(block, base, payload_at[mine], records[mine], name, "type")
                 self.types.setdefault(name, set()).update(np.flatnonzero(np.bincount(types)).tolist())
                 continue
-            if name not in ("queue-events", "host-execution-events"):
+            if name == "clock-correlations":
+                self.clocks.add(gather(self.path, block, base, payload_at[mine], records[mine], name))
+                continue
+            if name not in ("queue-events", "host-execution-events", "dispatch-events"):
                 continue
             found = gather(self.path, block, base, payload_at[mine], records[mine], name)
-            self.types.setdefault(name, set()).update(np.flatnonzero(np.bincount(found["type"])).tolist())
             counts = records[mine]
             starts = np.cumsum(counts) - counts
             submission = found["submission_id"].astype(np.int64)
+            if name == "dispatch-events":  # a GPU driver's: every record is a dispatch, timed in device ticks
+                self.dispatch_families.add(name)
+                self._dispatch_facts(found, np.ones(len(found), bool), submission, mine, counts, first_row,
+                                     len(family))
+                continue
+            self.types.setdefault(name, set()).update(np.flatnonzero(np.bincount(found["type"])).tolist())
             execute = found["type"] == pf.QUEUE_OPS.index("execute")
             self.executions.append(np.stack([submission[execute], found["command_buffer_id"][execute]
                                              .astype(np.int64)], axis=1))
@@ -403,26 +468,30 @@ class _Walk:
                                                    np.maximum.reduceat(submission, starts)], axis=1))
                 continue
             dispatch = found["type"] == pf.DISPATCH_TYPE
-            if not dispatch.any():
-                continue
-            self.dispatch_records += int(dispatch.sum())
-            buffer_ids = found["command_buffer_id"][dispatch]
-            # Buffer ids are small counters: counted, not sorted (the buffers are few).
-            buffers = np.flatnonzero(np.bincount(buffer_ids)) if buffer_ids.max() < 1 << 20 \
-                else np.unique(buffer_ids)
-            fresh = [buffer for buffer in buffers.tolist() if buffer not in self.buffers]
-            if fresh:
-                chunk_rows = np.repeat(np.flatnonzero(mine), counts)[dispatch]
-                for buffer in fresh:
-                    self.buffers[buffer] = first_row + int(chunk_rows[int(np.argmax(buffer_ids == buffer))])
-            self.numbered |= bool((found["command_index"][dispatch] != NO_COMMAND_INDEX).any())
-            chunk = np.repeat(np.flatnonzero(mine), counts)[dispatch]
-            low = np.full(len(family), _NO_SUBMISSION, np.int64)
-            high = np.full(len(family), _BEFORE_ALL, np.int64)
-            np.minimum.at(low, chunk, submission[dispatch])
-            np.maximum.at(high, chunk, submission[dispatch])
-            rows = np.flatnonzero(low != _NO_SUBMISSION)
-            self.dispatch_bounds.append(np.stack([rows + first_row, low[rows], high[rows]], axis=1))
+            if dispatch.any():
+                self.dispatch_families.add(name)
+                self._dispatch_facts(found, dispatch, submission, mine, counts, first_row, len(family))
+
+    def _dispatch_facts(self, found: np.ndarray, dispatch: np.ndarray, submission: np.ndarray, mine: np.ndarray,
+                        counts: np.ndarray, first_row: int, chunks: int) -> None:
+        """The facts of a block's dispatch records (``found[dispatch]``, from the chunks
+        ``mine`` of the block's ``chunks``, ``counts`` records each): how many, each
+        buffer's first chunk, whether commands are numbered, each chunk's submissions."""
+        self.dispatch_records += int(dispatch.sum())
+        buffer_ids = found["command_buffer_id"][dispatch]
+        # Buffer ids are small counters: counted, not sorted (the buffers are few).
+        buffers = np.flatnonzero(np.bincount(buffer_ids)) if buffer_ids.max() < 1 << 20 else np.unique(buffer_ids)
+        fresh = [buffer for buffer in buffers.tolist() if buffer not in self.buffers]
+        chunk = np.repeat(np.flatnonzero(mine), counts)[dispatch]
+        for buffer in fresh:
+            self.buffers[buffer] = first_row + int(chunk[int(np.argmax(buffer_ids == buffer))])
+        self.numbered |= bool((found["command_index"][dispatch] != NO_COMMAND_INDEX).any())
+        low = np.full(chunks, _NO_SUBMISSION, np.int64)
+        high = np.full(chunks, _BEFORE_ALL, np.int64)
+        np.minimum.at(low, chunk, submission[dispatch])
+        np.maximum.at(high, chunk, submission[dispatch])
+        rows = np.flatnonzero(low != _NO_SUBMISSION)
+        self.dispatch_bounds.append(np.stack([rows + first_row, low[rows], high[rows]], axis=1))
 
 
 #: Records the walk predicts at once from the last flush's record lengths (:func:`_leap`).
@@ -468,9 +537,8 @@ def index_profile(path: Path, window_records: int = WINDOW_RECORDS) -> ProfileIn
     walk.run()
     if walk.dropped:
         raise WindowedRouteUnavailable("the profiler dropped records")
-    if walk.device_ticks:
-        raise WindowedRouteUnavailable(f"device-tick families ({', '.join(sorted(walk.device_ticks))}) are placed "
-                                       f"with the whole profile's clock fit")
+    if len(walk.dispatch_families) > 1:
+        raise WindowedRouteUnavailable(f"dispatch records in {' and '.join(sorted(walk.dispatch_families))}")
     if len(walk.queue_streams) > 1:
         raise WindowedRouteUnavailable("queue events of several streams")
     unknown = {pf.QUEUE_OPS[t] if t < len(pf.QUEUE_OPS) else str(t)
@@ -511,7 +579,10 @@ def index_profile(path: Path, window_records: int = WINDOW_RECORDS) -> ProfileIn
         types={name: np.array(sorted(values), np.int64) for name, values in walk.types.items()}, counts=counts,
         numbered=walk.numbered, dispatch_records=walk.dispatch_records,
         first_buffer_windows=_near(window_chunks, np.array(list(walk.buffers.values()), np.int64)),
-        read_stats={"chunks": len(family), "blocks": walk.blocks})
+        read_stats={"chunks": len(family), "blocks": walk.blocks},
+        chunk_device=np.concatenate(walk.device) if walk.device else np.zeros(0, np.int32),
+        dispatch_family=next(iter(walk.dispatch_families), "host-execution-events"),
+        clocks=walk.clocks.fits() if walk.device_ticks else None)
 
 
 def _distinct_pairs(pairs: np.ndarray) -> np.ndarray:
@@ -558,28 +629,38 @@ def dispatch_windows(index: ProfileIndex, windows: Sequence[int] | None = None) 
     from dfit_mlir.runtime_hooks.hal_profile import _dispatch_columns
 
     wanted = range(index.windows) if windows is None else windows
-    cache: dict[int, np.ndarray] = {}
+    family = index.dispatch_family
+    cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
-    def dispatches(window: int) -> np.ndarray:
+    def dispatches(window: int) -> tuple[np.ndarray, np.ndarray]:
+        """A window's dispatch records and each one's device."""
         if window not in cache:
-            found = index.family_window("host-execution-events", window)
-            cache[window] = found[found["type"] == pf.DISPATCH_TYPE]
+            found, devices = index.family_window(family, window), index.family_devices(family, window)
+            if family == "host-execution-events":
+                dispatch = found["type"] == pf.DISPATCH_TYPE
+                found, devices = found[dispatch], devices[dispatch]
+            cache[window] = found, devices
         return cache[window]
 
     for window in wanted:
         first, end = index.owned(window)
-        parts = []
+        parts, devices = [], []
         for near in (window - 1, window, window + 1):
             if 0 <= near < index.windows:
-                found = dispatches(near)
+                found, device = dispatches(near)
                 submission = found["submission_id"].astype(np.int64)
-                parts.append(found[(submission >= first) & (submission < end)])
+                owned = (submission >= first) & (submission < end)
+                parts.append(found[owned])
+                devices.append(device[owned])
         for old in [k for k in cache if k < window]:
             del cache[old]
-        records = np.concatenate(parts) if parts else np.zeros(0, pf.FAMILY_DTYPES["host-execution-events"])
-        tables = pf.ProfileTables(index.path, index.version, records={"host-execution-events": records},
-                                  functions=index.functions)
-        yield window, _dispatch_columns(tables, None)
+        records = np.concatenate(parts) if parts else np.zeros(0, pf.FAMILY_DTYPES[family])
+        # One "chunk" per record: each keeps its own chunk's device.
+        tables = pf.ProfileTables(index.path, index.version, records={family: records}, functions=index.functions,
+                                  chunk_starts={family: np.arange(len(records))},
+                                  chunk_devices={family: np.concatenate(devices) if devices
+                                                 else np.zeros(0, np.int32)})
+        yield window, _dispatch_columns(tables, index.clocks)
 
 
 def row_labels(index: ProfileIndex, family: str, prefix: str | None, exclude: Sequence[int] = ()) -> tuple[str, ...]:

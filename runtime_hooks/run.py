@@ -511,7 +511,7 @@ ANNOUNCED_INVOCATIONS = 1_000
 #: The families a windowed run writes as queue and memory events, with their row kind
 #: and, for host operations, the record types that are not (dispatches).
 _WINDOW_ROWS = (("queue-events", "submit", "queue"), ("host-execution-events", "host", "queue"),
-                ("memory-events", "memory", "memory"))
+                ("queue-device-events", "device", "queue"), ("memory-events", "memory", "memory"))
 
 
 @dataclass(frozen=True)
@@ -618,7 +618,10 @@ class WindowedRun:
 
         index, totals = self.index, self.totals
         builders = {"submit": pf.queue_records, "memory": pf.memory_records,
-                    "host": lambda tables, only: pf.host_execution_records(tables, only=only)}
+                    "host": lambda tables, only: pf.host_execution_records(tables, only=only),
+                    # Device ticks placed with the whole profile's clock fit (the index's).
+                    "device": lambda tables, only: hal_profile._place_device_columns(pf.queue_device_records(tables),
+                                                                                     index.clocks)}
         for family, kind, category in _WINDOW_ROWS:
             if not index.counts.get(family):
                 continue
@@ -641,7 +644,8 @@ class WindowedRun:
     def summary(self) -> dict[str, Any]:
         """The run's figures (after :meth:`pipeline`) and how the profile was read."""
         summary = run_summary(self.totals, self.families, self.capabilities, self.wall_ns_per_invocation,
-                              clock_summary(self.capabilities, self.families, ()))
+                              clock_summary(self.capabilities, self.families,
+                                            tuple((self.index.clocks or {}).values())))
         summary["profile_read"] = {"route": "windowed", "windows": self.index.windows,
                                    "window_records": WINDOW_RECORDS}
         return summary

@@ -442,3 +442,38 @@ def test_browser_view_of_a_vulkan_run(torch_run: dict, browser: Any, tmp_path: P
     assert caption.startswith("roof: lavapipe (Mesa software Vulkan) on the host CPU (measured on this host)")
     browser.save_screenshot(str(tmp_path / "vulkan-view.png"))
     no_console_errors(browser)
+
+
+@pytest.mark.parametrize("program, function, inputs", [("mlp", "main", MLP_INPUTS),
+                                                        ("loop", "loop", ["3", "16xf32=0.5"])])
+def test_windowed_route_places_device_ticks_as_the_whole_run(programs: dict[str, CompileResult], tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch, program: str,
+                                                              function: str, inputs: list[str]) -> None:
+    """A long Vulkan run is read window by window (memory bounded by a window): its
+    device-tick records (dispatch-events, queue-device-events) are placed with the whole
+    profile's clock fit, kept by the index as it walks, and the events, their batches
+    and the summary (the fit included) are the whole-run route's, with a window of
+    about one flush so that the look-ahead crosses windows."""
+    from dfit_mlir.core.event_pipeline import MemorySink, Policy
+    from dfit_mlir.runtime_hooks import run
+
+    monkeypatch.setattr(run, "WINDOW_RECORDS", 8)
+    compiled, families = programs[program], tuple(drivers.CAPABILITIES["vulkan"].full)
+    repeat, warmup = 6, 1
+    profile = run._record_run(compiled.vmfb, inputs, "vulkan", function, repeat, warmup, families, tmp_path)
+    windowed = run.WindowedRun.open(profile, compiled.manifest, function, repeat, warmup, families, "vulkan")
+    whole = run._whole_run(profile, compiled.manifest, function, repeat, warmup, families, "vulkan")
+    sinks = MemorySink(), MemorySink()
+    counts = windowed.pipeline(compiled.manifest, Policy(batch_size=7), sinks[0]).close()
+    assert whole.pipeline(compiled.manifest, Policy(batch_size=7), sinks[1]).close() == counts
+    assert windowed.index.windows >= 4 and windowed.index.dispatch_family == "dispatch-events"
+    tables = [sink.table().drop(["session"]) for sink in sinks]
+    assert tables[0].num_rows == tables[1].num_rows > 0 and tables[0].equals(tables[1])
+    assert [b.num_rows for b in sinks[0].batches] == [b.num_rows for b in sinks[1].batches]
+    kinds = set(tables[0].column("kind").to_pylist())
+    assert {"dispatch", "queue", "memory"} <= kinds
+    assert "device execute" in set(tables[0].column("partition").to_pylist())  # queue-device-events, placed
+    summary = windowed.summary()
+    assert summary.pop("profile_read")["route"] == "windowed"
+    assert summary == whole.summary()
+    assert summary["clocks"]["fits"] and summary["clocks"]["fits"][0]["samples"] >= 2
