@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from dfit_mlir.core.perf import release_freed_memory
 from dfit_mlir.core.write_behind import WriteBehind
 from dfit_mlir.exporters.traces import (
     DESCRIBING,
@@ -20,10 +19,10 @@ from dfit_mlir.exporters.traces import (
     Grouped,
     Lanes,
     SliceNamer,
+    TraceWriter,
     data_end,
     event_batches,
     forget_oldest,
-    group_batch,
     grouped_slices,
 )
 
@@ -50,7 +49,7 @@ def write_chrome_json_groups(groups: Iterable[Grouped | None], manifest: dict[st
     return written
 
 
-class ChromeJsonWriter:
+class ChromeJsonWriter(TraceWriter):
     """Events → Chrome trace JSON text, a batch at a time, grouped like
     :class:`~dfit_mlir.exporters.perfetto.PerfettoWriter`'s: a process per (group and) stage, a thread per track. Each
     distinct slice description becomes its JSON text once; each event adds its thread,
@@ -79,23 +78,6 @@ class ChromeJsonWriter:
             text = (text if self.first else ",\n" + text).encode()
         self.stream.write(text)
         self.first = False
-
-    def write_batches(self, batches: Any) -> int:
-        return self.write_groups(grouped_slices(batches, self.lanes))
-
-    def write_groups(self, groups: Iterable[Grouped | None]) -> int:
-        """Write :func:`~dfit_mlir.exporters.traces.grouped_slices`' groups."""
-        for grouped in groups:
-            if grouped is None:  # a read batch's end
-                release_freed_memory()
-            else:
-                self.write_grouped(grouped)
-        return self.written
-
-    def write_batch(self, batch: Any) -> None:
-        grouped = group_batch(batch, self.lanes)
-        if grouped is not None:
-            self.write_grouped(grouped)
 
     def close(self) -> None:
         self.stream.write(b"\n]}\n")

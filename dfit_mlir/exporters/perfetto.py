@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 
-from dfit_mlir.core.perf import release_freed_memory
 from dfit_mlir.core.write_behind import WriteBehind
 from dfit_mlir.exporters.traces import (
     DESCRIBING,
@@ -22,10 +21,10 @@ from dfit_mlir.exporters.traces import (
     Grouped,
     Lanes,
     SliceNamer,
+    TraceWriter,
     data_end,
     event_batches,
     forget_oldest,
-    group_batch,
     grouped_slices,
 )
 
@@ -225,7 +224,7 @@ def _byte_rows(rows: int, layout: list[tuple[Any, int]]) -> np.ndarray:
     return matrix
 
 
-class PerfettoWriter:
+class PerfettoWriter(TraceWriter):
     """Events → ``.pftrace`` bytes, encoded a batch of events at a time.
 
     The wire format is plain protobuf, so packets are written column-wise: what a slice
@@ -331,23 +330,6 @@ class PerfettoWriter:
         body = pending.SerializeToString()
         pending.Clear()
         return body
-
-    def write_batches(self, batches: Any) -> int:
-        return self.write_groups(grouped_slices(batches, self.lanes))
-
-    def write_groups(self, groups: Iterable[Grouped | None]) -> int:
-        """Write :func:`~dfit_mlir.exporters.traces.grouped_slices`' groups."""
-        for grouped in groups:
-            if grouped is None:  # a read batch's end
-                release_freed_memory()
-            else:
-                self.write_grouped(grouped)
-        return self.written
-
-    def write_batch(self, batch: Any) -> None:
-        grouped = group_batch(batch, self.lanes)
-        if grouped is not None:
-            self.write_grouped(grouped)
 
     def write_grouped(self, grouped: Grouped) -> None:
         parents: list[bytes] = []

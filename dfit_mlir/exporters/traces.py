@@ -28,6 +28,7 @@ import numpy as np
 from dfit_mlir.core import event_schema as es
 from dfit_mlir.core import locations
 from dfit_mlir.core.ids import op_name_of
+from dfit_mlir.core.perf import release_freed_memory
 
 #: Kinds drawn on an invocation's track; the others get a track per operation.
 INVOCATION_KINDS = frozenset({"program", "function", "dispatch", "tensor"})
@@ -170,6 +171,34 @@ def event_batches(parquet: Path, columns: list[str] | None = None,
 def trace_columns(events: Any) -> list[str]:
     """The columns of ``events`` (a ``pq.ParquetFile``) the traces read."""
     return [name for name in (*_PER_EVENT, *DESCRIBING, *_PER_EVENT_ARGS) if name in events.schema_arrow.names]
+
+
+class TraceWriter:
+    """What both trace writers share: events taken as batches (grouped here) or as
+    :func:`grouped_slices`' groups, each group drawn by :meth:`write_grouped`."""
+
+    lanes: Lanes
+    written: int
+
+    def write_grouped(self, grouped: Grouped) -> None:
+        raise NotImplementedError
+
+    def write_batches(self, batches: Any) -> int:
+        return self.write_groups(grouped_slices(batches, self.lanes))
+
+    def write_groups(self, groups: Iterable[Grouped | None]) -> int:
+        """Write :func:`grouped_slices`' groups; returns the events written."""
+        for grouped in groups:
+            if grouped is None:  # a read batch's end
+                release_freed_memory()
+            else:
+                self.write_grouped(grouped)
+        return self.written
+
+    def write_batch(self, batch: Any) -> None:
+        grouped = group_batch(batch, self.lanes)
+        if grouped is not None:
+            self.write_grouped(grouped)
 
 
 def write_in_parallel(items: Iterable[Any], *writers: Callable[[Iterable[Any]], Any]) -> list[Any]:
