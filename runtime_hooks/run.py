@@ -760,7 +760,7 @@ def _write_full_bundle(bundle: Path, manifest: dict[str, Any], policy: Policy, s
             pipeline = windowed.pipeline(manifest, policy, sink)
             written.update(windowed.summary())
             del windowed
-            release_freed_memory()
+            release_freed_memory(now=True)
             return pipeline
 
         write_bundle(bundle, manifest, fill, written)

@@ -16,6 +16,7 @@ from typing import Any
 
 from dfit_mlir.core import manifest as manifest_io
 from dfit_mlir.core.errors import InvalidInputError
+from dfit_mlir.core.perf import release_freed_memory
 
 
 @dataclass(frozen=True)
@@ -281,10 +282,10 @@ class SemanticModel:
             for batch in event_schema.checked_batches(self.events_path, batch_size=batch_size, handle=events,
                                                       columns=read):
                 yield conform(batch)
-                # Arrow's allocator (mimalloc) keeps what a batch freed and the next one's
-                # buffers do not always fit in it: a reader of a 5M-event bundle's
-                # attributes grew by ≈70 MiB without this, and stays flat with it.
-                pa.default_memory_pool().release_unused()
+                # Arrow's allocator keeps what a batch freed and the next one's buffers do
+                # not always fit in it: a reader of a 5M-event bundle's attributes grew by
+                # ≈70 MiB without this, and stays flat with it.
+                release_freed_memory()
         except (pa.ArrowException, OSError) as error:
             first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
             raise InvalidInputError(f"{self.events_path}: not a readable Parquet file ({first})") from None
@@ -394,7 +395,7 @@ def _event_facts(path: Path) -> tuple[int, set[str | None], list[tuple[int | Non
             found = dispatches.select(["site", "root_id"]).group_by(["site", "root_id"]).aggregate([])
             found = found.cast(pa.schema(types))
             pairs.update(zip(found.column("site").to_pylist(), found.column("root_id").to_pylist(), strict=True))
-            pa.default_memory_pool().release_unused()  # as in event_batches: flat over a long run
+            release_freed_memory()  # as in event_batches: flat over a long run
     except (pa.ArrowException, OSError, ValueError) as error:
         first = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
         raise InvalidInputError(f"{path}: not a readable Parquet file ({first})") from None

@@ -77,7 +77,7 @@ def write_files(folder: Path, manifest: dict[str, Any], summary: dict[str, Any],
     pq.write_table(site_table(manifest), folder / "sites.parquet")
     _grouped_csv(events, folder / "dispatches.csv", kind="dispatch", keys=["site", "partition", "root_id"])
     _grouped_csv(events, folder / "events.csv", kind=None, keys=["kind", "partition"])
-    release_freed_memory()  # the traces start from the live memory, not the CSVs' peak
+    release_freed_memory(now=True)  # the traces start from the live memory, not the CSVs' peak
     plan = plan_trace(pq.ParquetFile(events).metadata.num_rows, trace_limit,
                       trace_batches or (lambda: event_batches(events, PLAN_COLUMNS)))
     # The summarised middle's row groups are not even read (the plan drops their events).

@@ -160,15 +160,27 @@ def _escaped_members(text: Any) -> Any:
     import pyarrow.compute as pc
 
     escaped = pc.replace_substring(pc.replace_substring(text, "\\", "\\\\"), '"', '\\"')
-    controls = np.asarray(pc.match_substring_regex(text, "[\\x00-\\x1f]"), dtype=bool)
-    if controls.any():
+    controls = _rows_with_control_characters(text)
+    if len(controls):
         values = escaped.to_pylist()
-        for row in np.flatnonzero(controls).tolist():
+        for row in controls.tolist():
             values[row] = json.dumps(text[row].as_py())[1:-1]
         escaped = pa.array(values, pa.large_string())
     member = pc.binary_join_element_wise(pa.scalar(', "attributes": "', pa.large_string()), escaped,
                                          pa.scalar('"', pa.large_string()), pa.scalar("", pa.large_string()))
     return pc.if_else(pc.greater(pc.binary_length(text), 0), member, pa.scalar("", pa.large_string()))
+
+
+def _rows_with_control_characters(text: Any) -> np.ndarray:
+    """Rows of ``text`` (a large_string array) holding a byte below 0x20, found by one
+    scan of its data buffer (a regex over every value cost ten times more)."""
+    data_buffer = text.buffers()[2] if len(text) else None
+    if data_buffer is None:
+        return np.zeros(0, np.int64)
+    offsets = np.frombuffer(text.buffers()[1], np.int64, count=len(text) + 1, offset=text.offset * 8)
+    data = np.frombuffer(data_buffer, np.uint8)
+    at = np.flatnonzero(data[offsets[0]:offsets[-1]] < 0x20) + offsets[0]
+    return np.unique(np.searchsorted(offsets, at, side="right") - 1)
 
 
 def _microseconds(nanoseconds: np.ndarray) -> Any:
@@ -180,6 +192,9 @@ def _microseconds(nanoseconds: np.ndarray) -> Any:
     text = pa.large_string()
     magnitude = np.abs(nanoseconds)
     whole = pc.cast(pa.array(magnitude // 1000), text)
-    fraction = pc.utf8_lpad(pc.cast(pa.array(magnitude % 1000), text), 3, "0")
-    sign = pc.if_else(pa.array(nanoseconds < 0), pa.scalar("-", text), pa.scalar("", text))
-    return pc.binary_join_element_wise(sign, whole, pa.scalar(".", text), fraction, pa.scalar("", text))
+    # 1000 + the remainder, its leading 1 cut: three digits, zeros kept ("1007" → "007").
+    fraction = pc.utf8_slice_codeunits(pc.cast(pa.array(magnitude % 1000 + 1000), text), 1)
+    parts = [whole, pa.scalar(".", text), fraction, pa.scalar("", text)]
+    if (nanoseconds < 0).any():
+        parts.insert(0, pc.if_else(pa.array(nanoseconds < 0), pa.scalar("-", text), pa.scalar("", text)))
+    return pc.binary_join_element_wise(*parts)
