@@ -130,6 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-publish", action="store_true", help="print the section, leave RESULTS.md alone")
     args = parser.parse_args(argv)
     if args.build:
+        # The writers' half of `dfit run`: under the allocator the dfit command runs Arrow
+        # on (set before anything imports Arrow).
+        from dfit_mlir.__main__ import ARROW_MEMORY_POOL
+
+        os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", ARROW_MEMORY_POOL)
         seed, out, events = args.build
         print(json.dumps(build(Path(seed), Path(out), int(events))))
         return 0
