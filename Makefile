@@ -33,10 +33,10 @@ demo: $(STAMP)  ## the main job on the bundled model: tagged compile, runs, ever
 	@echo "Provenance view (open in a browser): build/demo/view.html"
 
 test: $(STAMP)  ## the test suite (unit, golden IR, real models, browser), all but the zoo and Spark: about 20 min on 2 cores
-	$(VENV)/bin/pytest -q -m "not zoo and not spark"
+	$(VENV)/bin/pytest -q -m "not zoo and not spark and not heavy"
 
-test-heavy: $(STAMP)  ## the model zoo (17 models compiled, run 5 times, analyzed) and the real-Spark tests (about 10 min; CI runs them)
-	$(VENV)/bin/pytest -q -m "zoo or spark"
+test-heavy: $(STAMP)  ## the model zoo (17 models compiled, run 5 times, analyzed), the real-Spark tests and the heaviest end-to-end checks (about 10 min; CI runs them)
+	$(VENV)/bin/pytest -q -m "zoo or spark or heavy"
 
 test-all: test test-heavy  ## everything: what CI runs
 

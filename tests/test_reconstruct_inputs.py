@@ -227,6 +227,7 @@ RSS_GROWTH_BOUND_MIB = 64
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.parametrize("text_format", ["cerebras-run-log", "edgetpu-oplog", "sambatune-log"])
 def test_a_20mb_repeated_log_is_read_in_bounded_memory(text_format: str, tmp_path: Path) -> None:
     from benchmarks.reconstruct_memory import BY_NAME, peak_rss_of, repeated_log

@@ -297,6 +297,7 @@ def test_browser_other_bundles_link_and_log_no_error(browser: Any, request: pyte
 
 @pytest.mark.frontends
 @pytest.mark.slow
+@pytest.mark.heavy
 @pytest.mark.filterwarnings("ignore::FutureWarning")
 @pytest.mark.filterwarnings("ignore:While compiling, we found certain side effects:UserWarning")
 def test_browser_bert_run_with_pass_history(browser: Any, tmp_path: Path) -> None:
