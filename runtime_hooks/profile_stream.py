@@ -163,9 +163,10 @@ class ProfileIndex:
             if size < high:
                 raise pf.ProfileFormatError(f"{self.path}: the file ends at byte {size}, before byte {high}, where "
                                             f"its {family} chunk ended when it was indexed")
+            # gather's views of the mapping end with its call (items_at's), so the mapping
+            # closes even when gather raises: nothing in the traceback exports its buffer.
             with mmap.mmap(handle.fileno(), high - start, access=mmap.ACCESS_READ, offset=start) as mapping:
-                found = gather(self.path, mapping, start, payload_at, records, family)
-                return found
+                return gather(self.path, mapping, start, payload_at, records, family)
 
 
 class ReadBuffer:
@@ -237,31 +238,27 @@ def gather_field(data: bytes | np.ndarray | mmap.mmap, base: int, payload_at: np
 
 
 class _ClockEnds:
-    """Per physical device, the first and last usable clock-correlation sample (device
-    tick, host midpoint, host bracket: ``profile_file.clock_samples``'), their number and
-    the widest bracket: what IREE's fit (``hal_profile.ClockFit``) reads of a whole
-    profile's samples, kept while the index walks it (a sample a flush, so the samples
-    themselves grow with the run)."""
+    """Per physical device, the first and last clock-correlation sample
+    (:func:`profile_file.clock_samples`' tuples, in their order), their number and the
+    widest host bracket: what IREE's fit (``hal_profile._fits``) reads of a whole
+    profile's samples, kept while the index walks it (there is a sample a flush, so the
+    samples themselves grow with the run)."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: Path):
+        self.path = path
         #: device -> [first sample, last sample, samples, widest bracket]
         self.ends: dict[int, list[Any]] = {}
 
-    def add(self, found: np.ndarray) -> None:
-        flags = found["flags"]
-        usable = found[((flags & pf.CLOCK_DEVICE_TICK) != 0) & ((flags & pf.CLOCK_HOST_BRACKET) != 0)]
-        for device in np.unique(usable["physical_device_ordinal"]).tolist():
-            mine = usable[usable["physical_device_ordinal"] == device]
-            begin, end = mine["host_time_begin_ns"].astype(np.int64), mine["host_time_end_ns"].astype(np.int64)
-            tick, middle, bracket = mine["device_tick"].astype(np.int64), (begin + end) // 2, end - begin
-            order = np.lexsort((bracket, middle, tick))  # the samples sorted as tuples
-            first, last = (tuple(int(x[k]) for x in (tick, middle, bracket)) for k in (order[0], order[-1]))
+    def add(self, found: np.ndarray, version: tuple[int, int]) -> None:
+        tables = pf.ProfileTables(self.path, version, records={"clock-correlations": found})
+        for device, samples in pf.clock_samples(tables).items():
+            first, last, widest = min(samples), max(samples), max(sample[2] for sample in samples)
             known = self.ends.get(device)
             if known is None:
-                self.ends[device] = [first, last, len(mine), int(bracket.max())]
+                self.ends[device] = [first, last, len(samples), widest]
             else:
-                known[:] = [min(known[0], first), max(known[1], last), known[2] + len(mine),
-                            max(known[3], int(bracket.max()))]
+                known[:] = [min(known[0], first), max(known[1], last), known[2] + len(samples),
+                            max(known[3], widest)]
 
     def fits(self) -> dict[int, Any]:
         """``hal_profile._fits`` of the samples seen: per device with two distinct ticks."""
@@ -281,7 +278,7 @@ class _Walk:
         self.payload_at: list[np.ndarray] = []
         self.records: list[np.ndarray] = []
         self.device: list[np.ndarray] = []  # each event chunk's physical device ordinal
-        self.clocks = _ClockEnds()
+        self.clocks = _ClockEnds(path)
         self.dispatch_families: set[str] = set()
         self.functions: dict[tuple[int, int], str] = {}
         self.dropped: dict[str, int] = {}
@@ -446,7 +443,7 @@ class _Walk:
                 self.types.setdefault(name, set()).update(np.flatnonzero(np.bincount(types)).tolist())
                 continue
             if name == "clock-correlations":
-                self.clocks.add(gather(self.path, block, base, payload_at[mine], records[mine], name))
+                self.clocks.add(gather(self.path, block, base, payload_at[mine], records[mine], name), self.version)
                 continue
             if name not in ("queue-events", "host-execution-events", "dispatch-events"):
                 continue

@@ -196,3 +196,16 @@ def test_id_filter(convnet, tmp_path: Path) -> None:
     events = dispatch_events(out)
     assert [e["root_id"] for e in events] == ["main/linalg.matmul#0", "main/linalg.matmul#1"]
     assert json.loads((out / "summary.json").read_text())["counts"]["filtered"] == 4
+
+
+def test_a_full_run_does_not_load_the_compiler_bindings(convnet, tmp_path: Path) -> None:
+    """`dfit run --mode full` reads only the manifest: importing IREE's MLIR bindings
+    (``iree.compiler.ir``) would add about 110 MiB to every run's peak memory (issue 29)."""
+    code = ("import sys\nfrom dfit_mlir.__main__ import main\n"
+            f"sys.argv = ['dfit', 'run', {str(convnet.vmfb)!r}, '--mode', 'full', '--repeat', '3', '-o', "
+            f"{str(tmp_path / 'run')!r}]\n"
+            "try:\n    main()\nexcept SystemExit as done:\n    assert not done.code, done.code\n"
+            "print(sorted(name for name in sys.modules if name.startswith('iree.compiler')))")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert found.stdout.strip().splitlines()[-1] == "[]", found.stdout + found.stderr
+    assert (tmp_path / "run" / "events.parquet").is_file()

@@ -37,12 +37,15 @@ class WriteBehind:
 
     def close(self) -> None:
         """Wait for every item to be consumed; raise the failure, if any."""
+        self._stop()
+        if self._failure:
+            raise self._failure[0]
+
+    def _stop(self) -> None:
         if not self._closed:
             self._closed = True
             self._pending.put(None)
             self._thread.join()
-        if self._failure:
-            raise self._failure[0]
 
     def __enter__(self) -> WriteBehind:
         return self
@@ -51,9 +54,7 @@ class WriteBehind:
         if exc[0] is None:
             self.close()
         else:  # the caller's error is the one to see: wait, but raise nothing of ours
-            self._closed = True
-            self._pending.put(None)
-            self._thread.join()
+            self._stop()
 
 
 def _drain(pending: queue.Queue[Any], consume: Callable[[Any], Any], failure: list[BaseException]) -> None:
