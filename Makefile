@@ -55,6 +55,7 @@ bench: $(STAMP)  ## every benchmark; each rewrites its section of benchmarks/RES
 	$(PY) benchmarks/runtime_overhead.py
 	$(PY) benchmarks/runtime_join.py
 	$(PY) benchmarks/reconstruct_scale.py --runs 5
+	$(PY) -m benchmarks.time_split
 
 clean:  ## remove build outputs (keeps .venv)
 	rm -rf build .pytest_cache
