@@ -249,6 +249,7 @@ def test_browser_convnet_run(browser: Any, iree_bundles: dict[str, Path], tmp_pa
     no_console_errors(browser)
 
 
+@pytest.mark.heavy  # 40-70 s in the browser (Edge TPU view); the other browser checks stay in make test
 def test_browser_edgetpu_reconstruction(browser: Any, edgetpu_bundle: Path, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 
@@ -517,6 +518,7 @@ def test_browser_trace_slices_link_back_to_their_op(browser: Any, iree_bundles: 
     no_console_errors(browser)
 
 
+@pytest.mark.heavy  # 40-70 s in the browser (Edge TPU view); the other browser checks stay in make test
 def test_browser_node_name_tree_collapses(browser: Any, edgetpu_bundle: Path, tmp_path: Path) -> None:
     """The Edge TPU node names form a tree: collapsing a group hides its rows and shows
     the subtree's share (recounted from the ledger's op times); a selection inside a
