@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from dfit_mlir.core.toolchain import runtime_tool  # the binary itself, as dfit runs it
+
 ROOT = Path(__file__).resolve().parent.parent
 FAMILIES = "host-execution,queue-events,memory-events"
 
@@ -62,7 +64,7 @@ def decode_rate(vmfb: Path, inputs: Path, records: int, driver: str, work: Path)
 
     profile = work / "decode.ireeprof"
     n = -(-records // 22)
-    subprocess.run([str(Path(sys.executable).parent / "iree-benchmark-module"), f"--module={vmfb}",
+    subprocess.run([runtime_tool("iree-benchmark-module"), f"--module={vmfb}",
                     f"--device={driver}", f"--device_profiling_mode={FAMILIES}",
                     f"--device_profiling_output={profile}", f"--input=@{inputs}", "--function=main",
                     f"--benchmark_min_time={n}x"], check=True, capture_output=True)
@@ -118,7 +120,7 @@ def main() -> None:
             bundle = work / f"b{n}"
             benches, dfits = [], []
             for _ in range(args.repeats):  # alternating, so that a slow spell of the machine hits both
-                benches.append(timed([str(bin_dir / "iree-benchmark-module"), f"--module={vmfb}",
+                benches.append(timed([runtime_tool("iree-benchmark-module"), f"--module={vmfb}",
                                       f"--device={args.driver}", f"--device_profiling_mode={FAMILIES}",
                                       f"--device_profiling_output={profile}", f"--input=@{work / 'x.npy'}",
                                       "--function=main", f"--benchmark_min_time={n}x", "--benchmark_format=json"]))

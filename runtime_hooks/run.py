@@ -299,6 +299,10 @@ class InProcessRun:
     bundle: Path
 
 
+#: Seconds an interrupted run's child has to end on SIGTERM before it is killed.
+CHILD_END_SECONDS = 5
+
+
 def _in_child(run: InProcessRun, fault: FaultContext) -> None:
     """Run ``run`` in a spawned Python: the module's faults kill that process, not dfit."""
     import multiprocessing
@@ -308,12 +312,19 @@ def _in_child(run: InProcessRun, fault: FaultContext) -> None:
     error_file = run.bundle.with_name("error.pickle")
     progress_file = run.bundle.with_name("progress")
     child = context.Process(target=_child_main, args=(run, error_file, progress_file), daemon=True)
-    child.start()
     try:
+        # An interrupt while the child is being spawned is raised once it is known (and
+        # then ended below): raised inside the spawn, it left a child nobody ended.
+        with atomic.signals_held():
+            child.start()
         child.join()
     except BaseException:
-        child.terminate()
-        child.join()
+        if child.pid is not None:
+            child.terminate()
+            child.join(CHILD_END_SECONDS)
+            if child.is_alive():  # SIGTERM not taken (a runtime stuck in a native call): SIGKILL
+                child.kill()
+                child.join()
         raise
     if error_file.is_file():
         raise pickle.loads(error_file.read_bytes())
@@ -651,6 +662,11 @@ class WindowedRun:
         return summary
 
 
+#: What a full run's events come from, as an error about one the schema refuses names
+#: it (a damaged profile: a record ending before it begins gives a negative duration).
+PROFILE_SOURCE = "the HAL profile this run recorded (damaged)"
+
+
 @dataclass(frozen=True)
 class RecordedProfile:
     """A profiled run's raw profile (in a scratch folder) and the benchmark tool's time."""
@@ -763,7 +779,7 @@ def _write_full_bundle(bundle: Path, manifest: dict[str, Any], policy: Policy, s
             release_freed_memory(now=True)
             return pipeline
 
-        write_bundle(bundle, manifest, fill, written)
+        write_bundle(bundle, manifest, fill, written, source=PROFILE_SOURCE)
         return
     except WindowedRouteUnavailable as why:  # nothing was written: the bundle is still as it was
         reason = str(why)
@@ -771,7 +787,8 @@ def _write_full_bundle(bundle: Path, manifest: dict[str, Any], policy: Policy, s
         raise hal_profile.DamagedProfileError(f"cannot read the HAL profile: {error}") from None
     whole = _whole_run(recorded, manifest, function, repeat, warmup, families, driver)
     write_bundle(bundle, manifest, lambda sink: whole.pipeline(manifest, policy, sink),
-                 {**summary, **whole.summary(), "profile_read": {"route": "whole run", "why": reason}})
+                 {**summary, **whole.summary(), "profile_read": {"route": "whole run", "why": reason}},
+                 source=PROFILE_SOURCE)
 
 
 def _executions(*families: Any) -> Executions:

@@ -152,14 +152,32 @@ SIGNAL_CASES = {
     "sigint-run-ids": ("SIGINT", lambda w, a: ["run", vmfb_pair(w, a), "--mode", "ids", "--repeat", "1000000",
                                                "-o", "b"],
                        lambda w, s: lambda: any(p.name.startswith("dfit-run-") for p in s.iterdir())),
-    # SIGTERM while iree-run-module profiles the module (a child process of dfit).
+    # SIGTERM while iree-benchmark-module profiles the module (a child process of dfit,
+    # whose command line names the profile it writes in the scratch folder).
     "sigterm-run-full": ("SIGTERM", lambda w, a: ["run", vmfb_pair(w, a), "--mode", "full", "--repeat", "100000",
                                                   "-o", "b"],
-                         lambda w, s: lambda: any(p.name.startswith("dfit-run-") for p in s.iterdir())),
+                         lambda w, s: lambda: bool(processes_naming(s, "iree-benchmark-module"))),
     # SIGTERM in the middle of an instrumented compile (between IREE phases).
     "sigterm-compile": ("SIGTERM", lambda w, a: ["compile", "--dfit-tag", put_mlir(w, a), "-o", "m2.vmfb"],
                         lambda w, s: lambda: any(p.name.startswith(".m2.vmfb.") for p in w.iterdir())),
 }
+
+
+def processes_naming(folder: Path, program: str | None = None) -> list[int]:
+    """Processes (other than this one) whose command line names ``folder`` (and whose
+    program, where given, is ``program``: the binary, not a Python running a script)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(folder).encode() in command and (program is None or
+                                                Path(command.split(b"\0")[0].decode(errors="replace")).name == program):
+            found.append(int(entry.name))
+    return found
 
 
 def put_dump(work: Path) -> str:
@@ -179,6 +197,7 @@ def put_mlir(work: Path, art: Artifacts) -> str:
 @pytest.mark.parametrize("name", sorted(SIGNAL_CASES))
 def test_interrupted(name: str, art: Artifacts, tmp_path: Path) -> None:
     import signal
+    import time
 
     signame, build, ready = SIGNAL_CASES[name]
     work, scratch = tmp_path / "work", tmp_path / "scratch"
@@ -192,6 +211,15 @@ def test_interrupted(name: str, art: Artifacts, tmp_path: Path) -> None:
     assert "Traceback" not in stderr and "interrupted" in stderr, shown
     assert tree(work) == before, shown  # no output, no temporary file or folder
     assert not list(scratch.iterdir()), shown  # the scratch inputs and phase files are gone too
+    # No child outlives dfit (IREE's console scripts are trampolines: killing one left
+    # the tool it started running, reparented; dfit runs the binaries themselves).
+    deadline = time.monotonic() + 10
+    while processes_naming(scratch) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = processes_naming(scratch)
+    for pid in left:  # not left burning a core for the rest of the suite
+        os.kill(pid, signal.SIGKILL)
+    assert not left, shown
 
 
 # --- the catch-all and the atomic writer -------------------------------------------------
@@ -260,6 +288,33 @@ def test_the_atomic_writer_never_replaces_what_dfit_did_not_write(tmp_path: Path
     assert outputs.refusal(outputs.resolve(tmp_path / "n.json"), "node-data", directory=False) is None
     (tmp_path / "n.json").write_text("edited by hand\n")
     assert outputs.refusal(outputs.resolve(tmp_path / "n.json"), "node-data", directory=False) is not None
+
+
+def test_a_note_in_a_folder_of_an_output_stops_its_rewrite(art: Artifacts, tmp_path: Path) -> None:
+    """A note dropped into ``BUNDLE/analysis/<tool>/`` (or ``--out DIR/<tool>/``) is the
+    user's: re-running into the bundle, or analysing into the folder again, is refused
+    (exit 2, naming the note) and the note stays; without it both rewrites go through."""
+    import shutil
+
+    shutil.copyfile(art.vmfb, tmp_path / "m.vmfb")
+    shutil.copyfile(art.manifest, tmp_path / "m.manifest.json")
+    run = ["run", "m.vmfb", "--mode", "ids", "--repeat", "2", "-o", "b"]
+    analyze = ["analyze", "b", "--tool", "overhead"]
+    analyze_out = [*analyze, "--out", "a"]
+    for made_by, note, rewrite in ((analyze, "b/analysis/overhead/note.txt", run),
+                                   (analyze, "b/analysis/overhead/note.txt", analyze),
+                                   (analyze_out, "a/overhead/note.txt", analyze_out)):
+        for argv in (run, made_by):
+            status, _, stderr, escaped = invoke(argv, tmp_path)
+            assert escaped is None and status == 0, (argv, stderr)
+        (tmp_path / note).write_text("mine\n")
+        status, _, stderr, escaped = invoke(rewrite, tmp_path)
+        assert escaped is None and status == 2, (rewrite, stderr)
+        assert "overhead/note.txt" in stderr and "did not write" in stderr and len(stderr.strip().splitlines()) == 1
+        assert (tmp_path / note).read_text() == "mine\n"
+        (tmp_path / note).unlink()
+        status, _, stderr, escaped = invoke(rewrite, tmp_path)
+        assert escaped is None and status == 0, (rewrite, stderr)
 
 
 @pytest.mark.slow

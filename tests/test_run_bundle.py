@@ -209,3 +209,49 @@ def test_a_full_run_does_not_load_the_compiler_bindings(convnet, tmp_path: Path)
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert found.stdout.strip().splitlines()[-1] == "[]", found.stdout + found.stderr
     assert (tmp_path / "run" / "events.parquet").is_file()
+
+
+@pytest.mark.parametrize("route", ["windowed", "whole run"])
+def test_a_profile_event_ending_before_it_begins_writes_no_bundle(convnet, tmp_path: Path, route: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A damaged profile whose last queue event is ready 15 ms before it was submitted
+    (one flipped byte does that) would give an event of negative duration, which every
+    reader of the bundle refuses: the run refuses it instead (exit 2 saying so), by
+    either route, and writes nothing."""
+    import numpy as np
+
+    from dfit_mlir.cli.app import main
+    from dfit_mlir.runtime_hooks import profile_file as pf
+    from dfit_mlir.runtime_hooks import profile_stream, run
+    from dfit_mlir.runtime_hooks.profile_stream import WindowedRouteUnavailable
+
+    record = run._record_run
+
+    def damaged(*args, **kwargs):
+        recorded = record(*args, **kwargs)
+        index = profile_stream.index_profile(recorded.path)
+        queue = np.flatnonzero(index.chunk_family == profile_stream.QUEUE)[-1]
+        dtype = pf.FAMILY_DTYPES["queue-events"]
+        at = int(index.chunk_payload_at[queue]) + (int(index.chunk_records[queue]) - 1) * dtype.itemsize
+        with open(recorded.path, "r+b") as handle:
+            handle.seek(at)
+            event = np.frombuffer(handle.read(dtype.itemsize), dtype).copy()
+            event["ready_host_time_ns"] = event["host_time_ns"] - 15_000_000
+            handle.seek(at)
+            handle.write(event.tobytes())
+        return recorded
+
+    monkeypatch.setattr(run, "_record_run", damaged)
+    if route == "whole run":
+        def unavailable(*args, **kwargs):
+            raise WindowedRouteUnavailable("the test takes the whole-run route")
+
+        monkeypatch.setattr(run.WindowedRun, "open", unavailable)
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(main, ["run", str(convnet.vmfb), "--mode", "full", "--repeat", "3", "-o",
+                                       str(tmp_path / "run")], prog_name="dfit")
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert run.PROFILE_SOURCE in result.stderr and "'duration_ns'" in result.stderr and "is negative" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "run").exists() and not list(tmp_path.iterdir())

@@ -34,7 +34,7 @@ def atomic_path(target: str | os.PathLike[str], kind: str | None = None) -> Iter
     if kind is not None:
         _require(target, kind, directory=False)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _signals_held():
+    with signals_held():
         fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
         os.close(fd)
         tmp = Path(tmp_name)
@@ -76,7 +76,7 @@ def atomic_directory(target: str | os.PathLike[str], kind: str = "output") -> It
     target = outputs.resolve(target)  # `-o .` names the directory itself, not "" in it
     _require(target, kind, directory=True)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _signals_held():
+    with signals_held():
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
         LIVE_TEMPORARIES.add(tmp)
     old: Path | None = None
@@ -85,7 +85,7 @@ def atomic_directory(target: str | os.PathLike[str], kind: str = "output") -> It
         outputs.write_marker(tmp, kind)
         os.chmod(tmp, 0o777 & ~_umask())
         _require(target, kind, directory=True)  # again: something may have appeared meanwhile
-        with _signals_held():  # the swap is not interrupted half-way
+        with signals_held():  # the swap is not interrupted half-way
             check_not_interrupted()
             old = _swap_in(tmp, target)
     finally:
@@ -100,7 +100,7 @@ def scratch_directory(prefix: str = "dfit-") -> Iterator[Path]:
     """A temporary working folder (in ``$TMPDIR``) removed on exit, on an exception and
     on SIGINT/SIGTERM: it is registered before any signal can arrive (they are held
     back while it is created), so no interrupt leaves it behind."""
-    with _signals_held():
+    with signals_held():
         path = Path(tempfile.mkdtemp(prefix=prefix))
         LIVE_TEMPORARIES.add(path)
     try:
@@ -122,7 +122,7 @@ _received: int | None = None
 
 
 @contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
+def signals_held() -> Iterator[None]:
     """Defer SIGINT/SIGTERM (as routed by :func:`on_signal`) to the end of the block: a
     temporary is then created *and* registered, or not created. Blocking the signals
     with a thread mask would not do: another thread (pyarrow's, numpy's) takes them."""

@@ -3,10 +3,12 @@
 Two ways of recognising a previous dfit output:
 
 * **directories** (run and reconstruct bundles, analysis folders, diff folders): every one
-  holds a marker, ``.dfit-output.json``, naming its kind and the entries dfit wrote.
-  An existing directory is replaced only when it is empty, or when its marker has the
-  same kind and everything in it is dfit's (the marked entries, or nested dfit outputs
-  such as ``BUNDLE/analysis``) — a user's note dropped into a bundle is never deleted.
+  holds a marker, ``.dfit-output.json``, naming its kind and the entries dfit wrote
+  (``files``; ``paths``: every file in its folders). An existing directory is replaced
+  only when it is empty, or when its marker has the same kind and everything in it, at
+  any depth, is dfit's (the marked entries, or nested dfit outputs such as
+  ``BUNDLE/analysis``, by their own markers) — a user's note dropped into a bundle or
+  any folder of it is never deleted.
 * **files** (a compile's vmfb and manifest, ``dfit opt -o``, Model Explorer node data):
   a vmfb is dfit's when the manifest beside it records its sha256; a manifest when it is
   a ``dfit.manifest`` document; any file dfit wrote at a path the user named is also
@@ -104,11 +106,51 @@ def refusal(target: Path, kind: str, *, directory: bool = True) -> str | None:
         return "it is a directory dfit did not write (no dfit marker in it)"
     if marker.get("kind") != kind:
         return f"it is a dfit {marker.get('kind')} output, not a {kind} output"
-    owned = set(marker.get("files") or ()) | {MARKER}
-    foreign = [name for name in entries if name not in owned and not _is_nested_output(target / name)]
-    if foreign:
-        return f"it holds {foreign[0]!r}, which dfit did not write there"
+    foreign = _foreign_entry(target, marker, entries)
+    if foreign is not None:
+        return f"it holds {foreign!r}, which dfit did not write there"
     return None
+
+
+def _foreign_entry(directory: Path, marker: dict[str, Any], entries: list[str]) -> str | None:
+    """The first thing in ``directory`` (a path relative to it) that dfit did not write,
+    by its ``marker``: a top-level entry it does not list (and that is no nested dfit
+    output), or a file inside a listed folder that its ``paths`` do not list (a marker
+    of an earlier dfit lists no paths: its folders' contents are unknown, so not dfit's)."""
+    owned = set(marker.get("files") or ()) | {MARKER}
+    paths = marker.get("paths")
+    known = set(paths) if isinstance(paths, list) else None
+    for name in entries:
+        if name == MARKER:
+            continue
+        entry = directory / name
+        if entry.is_dir() and not entry.is_symlink():
+            nested = read_marker(entry)
+            if nested is not None:  # an output of its own (BUNDLE/analysis): its own rule
+                inner = _foreign_entry(entry, nested, sorted(os.listdir(entry)))
+                if inner is None:
+                    continue
+                return f"{name}/{inner}"
+            if name not in owned:
+                return name
+            inside = _files_under(entry, name)
+            stray = next((path for path in inside if known is None or path not in known), None)
+            if stray is not None:
+                return stray
+        elif name not in owned and not (entry.is_file() and not entry.is_symlink() and is_dfit_file(entry, None)):
+            return name
+    return None
+
+
+def _files_under(folder: Path, prefix: str) -> list[str]:
+    """Every entry under ``folder`` but its folders, as ``prefix/relative/path``, sorted
+    (links not followed: a link is listed, never walked)."""
+    found = []
+    for root, folders, files in os.walk(folder):
+        relative = Path(prefix) / Path(root).relative_to(folder)
+        found += [(relative / name).as_posix() for name in files]
+        found += [(relative / name).as_posix() for name in folders if (Path(root) / name).is_symlink()]
+    return sorted(found)
 
 
 #: What a bundle written before markers existed (dfit 0.1) holds.
@@ -153,12 +195,11 @@ def write_marker(directory: Path, kind: str) -> None:
     from dfit_mlir import __version__
 
     files = sorted(name for name in os.listdir(directory) if name != MARKER)
-    document = {"schema": MARKER_SCHEMA, "kind": kind, "dfit": __version__, "files": files}
+    # Every file in its folders too, so that a note dropped into one stops a rewrite.
+    paths = sorted(path for name in files if (directory / name).is_dir() and not (directory / name).is_symlink()
+                   for path in _files_under(directory / name, name))
+    document = {"schema": MARKER_SCHEMA, "kind": kind, "dfit": __version__, "files": files, "paths": paths}
     (directory / MARKER).write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-
-
-def _is_nested_output(path: Path) -> bool:
-    return is_marked(path) if path.is_dir() else path.is_file() and is_dfit_file(path, None)
 
 
 # --- files -----------------------------------------------------------------------------

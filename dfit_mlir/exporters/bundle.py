@@ -38,12 +38,14 @@ BUNDLE_KIND = "bundle"
 
 def write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[ParquetSink], EventPipeline],
                  summary: dict[str, Any], extra_files: dict[str, str] | None = None, *,
-                 trace_limit: TraceLimit | None = None) -> Path:
+                 trace_limit: TraceLimit | None = None, source: str | None = None) -> Path:
     """``fill(sink)`` returns a pipeline holding the run's events (not yet closed);
     ``extra_files``: more text files for the bundle (name → content); ``trace_limit``:
-    the traces' size limit (default: what the pipeline's policy asks for)."""
+    the traces' size limit (default: what the pipeline's policy asks for); ``source``:
+    what the events come from, as the error about an event out of the schema's bounds
+    names it (no bundle is written then)."""
     with atomic.atomic_directory(bundle, kind=BUNDLE_KIND) as tmp:
-        pipeline = fill(ParquetSink(tmp / "events.parquet"))
+        pipeline = fill(ParquetSink(tmp / "events.parquet", source))
         counts = pipeline.close()
         head = {
             "policy": asdict(pipeline.policy),
