@@ -84,10 +84,26 @@ def scalar_value(text: str, argument: dict[str, Any], index: int) -> str:
                                 f"(give it as --input {match['value']})")
     integer = wanted == "index" or "i" in wanted
     try:
-        return str(int(match["value"])) if integer else repr(float(match["value"]))
+        value = int(match["value"]) if integer else float(match["value"])
     except ValueError:
         raise InvalidInputError(f"input {index} is {text}, the function takes "
                                 f"{'an integer' if integer else 'a number'} ({wanted})") from None
+    if integer:
+        low, high = integer_range(wanted)
+        if not low <= value <= high:  # the IREE tools would wrap it (i32=4294967296 ran as 0)
+            raise InvalidInputError(f"input {index} is {text}, outside {wanted} ({low}..{high})")
+    return str(value) if integer else repr(value)
+
+
+def integer_range(element: str) -> tuple[int, int]:
+    """The values an integer element type holds as the IREE tools parse them: ``siN``
+    signed, ``uiN`` unsigned, a signless ``iN`` either (``index``: 64 bits)."""
+    bits = 64 if element == "index" else int(re.sub(r"^[su]?i", "", element))
+    if element.startswith("ui"):
+        return 0, (1 << bits) - 1
+    if element.startswith("si"):
+        return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    return -(1 << (bits - 1)), (1 << bits) - 1
 
 
 def npy_scalar(index: int, path: Path) -> str:
@@ -164,8 +180,9 @@ def check_inputs(inputs: Sequence[str], arguments: list[dict[str, Any]], budget:
             raise InvalidInputError(f"input {index} is the scalar {text}, the function takes a tensor "
                                     f"{argument_type(argument)} (give it as {argument_type(argument)}={text})")
         match = INPUT_RE.match(text)
-        if match is None:
-            continue  # other forms are checked by the runtime
+        if match is None:  # what the IREE tools would fail on with exit 3
+            raise InvalidInputError(f"input {index} is {text!r}: give a tensor as {argument_type(argument)}=VALUES "
+                                    f"(one value, or one per element) or @file.npy")
         shape = [int(dim) for dim in match["shape"].split("x") if dim]
         wanted = [dim if dim is not None else shape[i] if i < len(shape) else None
                   for i, dim in enumerate(argument["shape"])]
@@ -175,7 +192,42 @@ def check_inputs(inputs: Sequence[str], arguments: list[dict[str, Any]], budget:
                                     f"the function takes {argument_type(argument)}")
         if dtype == "i1":
             checked[-1] = bool_text(index, match)
+        else:
+            check_literal_values(index, match, shape)
     return checked
+
+
+#: How the IREE tools separate the values of a ``SHAPExTYPE=v0 v1 …`` input.
+VALUE_SEPARATOR = re.compile(r"[,\s\[\]]+")  # brackets too: 2x2xi32=[1 2][3 4]
+INTEGER_TEXT = re.compile(r"[-+]?\d+")
+
+
+def check_literal_values(index: int, match: re.Match[str], shape: list[int]) -> None:
+    """The values of a ``SHAPExTYPE=…`` input: one (a splat) or one per element, each a
+    number of the element type (an integer within its range for integer types) — what
+    the IREE tools refuse with a toolchain failure, or silently wrap or truncate
+    (``8xi32=1.5`` ran as 1)."""
+    element, text = match["dtype"], match["value"].strip()
+    if text.startswith("@"):  # the elements' bytes in a file (4x2xf32=@x.bin): the runtime reads them
+        return
+    values = [value for value in VALUE_SEPARATOR.split(text) if value]
+    elements = math.prod(shape)
+    if len(values) not in (1, elements):
+        raise InvalidInputError(f"input {index} has {len(values)} values, a {match['shape']}{element} takes "
+                                f"{elements} (or one, for every element)")
+    integer = element not in ("f16", "bf16", "f32", "f64")
+    for value in values:
+        if integer:
+            if not INTEGER_TEXT.fullmatch(value):
+                raise InvalidInputError(f"input {index} holds {value!r}, not an integer ({element})")
+            low, high = integer_range(element)
+            if not low <= int(value) <= high:
+                raise InvalidInputError(f"input {index} holds {value}, outside {element} ({low}..{high})")
+            continue
+        try:
+            float(value)
+        except ValueError:
+            raise InvalidInputError(f"input {index} holds {value!r}, not a number ({element})") from None
 
 
 #: The values a bool (``i1``) tensor may be written with.
@@ -621,7 +673,7 @@ def check_npy_input(index: int, path: Path, argument: dict[str, Any]) -> None:
                 raise ValueError(f"npy format version {version[0]}.{version[1]}; IREE reads 1.0 and 2.0")
             read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                            else np.lib.format.read_array_header_2_0)
-            shape, _, dtype = read_header(handle)
+            shape, fortran_order, dtype = read_header(handle)
     except FileNotFoundError:
         raise InvalidInputError(f"{path}: no such file (input {index})") from None
     except IsADirectoryError:
@@ -633,6 +685,9 @@ def check_npy_input(index: int, path: Path, argument: dict[str, Any]) -> None:
         raise InvalidInputError(f"{path}: not a readable .npy file (input {index}: negative dimension in {shape})")
     if dtype.hasobject:
         raise InvalidInputError(f"{path}: holds Python objects (a pickled array), not numbers (input {index})")
+    if fortran_order and len(shape) > 1:
+        raise InvalidInputError(f"{path}: a Fortran-order array, which IREE's .npy reader does not take (input "
+                                f"{index}; save np.ascontiguousarray of it)")
     expected_bytes = math.prod(int(dim) for dim in shape) * dtype.itemsize  # Python ints: no overflow
     if path.stat().st_size < expected_bytes:
         raise InvalidInputError(f"{path}: truncated (its header promises {expected_bytes} bytes of data; input {index})")

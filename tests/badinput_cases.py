@@ -454,6 +454,7 @@ NPY_INPUTS: dict[str, Callable[[Path], str]] = {
     "empty-file": _raw(b""),
     "npz": _npz,
     "pickled-object": _pickled,
+    "fortran-order": _npy(np.asfortranarray(np.zeros((1, 32, 32, 3), np.float32))),
     "missing": lambda work: "absent.npy",
 }
 
@@ -465,11 +466,14 @@ def input_cases() -> list[Case]:
                           lambda w, a, m=make: ["run", vmfb_pair(w, a), "--mode", "ids", f"--input=@{m(w)}", "-o", "b"],
                           2, None))
     splats = [("splat-shape", "1x32x32x4xf32=1", "input 0"), ("splat-dtype", "1x32x32x3xi8=1", "input 0"),
-              ("splat-syntax", "f32:1", "f32:1"), ("splat-value", "1x32x32x3xf32=one", "one")]
+              ("splat-syntax", "f32:1", "f32:1"), ("splat-value", "1x32x32x3xf32=one", "one"),
+              ("values-too-few", "1x32x32x3xf32=1 2 3", "3 values"), ("values-bracketed", "1x32x32x3xf32=[1 2][x]", "x")]
     for name, text, names in splats:
-        cases.append(Case(f"run-{name}",
-                          lambda w, a, t=text: ["run", vmfb_pair(w, a), "--mode", "ids", f"--input={t}", "-o", "b"],
-                          2, names))
+        for mode in ("ids", "full"):  # checked by dfit in both: the IREE tools failed with exit 3 on them
+            cases.append(Case(f"run-{name}" if mode == "ids" else f"run-{name}-{mode}",
+                              lambda w, a, t=text, m=mode: ["run", vmfb_pair(w, a), "--mode", m, f"--input={t}",
+                                                            "-o", "b"],
+                              2, names))
     cases.append(Case("run-too-many-inputs", lambda w, a: ["run", vmfb_pair(w, a), "--mode", "ids",
                                                            "--input=1x32x32x3xf32=1", "--input=1xf32=1", "-o", "b"],
                       2, "2 given"))

@@ -4,6 +4,7 @@ else exit 2 naming the input — on a real compile, through the real CLI."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from dfit_mlir.core.errors import InvalidInputError
+from dfit_mlir.runtime_hooks import inputs
 from dfit_mlir.runtime_hooks.inputs import check_input_sizes, default_input_budget, element_bytes
 
 DYNAMIC = """
@@ -89,3 +91,38 @@ def test_npy_inputs_are_sized_by_their_file(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="input 0"):
         check_input_sizes([f"@{tmp_path / 'a.npy'}"], size - 1)
     assert [element_bytes(t) for t in ("i1", "i8", "f16", "bf16", "f32", "i64")] == [1, 1, 2, 2, 4, 8]
+
+
+# --- values the IREE tools would wrap, truncate or fail on (SYNTHETIC signatures) --------
+
+@pytest.mark.parametrize("text,dtype,says", [
+    ("i32=4294967296", "i32", "outside i32 (-2147483648..4294967295)"),  # ran as 0 before
+    ("-1", "ui8", "outside ui8 (0..255)"),
+    ("128", "si8", "outside si8 (-128..127)"),
+    ("99999999999999999999", "index", "outside index"),
+])
+def test_a_scalar_outside_its_type_is_refused(text: str, dtype: str, says: str) -> None:
+    with pytest.raises(InvalidInputError, match=re.escape(says)):
+        inputs.scalar_value(text, {"dtype": dtype, "shape": [], "scalar": True}, 1)
+
+
+@pytest.mark.parametrize("text,kept", [("255", "255"), ("-128", "-128"), ("i32=4294967295", "4294967295")])
+def test_a_scalar_within_its_type_is_kept(text: str, kept: str) -> None:
+    dtype = "i32" if text.startswith("i32") else "i8"
+    assert inputs.scalar_value(text, {"dtype": dtype, "shape": [], "scalar": True}, 0) == kept
+
+
+@pytest.mark.parametrize("text,says", [
+    ("8xi32=1.5", "'1.5', not an integer (i32)"),  # ran as 1 before
+    ("8xi32=1 2 3 4 5 6 7 8 9", "9 values, a 8xi32 takes 8"),
+    ("8xi8=1 2 3 4 5 6 7 300", "300, outside i8"),
+    ("2x2xf32=1 2 3 x", "'x', not a number (f32)"),
+])
+def test_a_literal_tensor_is_checked_value_by_value(text: str, says: str) -> None:
+    shape = [int(d) for d in text.split("=")[0].split("x")[:-1]]
+    argument = {"dtype": text.split("=")[0].split("x")[-1], "shape": shape}
+    with pytest.raises(InvalidInputError, match=re.escape(says)):
+        inputs.check_inputs([text], [argument])
+    good = text.split("=")[0] + "=" + " ".join(["1"] * (shape[0] * (shape[1] if len(shape) > 1 else 1)))
+    assert inputs.check_inputs([good], [argument]) == [good]
+    assert inputs.check_inputs([text.split("=")[0] + "=[1 1][1 1]" if len(shape) > 1 else good], [argument])
