@@ -37,10 +37,10 @@ def test_every_bundle_reports_its_tracing_cost(request: pytest.FixtureRequest, n
     assert row["role"] == "this"
     if bundle.is_dir():
         events = pq.read_metadata(bundle / "events.parquet").num_rows
-        sizes = [(bundle / f).stat().st_size for f in ("trace.pftrace", "events.parquet")]
+        sizes = [(bundle / f).stat().st_size for f in ("trace.pftrace", "trace.json", "events.parquet")]
         assert (int(row["events"]), int(row["dropped"])) == (events, 0)
-        assert (int(row["pftrace_bytes"]), int(row["parquet_bytes"]), int(row["trace_bytes"])) == \
-            (*sizes, sum(sizes))
+        assert (int(row["pftrace_bytes"]), int(row["json_bytes"]), int(row["parquet_bytes"]),
+                int(row["trace_bytes"])) == (*sizes, sum(sizes))
     else:  # a bare manifest: nothing ran
         assert (row["events"], row["trace_bytes"], row["median_invocation_ms"]) == ("0", "", "")
     assert json.loads((out / "summary.json").read_text())["analysis_s"] > 0

@@ -341,3 +341,13 @@ def test_cost_placement_rule() -> None:
     placed = placed_costs([["conv"], ["conv", "relu"], ["mm"], ["mm"], ["pad"], ["pad"]],
                           [False, True, True, True, False, False], {"conv": 10, "relu": None, "mm": 7, "pad": 2})
     assert placed == [{}, {"conv": 10}, {"mm": 4}, {"mm": 3}, {"pad": 1}, {"pad": 1}]
+
+
+def test_threads_of_a_run_say_which_driver_they_come_from() -> None:
+    """SYNTHETIC summaries: the two CPU drivers, a GPU driver (named, not "no driver"), none."""
+    cores = calibration.available_cores()
+    assert calibration.threads_of_run({"driver": "local-sync"})[0] == 1
+    assert calibration.threads_of_run({"driver": "local-task"})[0] == cores
+    threads, why = calibration.threads_of_run({"driver": "vulkan"})
+    assert threads == cores and "vulkan is not a CPU driver" in why
+    assert calibration.threads_of_run({})[1].startswith("no run driver recorded")

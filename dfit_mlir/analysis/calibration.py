@@ -119,6 +119,8 @@ def threads_of_run(summary: dict[str, Any]) -> tuple[int, str]:
         return 1, "the run's driver local-sync executes every dispatch on the calling thread"
     if driver == "local-task":
         return cores, f"the run's driver local-task runs workgroups on one worker per core ({cores} available)"
+    if driver:  # a GPU driver, or one this table does not know: not the host's cores' work
+        return cores, f"the run's driver {driver} is not a CPU driver dfit models: every core ({cores} available) assumed"
     return cores, f"no run driver recorded: every core ({cores} available) assumed"
 
 

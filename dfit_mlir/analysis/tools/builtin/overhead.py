@@ -7,7 +7,7 @@
   (same input sha256 or path, or the same operator IDs); in each group the least
   instrumented run (``none`` < ``ids`` < ``lite`` < ``full``) is the baseline;
 * tracing: events kept, event rate (events per second of recorded invocation time), the
-  bytes of the bundle's ``trace.pftrace`` and ``events.parquet``, events dropped;
+  bytes of the bundle's ``trace.pftrace``, ``trace.json`` and ``events.parquet``, events dropped;
 * post-run analysis: this tool's own time in its hooks (``time.perf_counter``).
 
 Outputs ``overhead.csv`` / ``overhead.json`` (one row per bundle: slowdown against trace
@@ -28,8 +28,9 @@ from dfit_mlir.core.errors import InvalidInputError
 #: Run modes from least to most instrumented; the least instrumented run of a group is its baseline.
 INSTRUMENTATION_ORDER = ("none", "ids", "lite", "full")
 #: The bundle's trace files whose size is the tracing cost on disk.
-TRACE_FILES = {"pftrace_bytes": "trace.pftrace", "parquet_bytes": "events.parquet"}
-BUNDLE_COLUMNS = ("bundle", "role", "model", "mode", "events", "dropped", "pftrace_bytes", "parquet_bytes",
+#: The files a run's events cost on disk (``trace_bytes`` is their sum).
+TRACE_FILES = {"pftrace_bytes": "trace.pftrace", "json_bytes": "trace.json", "parquet_bytes": "events.parquet"}
+BUNDLE_COLUMNS = ("bundle", "role", "model", "mode", "events", "dropped", "pftrace_bytes", "json_bytes", "parquet_bytes",
                   "trace_bytes", "invocations", "harness", "median_invocation_ms", "event_rate_per_s", "baseline",
                   "slowdown", "extra_ms", "not_compared")
 COMPILE_COLUMNS = ("stage", "phase_s", "snapshot_s", "snapshot_pct_of_phase")
