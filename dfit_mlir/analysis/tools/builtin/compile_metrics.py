@@ -65,10 +65,17 @@ class CompileMetrics(Tool):
     def on_event(self, ctx: ToolContext, batch: Any) -> None:
         started = time.perf_counter()
         # Reconstructions carry the vendor's compile phases as events; a compiler-visible
-        # backend has them in the manifest already.
-        for row in batch.to_pylist():
-            if row["kind"] == "compile" and row["duration_ns"] is not None:
-                ctx.state["compile_events"].append(row)
+        # backend has them in the manifest already. Found column-wise: a run's millions of
+        # dispatch events are never made Python rows (41 s at 2.2M events when they were).
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        kind = batch.column("kind")
+        if pa.types.is_dictionary(kind.type):
+            kind = kind.dictionary_decode()
+        wanted = pc.and_(pc.fill_null(pc.equal(kind, "compile"), False), pc.is_valid(batch.column("duration_ns")))
+        if pc.any(wanted).as_py():
+            ctx.state["compile_events"].extend(batch.filter(wanted).to_pylist())
         ctx.state["busy_s"] += time.perf_counter() - started
 
     def on_shutdown(self, ctx: ToolContext) -> None:
