@@ -52,7 +52,22 @@ class MemoryProxy(Tool):
         ctx.state.update(compiler=defaultdict(dict), report=[])
 
     def on_event(self, ctx: ToolContext, batch: Any) -> None:
-        columns = [batch.column(name).to_pylist() for name in ("kind", "name", "bytes", "attributes")]
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        # The few compiler-summary events found column-wise: a run's millions of events
+        # are never made Python values.
+        def decoded(name: str) -> Any:
+            column = batch.column(name)
+            return column.dictionary_decode() if pa.types.is_dictionary(column.type) else column
+
+        wanted = pc.and_(pc.and_(pc.fill_null(pc.equal(decoded("kind"), "memory"), False),
+                                 pc.fill_null(pc.is_in(decoded("name"), pa.array(sorted(PARAMETER_EVENTS))), False)),
+                         pc.is_valid(batch.column("bytes")))
+        if not pc.any(wanted).as_py():
+            return
+        found = batch.filter(wanted)
+        columns = [found.column(name).to_pylist() for name in ("kind", "name", "bytes", "attributes")]
         for kind, name, size, attributes in zip(*columns, strict=True):
             if kind == "memory" and name in PARAMETER_EVENTS and size is not None:
                 model = json.loads(attributes or "{}").get("model", "")
