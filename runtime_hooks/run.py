@@ -251,6 +251,8 @@ class FaultContext:
         saved = self.save_inputs()
         when = (f"in invocation {invocation} of {self.invocations}" if invocation is not None
                 else f"during invocations 1..{self.invocations}" if self.invocations > 1 else "in invocation 1 of 1")
+        if signal_number == signals.SIGKILL and not detail:
+            detail = OUT_OF_MEMORY_HINT
         raise ModuleFaultError(
             f"{self.vmfb}: {self.function} faulted with {name} in {tool} {when} "
             f"(no bundle written); inputs used: {saved}{f' ({detail})' if detail else ''}")
@@ -271,6 +273,11 @@ class FaultContext:
 
 #: Signals a crashing module dies of (and tools that catch them exit with 128+n or 256-n).
 FAULT_SIGNALS = (4, 6, 7, 8, 11)
+#: Said of a child killed by SIGKILL, which nothing in a module raises: the kernel's
+#: out-of-memory killer sends it (a loop of 2^31 trips under profiling: 13 GB in 2 minutes).
+OUT_OF_MEMORY_HINT = ("SIGKILL is how the kernel ends a process when memory runs out: the profiler holds each "
+                      "invocation's records until it ends, so a loop of very many trips can exhaust it; "
+                      "check the inputs that set trip counts")
 
 
 def fault_signal(returncode: int) -> int | None:

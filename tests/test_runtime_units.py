@@ -122,6 +122,18 @@ def test_a_fault_saves_the_generated_inputs(tmp_path) -> None:
     assert not (tmp_path / "b").exists()
 
 
+def test_a_child_killed_by_sigkill_is_said_to_have_run_out_of_memory(tmp_path) -> None:
+    """SIGKILL comes from the kernel (its out-of-memory killer), not from a module: the
+    message says so, where a stderr line would say nothing (the binary was killed)."""
+    from dfit_mlir.core.errors import ModuleFaultError
+    from dfit_mlir.runtime_hooks.run import OUT_OF_MEMORY_HINT, FaultContext
+
+    fault = FaultContext(tmp_path / "m.vmfb", "main", ["16x16xf32=1", "4294967296"], tmp_path / "b", 1)
+    with pytest.raises(ModuleFaultError) as error:
+        fault.raise_for(9, "iree-benchmark-module")
+    assert "faulted with SIGKILL" in str(error.value) and str(error.value).endswith(f"({OUT_OF_MEMORY_HINT})")
+
+
 def test_an_anchor_that_dispatches_nothing_is_found_by_its_executions() -> None:
     """The entry block's first command buffer only copies (no dispatch record names its
     buffer): it is the one buffer nothing else explains that runs once per call."""
