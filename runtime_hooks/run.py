@@ -573,7 +573,7 @@ class WindowedRun:
                 raise unavailable("the profile's format or the runtime is not the one the direct reader knows")
             index = profile_stream.index_profile(recorded.path, WINDOW_RECORDS)
         except profile_file.ProfileFormatError as error:
-            raise hal_profile.DamagedProfileError(f"cannot read the HAL profile: {error}") from None
+            raise damaged_recording(recorded.path, error) from None
         if not len(index.executions):
             raise unavailable("no command-buffer execution records")
         known: dict[int, int] = {}
@@ -672,6 +672,16 @@ class WindowedRun:
 #: What a full run's events come from, as an error about one the schema refuses names
 #: it (a damaged profile: a record ending before it begins gives a negative duration).
 PROFILE_SOURCE = "the HAL profile this run recorded (damaged)"
+
+
+def damaged_recording(profile: Path, error: Exception) -> hal_profile.DamagedProfileError:
+    """The error for a damaged profile that this run recorded: named as such (with the
+    reader's path and byte offset), and saying that the path is the run's scratch copy,
+    gone by the time the message is read."""
+    text = str(error).removeprefix("cannot read the HAL profile: ")
+    where = " (a file of the run's scratch folder, removed as dfit exits)" if profile.parent.name.startswith((
+        "dfit-run-", "dfit-profile-")) else ""
+    return hal_profile.DamagedProfileError(f"the HAL profile this run recorded is damaged: {text}{where}")
 
 
 @dataclass(frozen=True)
@@ -791,8 +801,11 @@ def _write_full_bundle(bundle: Path, manifest: dict[str, Any], policy: Policy, s
     except WindowedRouteUnavailable as why:  # nothing was written: the bundle is still as it was
         reason = str(why)
     except profile_file.ProfileFormatError as error:  # found reading a window: no bundle either
-        raise hal_profile.DamagedProfileError(f"cannot read the HAL profile: {error}") from None
-    whole = _whole_run(recorded, manifest, function, repeat, warmup, families, driver)
+        raise damaged_recording(recorded.path, error) from None
+    try:
+        whole = _whole_run(recorded, manifest, function, repeat, warmup, families, driver)
+    except hal_profile.DamagedProfileError as error:
+        raise damaged_recording(recorded.path, error) from None
     write_bundle(bundle, manifest, lambda sink: whole.pipeline(manifest, policy, sink),
                  {**summary, **whole.summary(), "profile_read": {"route": "whole run", "why": reason}},
                  source=PROFILE_SOURCE)
