@@ -229,10 +229,7 @@ class ProfileFileReader:
     def _read(self, data: mmap.mmap, version: tuple[int, int]) -> ProfileTables:
         tables = ProfileTables(self.path, version)
         _, _, _, offset, _, logical_end = _FILE_HEADER.unpack_from(data, 0)
-        end = logical_end or len(data)
-        if end > len(data):
-            raise ProfileFormatError(f"{self.path}: the header says {end} bytes, the file has {len(data)} "
-                                     f"(truncated at byte {len(data)})")
+        end = file_end(self.path, logical_end, len(data))
         spans: dict[str, list[tuple[int, int]]] = {}
         streams: dict[str, list[int]] = {}
         devices: dict[str, list[int]] = {}
@@ -321,6 +318,21 @@ def names(values: np.ndarray, table: tuple[str, ...]) -> np.ndarray:
 def read_profile(path: Path) -> ProfileTables:
     """:meth:`ProfileFileReader.read` of ``path``."""
     return ProfileFileReader(path).read()
+
+
+def file_end(path: Path, logical_end: int, size: int) -> int:
+    """Where the records of a profile of ``size`` bytes end: its header's logical length
+    (0 while a writer has not finished it: the file's end). A length past the file is a
+    truncated file; one short of it, a damaged header or bytes appended after the profile
+    (IREE's writer makes the two equal), which the walk would otherwise ignore or misname
+    as a truncation."""
+    end = logical_end or size
+    if end > size:
+        raise ProfileFormatError(f"{path}: the header says {end} bytes, the file has {size} (truncated at byte {size})")
+    if end < size:
+        raise ProfileFormatError(f"{path}: the header at byte 16 says {end} bytes, the file has {size}: a damaged "
+                                 f"header, or {size - end} bytes after the profile's end")
+    return end
 
 
 def supported(path: Path) -> bool:

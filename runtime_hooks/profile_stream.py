@@ -306,10 +306,7 @@ class _Walk:
             size = os.fstat(fd).st_size
             head = os.pread(fd, 24, 0)
             _, _, _, offset, _, logical_end = struct.unpack("<4sHHIIQ", head)
-            end = logical_end or size
-            if end > size:
-                raise pf.ProfileFormatError(f"{self.path}: the header says {end} bytes, the file has {size} "
-                                            f"(truncated at byte {size})")
+            end = pf.file_end(self.path, logical_end, size)
             buffer = ReadBuffer()
             while offset < end:
                 if offset + 104 > end:

@@ -129,7 +129,7 @@ def _first_event_chunk(data: bytearray) -> int:
 
 
 @pytest.mark.parametrize("damage", ["cut_mid_chunk", "wrong_magic", "record_length", "unknown_chunk_type",
-                                    "unknown_record_type"])
+                                    "unknown_record_type", "bytes_appended", "length_short"])
 def test_damaged_profile_is_exit_2_with_the_offset(programs: dict[str, CompileResult], tmp_path: Path,
                                                    damage: str) -> None:
     damaged_at: list[int] = []
@@ -138,6 +138,10 @@ def test_damaged_profile_is_exit_2_with_the_offset(programs: dict[str, CompileRe
         damaged_at.append(_first_event_chunk(data))
         if damage == "wrong_magic":
             data[:4] = b"XXXX"
+        elif damage == "bytes_appended":  # passed as a whole profile before: the tail was never read
+            data += b"\0" * 13
+        elif damage == "length_short":  # the header's length cut (passed, or said "truncated" of a whole file)
+            struct.pack_into("<Q", data, 16, len(data) - 1000)
         elif damage == "cut_mid_chunk":
             struct.pack_into("<Q", data, 16, 0)  # an unfinished bundle: no logical length
             data = data[:_first_event_chunk(data) + 150]
@@ -162,6 +166,11 @@ def test_damaged_profile_is_exit_2_with_the_offset(programs: dict[str, CompileRe
         offset = f"byte {damaged_at[0]} "
         assert offset in str(error.value)
         with pytest.raises(profile_file.ProfileFormatError, match=offset):
+            profile_stream.index_profile(profile)
+    if damage in ("bytes_appended", "length_short"):  # both readers say what the header and the file say
+        size = profile.stat().st_size
+        assert f"the file has {size}: a damaged header" in str(error.value)
+        with pytest.raises(profile_file.ProfileFormatError, match=f"the file has {size}: a damaged header"):
             profile_stream.index_profile(profile)
 
 
