@@ -73,7 +73,7 @@ class CompileMetrics(Tool):
         kind = batch.column("kind")
         if pa.types.is_dictionary(kind.type):
             kind = kind.dictionary_decode()
-        wanted = pc.and_(pc.fill_null(pc.equal(kind, "compile"), False), pc.is_valid(batch.column("duration_ns")))
+        wanted = pc.and_(pc.fill_null(pc.equal(kind, pa.scalar("compile")), False), pc.is_valid(batch.column("duration_ns")))
         if pc.any(wanted).as_py():
             ctx.state["compile_events"].extend(batch.filter(wanted).to_pylist())
         ctx.state["busy_s"] += time.perf_counter() - started

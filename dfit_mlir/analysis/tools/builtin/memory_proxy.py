@@ -61,7 +61,7 @@ class MemoryProxy(Tool):
             column = batch.column(name)
             return column.dictionary_decode() if pa.types.is_dictionary(column.type) else column
 
-        wanted = pc.and_(pc.and_(pc.fill_null(pc.equal(decoded("kind"), "memory"), False),
+        wanted = pc.and_(pc.and_(pc.fill_null(pc.equal(decoded("kind"), pa.scalar("memory")), False),
                                  pc.fill_null(pc.is_in(decoded("name"), pa.array(sorted(PARAMETER_EVENTS))), False)),
                          pc.is_valid(batch.column("bytes")))
         if not pc.any(wanted).as_py():
