@@ -5,6 +5,7 @@ run with asynchronous queue spans); work in loops counted per trip from the run.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from pathlib import Path
 from typing import Any
@@ -234,8 +235,10 @@ def test_manifest_trips_leave_load_time_work_out_as_a_run_does(tmp_path: Path) -
 
 
 def test_real_local_task_run_counts_overlapping_queue_spans_once(loop_run: dict[str, Any]) -> None:
-    """local-task queue operations are asynchronous: their spans overlap. The measured
-    total is their union with the dispatches', checked against a direct count."""
+    """local-task queue operations are asynchronous: their spans usually overlap (how
+    much depends on the scheduler: some runs have no two crossing). The measured total is
+    their union with the dispatches', checked against a direct count either way; the
+    synthetic cases above always overlap."""
     events = [e for e in pq.read_table(loop_run["bundle"] / "events.parquet").to_pylist()
               if e["kind"] in ledger.EXECUTION_KINDS and e["duration_ns"] and e["start_ns"] is not None]
     totals = ledger.of(SemanticModel.open(loop_run["bundle"])).totals
@@ -249,12 +252,13 @@ def test_real_local_task_run_counts_overlapping_queue_spans_once(loop_run: dict[
         merged += max(0, end - max(start, reach if reach is not None else start))
         reach = end if reach is None else max(reach, end)
     assert totals.measured_ns == merged
-    # The queue's submit spans are in flight together (each waits for the work it
-    # queued): they cross one another, so their sum exceeds their union.
+    # The queue's submit spans may be in flight together (each waits for the work it
+    # queued): where two overlap their sum exceeds their union, and only there.
     queue = sorted((e["start_ns"], e["start_ns"] + e["duration_ns"]) for e in events if e["kind"] == "queue")
-    crossing = sum(1 for a, b in zip(queue, queue[1:], strict=False) if b[0] < a[1] < b[1])
+    reaches = itertools.accumulate((end for _, end in queue), max)
+    overlapping = any(b[0] < reach for reach, b in zip(reaches, queue[1:], strict=False))
     queue_union = ledger.union_ns(np, np.array([s for s, _ in queue]), np.array([e for _, e in queue]))
-    assert crossing > 0 and queue_union < sum(end - start for start, end in queue)
+    assert (queue_union < sum(end - start for start, end in queue)) == overlapping
     window = max(end for _, end, _ in spans) - min(start for start, _, _ in spans)
     assert totals.measured_ns <= window and totals.leaf_sum_ns >= totals.measured_ns
     assert 0 < totals.attributed_pct <= 100
