@@ -23,6 +23,9 @@ def main() -> None:
     # Read by Arrow when it first allocates, so set before anything imports it.
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", ARROW_MEMORY_POOL)
     try:
+        from dfit_mlir.core.perf import fix_mmap_threshold
+
+        fix_mmap_threshold()  # before the first large allocation
         from dfit_mlir.cli.app import main as cli_main
     except KeyboardInterrupt:
         print("dfit: interrupted", file=sys.stderr)

@@ -82,6 +82,7 @@ def write_files(folder: Path, manifest: dict[str, Any], summary: dict[str, Any],
     release_freed_memory(now=True)  # the traces start from the live memory, not the CSVs' peak
     plan = plan_trace(pq.ParquetFile(events).metadata.num_rows, trace_limit,
                       trace_batches or (lambda: event_batches(events, PLAN_COLUMNS)))
+    release_freed_memory(now=True)  # nor from the plan's (a long run's plan reads every event's invocation)
     # The summarised middle's row groups are not even read (the plan drops their events).
     batches = trace_batches or (lambda: event_batches(events, skip_invocations=plan.summarised))
     slices, _ = write_in_parallel(grouped_slices(plan.batches(batches())),
