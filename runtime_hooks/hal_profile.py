@@ -431,7 +431,7 @@ def record_profile(vmfb: Path, inputs: Sequence[str], profile: Path, *, driver: 
     ]
     if function:
         command.append(f"--function={function}")
-    run = subprocess.run(command, capture_output=True, text=True)
+    run = atomic.run_process(command)
     if run.returncode != 0:
         reason = run.stderr.strip().splitlines()
         if "UNIMPLEMENTED" in run.stderr and "beginning device profiling" in run.stderr:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from dfit_mlir.core import outputs
 from dfit_mlir.core.errors import OutputRefusedError
@@ -135,6 +136,26 @@ def signals_held() -> Iterator[None]:
         if not _held and _pending is not None:
             signum, _pending = _pending, None
             _raise_for(signum)
+
+
+def run_process(command: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(command, capture_output=True, text=True)``, the child started with
+    the signals held (:func:`signals_held`). ``Popen`` returns once the child has called
+    ``exec``: a SIGINT/SIGTERM raised while it waits leaves a running child that nothing
+    holds to kill (an ``iree-benchmark-module`` outlived a SIGTERMed ``dfit run``). Held,
+    the signal is raised once the child is held, and the child is killed and reaped."""
+    child: subprocess.Popen[str] | None = None
+    try:
+        with signals_held():
+            child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout, stderr = child.communicate()
+    except BaseException:
+        if child is not None:
+            child.kill()
+            with child:  # closes its pipes and reaps it
+                pass
+        raise
+    return subprocess.CompletedProcess(list(command), child.returncode, stdout, stderr)
 
 
 def on_signal(signum: int, frame: object) -> None:
