@@ -69,11 +69,12 @@ def hottest_site(model: SemanticModel) -> str:
 
 def in_view(browser: Any, element: Any, panel: str) -> bool:
     """Whether ``element``'s box lies inside the window and inside ``panel``'s visible
-    area (below its sticky heading)."""
+    area: its content box (inside its border: the table's last row, scrolled fully into
+    view, ends 0.4 px past the border box's top + clientHeight), below its sticky heading."""
     return browser.execute_script("""
         const e = arguments[0].getBoundingClientRect(), p = document.getElementById(arguments[1]);
-        const box = p.getBoundingClientRect(), head = p.querySelector('h2').offsetHeight;
-        return e.height > 0 && e.top >= Math.max(0, box.top + head) && e.bottom <= Math.min(innerHeight, box.top + p.clientHeight)
+        const top = p.getBoundingClientRect().top + p.clientTop, head = p.querySelector('h2').offsetHeight;
+        return e.height > 0 && e.top >= Math.max(0, top + head) && e.bottom <= Math.min(innerHeight, top + p.clientHeight)
             && e.left >= 0 && e.left < innerWidth;""", element, panel)
 
 
@@ -135,6 +136,30 @@ def test_line_and_op_links_scroll_to_what_they_select(browser: Any, two_file_run
 
     browser.save_screenshot(str(tmp_path / "op-link.png"))
     WebDriverWait(browser, 5, poll_frequency=0.05).until(row_shown, "the op's dispatch row was not scrolled into view")
+    no_console_errors(browser)
+
+
+def test_a_link_to_each_dispatch_brings_its_row_into_view(browser: Any, two_file_run: Path, tmp_path: Path) -> None:
+    """Every row of the dispatch table, the first and the last included (at the bottom of
+    a panel scrolled to its end, a row ends just past the border box: the row a flaky
+    run's op link selected), is in view once a link selects it."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    open_view(browser, two_file_run, tmp_path)
+    order = _row_order(browser)
+    assert len(order) > 3, order
+
+    def shown(dispatch: int) -> Any:
+        def check(driver: Any) -> bool:
+            rows = selected(driver, "tr.dispatch")
+            return len(rows) == 1 and rows[0].get_attribute("data-dispatch") == str(dispatch) \
+                and in_view(driver, rows[0], "dispatches")
+        return check
+
+    for dispatch in (order[-1], order[0], *order[1:-1]):
+        browser.execute_script("location.hash = arguments[0]", f"#dispatch={dispatch}")
+        # The hashchange handler runs after the script returns: waited for (5 s at most).
+        WebDriverWait(browser, 5, poll_frequency=0.05).until(shown(dispatch), f"dispatch {dispatch} of {order}")
     no_console_errors(browser)
 
 
