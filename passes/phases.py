@@ -73,7 +73,7 @@ class _SessionDriver:
     def __init__(self, flags: Sequence[str]):
         remove_stale_folders()  # what compiles killed before this one left
         self.flags = with_default_target(flags)
-        self.session = Session()
+        self.session = _new_session()
         try:
             self.session.set_flags(*self.flags)
         except ValueError as error:
@@ -192,9 +192,18 @@ def trim_diagnostics(stderr: str, limit: int = 40) -> str:
     return "\n".join(lines[:limit] + ([f"... ({len(lines) - limit} more lines)"] if len(lines) > limit else []))
 
 
+def _new_session() -> Session:
+    """``Session()``, built with the signals held (:func:`atomic.signals_held`; the
+    interrupt is raised once it is whole): an object of ``iree.compiler.api`` that a
+    SIGINT/SIGTERM leaves half-built prints an AttributeError traceback when collected
+    (its ``__del__`` reads the handle ``__init__`` had not set yet)."""
+    with atomic.signals_held():
+        return Session()
+
+
 def compiler_context(allow_unregistered: bool = False) -> tuple[Session, ir.Context]:
     """A compiler session and its context, with every dialect IREE knows registered."""
-    session = Session()
+    session = _new_session()
     session.context.allow_unregistered_dialects = allow_unregistered
     return session, session.context
 
@@ -247,7 +256,8 @@ class InProcessDriver(_SessionDriver):
         self._dylib = ctypes_dl._dylib
 
     def _invocation(self, module: ir.Operation, after: str | None, to: str):
-        invocation = self.session.invocation()
+        with atomic.signals_held():  # whole before an interrupt is raised (see _new_session)
+            invocation = self.session.invocation()
         diagnostics = _CollectedDiagnostics(self._dylib, invocation._inv_p)
         invocation.import_module(module)
         if after is not None:
@@ -266,7 +276,8 @@ class InProcessDriver(_SessionDriver):
 
     def write_vmfb(self, module: ir.Operation, after: str, target: Path) -> None:
         invocation = self._invocation(module, after, "end")
-        output = Output.open_file(str(target))
+        with atomic.signals_held():  # whole before an interrupt is raised (see _new_session)
+            output = Output.open_file(str(target))
         invocation.output_vm_bytecode(output)
         output.keep()
         output.close()
