@@ -244,3 +244,22 @@ def test_load_time_and_unsubmitted_events_are_kept_not_planned() -> None:
     assert plan.summarised is not None
     low, high = plan.summarised
     assert 0 < low <= high < 9
+
+
+@pytest.mark.parametrize("empty", [(), (5,)])
+def test_the_summarised_range_takes_only_invocations_with_events(empty: tuple[int, ...]) -> None:
+    """SYNTHETIC: invocations 0..9, two events each (one a dispatch), but those of
+    ``empty``; the totals between 2 and 8 list exactly the invocations with events (a run
+    where all have some: slices of the arrays; otherwise the numbers taken)."""
+    from dfit_mlir.exporters.trace_plan import _Accumulator
+
+    numbers = np.array([n for n in range(10) if n not in empty for _ in range(2)], dtype=np.int64)
+    starts = numbers * 100 + np.tile([0, 10], len(numbers) // 2)
+    totals = _Accumulator()
+    totals._add(None, numbers, starts, starts + 5, np.tile([True, False], len(numbers) // 2), np.full(len(numbers), 5))
+    found = totals.between(2, 8)
+    wanted = [n for n in range(2, 9) if n not in empty]
+    assert found.invocation.tolist() == wanted and found.events.tolist() == [2] * len(wanted)
+    assert found.first_start.tolist() == [n * 100 for n in wanted] and found.last_end.tolist() == [n * 100 + 15 for n in wanted]
+    assert found.dispatches.tolist() == [1] * len(wanted) and found.dispatch_ns.tolist() == [5] * len(wanted)
+    assert found.group == [None] * len(wanted)

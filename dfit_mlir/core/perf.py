@@ -69,7 +69,7 @@ def fix_mmap_threshold() -> bool:
     freed, the next ones come from the heap, which fragments and keeps them: a 5M-event
     ``dfit run`` peaked at 292-324 MiB over runs of the same profile, 255-260 MiB with
     the threshold fixed; a 660k-event one 266-277 and 244-250 MiB, its post-run work
-    0.1-0.2 s (7 %) slower (benchmarks/RESULTS.md, "Long runs", sixth step). Set by
+    0.1-0.2 s (5-10 %) slower (benchmarks/RESULTS.md, "Long runs", sixth step). Set by
     ``mallopt``, not the environment, so that the IREE tools dfit runs keep their own
     allocator settings."""
     import ctypes
