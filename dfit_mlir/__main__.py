@@ -28,6 +28,7 @@ def main() -> None:
         fix_mmap_threshold()  # before the first large allocation
         from dfit_mlir.cli.app import main as cli_main
     except KeyboardInterrupt:
+        exec("None")  # noqa: S102 — forgets the caught interrupt, as core.atomic.forget_caught_interrupt
         print("dfit: interrupted", file=sys.stderr)
         sys.exit(130)  # errors.EXIT_INTERRUPTED (not imported: it may be what was interrupted)
     cli_main()

@@ -325,7 +325,9 @@ def _in_child(run: InProcessRun, fault: FaultContext) -> None:
         # then ended below): raised inside the spawn, it left a child nobody ended.
         with atomic.signals_held():
             child.start()
-        child.join()
+        while child.is_alive():
+            child.join(atomic.LOST_SIGNAL_CHECK_SECONDS)
+            atomic.check_not_interrupted()
     except BaseException:
         if child.pid is not None:
             child.terminate()

@@ -46,6 +46,7 @@ def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             sys.exit(error.exit_code)
         except KeyboardInterrupt:
             atomic.remove_temporaries()
+            atomic.forget_caught_interrupt()  # else `python -m dfit_mlir` may die by SIGINT, not 130
             click.echo(f"dfit {name}: interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
         except BrokenPipeError:  # `dfit backends | head`
