@@ -594,15 +594,19 @@ class WindowedRun:
         return cls(index, manifest, function, repeat, warmup, tuple(families), drivers.capabilities(driver),
                    recorded.wall_ns_per_invocation, known, np.array(starts, np.int64), RunTotals(repeat))
 
+    @property
+    def records(self) -> int:
+        """The profile records the pipeline reads: each makes at most one event."""
+        index = self.index
+        return index.dispatch_records + sum(index.counts.get(family, 0) for family, _, _ in _WINDOW_ROWS)
+
     def pipeline(self, manifest: dict[str, Any], policy: Policy, sink: Any) -> EventPipeline:
         import uuid
 
         from dfit_mlir.runtime_hooks.progress import Progress
 
-        index = self.index
         pipeline = EventPipeline(manifest, policy, sink, session=uuid.uuid4().hex[:12])
-        total = index.dispatch_records + sum(index.counts.get(family, 0) for family, _, _ in _WINDOW_ROWS)
-        with Progress("dfit: writing events", total, threshold=WINDOW_RECORDS) as progress:
+        with Progress("dfit: writing events", self.records, threshold=WINDOW_RECORDS) as progress:
             self._write_dispatches(pipeline, progress)
             self._write_rows(pipeline, progress)
         return pipeline
@@ -834,7 +838,8 @@ def _write_full_bundle(bundle: Path, manifest: dict[str, Any], policy: Policy, s
             release_freed_memory(now=True)
             return pipeline
 
-        write_bundle(bundle, manifest, fill, written, source=PROFILE_SOURCE)
+        write_bundle(bundle, manifest, fill, written, source=PROFILE_SOURCE, events_at_most=opened[0].records,
+                     policy=policy)
         return
     except WindowedRouteUnavailable as why:  # nothing was written: the bundle is still as it was
         reason = str(why)

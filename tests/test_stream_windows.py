@@ -104,15 +104,25 @@ def test_windowed_route_writes_what_the_whole_run_writes(compiled: dict[Path, Co
 
 def test_bundle_files_are_the_whole_runs(compiled: dict[Path, CompileResult], tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Through ``write_bundle``: events.parquet, the CSVs and summary.json (less the
-    session, the toolchain's clock and the route) are the whole-run route's."""
+    """Through ``write_bundle``: events.parquet, the CSVs, both traces and summary.json
+    (less the session, the toolchain's clock and the route) are the whole-run route's.
+    The windowed route draws its traces as the events are exported (StreamedTraces),
+    the whole-run route from events.parquet read back: the same bytes."""
+    from dfit_mlir.exporters import bundle, traces
+
     case = "convnet_warmup_task"
     _, function, _, repeat, warmup, driver = CASES[case]
     profile, manifest = recorded(compiled, case, tmp_path)
     monkeypatch.setattr(run, "WINDOW_RECORDS", SMALL_WINDOW)
+    # Slices smaller than the pipeline's batches and not dividing them: slices cross batches.
+    monkeypatch.setattr(traces, "ENCODE_ROWS", 37)
     families = hal_profile.FULL_FAMILIES
+    streamed = []
+    monkeypatch.setattr(bundle.StreamedTraces, "tee", lambda self, sink: streamed.append(self) or
+                        bundle._TeeSink(sink, self))
     run._write_full_bundle(tmp_path / "windowed", manifest, Policy(), {"mode": "full"}, profile, function, repeat,
                            warmup, families, driver)
+    assert len(streamed) == 1  # the windowed route's traces were drawn as it exported its events
     whole = run._whole_run(profile, manifest, function, repeat, warmup, families, driver)
     from dfit_mlir.exporters.bundle import write_bundle
 
@@ -120,8 +130,8 @@ def test_bundle_files_are_the_whole_runs(compiled: dict[Path, CompileResult], tm
                  {"mode": "full", **whole.summary()})
     tables = [pq.read_table(tmp_path / name / "events.parquet").drop(["session"]) for name in ("windowed", "whole")]
     assert tables[0].equals(tables[1])
-    for name in ("dispatches.csv", "events.csv"):
-        assert (tmp_path / "windowed" / name).read_text() == (tmp_path / "whole" / name).read_text()
+    for name in ("dispatches.csv", "events.csv", "trace.json", "trace.pftrace"):
+        assert (tmp_path / "windowed" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
     summaries = [json.loads((tmp_path / name / "summary.json").read_text()) for name in ("windowed", "whole")]
     assert summaries[0].pop("profile_read")["windows"] >= 4
     for summary in summaries:

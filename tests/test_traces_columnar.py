@@ -116,13 +116,16 @@ def test_same_chrome_json_as_one_record_per_event(request: pytest.FixtureRequest
     assert named(ours) == named(theirs)
 
 
-def test_batches_split_anywhere_give_the_same_trace(tmp_path: Path, iree_bundles: dict[str, Path]) -> None:
-    """Interning and track numbering carry over between batches."""
+def test_batches_split_anywhere_give_the_same_trace(tmp_path: Path, iree_bundles: dict[str, Path],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Interning and track numbering carry over between batches (and the slices the
+    writer encodes at a time, here as small as the batches)."""
     bundle = iree_bundles["full"]
     manifest = json.loads((bundle / "manifest.json").read_text())
     table = pq.read_table(bundle / "events.parquet")
     whole, split = io.BytesIO(), io.BytesIO()
     perfetto.PerfettoWriter(manifest, whole).write_batches(table.to_batches())
+    monkeypatch.setattr(traces, "ENCODE_ROWS", 7)
     perfetto.PerfettoWriter(manifest, split).write_batches(table.to_batches(max_chunksize=7))
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
 
@@ -183,6 +186,8 @@ def test_bounded_track_table_still_describes_every_track(monkeypatch: pytest.Mon
     # Interleave the invocations so that every batch brings back tracks the last one forgot.
     table = table.take(pa.array(sorted(range(table.num_rows), key=lambda row: (row % 5, row))))
 
+    monkeypatch.setattr(traces, "ENCODE_ROWS", 3)  # the writer's slices: 3 events each
+
     def track_names_per_event(live_tracks: int) -> tuple[list[str], int]:
         monkeypatch.setattr(traces, "LIVE_TRACKS", live_tracks)
         out = io.BytesIO()
@@ -223,7 +228,7 @@ def test_attributes_are_json_escaped_once_per_distinct_text() -> None:
             assert json.loads("{" + member.removeprefix(", ") + "}") == {"attributes": value}
 
 
-def test_crossing_slices_go_on_lanes_that_nest() -> None:
+def test_crossing_slices_go_on_lanes_that_nest(monkeypatch: pytest.MonkeyPatch) -> None:
     """SYNTHETIC queue operations of one name that overlap (asynchronous submissions),
     in two batches: each lane nests, lanes keep their open slices across batches, and
     the lanes are tracks of the same name."""
@@ -234,6 +239,7 @@ def test_crossing_slices_go_on_lanes_that_nest() -> None:
     table = pa.table({"kind": ["queue"] * 8, "stage": ["runtime"] * 8, "partition": ["submit execute"] * 8,
                       "start_ns": pa.array(starts, pa.int64()), "duration_ns": pa.array(durations, pa.int64())})
     out = io.BytesIO()
+    monkeypatch.setattr(traces, "ENCODE_ROWS", 4)  # two slices encoded one after the other
     perfetto.PerfettoWriter({}, out).write_batches(table.to_batches(max_chunksize=4))
     found = list(Trace.FromString(out.getvalue()).packet)
     assert paired_durations(found) == sorted(durations)
@@ -243,7 +249,7 @@ def test_crossing_slices_go_on_lanes_that_nest() -> None:
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_lanes_nest_whatever_the_slices(seed: int) -> None:
+def test_lanes_nest_whatever_the_slices(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """SYNTHETIC random slices of several kinds on a few tracks, in random batch sizes:
     Perfetto pairs every END with its own BEGIN."""
     from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace
@@ -258,6 +264,7 @@ def test_lanes_nest_whatever_the_slices(seed: int) -> None:
                       "partition": rng.choice(["a", "b"], count),
                       "start_ns": pa.array(starts, pa.int64()), "duration_ns": pa.array(durations, pa.int64())})
     out = io.BytesIO()
+    monkeypatch.setattr(traces, "ENCODE_ROWS", int(rng.integers(5, 60)))  # slices crossing the batches
     perfetto.PerfettoWriter({}, out).write_batches(table.to_batches(max_chunksize=int(rng.integers(7, 120))))
     found = list(Trace.FromString(out.getvalue()).packet)
     assert paired_durations(found) == sorted(durations.tolist())

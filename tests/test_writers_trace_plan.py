@@ -263,3 +263,28 @@ def test_the_summarised_range_takes_only_invocations_with_events(empty: tuple[in
     assert found.first_start.tolist() == [n * 100 for n in wanted] and found.last_end.tolist() == [n * 100 + 15 for n in wanted]
     assert found.dispatches.tolist() == [1] * len(wanted) and found.dispatch_ns.tolist() == [5] * len(wanted)
     assert found.group == [None] * len(wanted)
+
+
+@pytest.mark.parametrize("sizes", [(50,), (7, 91), (64,)], ids=["50", "7-91", "64"])
+def test_the_traces_do_not_depend_on_how_the_events_are_batched(long_run: Path, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch,
+                                                                  sizes: tuple[int, ...]) -> None:
+    """A run's traces are drawn from its events as its pipeline exports them
+    (``bundle.StreamedTraces``), in batches other than those ``events.parquet`` gives
+    back: cut into batches of ``sizes`` (in turn), the events make the same bytes."""
+    monkeypatch.setattr(traces, "ENCODE_ROWS", 32)  # many slices, and batches cut inside them
+    manifest = json.loads((long_run / "manifest.json").read_text())
+    events = long_run / "events.parquet"
+    perfetto.write_perfetto(events, manifest, tmp_path / "read.pftrace")
+    chrome.write_chrome_json(events, manifest, tmp_path / "read.json")
+    table = pa.Table.from_batches(list(traces.event_batches(events)))
+    rebatched, start, turn = [], 0, 0
+    while start < table.num_rows:
+        size = sizes[turn % len(sizes)]
+        rebatched.append(table.slice(start, size).combine_chunks().to_batches()[0])
+        start, turn = start + size, turn + 1
+    assert len(rebatched) > len(list(traces.event_batches(events)))
+    perfetto.write_perfetto_groups(traces.grouped_slices(rebatched), manifest, tmp_path / "cut.pftrace")
+    chrome.write_chrome_json_groups(traces.grouped_slices(rebatched), manifest, tmp_path / "cut.json")
+    assert (tmp_path / "cut.pftrace").read_bytes() == (tmp_path / "read.pftrace").read_bytes()
+    assert (tmp_path / "cut.json").read_bytes() == (tmp_path / "read.json").read_bytes()

@@ -9,7 +9,10 @@ into place; an existing bundle is replaced only once the new one is complete).
   ``events.csv`` — per kind and partition: count and durations;
 * ``trace.pftrace`` (Perfetto native) and ``trace.json`` (Chrome trace JSON): every
   event, or past a size the first and last invocations in full and a summary slice per
-  invocation between (:mod:`dfit_mlir.exporters.trace_plan`; ``trace`` in the summary);
+  invocation between (:mod:`dfit_mlir.exporters.trace_plan`; ``trace`` in the summary).
+  Drawn from ``events.parquet`` once it is written, or, where the run says how many
+  events it may export and the traces keep them all, as the events are exported
+  (:class:`StreamedTraces`): the same bytes either way;
 
 Run, reconstruct and merge all write them here (:func:`write_files`).
 * ``summary.json`` — mode, policy, counts (dropped included), inputs, versions.
@@ -18,7 +21,7 @@ Run, reconstruct and merge all write them here (:func:`write_files`).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -26,9 +29,15 @@ from typing import Any
 from dfit_mlir.core import atomic, toolchain
 from dfit_mlir.core import event_schema as es
 from dfit_mlir.core import manifest as manifest_io
-from dfit_mlir.core.event_pipeline import EventPipeline, ParquetSink, site_table
+from dfit_mlir.core.event_pipeline import EventPipeline, ParquetSink, Policy, site_table
 from dfit_mlir.core.perf import release_freed_memory
-from dfit_mlir.exporters.trace_plan import DEFAULT_LIMIT, PLAN_COLUMNS, TraceLimit, plan_trace
+from dfit_mlir.exporters.trace_plan import (
+    DEFAULT_LIMIT,
+    PLAN_COLUMNS,
+    TraceLimit,
+    TracePlan,
+    plan_trace,
+)
 
 SUMMARY_SCHEMA = "dfit.run-summary"
 SUMMARY_VERSION = "1.2"  # 1.2: ``trace`` (what the traces keep)
@@ -36,17 +45,30 @@ SUMMARY_VERSION = "1.2"  # 1.2: ``trace`` (what the traces keep)
 BUNDLE_KIND = "bundle"
 
 
-def write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[ParquetSink], EventPipeline],
+def write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[Any], EventPipeline],
                  summary: dict[str, Any], extra_files: dict[str, str] | None = None, *,
-                 trace_limit: TraceLimit | None = None, source: str | None = None) -> Path:
+                 trace_limit: TraceLimit | None = None, source: str | None = None,
+                 events_at_most: int | None = None, policy: Policy | None = None) -> Path:
     """``fill(sink)`` returns a pipeline holding the run's events (not yet closed);
     ``extra_files``: more text files for the bundle (name → content); ``trace_limit``:
     the traces' size limit (default: what the pipeline's policy asks for); ``source``:
     what the events come from, as the error about an event out of the schema's bounds
-    names it (no bundle is written then)."""
+    names it (no bundle is written then). ``events_at_most``: a bound on the events
+    ``fill`` exports, with the ``policy`` it will fill under: where the traces keep every
+    event of that many, they are drawn as the events are exported (:class:`StreamedTraces`),
+    not from ``events.parquet`` once it is written."""
     with atomic.atomic_directory(bundle, kind=BUNDLE_KIND) as tmp:
-        pipeline = fill(ParquetSink(tmp / "events.parquet", source))
-        counts = pipeline.close()
+        limit = trace_limit or (TraceLimit.of(policy) if policy is not None else None)
+        streamed = StreamedTraces(tmp, manifest) if limit is not None and events_at_most is not None and \
+            limit.keeps_all(events_at_most) else None
+        sink = ParquetSink(tmp / "events.parquet", source)
+        try:
+            pipeline = fill(sink if streamed is None else streamed.tee(sink))
+            counts = pipeline.close()
+            slices = None if streamed is None else streamed.close()
+        finally:
+            if streamed is not None:
+                streamed.abandon()
         head = {
             "policy": asdict(pipeline.policy),
             "counts": asdict(counts),
@@ -54,13 +76,96 @@ def write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[Parquet
             "dropped_events": counts.dropped + summary.get("dropped_in_process", 0),
         }
         write_files(tmp, manifest, summary, head=head, extra_files=extra_files,
-                    trace_limit=trace_limit or TraceLimit.of(pipeline.policy))
+                    trace_limit=limit or TraceLimit.of(pipeline.policy), traces_written=slices)
     return bundle
+
+
+class StreamedTraces:
+    """Both traces drawn from a run's event batches as the pipeline exports them (a sink
+    that writes ``events.parquet`` and hands each batch here too, :meth:`tee`): grouped
+    and encoded in threads of their own while the run's events are still being joined,
+    instead of read back from ``events.parquet`` afterwards. The batches are the ones
+    the file's row groups hold, in its order, so the traces are the same bytes. Only
+    where the traces keep every event (their plan needs no pass over the events)."""
+
+    _END = object()
+
+    def __init__(self, folder: Path, manifest: dict[str, Any]):
+        import queue
+        import threading
+
+        from dfit_mlir.exporters.chrome import write_chrome_json_groups
+        from dfit_mlir.exporters.perfetto import write_perfetto_groups
+        from dfit_mlir.exporters.traces import grouped_slices, write_in_parallel
+
+        #: At most two batches wait: the join is held back rather than the memory growing.
+        self._batches: queue.Queue[Any] = queue.Queue(maxsize=2)
+        self._slices: int | None = None
+        self._error: BaseException | None = None
+        self._ended = False
+
+        def draw() -> None:
+            try:
+                self._slices, _ = write_in_parallel(
+                    grouped_slices(self._drawn()),
+                    lambda groups: write_perfetto_groups(groups, manifest, folder / "trace.pftrace"),
+                    lambda groups: write_chrome_json_groups(groups, manifest, folder / "trace.json"))
+            except BaseException as error:  # raised by close(), in the run's thread
+                self._error = error
+                while not self._ended:  # the run still hands its batches over: take them
+                    self._ended = self._batches.get() is self._END
+
+        self._thread = threading.Thread(target=draw, name="dfit-traces", daemon=True)
+        self._thread.start()
+
+    def _drawn(self) -> Iterator[Any]:
+        while (batch := self._batches.get()) is not self._END:
+            yield batch
+        self._ended = True
+
+    def tee(self, sink: Any) -> Any:
+        """``sink`` (where the events are written), handing each batch here as well."""
+        return _TeeSink(sink, self)
+
+    def put(self, batch: Any) -> None:
+        from dfit_mlir.exporters.traces import trace_column_names
+
+        self._batches.put(batch.select(trace_column_names(batch.schema.names)))
+
+    def close(self) -> int:
+        """Wait for both traces; the slices drawn (a thread's error is raised here)."""
+        self._finish()
+        if self._error is not None:
+            raise self._error
+        assert self._slices is not None
+        return self._slices
+
+    def abandon(self) -> None:
+        """Stop drawing (the run failed or was interrupted); nothing is raised."""
+        self._finish()
+
+    def _finish(self) -> None:
+        if self._thread.is_alive():
+            self._batches.put(self._END)
+            self._thread.join()
+
+
+class _TeeSink:
+    def __init__(self, sink: Any, traces: StreamedTraces):
+        self.sink, self.traces = sink, traces
+
+    def export(self, batch: Any) -> None:
+        self.sink.export(batch)  # checked there first: the traces draw only what the file holds
+        self.traces.put(batch)
+
+    def shutdown(self) -> None:
+        self.sink.shutdown()
 
 
 def write_files(folder: Path, manifest: dict[str, Any], summary: dict[str, Any], *,
                 head: dict[str, Any] | None = None, trace_batches: Callable[[], Iterable[Any]] | None = None,
-                extra_files: dict[str, str] | None = None, trace_limit: TraceLimit = DEFAULT_LIMIT) -> dict[str, Any]:
+                extra_files: dict[str, str] | None = None, trace_limit: TraceLimit = DEFAULT_LIMIT,
+                traces_written: int | None = None) -> dict[str, Any]:
     """Every file of a bundle beside ``events.parquet`` (already in ``folder``), written
     here for every kind of bundle (run, reconstruction, merged job): the manifest, the
     call-site table, the CSVs, both traces and ``summary.json`` (``head`` first, then the
@@ -80,14 +185,17 @@ def write_files(folder: Path, manifest: dict[str, Any], summary: dict[str, Any],
     _grouped_csv(events, folder / "dispatches.csv", kind="dispatch", keys=["site", "partition", "root_id"])
     _grouped_csv(events, folder / "events.csv", kind=None, keys=["kind", "partition"])
     release_freed_memory(now=True)  # the traces start from the live memory, not the CSVs' peak
-    plan = plan_trace(pq.ParquetFile(events).metadata.num_rows, trace_limit,
-                      trace_batches or (lambda: event_batches(events, PLAN_COLUMNS)))
-    release_freed_memory(now=True)  # nor from the plan's (a long run's plan reads every event's invocation)
-    # The summarised middle's row groups are not even read (the plan drops their events).
-    batches = trace_batches or (lambda: event_batches(events, skip_invocations=plan.summarised))
-    slices, _ = write_in_parallel(grouped_slices(plan.batches(batches())),
-                                 lambda groups: write_perfetto_groups(groups, manifest, folder / "trace.pftrace"),
-                                 lambda groups: write_chrome_json_groups(groups, manifest, folder / "trace.json"))
+    events_written = pq.ParquetFile(events).metadata.num_rows
+    if traces_written is not None:  # drawn as the events were exported (StreamedTraces)
+        plan, slices = TracePlan(events_written, trace_limit.max_events), traces_written
+    else:
+        plan = plan_trace(events_written, trace_limit, trace_batches or (lambda: event_batches(events, PLAN_COLUMNS)))
+        release_freed_memory(now=True)  # nor from the plan's (a long run's plan reads every event's invocation)
+        # The summarised middle's row groups are not even read (the plan drops their events).
+        batches = trace_batches or (lambda: event_batches(events, skip_invocations=plan.summarised))
+        slices, _ = write_in_parallel(grouped_slices(plan.batches(batches())),
+                                     lambda groups: write_perfetto_groups(groups, manifest, folder / "trace.pftrace"),
+                                     lambda groups: write_chrome_json_groups(groups, manifest, folder / "trace.json"))
     document = {"schema": SUMMARY_SCHEMA, "version": SUMMARY_VERSION, **(head or {}), "trace_slices": slices,
                 "trace": plan.record(), **summary, "toolchain": toolchain.versions()}
     (folder / "summary.json").write_text(json.dumps(document, indent=1) + "\n")

@@ -332,6 +332,8 @@ class PerfettoWriter(TraceWriter):
         return body
 
     def write_grouped(self, grouped: Grouped) -> None:
+        import pyarrow.compute as pc
+
         parents: list[bytes] = []
         new_tracks: list[tuple[int, str, int]] = []  # (uuid, name, parent uuid): one per new invocation, mostly
         uuids = np.zeros(len(grouped.tracks), dtype=np.int64)
@@ -350,34 +352,44 @@ class PerfettoWriter(TraceWriter):
 
         fields_of: list[bytes] = []
         interned_at: dict[int, bytes] = {}
+        lengths = np.asarray(pc.binary_length(grouped.attributes), dtype=np.int64)
+        present = lengths > 0
+        # Names are interned in the order the events first use them: the ``attributes``
+        # annotation's name before the descriptions first used after its first row.
+        attribute_row = int(np.argmax(present)) if present.any() else None
         for (instant, event), row in zip(grouped.descriptions, grouped.description_rows.tolist(), strict=True):
+            if attribute_row is not None and attribute_row < row:
+                self._intern_attributes_name(attribute_row, interned_at)
+                attribute_row = None
             fields, interned = self._description(instant, event)
             fields_of.append(fields)
             if interned:
                 interned_at[row] = interned
-        attributes = self._attribute_annotations(grouped.attributes, interned_at)
+        if attribute_row is not None:
+            self._intern_attributes_name(attribute_row, interned_at)
+        attributes = self._attribute_annotations(grouped.attributes, lengths, present)
         interned_at = {row: bytes([_INTERNED_DATA]) + _varint(len(body)) + body for row, body in interned_at.items()}
         flows = {row: _FLOW_IDS + flow.to_bytes(8, "little") for row, flow in grouped.flows.items()}
         self._encode(grouped.starts, grouped.durations, grouped.instant, uuids[grouped.track_of_row],
                      grouped.description_of_row, fields_of, attributes, interned_at, flows)
         self.written += grouped.count
 
-    def _attribute_annotations(self, attributes: Any, interned_at: dict[int, bytes]) -> list[Any]:
+    def _intern_attributes_name(self, row: int, interned_at: dict[int, bytes]) -> None:
+        """Intern the ``attributes`` annotation's name; new, it goes with ``row`` (the first
+        event that has one)."""
+        self.interner.iid("debug_annotation_names", "attributes")
+        body = self._interned_body()
+        if body:
+            interned_at[row] = interned_at.get(row, b"") + body
+
+    def _attribute_annotations(self, attributes: Any, lengths: np.ndarray, present: np.ndarray) -> list[Any]:
         """Each event's ``attributes`` debug annotation (TrackEvent.debug_annotations = 4:
         name_iid = 1, string_value = 6), column-wise: [] when no event has any, else two
-        Arrow columns (fixed-width heads, the text) joined into the TrackEvent. A new
-        ``attributes`` name iid goes with the first row that has one."""
-        import pyarrow.compute as pc
-
-        lengths = np.asarray(pc.binary_length(attributes), dtype=np.int64)
-        present = lengths > 0
+        Arrow columns (fixed-width heads, the text) joined into the TrackEvent. Its name
+        is interned already (:meth:`_intern_attributes_name`)."""
         if not present.any():
             return []
         iid = self.interner.iid("debug_annotation_names", "attributes")
-        body = self._interned_body()
-        if body:
-            row = int(np.argmax(present))
-            interned_at[row] = interned_at.get(row, b"") + body
         lengths = lengths[present]
         text_width, iid_width = _varint_width(int(lengths.max())), _varint_width(iid)
         annotation = 1 + iid_width + 1 + text_width + lengths

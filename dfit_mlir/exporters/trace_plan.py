@@ -38,6 +38,10 @@ class TraceLimit:
 
     max_events: int | None = TRACE_MAX_EVENTS
 
+    def keeps_all(self, events: int) -> bool:
+        """Whether a run of ``events`` events (or fewer) is drawn whole."""
+        return self.max_events is None or events <= self.max_events
+
     @staticmethod
     def of(policy: Policy) -> TraceLimit:
         """The limit a run's event policy asks for: none under ``dfit run --trace-all``
@@ -143,7 +147,7 @@ class TracePlan:
 def plan_trace(events: int, limit: TraceLimit, batches: Callable[[], Iterable[Any]]) -> TracePlan:
     """The plan for a run of ``events`` events; ``batches()``: its events (with at least
     :data:`PLAN_COLUMNS` those it has), read once more only when it is over the limit."""
-    if limit.max_events is None or events <= limit.max_events:
+    if limit.keeps_all(events):
         return TracePlan(events, limit.max_events)
     totals = _Accumulator()
     for batch in batches():

@@ -170,7 +170,13 @@ def event_batches(parquet: Path, columns: list[str] | None = None,
 
 def trace_columns(events: Any) -> list[str]:
     """The columns of ``events`` (a ``pq.ParquetFile``) the traces read."""
-    return [name for name in (*_PER_EVENT, *DESCRIBING, *_PER_EVENT_ARGS) if name in events.schema_arrow.names]
+    return trace_column_names(events.schema_arrow.names)
+
+
+def trace_column_names(names: Iterable[str]) -> list[str]:
+    """Those of the columns ``names`` the traces read, in the order they read them."""
+    present = set(names)
+    return [name for name in (*_PER_EVENT, *DESCRIBING, *_PER_EVENT_ARGS) if name in present]
 
 
 class TraceWriter:
@@ -272,24 +278,62 @@ BATCH_ROWS = 65_536
 ENCODE_ROWS = 8_192
 
 
-def encode_slices(batch: Any) -> Iterator[Any]:
-    """``batch`` in slices of :data:`ENCODE_ROWS` events (views, not copies)."""
-    for start in range(0, batch.num_rows, ENCODE_ROWS):
-        yield batch.slice(start, ENCODE_ROWS)
+def encode_slices(batches: Iterable[Any]) -> Iterator[Any | None]:
+    """The events of ``batches`` in slices of :data:`ENCODE_ROWS` events cut at the same
+    rows whatever the batches are (views, not copies, but for the one slice across two
+    batches), and ``None`` after each batch. The traces depend on where the slices are
+    cut (a track's lanes are assigned a slice at a time), and a run's batches as its
+    pipeline exports them are not the batches ``events.parquet`` gives back (the reader
+    cuts at multiples of its batch size too): cut by position, the traces drawn from
+    either are the same bytes. A batch of other columns (a plan's summary slices) ends
+    the slice before it."""
+    pending: list[Any] = []  # the start of a slice, from the end of the batches before
+    held = 0
+    for batch in batches:
+        start = 0
+        if pending and batch.schema != pending[0].schema:
+            yield _combined(pending)
+            pending, held = [], 0
+        if pending:
+            start = min(ENCODE_ROWS - held, batch.num_rows)
+            pending.append(batch.slice(0, start))
+            held += start
+            if held == ENCODE_ROWS:
+                yield _combined(pending)
+                pending, held = [], 0
+        while batch.num_rows - start >= ENCODE_ROWS:
+            yield batch.slice(start, ENCODE_ROWS)
+            start += ENCODE_ROWS
+        if start < batch.num_rows:
+            pending, held = [batch.slice(start)], batch.num_rows - start
+        yield None
+    if pending:
+        yield _combined(pending)
+
+
+def _combined(parts: list[Any]) -> Any:
+    """One record batch of ``parts`` (batches of one schema)."""
+    import pyarrow as pa
+
+    if len(parts) == 1:
+        return parts[0]
+    return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
 
 
 def grouped_slices(batches: Iterable[Any], lanes: Lanes | None = None) -> Iterator[Grouped | None]:
-    """The events of ``batches``, :data:`ENCODE_ROWS` at a time, grouped for the writers
-    (:func:`group_batch`, one :class:`Lanes` over the whole stream), and ``None`` after
-    each read batch (a writer hands back what the batch freed there). Both traces draw
-    the same groups: grouped once, they are written by both (:func:`write_in_parallel`)."""
+    """The events of ``batches``, :data:`ENCODE_ROWS` at a time (:func:`encode_slices`),
+    grouped for the writers (:func:`group_batch`, one :class:`Lanes` over the whole
+    stream), and ``None`` after each batch (a writer hands back what the batch freed
+    there). Both traces draw the same groups: grouped once, they are written by both
+    (:func:`write_in_parallel`)."""
     lanes = Lanes() if lanes is None else lanes
-    for batch in batches:
-        for part in encode_slices(batch):
-            grouped = group_batch(part, lanes)
-            if grouped is not None:
-                yield grouped
-        yield None
+    for part in encode_slices(batches):
+        if part is None:
+            yield None
+            continue
+        grouped = group_batch(part, lanes)
+        if grouped is not None:
+            yield grouped
 
 
 def data_end(array: Any) -> int:
