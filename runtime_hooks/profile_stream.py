@@ -34,6 +34,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -273,8 +274,8 @@ class _ClockEnds:
 class _Walk:
     """The index's one pass: the record headers, block by block (:data:`BLOCK_BYTES`)."""
 
-    def __init__(self, path: Path, window_records: int):
-        self.path, self.window_records = path, window_records
+    def __init__(self, path: Path):
+        self.path = path
         self.family: list[np.ndarray] = []
         self.payload_at: list[np.ndarray] = []
         self.records: list[np.ndarray] = []
@@ -296,35 +297,83 @@ class _Walk:
         self.chunks = 0
         self.blocks = 0
         self.version = (0, 0)
+        #: Where the walk goes on (``None``: the file's header is not read yet).
+        self.offset: int | None = None
+        #: Whether an index was made of it (its lists are then emptied: walked once, used once).
+        self.indexed = False
+        self._buffer = ReadBuffer()
 
     def run(self) -> None:
+        """Walk the finished file to its end, from where :meth:`follow` left it."""
+        with open(self.path, "rb") as handle:
+            fd = handle.fileno()
+            if self.offset is None:
+                self._start(fd)
+            size = os.fstat(fd).st_size
+            (logical_end,) = struct.unpack("<Q", os.pread(fd, 8, 16))
+            self._walk_to(fd, pf.file_end(self.path, logical_end, size), following=False)
+
+    def follow(self, finished: threading.Event) -> None:
+        """Walk the profile while its writer writes it, up to its last whole record every
+        :data:`FOLLOW_BYTES` it grows, until ``finished`` is set; :meth:`run` then walks
+        the rest. The writer appends whole records one after the other and fills in the
+        header's length only when it closes the file (the length is 0 meanwhile), so a
+        record the walk takes is never written again."""
+        fd: int | None = None
+        try:
+            while not finished.wait(FOLLOW_POLL_SECONDS):
+                try:
+                    size = os.stat(self.path).st_size
+                except FileNotFoundError:  # not created yet
+                    continue
+                if fd is None:
+                    if size < FILE_HEADER_BYTES:
+                        continue
+                    fd = os.open(self.path, os.O_RDONLY)
+                    self._start(fd)
+                assert self.offset is not None
+                if size - self.offset >= FOLLOW_BYTES:
+                    self._walk_to(fd, size, following=True)
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def _start(self, fd: int) -> None:
         reader = pf.ProfileFileReader(self.path)
         version = self.version = reader.version()
         if version not in pf.KNOWN_VERSIONS:
             raise WindowedRouteUnavailable(f"HAL profile format {version[0]}.{version[1]}")
-        with open(self.path, "rb") as handle:
-            fd = handle.fileno()
-            size = os.fstat(fd).st_size
-            head = os.pread(fd, 24, 0)
-            _, _, _, offset, _, logical_end = struct.unpack("<4sHHIIQ", head)
-            end = pf.file_end(self.path, logical_end, size)
-            buffer = ReadBuffer()
-            while offset < end:
-                if offset + 104 > end:
-                    raise pf.ProfileFormatError(f"{self.path}: a record header at byte {offset} runs past the end "
-                                                f"({end}): the file is truncated")
-                (length,) = struct.unpack("<Q", os.pread(fd, 8, offset))
-                # A block of whole records (a record larger than a block is read alone).
-                stop = min(end, offset + max(BLOCK_BYTES, length))
-                self.blocks += 1
-                block = buffer.read(self.path, fd, offset, stop - offset, "where the header says it ends")
-                offset += self._block(block, offset, end, 0)
-                release_freed_memory()  # what the block's temporaries freed, as it piles up
+        self.offset = struct.unpack("<4sHHI", os.pread(fd, 12, 0))[3]
 
-    def _block(self, block: bytes | np.ndarray | mmap.mmap, base: int, end: int, position: int) -> int:
+    def _walk_to(self, fd: int, end: int, *, following: bool) -> None:
+        """Index the records from :attr:`offset` to ``end``, a block at a time. Following
+        a file still written, ``end`` is its size so far: the walk stops at the first
+        record not yet whole, to go on from there."""
+        assert self.offset is not None
+        while self.offset < end:
+            if self.offset + 104 > end:
+                if following:
+                    return
+                raise pf.ProfileFormatError(f"{self.path}: a record header at byte {self.offset} runs past the end "
+                                            f"({end}): the file is truncated")
+            (length,) = struct.unpack("<Q", os.pread(fd, 8, self.offset))
+            # A block of whole records (a record larger than a block is read alone).
+            stop = min(end, self.offset + max(BLOCK_BYTES, length))
+            block = self._buffer.read(self.path, fd, self.offset, stop - self.offset, "where the header says it ends")
+            walked = self._block(block, self.offset, end, 0, following=following)
+            if not walked:  # following: the next record is not whole yet
+                return
+            self.blocks += 1
+            self.offset += walked
+            release_freed_memory()  # what the block's temporaries freed, as it piles up
+
+    def _block(self, block: bytes | np.ndarray | mmap.mmap, base: int, end: int, position: int, *,
+               following: bool = False) -> int:
         """Index the whole records of ``block`` (the file from byte ``base``) from
         ``position``; where the walk stopped. The walk reads one length per record (or
-        leaps, :func:`_leap`); the headers are then read and checked all at once."""
+        leaps, :func:`_leap`); the headers are then read and checked all at once.
+        ``following``: a record not whole within ``end`` ends the walk unchecked (it is
+        being written), where it is otherwise a damaged file."""
         size = len(block)
         limit = min(size, end - base)  # a record must end within both
         starts: list[int] = []
@@ -344,7 +393,7 @@ class _Walk:
             (length,) = unpack(block, position)
             if length < 104 or base + position + length > end or (not starts and not leaps and
                                                                    position + length > size):
-                if not starts and not leaps:  # the first record of a block is checked alone
+                if not starts and not leaps and not following:  # the first record of a block is checked alone
                     self._headers(block, base, end, np.array([position], np.int64))
                 break  # checked below with the others, or the next block starts here
             if position + length > size:
@@ -528,11 +577,35 @@ def _leap(block: bytes, position: int, limit: int, lengths: list[int]) -> tuple[
     return at[:count], int(ends[count - 1])
 
 
-def index_profile(path: Path, window_records: int = WINDOW_RECORDS) -> ProfileIndex:
+#: How much a profile being written grows before its follower walks on (a few flushes'
+#: worth of records at a time costs more per record), and how often it looks.
+FOLLOW_BYTES = 4 << 20
+FOLLOW_POLL_SECONDS = 0.05
+#: The file header's bytes the walk reads (magic, version, first record's offset, length).
+FILE_HEADER_BYTES = 24
+
+
+def follow_profile(path: Path, finished: threading.Event) -> _Walk | None:
+    """Index ``path`` while the tool is still writing it, until ``finished`` is set (run
+    in a thread of its own, on the core the tool leaves idle): the walk so far, which
+    :func:`index_profile` takes on from where it stopped. ``None`` where the walk failed
+    (a damaged or unknown file): the index then walks the file afresh and names what is
+    wrong as it would have."""
+    walk = _Walk(Path(path))
+    try:
+        walk.follow(finished)
+    except Exception:  # noqa: BLE001 — left to index_profile's own walk, which says what is wrong
+        return None
+    return walk
+
+
+def index_profile(path: Path, window_records: int = WINDOW_RECORDS, followed: _Walk | None = None) -> ProfileIndex:
     """The :class:`ProfileIndex` of ``path``: :class:`profile_file.ProfileFormatError` for
     a damaged file (naming the byte), :class:`WindowedRouteUnavailable` for a profile the
-    windowed route leaves to the whole-run one."""
-    walk = _Walk(Path(path), window_records)
+    windowed route leaves to the whole-run one. ``followed``: :func:`follow_profile`'s
+    walk of ``path`` while it was written, taken on to the end."""
+    walk = followed if followed is not None and not followed.indexed else _Walk(Path(path))
+    walk.indexed = True
     walk.run()
     if walk.dropped:
         raise WindowedRouteUnavailable("the profiler dropped records")

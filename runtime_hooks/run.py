@@ -34,7 +34,7 @@ import shutil
 import threading
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -574,7 +574,7 @@ class WindowedRun:
         try:
             if not profile_file.supported(recorded.path):
                 raise unavailable("the profile's format or the runtime is not the one the direct reader knows")
-            index = profile_stream.index_profile(recorded.path, WINDOW_RECORDS)
+            index = profile_stream.index_profile(recorded.path, WINDOW_RECORDS, recorded.followed)
         except profile_file.ProfileFormatError as error:
             raise damaged_recording(recorded.path, error) from None
         if not len(index.executions):
@@ -697,6 +697,8 @@ class RecordedProfile:
 
     path: Path
     wall_ns_per_invocation: float | None
+    #: The profile's index walk, done while the tool wrote it (``profile_stream.follow_profile``).
+    followed: Any = None
 
 
 def _record_run(vmfb: Path, inputs: Sequence[str], driver: str, function: str, repeat: int, warmup: int,
@@ -708,7 +710,12 @@ def _record_run(vmfb: Path, inputs: Sequence[str], driver: str, function: str, r
         from dfit_mlir.runtime_hooks.progress import announce
 
         announce(f"dfit: profiling {warmup + repeat} invocations of {function} (iree-benchmark-module)")
-    importing = _import_in_background(AFTER_THE_RUN)
+    finished, followed = threading.Event(), [None]
+    # Where the windowed route will read the profile, its index is walked while the tool
+    # writes it, in the imports' thread once they are done.
+    follow = "queue-events" in families and warmup + repeat >= 2
+    importing = _import_in_background(AFTER_THE_RUN, then=lambda: _follow(path, finished, followed) if follow
+                                      else None)
     try:
         tool, stdout = hal_profile.record_profile(vmfb, inputs, path, driver=driver, function=function,
                                                   invocations=warmup + repeat, families=families)
@@ -718,11 +725,18 @@ def _record_run(vmfb: Path, inputs: Sequence[str], driver: str, function: str, r
             fault.raise_for(signal_number, error.tool, (error.stderr.strip().splitlines() or [""])[-1])
         raise
     finally:
+        finished.set()
         # This thread imports nothing until that one is done: two threads importing
         # modules that import each other can deadlock (Python then raises in one).
         importing.join()
     return RecordedProfile(path, hal_profile._benchmark_real_time_ns(stdout) if tool == "iree-benchmark-module"
-                           else None)
+                           else None, followed[0])
+
+
+def _follow(path: Path, finished: threading.Event, followed: list[Any]) -> None:
+    from dfit_mlir.runtime_hooks import profile_stream
+
+    followed[0] = profile_stream.follow_profile(path, finished)
 
 
 #: What a full run imports once its profile is recorded (the profile's readers, the join,
@@ -736,11 +750,12 @@ AFTER_THE_RUN = ("pyarrow.parquet", "pyarrow.compute", "pyarrow.csv", "pyarrow.a
                  "perfetto.protos.perfetto.trace.perfetto_trace_pb2")
 
 
-def _import_in_background(names: Sequence[str]) -> threading.Thread:
+def _import_in_background(names: Sequence[str], then: Callable[[], Any] | None = None) -> threading.Thread:
     """Import ``names`` in a thread, started and returned (the run imports them again
     where it uses them: a module that fails to import here fails there, with the error
-    the user sees). Not a daemon: one frozen by the interpreter's exit in the middle of
-    an import would hold that module's lock."""
+    the user sees), then call ``then()`` there if every import went well. Not a daemon:
+    one frozen by the interpreter's exit in the middle of an import would hold that
+    module's lock."""
     import importlib
 
     def load() -> None:
@@ -749,6 +764,8 @@ def _import_in_background(names: Sequence[str]) -> threading.Thread:
                 importlib.import_module(name)
             except Exception:  # reported where the run imports it
                 return
+        if then is not None:
+            then()
 
     thread = threading.Thread(target=load, name="dfit-imports")
     thread.start()

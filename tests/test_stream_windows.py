@@ -345,3 +345,86 @@ def test_records_two_windows_late_take_the_whole_run_route(compiled: dict[Path, 
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert summary["profile_read"]["route"] == "whole run" and "more than one window" in summary["profile_read"]["why"]
     assert summary["records"]["dispatch"] == repeat * 6
+
+
+def _same_index(found: profile_stream.ProfileIndex, expected: profile_stream.ProfileIndex) -> None:
+    for name in ("chunk_family", "chunk_payload_at", "chunk_records", "window_chunks", "window_submissions",
+                 "flush_starts", "chunk_device"):
+        assert np.array_equal(getattr(found, name), getattr(expected, name)), name
+    assert np.array_equal(found.executions.submission_id, expected.executions.submission_id)
+    assert np.array_equal(found.executions.command_buffer_id, expected.executions.command_buffer_id)
+    assert {k: v.tolist() for k, v in found.types.items()} == {k: v.tolist() for k, v in expected.types.items()}
+    assert (found.counts, found.functions, found.numbered, found.dispatch_records, found.first_buffer_windows) == \
+        (expected.counts, expected.functions, expected.numbered, expected.dispatch_records,
+         expected.first_buffer_windows)
+
+
+@pytest.mark.parametrize("piece", [13, 777, 4099])
+def test_an_index_followed_as_the_profile_is_written_is_the_files_index(compiled: dict[Path, CompileResult],
+                                                                         tmp_path: Path, piece: int,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """``follow_profile`` walks a profile while the tool writes it (IREE's writer appends
+    records, the header's length 0 until it closes the file). Written here ``piece``
+    bytes at a time (records and headers cut anywhere), the follower walks what is whole
+    as it grows, and the index taken on from it after the file is closed is the
+    finished file's."""
+    import threading
+
+    profile, _ = recorded(compiled, "loop_first_task", tmp_path)
+    data = bytearray(profile.path.read_bytes())
+    (logical_end,) = struct.unpack_from("<Q", data, 16)
+    assert logical_end == len(data)
+    data[16:24] = bytes(8)  # the writer's header until it closes the file
+    monkeypatch.setattr(profile_stream, "FOLLOW_BYTES", 1)  # walk on whatever has grown
+    monkeypatch.setattr(profile_stream, "FOLLOW_POLL_SECONDS", 0.0005)
+    growing = tmp_path / "growing.ireeprof"
+    finished, followed, reached = threading.Event(), [], []
+    original = profile_stream._Walk._walk_to
+
+    def walk_to(walk: Any, fd: int, end: int, *, following: bool) -> None:
+        original(walk, fd, end, following=following)
+        if following:
+            reached.append(walk.offset)
+
+    monkeypatch.setattr(profile_stream._Walk, "_walk_to", walk_to)
+    follower = threading.Thread(target=lambda: followed.append(profile_stream.follow_profile(growing, finished)))
+    follower.start()
+    with growing.open("wb") as out:
+        waited = 0
+        for at in range(0, len(data), piece):
+            out.write(data[at:at + piece])
+            out.flush()
+            if at - waited >= 8192:  # now and then, let the follower catch up with what is whole
+                waited = at
+                for _ in range(400):
+                    if reached and reached[-1] >= at - 4096:
+                        break
+                    threading.Event().wait(0.0005)
+        finished.set()
+        follower.join()
+        out.seek(16)
+        out.write(struct.pack("<Q", len(data)))  # closed: the header's length filled in
+    [walk] = followed
+    assert walk is not None and len(reached) > 3  # it walked as the file grew
+    assert len(set(reached)) > 3 and 24 < walk.offset <= len(data)
+    _same_index(profile_stream.index_profile(growing, followed=walk), profile_stream.index_profile(profile.path))
+
+
+def test_a_follower_of_a_damaged_profile_leaves_the_error_to_the_index(tmp_path: Path) -> None:
+    """A follower that cannot walk the file (here: no profile's magic) gives up quietly;
+    the index, walking afresh, names the file as it does without one."""
+    import threading
+
+    bad = tmp_path / "bad.ireeprof"
+    bad.write_bytes(b"NOPE" + bytes(200))
+    finished = threading.Event()
+    finished.set()
+    assert profile_stream.follow_profile(bad, finished) is not None  # set at once: nothing was read
+    finished.clear()
+    timer = threading.Timer(0.3, finished.set)
+    timer.start()
+    assert profile_stream.follow_profile(bad, finished) is None
+    with pytest.raises(Exception, match=str(bad)) as fresh:
+        profile_stream.index_profile(bad)
+    with pytest.raises(type(fresh.value), match=str(bad)):
+        profile_stream.index_profile(bad, followed=None)
