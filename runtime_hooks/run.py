@@ -596,9 +596,17 @@ class WindowedRun:
 
     @property
     def records(self) -> int:
-        """The profile records the pipeline reads: each makes at most one event."""
+        """The profile records the pipeline reads (the host family's dispatch records
+        twice: joined, then passed over among the host operations)."""
         index = self.index
         return index.dispatch_records + sum(index.counts.get(family, 0) for family, _, _ in _WINDOW_ROWS)
+
+    @property
+    def events_at_most(self) -> int:
+        """The events the pipeline can write: one at most per dispatch record and per
+        other record (a host-execution dispatch record is an event once, joined)."""
+        twice = self.index.dispatch_records if self.index.dispatch_family == "host-execution-events" else 0
+        return self.records - twice
 
     def pipeline(self, manifest: dict[str, Any], policy: Policy, sink: Any) -> EventPipeline:
         import uuid
@@ -855,7 +863,7 @@ def _write_full_bundle(bundle: Path, manifest: dict[str, Any], policy: Policy, s
             release_freed_memory(now=True)
             return pipeline
 
-        write_bundle(bundle, manifest, fill, written, source=PROFILE_SOURCE, events_at_most=opened[0].records,
+        write_bundle(bundle, manifest, fill, written, source=PROFILE_SOURCE, events_at_most=opened[0].events_at_most,
                      policy=policy)
         return
     except WindowedRouteUnavailable as why:  # nothing was written: the bundle is still as it was

@@ -79,6 +79,8 @@ def both_routes(profile: run.RecordedProfile, manifest: dict[str, Any], case: st
     whole = run._whole_run(profile, manifest, function, repeat, warmup, families, driver)
     assert whole.pipeline(manifest, policy, sinks[1]).close() == counts
     tables = [sink.table().drop(["session"]) for sink in sinks]
+    # The bound the traces are streamed by (write_bundle's events_at_most) holds.
+    assert windowed.events_at_most >= tables[0].num_rows + counts.dropped + counts.filtered + counts.sampled_out
     summary = windowed.summary()
     assert summary.pop("profile_read")["route"] == "windowed"
     return (*tables, summary, whole.summary(), *[[b.num_rows for b in sink.batches] for sink in sinks],
