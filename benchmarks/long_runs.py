@@ -12,6 +12,9 @@ wall and CPU of each and the largest peak RSS (the bound must hold in every run)
 The module is ``examples/models/convnet.mlir`` compiled with ``dfit compile ...
 --dfit-tag --mode full`` (6 dispatches, 22 profiled records per invocation).
 
+``--baseline DIR`` also times the dfit of another checkout (``git worktree add DIR
+COMMIT``) in the same alternation: a change's effect measured side by side.
+
 ``--decode-records R`` also records a profile of about R records and times its decode in
 this process, best of three: the windowed reader's index pass alone, the index plus every
 record of every family read into typed columns window by window (what a run reads), and
@@ -38,11 +41,12 @@ ROOT = Path(__file__).resolve().parent.parent
 FAMILIES = "host-execution,queue-events,memory-events"
 
 
-def timed(command: list[str], cwd: Path | None = None, digits: int = 3) -> dict[str, float]:
+def timed(command: list[str], cwd: Path | None = None, digits: int = 3,
+          env: dict[str, str] | None = None) -> dict[str, float]:
     """Wall seconds, CPU seconds (user + system) and peak RSS (MiB) of ``command`` (a
     child process, measured by ``wait4``)."""
     start = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd)
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=cwd, env=env)
     _, status, usage = os.wait4(child.pid, 0)
     wall = time.perf_counter() - start
     stderr = child.stderr.read().decode(errors="replace") if child.stderr else ""
@@ -105,7 +109,11 @@ def main() -> None:
     parser.add_argument("--decode-records", type=int, default=0, help="also time the decode of a profile this big")
     parser.add_argument("--repeats", type=int, default=1,
                         help="run each pair this many times, alternating, and report the medians")
+    parser.add_argument("--baseline", type=Path,
+                        help="a checkout of another commit (git worktree add DIR COMMIT): its dfit, run by this "
+                             "environment's Python with DIR first on the path, is timed in the same alternation")
     args = parser.parse_args()
+    baseline_env = {**os.environ, "PYTHONPATH": str(args.baseline.resolve())} if args.baseline else None
     print(f"load average at the start: {', '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     bin_dir = Path(sys.executable).parent
     with tempfile.TemporaryDirectory(prefix="dfit-long-runs-") as tmp:
@@ -118,7 +126,7 @@ def main() -> None:
         for n in (int(text) for text in args.invocations.split(",")):
             profile = work / f"p{n}.ireeprof"
             bundle = work / f"b{n}"
-            benches, dfits = [], []
+            benches, dfits, baselines = [], [], []
             for _ in range(args.repeats):  # alternating, so that a slow spell of the machine hits both
                 benches.append(timed([runtime_tool("iree-benchmark-module"), f"--module={vmfb}",
                                       f"--device={args.driver}", f"--device_profiling_mode={FAMILIES}",
@@ -127,8 +135,12 @@ def main() -> None:
                 size = profile.stat().st_size
                 profile.unlink()
                 subprocess.run(["rm", "-rf", str(bundle)], check=True)
-                dfits.append(timed([str(bin_dir / "dfit"), "run", str(vmfb), "--mode", "full", "--repeat", str(n),
-                                    "--driver", args.driver, "--input", f"@{work / 'x.npy'}", "-o", str(bundle)]))
+                run = ["run", str(vmfb), "--mode", "full", "--repeat", str(n), "--driver", args.driver,
+                       "--input", f"@{work / 'x.npy'}", "-o", str(bundle)]
+                if baseline_env is not None:
+                    baselines.append(timed([sys.executable, "-m", "dfit_mlir", *run], cwd=work, env=baseline_env))
+                    subprocess.run(["rm", "-rf", str(bundle)], check=True)
+                dfits.append(timed([str(bin_dir / "dfit"), *run]))
             bench, dfit = median(benches), median(dfits)
             summary = json.loads((bundle / "summary.json").read_text())
             events = sum(summary["records"][k] for k in ("dispatch", "queue", "memory"))
@@ -138,6 +150,10 @@ def main() -> None:
                    "cpu_ratio": round(dfit["cpu_s"] / max(bench["cpu_s"], 1e-3), 2),
                    "pairs": [{"benchmark_wall_s": b["wall_s"], "dfit_wall_s": d["wall_s"], "dfit_rss_mib": d["rss_mib"]}
                              for b, d in zip(benches, dfits, strict=True)]}
+            if baselines:
+                row["baseline"] = median(baselines)
+                row["baseline_wall_ratio"] = round(row["baseline"]["wall_s"] / bench["wall_s"], 2)
+                row["baseline_pairs"] = [b["wall_s"] for b in baselines]
             rows.append(row)
             print(json.dumps(row), flush=True)
             subprocess.run(["rm", "-rf", str(bundle)], check=True)
@@ -153,6 +169,11 @@ def main() -> None:
         print(f"| {r['invocations']:,} | {r['events']:,} | {r['profile_mb']} MB | {b['wall_s']} s / {b['cpu_s']} s / "
               f"{b['rss_mib']} MiB | {d['wall_s']} s / {d['cpu_s']} s / {d['rss_mib']} MiB | {r['wall_ratio']}x "
               f"| {r['cpu_ratio']}x |")
+    for r in rows:
+        if "baseline" in r:
+            base = r["baseline"]
+            print(f"baseline ({args.baseline}) at {r['invocations']:,} invocations: {base['wall_s']} s / "
+                  f"{base['cpu_s']} s / {base['rss_mib']} MiB, wall ratio {r['baseline_wall_ratio']}x")
 
 
 if __name__ == "__main__":

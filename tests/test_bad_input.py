@@ -157,6 +157,12 @@ SIGNAL_CASES = {
     "sigterm-run-full": ("SIGTERM", lambda w, a: ["run", vmfb_pair(w, a), "--mode", "full", "--repeat", "100000",
                                                   "-o", "b"],
                          lambda w, s: lambda: bool(processes_naming(s, "iree-benchmark-module"))),
+    # SIGTERM while a long run's events are joined and both traces drawn from them in
+    # threads of their own (the traces are begun in the bundle's temporary folder).
+    "sigterm-run-full-bundle-write": ("SIGTERM", lambda w, a: ["run", vmfb_pair(w, a), "--mode", "full",
+                                                               "--repeat", "20000", "-o", "b"],
+                                      lambda w, s: lambda: any((p / "trace.json").exists() for p in w.iterdir()
+                                                               if p.name.startswith(".b."))),
     # SIGTERM in the middle of an instrumented compile (between IREE phases).
     "sigterm-compile": ("SIGTERM", lambda w, a: ["compile", "--dfit-tag", put_mlir(w, a), "-o", "m2.vmfb"],
                         lambda w, s: lambda: any(p.name.startswith(".m2.vmfb.") for p in w.iterdir())),
