@@ -56,6 +56,14 @@ def timed(command: list[str], cwd: Path | None = None, digits: int = 3,
             "rss_mib": round(usage.ru_maxrss / 1024, 1)}
 
 
+#: ``python -c`` this, a checkout's root, then dfit's arguments: that checkout's dfit. Its
+#: ``dfit_mlir`` comes first on the path, and its folders mapped into the package
+#: (``runtime_hooks``, ``passes``, ...: pyproject's ``package-dir``) are found there too,
+#: not in the editable install of this checkout.
+_BASELINE_LAUNCHER = ("import runpy, sys; root = sys.argv.pop(1); sys.path.insert(0, root); import dfit_mlir; "
+                      "dfit_mlir.__path__.append(root); runpy.run_module('dfit_mlir', run_name='__main__')")
+
+
 def median(runs: list[dict[str, float]]) -> dict[str, float]:
     """Each measure's median over ``runs`` (RSS: the largest, a bound must hold in every run)."""
     return {key: (max(run[key] for run in runs) if key == "rss_mib" else round(float(np.median([run[key] for run in runs])), 3))
@@ -111,9 +119,9 @@ def main() -> None:
                         help="run each pair this many times, alternating, and report the medians")
     parser.add_argument("--baseline", type=Path,
                         help="a checkout of another commit (git worktree add DIR COMMIT): its dfit, run by this "
-                             "environment's Python with DIR first on the path, is timed in the same alternation")
+                             "environment's Python, is timed in the same alternation")
     args = parser.parse_args()
-    baseline_env = {**os.environ, "PYTHONPATH": str(args.baseline.resolve())} if args.baseline else None
+    baseline = [sys.executable, "-c", _BASELINE_LAUNCHER, str(args.baseline.resolve())] if args.baseline else None
     print(f"load average at the start: {', '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     bin_dir = Path(sys.executable).parent
     with tempfile.TemporaryDirectory(prefix="dfit-long-runs-") as tmp:
@@ -137,8 +145,8 @@ def main() -> None:
                 subprocess.run(["rm", "-rf", str(bundle)], check=True)
                 run = ["run", str(vmfb), "--mode", "full", "--repeat", str(n), "--driver", args.driver,
                        "--input", f"@{work / 'x.npy'}", "-o", str(bundle)]
-                if baseline_env is not None:
-                    baselines.append(timed([sys.executable, "-m", "dfit_mlir", *run], cwd=work, env=baseline_env))
+                if baseline is not None:
+                    baselines.append(timed([*baseline, *run], cwd=work))
                     subprocess.run(["rm", "-rf", str(bundle)], check=True)
                 dfits.append(timed([str(bin_dir / "dfit"), *run]))
             bench, dfit = median(benches), median(dfits)
