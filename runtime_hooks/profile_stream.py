@@ -338,6 +338,10 @@ class _Walk:
             if fd is not None:
                 os.close(fd)
 
+    def close(self) -> None:
+        """Let go of the read buffer (a run's recorded profile keeps the walk it followed)."""
+        self._buffer = ReadBuffer()
+
     def _start(self, fd: int) -> None:
         reader = pf.ProfileFileReader(self.path)
         version = self.version = reader.version()
@@ -662,6 +666,7 @@ def index_profile(path: Path, window_records: int = WINDOW_RECORDS, followed: _W
         chunk_device=device,
         dispatch_family=next(iter(walk.dispatch_families), "host-execution-events"),
         clocks=walk.clocks.fits() if walk.device_ticks else None)
+    walk.close()
     del walk, family, payload_at, records, device, queue_bounds, queue_rows, before, queue_before, pairs
     release_freed_memory(now=True)  # the join starts from the index, not from the walk's peak
     return index
