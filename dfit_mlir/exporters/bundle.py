@@ -84,19 +84,16 @@ class StreamedTraces:
     """Both traces drawn from a run's event batches as the pipeline exports them (a sink
     that writes ``events.parquet`` and hands each batch here too, :meth:`tee`): grouped
     and encoded in threads of their own while the run's events are still being joined,
-    instead of read back from ``events.parquet`` afterwards. The batches are the ones
-    the file's row groups hold, in its order, so the traces are the same bytes. Only
-    where the traces keep every event (their plan needs no pass over the events)."""
+    instead of read back from ``events.parquet`` afterwards: the same events in the same
+    order, encoded in slices cut at the same rows (:func:`~dfit_mlir.exporters.traces.encode_slices`),
+    so the same bytes. Only where the traces keep every event (their plan needs no pass
+    over the events)."""
 
     _END = object()
 
     def __init__(self, folder: Path, manifest: dict[str, Any]):
         import queue
         import threading
-
-        from dfit_mlir.exporters.chrome import write_chrome_json_groups
-        from dfit_mlir.exporters.perfetto import write_perfetto_groups
-        from dfit_mlir.exporters.traces import grouped_slices, write_in_parallel
 
         #: One batch waits at most: the join is held back rather than the memory growing (two
         #: waiting peaked 10-20 MiB higher at 990k events: 276-283 against 256-267 MiB).
@@ -107,10 +104,7 @@ class StreamedTraces:
 
         def draw() -> None:
             try:
-                self._slices, _ = write_in_parallel(
-                    grouped_slices(self._drawn()),
-                    lambda groups: write_perfetto_groups(groups, manifest, folder / "trace.pftrace"),
-                    lambda groups: write_chrome_json_groups(groups, manifest, folder / "trace.json"))
+                self._slices = _draw_traces(folder, manifest, self._drawn())
             except BaseException as error:  # raised by close(), in the run's thread
                 self._error = error
                 while not self._ended:  # the run still hands its batches over: take them
@@ -176,9 +170,7 @@ def write_files(folder: Path, manifest: dict[str, Any], summary: dict[str, Any],
     invocations (:mod:`dfit_mlir.exporters.trace_plan`). Returns the summary written."""
     import pyarrow.parquet as pq
 
-    from dfit_mlir.exporters.chrome import write_chrome_json_groups
-    from dfit_mlir.exporters.perfetto import write_perfetto_groups
-    from dfit_mlir.exporters.traces import event_batches, grouped_slices, write_in_parallel
+    from dfit_mlir.exporters.traces import event_batches
 
     events = folder / "events.parquet"
     manifest_io.save(manifest, folder / "manifest.json")
@@ -194,15 +186,26 @@ def write_files(folder: Path, manifest: dict[str, Any], summary: dict[str, Any],
         release_freed_memory(now=True)  # nor from the plan's (a long run's plan reads every event's invocation)
         # The summarised middle's row groups are not even read (the plan drops their events).
         batches = trace_batches or (lambda: event_batches(events, skip_invocations=plan.summarised))
-        slices, _ = write_in_parallel(grouped_slices(plan.batches(batches())),
-                                     lambda groups: write_perfetto_groups(groups, manifest, folder / "trace.pftrace"),
-                                     lambda groups: write_chrome_json_groups(groups, manifest, folder / "trace.json"))
+        slices = _draw_traces(folder, manifest, plan.batches(batches()))
     document = {"schema": SUMMARY_SCHEMA, "version": SUMMARY_VERSION, **(head or {}), "trace_slices": slices,
                 "trace": plan.record(), **summary, "toolchain": toolchain.versions()}
     (folder / "summary.json").write_text(json.dumps(document, indent=1) + "\n")
     for name, text in (extra_files or {}).items():
         (folder / name).write_text(text)
     return document
+
+
+def _draw_traces(folder: Path, manifest: dict[str, Any], batches: Iterable[Any]) -> int:
+    """``trace.pftrace`` and ``trace.json`` in ``folder``, of the events of ``batches``
+    grouped once and encoded in two threads; the slices drawn."""
+    from dfit_mlir.exporters.chrome import write_chrome_json_groups
+    from dfit_mlir.exporters.perfetto import write_perfetto_groups
+    from dfit_mlir.exporters.traces import grouped_slices, write_in_parallel
+
+    slices, _ = write_in_parallel(grouped_slices(batches),
+                                  lambda groups: write_perfetto_groups(groups, manifest, folder / "trace.pftrace"),
+                                  lambda groups: write_chrome_json_groups(groups, manifest, folder / "trace.json"))
+    return int(slices)
 
 
 def _grouped_csv(events: Path, path: Path, *, kind: str | None, keys: list[str]) -> None:
