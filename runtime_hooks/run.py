@@ -45,6 +45,7 @@ from dfit_mlir.core.event_pipeline import EventPipeline, EventRow, Policy
 from dfit_mlir.core.perf import release_freed_memory
 from dfit_mlir.core.vmfb import exported_functions
 from dfit_mlir.exporters.bundle import BUNDLE_KIND, write_bundle
+from dfit_mlir.exporters.trace_plan import TraceLimit
 from dfit_mlir.runtime_hooks import drivers, hal_profile, profile_file
 from dfit_mlir.runtime_hooks.inputs import (
     check_indices,
@@ -567,7 +568,7 @@ class WindowedRun:
 
         unavailable = profile_stream.WindowedRouteUnavailable
         invocations = warmup + repeat
-        if invocations < 2 or "queue-events" not in families:
+        if not windowed_may_read(families, invocations):
             raise unavailable("one invocation, or no queue events to split the flushes by")
         if "recordings" not in manifest["partitions"]:
             raise unavailable("the manifest has no command-buffer recordings")
@@ -719,9 +720,9 @@ def _record_run(vmfb: Path, inputs: Sequence[str], driver: str, function: str, r
 
         announce(f"dfit: profiling {warmup + repeat} invocations of {function} (iree-benchmark-module)")
     finished, followed = threading.Event(), [None]
-    # Where the windowed route will read the profile, its index is walked while the tool
+    # Where the windowed route may read the profile, its index is walked while the tool
     # writes it, in the imports' thread once they are done.
-    follow = "queue-events" in families and warmup + repeat >= 2
+    follow = windowed_may_read(families, warmup + repeat)
     importing = _import_in_background(AFTER_THE_RUN, then=lambda: _follow(path, finished, followed) if follow
                                       else None)
     try:
@@ -739,6 +740,12 @@ def _record_run(vmfb: Path, inputs: Sequence[str], driver: str, function: str, r
         importing.join()
     return RecordedProfile(path, hal_profile._benchmark_real_time_ns(stdout) if tool == "iree-benchmark-module"
                            else None, followed[0])
+
+
+def windowed_may_read(families: Sequence[str], invocations: int) -> bool:
+    """Whether the windowed route may take on a run's profile (its flushes are split by
+    the queue events, one per invocation); the profile itself may still send it whole."""
+    return invocations >= 2 and "queue-events" in families
 
 
 def _follow(path: Path, finished: threading.Event, followed: list[Any]) -> None:
@@ -863,8 +870,8 @@ def _write_full_bundle(bundle: Path, manifest: dict[str, Any], policy: Policy, s
             release_freed_memory(now=True)
             return pipeline
 
-        write_bundle(bundle, manifest, fill, written, source=PROFILE_SOURCE, events_at_most=opened[0].events_at_most,
-                     policy=policy)
+        write_bundle(bundle, manifest, fill, written, source=PROFILE_SOURCE, trace_limit=TraceLimit.of(policy),
+                     events_at_most=opened[0].events_at_most)
         return
     except WindowedRouteUnavailable as why:  # nothing was written: the bundle is still as it was
         reason = str(why)

@@ -29,7 +29,7 @@ from typing import Any
 from dfit_mlir.core import atomic, toolchain
 from dfit_mlir.core import event_schema as es
 from dfit_mlir.core import manifest as manifest_io
-from dfit_mlir.core.event_pipeline import EventPipeline, ParquetSink, Policy, site_table
+from dfit_mlir.core.event_pipeline import EventPipeline, ParquetSink, site_table
 from dfit_mlir.core.perf import release_freed_memory
 from dfit_mlir.exporters.trace_plan import (
     DEFAULT_LIMIT,
@@ -48,19 +48,18 @@ BUNDLE_KIND = "bundle"
 def write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[Any], EventPipeline],
                  summary: dict[str, Any], extra_files: dict[str, str] | None = None, *,
                  trace_limit: TraceLimit | None = None, source: str | None = None,
-                 events_at_most: int | None = None, policy: Policy | None = None) -> Path:
+                 events_at_most: int | None = None) -> Path:
     """``fill(sink)`` returns a pipeline holding the run's events (not yet closed);
     ``extra_files``: more text files for the bundle (name → content); ``trace_limit``:
     the traces' size limit (default: what the pipeline's policy asks for); ``source``:
     what the events come from, as the error about an event out of the schema's bounds
     names it (no bundle is written then). ``events_at_most``: a bound on the events
-    ``fill`` exports, with the ``policy`` it will fill under: where the traces keep every
-    event of that many, they are drawn as the events are exported (:class:`StreamedTraces`),
-    not from ``events.parquet`` once it is written."""
+    ``fill`` exports: where ``trace_limit`` keeps every event of that many, the traces are
+    drawn as the events are exported (:class:`StreamedTraces`), not from
+    ``events.parquet`` once it is written."""
     with atomic.atomic_directory(bundle, kind=BUNDLE_KIND) as tmp:
-        limit = trace_limit or (TraceLimit.of(policy) if policy is not None else None)
-        streamed = StreamedTraces(tmp, manifest) if limit is not None and events_at_most is not None and \
-            limit.keeps_all(events_at_most) else None
+        streamed = StreamedTraces(tmp, manifest) if trace_limit is not None and events_at_most is not None and \
+            trace_limit.keeps_all(events_at_most) else None
         sink = ParquetSink(tmp / "events.parquet", source)
         try:
             pipeline = fill(sink if streamed is None else streamed.tee(sink))
@@ -76,7 +75,7 @@ def write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[Any], E
             "dropped_events": counts.dropped + summary.get("dropped_in_process", 0),
         }
         write_files(tmp, manifest, summary, head=head, extra_files=extra_files,
-                    trace_limit=limit or TraceLimit.of(pipeline.policy), traces_written=slices)
+                    trace_limit=trace_limit or TraceLimit.of(pipeline.policy), traces_written=slices)
     return bundle
 
 
