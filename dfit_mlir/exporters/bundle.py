@@ -95,7 +95,7 @@ class StreamedTraces:
         import threading
 
         #: One batch waits at most: the join is held back rather than the memory growing (two
-        #: waiting peaked 10-20 MiB higher at 990k events: 276-283 against 256-267 MiB).
+        #: waiting peaked 10-20 MiB higher at 990k events: 276-287 against 256-267 MiB).
         self._batches: queue.Queue[Any] = queue.Queue(maxsize=1)
         self._slices: int | None = None
         self._error: BaseException | None = None
