@@ -283,7 +283,15 @@ class Executions:
 def invocation_starts(manifest: dict[str, Any], function: str, invocations: int,
                       recording_of_buffer: dict[int, int], executions: Executions | Sequence[tuple[int, int]],
                       flush_starts: Sequence[int] | np.ndarray | None = None) -> list[int]:
-    """First submission id of each invocation, from the host code's structure.
+    """:func:`invocation_start_array` as a list."""
+    return invocation_start_array(manifest, function, invocations, recording_of_buffer, executions,
+                                  flush_starts).tolist()
+
+
+def invocation_start_array(manifest: dict[str, Any], function: str, invocations: int,
+                           recording_of_buffer: dict[int, int], executions: Executions | Sequence[tuple[int, int]],
+                           flush_starts: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+    """First submission id of each invocation (int64), from the host code's structure.
 
     The anchor of ``function`` is the first command-buffer execution in its entry block:
     it runs exactly once per call, after a fixed number of queue operations (one
@@ -305,22 +313,23 @@ def invocation_starts(manifest: dict[str, Any], function: str, invocations: int,
         others = [e for e in _executions_reachable(manifest, function) if e is None or wanted.intersection(e)]
         if len(others) == 1:
             buffers = [buffer for buffer, index in recording_of_buffer.items() if index in wanted]
-            anchored = executions.submissions_of(buffers).tolist()
-            if not anchored:
+            anchored = executions.submissions_of(buffers)
+            if not len(anchored):
                 anchored = _dispatchless_anchor(manifest, wanted, invocations, recording_of_buffer, executions)
             if len(anchored) == invocations:
-                return [s - issued_before for s in anchored]
-            if anchored:
+                # Numbers, not Python ints: a list of 1M starts cost 70 MiB at its peak (issue 29).
+                return anchored.astype(np.int64) - issued_before
+            if len(anchored):
                 raise UnresolvedDispatchError(
                     f"{len(anchored)} executions of {function}'s first command buffer (recording "
                     f"{'/'.join(map(str, sorted(wanted)))}) for {invocations} invocation(s)")
     if invocations == 1:
-        return [_first_after_load(manifest, recording_of_buffer, executions)]
+        return np.array([_first_after_load(manifest, recording_of_buffer, executions)], np.int64)
     return flush_invocation_starts(function, invocations, flush_starts)
 
 
 def flush_invocation_starts(function: str, invocations: int,
-                            flush_starts: Sequence[int] | np.ndarray | None) -> list[int]:
+                            flush_starts: Sequence[int] | np.ndarray | None) -> np.ndarray:
     """Invocation starts of a function without an anchor, from the profile's flushes:
     one per invocation, each the first submission of its call. A call that issues no
     submission (a loop that ran no trip, a branch with no work) writes no flush, so the
@@ -331,28 +340,28 @@ def flush_invocation_starts(function: str, invocations: int,
             f"cannot split {invocations} invocations of {function}: {shape}, and this profile has no queue events "
             f"to split by (they come with the queue-events family of iree-benchmark-module); run it with --repeat 1")
     if not len(flush_starts):  # no call issued anything: every invocation is empty
-        return [0] * invocations
+        return np.zeros(invocations, np.int64)
     if len(flush_starts) != invocations:
         raise UnresolvedDispatchError(
             f"cannot split {invocations} invocations of {function}: {shape}, and only {len(flush_starts)} of the "
             f"{invocations} calls issued a queue operation (a loop that ran no trip or a branch with no device work "
             f"issues none), so which calls did the work cannot be told; run it with --repeat 1")
-    return flush_starts.tolist() if isinstance(flush_starts, np.ndarray) else list(flush_starts)
+    return np.asarray(flush_starts, np.int64)
 
 
 def _dispatchless_anchor(manifest: dict[str, Any], wanted: set[int], invocations: int,
-                         recording_of_buffer: dict[int, int], executions: Executions) -> list[int]:
+                         recording_of_buffer: dict[int, int], executions: Executions) -> np.ndarray:
     """Executions of an anchor recording that issues no dispatch (copies, fills): no
     dispatch record names its buffer. A memoized one is the only buffer no dispatch
     explains that runs exactly once per invocation; else none is found."""
     recordings = manifest["partitions"]["recordings"]
     if any(c["op"].startswith("dispatch") for index in wanted for c in recordings[index]["commands"]) or \
             not all(recordings[index].get("global_name") for index in wanted):
-        return []
+        return np.zeros(0, np.int64)
     unexplained = ~np.isin(executions.command_buffer_id, np.array(list(recording_of_buffer), dtype=np.int64))
     buffers, counts = np.unique(executions.command_buffer_id[unexplained], return_counts=True)
     fitting = buffers[counts == invocations].tolist()
-    return executions.submissions_of(fitting).tolist() if len(fitting) == 1 else []
+    return executions.submissions_of(fitting) if len(fitting) == 1 else np.zeros(0, np.int64)
 
 
 def _executions_reachable(manifest: dict[str, Any], function: str) -> list[list[int] | None]:

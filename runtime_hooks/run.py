@@ -564,7 +564,10 @@ class WindowedRun:
         where the whole-run route must decide)."""
         from dfit_mlir.runtime_hooks import profile_file, profile_stream
         from dfit_mlir.runtime_hooks.columnar_join import match_blocks
-        from dfit_mlir.runtime_hooks.join_records import UnresolvedDispatchError, invocation_starts
+        from dfit_mlir.runtime_hooks.join_records import (
+            UnresolvedDispatchError,
+            invocation_start_array,
+        )
 
         unavailable = profile_stream.WindowedRouteUnavailable
         invocations = warmup + repeat
@@ -589,11 +592,13 @@ class WindowedRun:
                     raise unavailable("a command buffer's records are ambiguous or unexplained")
                 known = matched.recording_of_buffer
         try:
-            starts = invocation_starts(manifest, function, invocations, known, index.executions, index.flush_starts)
+            starts = invocation_start_array(manifest, function, invocations, known, index.executions,
+                                            index.flush_starts)
         except UnresolvedDispatchError as error:
             raise unavailable(f"the invocations cannot be placed ({error})") from None
+        release_freed_memory(now=True)  # the windows read to match the buffers: the join starts without them
         return cls(index, manifest, function, repeat, warmup, tuple(families), drivers.capabilities(driver),
-                   recorded.wall_ns_per_invocation, known, np.array(starts, np.int64), RunTotals(repeat))
+                   recorded.wall_ns_per_invocation, known, starts, RunTotals(repeat))
 
     @property
     def records(self) -> int:

@@ -5,6 +5,7 @@ same code runs on real modules in test_runtime_shapes.py and test_runtime_realmo
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from dfit_mlir.core.vmfb import ExportedFunction
@@ -149,3 +150,16 @@ def test_an_anchor_that_dispatches_nothing_is_found_by_its_executions() -> None:
     }}
     executions = [(4, 1), (6, 2), (9, 1), (11, 2)]  # (submission, command buffer) of each execute
     assert invocation_starts(manifest, "main", 2, {2: 1}, executions) == [3, 8]
+
+
+@pytest.mark.parametrize("values", [[], [5], [3, -1, 3, 2, 2, 9, -1], list(range(1000, 0, -3)) * 2],
+                         ids=["empty", "one", "repeats", "many"])
+def test_sorted_distinct_is_np_unique(values: list[int]) -> None:
+    """SYNTHETIC: the sort-based distinct values (what a long run's arrays use instead of
+    numpy 2's hashing ``np.unique``) are ``np.unique``'s, values and dtype."""
+    from dfit_mlir.core.perf import sorted_distinct
+
+    array = np.array(values, dtype=np.int64)
+    found, expected = sorted_distinct(array), np.unique(array)
+    assert found.tolist() == expected.tolist() and found.dtype == expected.dtype
+    assert array.tolist() == values  # the input is not sorted in place

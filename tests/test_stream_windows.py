@@ -233,6 +233,35 @@ def test_index_reads_a_profile_in_whole_flush_windows(compiled: dict[Path, Compi
                                                   set(index.window_submissions[1:].tolist())]
     taken = sum(len(records) for _, records in profile_stream.dispatch_windows(index))
     assert taken == len(decoded.dispatch_records)
+    # The cuts, found again one queue chunk at a time: the first queue chunk after the
+    # last cut with 16 records or more since it.
+    before = np.concatenate([[0], np.cumsum(index.chunk_records)])
+    cuts = [0]
+    for row in np.flatnonzero(index.chunk_family == profile_stream.QUEUE).tolist():
+        if row > cuts[-1] and before[row] - before[cuts[-1]] >= 16:
+            cuts.append(row)
+    assert index.window_chunks.tolist() == [*cuts, len(index.chunk_family)]
+    # Every execute record's (submission, command buffer), distinct and in order.
+    from dfit_mlir.runtime_hooks import profile_file
+
+    executions = set()
+    for family in ("queue-events", "host-execution-events"):
+        found = profile_file.read_profile(profile.path).records[family]
+        execute = found["type"] == profile_file.QUEUE_OPS.index("execute")
+        executions |= set(zip(found["submission_id"][execute].tolist(), found["command_buffer_id"][execute].tolist(),
+                              strict=True))
+    assert executions
+    assert list(zip(index.executions.submission_id.tolist(), index.executions.command_buffer_id.tolist(),
+                    strict=True)) == sorted(executions)
+
+
+def test_look_ahead_is_checked_in_groups_of_the_walks_blocks() -> None:
+    """SYNTHETIC: the walk's per-block arrays are taken in groups of about ``rows`` rows
+    (one larger part alone), in order, and the list is emptied."""
+    parts = [np.arange(3), np.arange(3, 4), np.arange(4, 9), np.arange(9, 11)]
+    groups = list(profile_stream._in_groups(parts, 4))
+    assert [group.tolist() for group in groups] == [[0, 1, 2, 3], [4, 5, 6, 7, 8], [9, 10]]
+    assert parts == []
 
 
 def test_a_profile_cut_after_indexing_names_where_it_ends(compiled: dict[Path, CompileResult],
@@ -319,6 +348,7 @@ def test_records_a_flush_late_are_joined_by_the_look_ahead(compiled: dict[Path, 
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     case = "convnet_warmup_task"
     monkeypatch.setattr(run, "WINDOW_RECORDS", SMALL_WINDOW)
+    monkeypatch.setattr(profile_stream, "LOOK_AHEAD_ROWS", 2)  # checked in many groups, none is far
     profile, manifest = recorded(compiled, case, tmp_path)
     for flush in (1, 4, 7):
         _move_host_chunk(profile.path, flush, 1)
@@ -333,11 +363,15 @@ def test_records_a_flush_late_are_joined_by_the_look_ahead(compiled: dict[Path, 
     assert windows >= 9 and windowed.equals(whole) and batches == whole_batches and summary == reference
 
 
+@pytest.mark.parametrize("look_ahead_rows", [profile_stream.LOOK_AHEAD_ROWS, 1, 3])
 def test_records_two_windows_late_take_the_whole_run_route(compiled: dict[Path, CompileResult], tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           look_ahead_rows: int) -> None:
+    """The record written too late is found whatever the groups the bounds are checked in."""
     case = "convnet_warmup_task"
     _, function, _, repeat, warmup, driver = CASES[case]
     monkeypatch.setattr(run, "WINDOW_RECORDS", SMALL_WINDOW)
+    monkeypatch.setattr(profile_stream, "LOOK_AHEAD_ROWS", look_ahead_rows)
     profile, manifest = recorded(compiled, case, tmp_path)
     _move_host_chunk(profile.path, 2, 3)
     with pytest.raises(profile_stream.WindowedRouteUnavailable, match="more than one window"):

@@ -219,12 +219,17 @@ def test_microseconds_are_exact_decimals() -> None:
         json.loads(text)  # a JSON number
 
 
-def test_attributes_are_json_escaped_once_per_distinct_text() -> None:
-    values = ['{"a": 1}', 'back\\slash', "tab\tand\nnewline \x01", "", "ünï", '{"a": 1}', ""]
+@pytest.mark.parametrize("values", [
+    ['{"a": 1}', 'back\\slash', "tab\tand\nnewline \x01", "", "ünï", '{"a": 1}', ""],
+    ['{"a": "q"}', "", "plain", '{"b": [1, 2]}'],  # no backslash anywhere: none replaced
+    ['{"shape": [14, 1]}', 'back\\slash "quoted"', ""] * 20,  # few distinct texts: escaped once each
+], ids=["mixed", "no-backslash", "repeated"])
+def test_attributes_are_json_escaped_once_per_distinct_text(values: list[str]) -> None:
     members = chrome._json_attributes(pa.array([v.encode() for v in values], pa.large_binary())).to_pylist()
-    assert members[3] == ""  # no attributes: no member
     for value, member in zip(values, members, strict=True):
-        if value:
+        if not value:
+            assert member == ""  # no attributes: no member
+        else:
             assert json.loads("{" + member.removeprefix(", ") + "}") == {"attributes": value}
 
 

@@ -152,6 +152,7 @@ from dfit_mlir.analysis import op_timing
 from dfit_mlir.analysis.model import Partition, SemanticModel
 from dfit_mlir.core import costs
 from dfit_mlir.core.module_paths import EXECUTED_FIGURES, ModuleNode, build_tree
+from dfit_mlir.core.perf import sorted_distinct
 
 #: Event kinds that time execution; ``compile`` and ``metric`` events do not.
 EXECUTION_KINDS = frozenset({"dispatch", "queue", "memory", "tensor", "function", "program"})
@@ -1144,7 +1145,7 @@ def _timing(model: SemanticModel, batches: Iterable[Any] | Callable[[], Iterable
             intervals.add(np, bucket, later_min_end)
     # Load time (invocation -1) and work outside any submission (-2) are not runs of the
     # program: counting them would divide every per-invocation figure by one run too many.
-    seen = np.unique(np.concatenate(instance_sets)) if instance_sets else np.zeros(0, dtype=np.int64)
+    seen = sorted_distinct(np.concatenate(instance_sets)) if instance_sets else np.zeros(0, dtype=np.int64)
     invocations = int((seen >= 0).sum())
     timing = intervals.timing(np, dispatches, site_ns, site_calls, invocations)
     for partition, sums in zip(dispatches, site_sums, strict=True):

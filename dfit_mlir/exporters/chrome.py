@@ -4,6 +4,7 @@ events), streamed; tracks and slices grouped as :mod:`dfit_mlir.exporters.traces
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -159,8 +160,11 @@ def _escaped_members(text: Any) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    escaped = pc.replace_substring(pc.replace_substring(text, "\\", "\\\\"), '"', '\\"')
-    controls = _rows_with_control_characters(text)
+    data = _value_bytes(text)
+    # Backslashes are rare in attributes (quotes are in every one): replaced only where present.
+    slashes_doubled = pc.replace_substring(text, "\\", "\\\\") if (data == 0x5C).any() else text
+    escaped = pc.replace_substring(slashes_doubled, '"', '\\"')
+    controls = _rows_with_control_characters(text, data)
     if len(controls):
         values = escaped.to_pylist()
         for row in controls.tolist():
@@ -171,15 +175,23 @@ def _escaped_members(text: Any) -> Any:
     return pc.if_else(pc.greater(pc.binary_length(text), 0), member, pa.scalar("", pa.large_string()))
 
 
-def _rows_with_control_characters(text: Any) -> np.ndarray:
-    """Rows of ``text`` (a large_string array) holding a byte below 0x20, found by one
-    scan of its data buffer (a regex over every value cost ten times more)."""
+def _value_bytes(text: Any) -> np.ndarray:
+    """The bytes of the values of ``text`` (a large_string array), as one array (a view)."""
     data_buffer = text.buffers()[2] if len(text) else None
     if data_buffer is None:
+        return np.zeros(0, np.uint8)
+    offsets = np.frombuffer(text.buffers()[1], np.int64, count=len(text) + 1, offset=text.offset * 8)
+    return np.frombuffer(data_buffer, np.uint8)[offsets[0]:offsets[-1]]
+
+
+def _rows_with_control_characters(text: Any, data: np.ndarray) -> np.ndarray:
+    """Rows of ``text`` (a large_string array; ``data``: :func:`_value_bytes` of it)
+    holding a byte below 0x20, found by one scan of its bytes (a regex over every value
+    cost ten times more)."""
+    if not len(data):
         return np.zeros(0, np.int64)
     offsets = np.frombuffer(text.buffers()[1], np.int64, count=len(text) + 1, offset=text.offset * 8)
-    data = np.frombuffer(data_buffer, np.uint8)
-    at = np.flatnonzero(data[offsets[0]:offsets[-1]] < 0x20) + offsets[0]
+    at = np.flatnonzero(data < 0x20) + offsets[0]
     return np.unique(np.searchsorted(offsets, at, side="right") - 1)
 
 
@@ -192,9 +204,17 @@ def _microseconds(nanoseconds: np.ndarray) -> Any:
     text = pa.large_string()
     magnitude = np.abs(nanoseconds)
     whole = pc.cast(pa.array(magnitude // 1000), text)
-    # 1000 + the remainder, its leading 1 cut: three digits, zeros kept ("1007" → "007").
-    fraction = pc.utf8_slice_codeunits(pc.cast(pa.array(magnitude % 1000 + 1000), text), 1)
-    parts = [whole, pa.scalar(".", text), fraction, pa.scalar("", text)]
+    # The point and three digits, zeros kept (7 → ".007"), taken from a table of the 1000.
+    fraction = _fractions().take(pa.array(magnitude % 1000))
+    parts = [whole, fraction, pa.scalar("", text)]
     if (nanoseconds < 0).any():
         parts.insert(0, pc.if_else(pa.array(nanoseconds < 0), pa.scalar("-", text), pa.scalar("", text)))
     return pc.binary_join_element_wise(*parts)
+
+
+@functools.cache
+def _fractions() -> Any:
+    """``".000"`` to ``".999"``: the fraction of each remainder of nanoseconds by 1000."""
+    import pyarrow as pa
+
+    return pa.array([f".{remainder:03d}" for remainder in range(1000)], pa.large_string())

@@ -11,7 +11,8 @@ choice is recorded in ``summary.json`` (``trace``, :meth:`TracePlan.record`);
 ``dfit run --trace-all`` keeps every event whatever the size.
 
 The summaries are computed in one pass over the events before the traces are written:
-five integers per invocation (40 bytes: 9 MB for 228k invocations), not per event.
+five integers per invocation while they are added up (40 bytes: 9 MB for 228k
+invocations), not per event; the summarised invocations' kept in 36 bytes each.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 
 from dfit_mlir.core import event_schema as es
 from dfit_mlir.core.event_pipeline import Policy
-from dfit_mlir.core.perf import release_freed_memory
+from dfit_mlir.core.perf import release_freed_memory, sorted_distinct
 from dfit_mlir.exporters.traces import BATCH_ROWS, SUMMARY_KIND, _codes
 
 #: Events past which the traces summarise the middle invocations (documented in ``dfit run
@@ -58,17 +59,27 @@ PLAN_COLUMNS = [es.INVOCATION, es.START_NS, es.DURATION_NS, es.KIND, es.STAGE, "
 
 @dataclass(frozen=True)
 class InvocationTotals:
-    """Per (track group, invocation) of the summarised ones, in invocation order: where
-    its events start and end, how many there are, how many are dispatches and their time."""
+    """Per (track group, invocation) of the summarised ones, in invocation order within
+    each group: where its events start and end, how many there are, how many are
+    dispatches and their time. The rows of a group are consecutive (``groups``), so the
+    group and stage are kept once per group, not once per row (a million references
+    each at 1M invocations)."""
 
-    group: list[Any]
-    stage: list[Any]
+    #: (track group, its stage, its rows) of each group's consecutive rows, in row order.
+    groups: tuple[tuple[Any, Any, int], ...]
     invocation: np.ndarray
     first_start: np.ndarray
     last_end: np.ndarray
     events: np.ndarray
     dispatches: np.ndarray
     dispatch_ns: np.ndarray
+
+    def column(self, which: int, rows: slice) -> list[Any]:
+        """The groups' (``which`` 0) or stages' (1) value of each of ``rows``."""
+        ends = np.cumsum([count for _, _, count in self.groups])
+        codes = np.searchsorted(ends, np.arange(*rows.indices(len(self.invocation))), side="right")
+        values = [entry[which] for entry in self.groups]
+        return [values[code] for code in codes.tolist()]
 
 
 @dataclass(frozen=True)
@@ -88,7 +99,7 @@ class TracePlan:
                                     "kept": "all" if self.summarised is None else "ends"}
         if self.summarised is not None and self.totals is not None:
             document.update({"full_invocations_each_end": self.full_each_end,
-                             "summarised_invocations": len(np.unique(self.totals.invocation)),
+                             "summarised_invocations": len(sorted_distinct(self.totals.invocation)),
                              "summarised_range": list(self.summarised), "summary_slices": len(self.totals.invocation)})
         return document
 
@@ -133,14 +144,14 @@ class TracePlan:
                 number(totals.dispatch_ns[part]), "}", "")
             columns = {
                 es.KIND: pa.array([SUMMARY_KIND] * count, text),
-                es.STAGE: pa.array(totals.stage[part], text),
+                es.STAGE: pa.array(totals.column(1, part), text),
                 es.INVOCATION: pa.array(totals.invocation[part], pa.int32()),
                 es.START_NS: pa.array(totals.first_start[part]),
                 es.DURATION_NS: pa.array(totals.last_end[part] - totals.first_start[part]),
                 es.ATTRIBUTES: attributes,
             }
-            if any(group is not None for group in totals.group):
-                columns["track_group"] = pa.array(totals.group[part], text)
+            if any(group is not None for group, _, _ in totals.groups):
+                columns["track_group"] = pa.array(totals.column(0, part), text)
             yield pa.RecordBatch.from_pydict(columns)
 
 
@@ -259,25 +270,28 @@ class _Accumulator:
 
     def between(self, first: int, last: int) -> InvocationTotals:
         """The totals of invocations ``first``..``last`` (inclusive) that have events,
-        group by group (each group's in invocation order)."""
+        group by group (each group's in invocation order): copies of exactly those
+        rows, so that the accumulator's grown arrays go with it (their fifth more, and
+        the invocations outside the range)."""
         parts: dict[str, list[np.ndarray]] = {name: [] for name in
                                               ("invocation", "first_start", "last_end", "events", "dispatches",
                                                "dispatch_ns")}
-        groups: list[Any] = []
-        stages: list[Any] = []
+        groups: list[tuple[Any, Any, int]] = []
         for group, arrays in self.groups.items():
             end = min(last + 1, len(arrays["events"]))
             with_events = arrays["events"][first:end] > 0
             taken: Any
-            if with_events.all():  # a run's: slices of the arrays, views, not copies (47 MiB at 1M)
-                kept, taken = np.arange(first, end), slice(first, end)
+            if with_events.all():  # a run's: a slice (copied below), no list of numbers
+                kept, taken = np.arange(first, end, dtype=np.int32), slice(first, end)
             else:
-                kept = taken = first + np.flatnonzero(with_events)
+                taken = first + np.flatnonzero(with_events)
+                kept = taken.astype(np.int32)  # invocation numbers are 32-bit in a bundle
             parts["invocation"].append(kept)
             for name in ("first_start", "last_end", "events", "dispatches", "dispatch_ns"):
-                parts[name].append(arrays[name][taken])
-            groups += [group] * len(kept)
-            stages += [self.stages.get(group)] * len(kept)
+                # Counts of a slice's events fit 32 bits (the plan is of one run's events).
+                dtype = np.int32 if name in ("events", "dispatches") else np.int64
+                parts[name].append(arrays[name][taken].astype(dtype))
+            groups.append((group, self.stages.get(group), len(kept)))
         joined = {name: (values[0] if len(values) == 1 else np.concatenate(values)) if values
                   else np.zeros(0, dtype=np.int64) for name, values in parts.items()}
-        return InvocationTotals(groups, stages, **joined)
+        return InvocationTotals(tuple(groups), **joined)
