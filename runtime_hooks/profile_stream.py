@@ -36,7 +36,7 @@ import os
 import struct
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +134,13 @@ class ProfileIndex:
     @property
     def windows(self) -> int:
         return len(self.window_chunks) - 1
+
+    def for_join(self) -> ProfileIndex:
+        """This index without the facts that place the invocations (:attr:`executions`,
+        :attr:`flush_starts`: read once, before the join), which the join does not read:
+        24 MiB at 1M invocations."""
+        return replace(self, executions=Executions(np.zeros(0, np.int64), np.zeros(0, np.int64)),
+                       flush_starts=np.zeros(0, np.int64))
 
     def owned(self, window: int) -> tuple[int, int]:
         """[first, end) of the submissions window ``window`` owns."""
@@ -642,6 +649,10 @@ def index_profile(path: Path, window_records: int = WINDOW_RECORDS, followed: _W
     window_chunks, owned = _windows(family, records, flush_starts, window_records)
     _check_look_ahead(walk, window_chunks, owned)
     executions = _distinct_executions(_joined(walk.executions, np.zeros((0, 2), np.int64)))
+    if len(device) and (device == device[0]).all():
+        # One device (every CPU run, a one-GPU run): one value read as a column of them
+        # (a zero-stride view), not 4 bytes a chunk (12 MiB at 1M invocations).
+        device = np.broadcast_to(device[:1].copy(), device.shape)
     per_family = np.bincount(family, weights=records, minlength=len(FAMILIES))
     counts = {FAMILIES[code]: int(per_family[code]) for code in np.flatnonzero(np.bincount(family)).tolist()}
     index = ProfileIndex(

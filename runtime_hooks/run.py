@@ -505,9 +505,9 @@ def run_summary(totals: RunTotals, families: Sequence[str], capabilities: driver
         "driver_capabilities": None if capabilities is None else asdict(capabilities),
         "clocks": clocks,
         "join": "structural: command-buffer recordings of the hal-phase host code; invocations by submission",
-        "dispatch_ns_per_invocation": duration_stats(totals.dispatch_ns.tolist()),
+        "dispatch_ns_per_invocation": duration_stats(totals.dispatch_ns),
         # First dispatch start to last dispatch end: the device-side window.
-        "dispatch_window_ns": duration_stats(spans.tolist()),
+        "dispatch_window_ns": duration_stats(spans),
         # Wall time per invocation as iree-benchmark-module measures it (a mean: the
         # tool reports no per-invocation times); in-process modes time each call.
         "invocation_ns": None if wall is None else {"count": totals.invocations, "min": wall, "median": wall,
@@ -597,7 +597,7 @@ class WindowedRun:
         except UnresolvedDispatchError as error:
             raise unavailable(f"the invocations cannot be placed ({error})") from None
         release_freed_memory(now=True)  # the windows read to match the buffers: the join starts without them
-        return cls(index, manifest, function, repeat, warmup, tuple(families), drivers.capabilities(driver),
+        return cls(index.for_join(), manifest, function, repeat, warmup, tuple(families), drivers.capabilities(driver),
                    recorded.wall_ns_per_invocation, known, starts, RunTotals(repeat))
 
     @property

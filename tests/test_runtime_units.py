@@ -163,3 +163,20 @@ def test_sorted_distinct_is_np_unique(values: list[int]) -> None:
     found, expected = sorted_distinct(array), np.unique(array)
     assert found.tolist() == expected.tolist() and found.dtype == expected.dtype
     assert array.tolist() == values  # the input is not sorted in place
+
+
+@pytest.mark.parametrize("values", [[], [5], [3, 1, 2], [2**62, -(2**62), 7, 2**62 - 1, 1],
+                                    list(range(999_999, 0, -7))], ids=["empty", "one", "three", "huge", "many"])
+def test_duration_stats_of_an_array_are_the_lists_exactly(values: list[int]) -> None:
+    """SYNTHETIC: the stats of a run's per-invocation times, taken as an int64 array, are
+    those of the Python integers: exact median and mean (a float64 sum would round the
+    huge ones), ints where ints were."""
+    from dfit_mlir.runtime_hooks.instrument import duration_stats
+
+    expected = None if not values else {
+        "count": len(values), "min": min(values), "median": sorted(values)[len(values) // 2],
+        "mean": sum(values) / len(values), "max": max(values)}
+    for given in (values, np.array(values, dtype=np.int64)):
+        found = duration_stats(given)
+        assert found == expected
+        assert found is None or all(type(found[key]) is type(expected[key]) for key in found)  # type: ignore[index]
