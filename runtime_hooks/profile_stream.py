@@ -138,7 +138,7 @@ class ProfileIndex:
     def for_join(self) -> ProfileIndex:
         """This index without the facts that place the invocations (:attr:`executions`,
         :attr:`flush_starts`: read once, before the join), which the join does not read:
-        24 MiB at 1M invocations."""
+        23 MiB at 1M invocations."""
         return replace(self, executions=Executions(np.zeros(0, np.int64), np.zeros(0, np.int64)),
                        flush_starts=np.zeros(0, np.int64))
 
@@ -651,7 +651,7 @@ def index_profile(path: Path, window_records: int = WINDOW_RECORDS, followed: _W
     executions = _distinct_executions(_joined(walk.executions, np.zeros((0, 2), np.int64)))
     if len(device) and (device == device[0]).all():
         # One device (every CPU run, a one-GPU run): one value read as a column of them
-        # (a zero-stride view), not 4 bytes a chunk (12 MiB at 1M invocations).
+        # (a zero-stride view), not 4 bytes a chunk (11 MiB at 1M invocations).
         device = np.broadcast_to(device[:1].copy(), device.shape)
     per_family = np.bincount(family, weights=records, minlength=len(FAMILIES))
     counts = {FAMILIES[code]: int(per_family[code]) for code in np.flatnonzero(np.bincount(family)).tolist()}
@@ -734,7 +734,7 @@ def _distinct_pairs(pairs: np.ndarray) -> np.ndarray:
 
 def _distinct_executions(pairs: np.ndarray) -> Executions:
     """The :class:`Executions` of the distinct rows of ``pairs``, sorted: unpacked
-    straight into its two columns (a run's pairs stacked once more cost 24 MiB at 1M
+    straight into its two columns (a run's pairs stacked once more are 15 MiB at 1M
     invocations)."""
     packed = _packed_distinct(pairs)
     if packed is None:

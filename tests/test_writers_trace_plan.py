@@ -263,7 +263,7 @@ def test_the_summarised_range_takes_only_invocations_with_events(empty: tuple[in
     assert found.first_start.tolist() == [n * 100 for n in wanted] and found.last_end.tolist() == [n * 100 + 15 for n in wanted]
     assert found.dispatches.tolist() == [1] * len(wanted) and found.dispatch_ns.tolist() == [5] * len(wanted)
     assert found.groups == ((None, None, len(wanted)),)
-    assert found.column(0, slice(None)) == [None] * len(wanted)
+    assert found.groups_of(slice(None)) == [None] * len(wanted)
 
 
 @pytest.mark.parametrize("sizes", [(50,), (7, 91), (64,)], ids=["50", "7-91", "64"])

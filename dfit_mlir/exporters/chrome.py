@@ -160,11 +160,11 @@ def _escaped_members(text: Any) -> Any:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    data = _value_bytes(text)
+    data, offsets = _value_bytes(text)
     # Backslashes are rare in attributes (quotes are in every one): replaced only where present.
     slashes_doubled = pc.replace_substring(text, "\\", "\\\\") if (data == 0x5C).any() else text
     escaped = pc.replace_substring(slashes_doubled, '"', '\\"')
-    controls = _rows_with_control_characters(text, data)
+    controls = _rows_with_control_characters(data, offsets)
     if len(controls):
         values = escaped.to_pylist()
         for row in controls.tolist():
@@ -175,22 +175,20 @@ def _escaped_members(text: Any) -> Any:
     return pc.if_else(pc.greater(pc.binary_length(text), 0), member, pa.scalar("", pa.large_string()))
 
 
-def _value_bytes(text: Any) -> np.ndarray:
-    """The bytes of the values of ``text`` (a large_string array), as one array (a view)."""
+def _value_bytes(text: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(the bytes of the values of ``text``, a large_string array, as one array (a view);
+    where each value starts in the data buffer, and where the last ends)."""
     data_buffer = text.buffers()[2] if len(text) else None
     if data_buffer is None:
-        return np.zeros(0, np.uint8)
+        return np.zeros(0, np.uint8), np.zeros(1, np.int64)
     offsets = np.frombuffer(text.buffers()[1], np.int64, count=len(text) + 1, offset=text.offset * 8)
-    return np.frombuffer(data_buffer, np.uint8)[offsets[0]:offsets[-1]]
+    return np.frombuffer(data_buffer, np.uint8)[offsets[0]:offsets[-1]], offsets
 
 
-def _rows_with_control_characters(text: Any, data: np.ndarray) -> np.ndarray:
-    """Rows of ``text`` (a large_string array; ``data``: :func:`_value_bytes` of it)
-    holding a byte below 0x20, found by one scan of its bytes (a regex over every value
-    cost ten times more)."""
-    if not len(data):
-        return np.zeros(0, np.int64)
-    offsets = np.frombuffer(text.buffers()[1], np.int64, count=len(text) + 1, offset=text.offset * 8)
+def _rows_with_control_characters(data: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Rows holding a byte below 0x20 (``data``, ``offsets``: :func:`_value_bytes` of
+    the values), found by one scan of their bytes (a regex over every value cost ten
+    times more)."""
     at = np.flatnonzero(data < 0x20) + offsets[0]
     return np.unique(np.searchsorted(offsets, at, side="right") - 1)
 

@@ -74,12 +74,18 @@ class InvocationTotals:
     dispatches: np.ndarray
     dispatch_ns: np.ndarray
 
-    def column(self, which: int, rows: slice) -> list[Any]:
-        """The groups' (``which`` 0) or stages' (1) value of each of ``rows``."""
+    def groups_of(self, rows: slice) -> list[Any]:
+        """The track group of each of ``rows``."""
+        return [self.groups[code][0] for code in self._group_codes(rows).tolist()]
+
+    def stages_of(self, rows: slice) -> list[Any]:
+        """The stage of each of ``rows``."""
+        return [self.groups[code][1] for code in self._group_codes(rows).tolist()]
+
+    def _group_codes(self, rows: slice) -> np.ndarray:
+        """Which entry of :attr:`groups` each of ``rows`` is in."""
         ends = np.cumsum([count for _, _, count in self.groups])
-        codes = np.searchsorted(ends, np.arange(*rows.indices(len(self.invocation))), side="right")
-        values = [entry[which] for entry in self.groups]
-        return [values[code] for code in codes.tolist()]
+        return np.searchsorted(ends, np.arange(*rows.indices(len(self.invocation))), side="right")
 
 
 @dataclass(frozen=True)
@@ -144,14 +150,14 @@ class TracePlan:
                 number(totals.dispatch_ns[part]), "}", "")
             columns = {
                 es.KIND: pa.array([SUMMARY_KIND] * count, text),
-                es.STAGE: pa.array(totals.column(1, part), text),
+                es.STAGE: pa.array(totals.stages_of(part), text),
                 es.INVOCATION: pa.array(totals.invocation[part], pa.int32()),
                 es.START_NS: pa.array(totals.first_start[part]),
                 es.DURATION_NS: pa.array(totals.last_end[part] - totals.first_start[part]),
                 es.ATTRIBUTES: attributes,
             }
             if any(group is not None for group, _, _ in totals.groups):
-                columns["track_group"] = pa.array(totals.column(0, part), text)
+                columns["track_group"] = pa.array(totals.groups_of(part), text)
             yield pa.RecordBatch.from_pydict(columns)
 
 
