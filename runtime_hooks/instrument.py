@@ -35,6 +35,7 @@ from typing import Any, Callable, Sequence
 from dfit_mlir.core import manifest as manifest_io
 from dfit_mlir.core.errors import InvalidInputError
 from dfit_mlir.core.event_pipeline import EventRow, Policy
+from dfit_mlir.core.perf import exact_median
 from dfit_mlir.runtime_hooks.inprocess import Runner, materialize
 from dfit_mlir.runtime_hooks.probes import ProbeRecorder, hook_module, pair_spans
 from dfit_mlir.runtime_hooks.tensors import TensorPolicy, TensorStatsSink
@@ -209,7 +210,8 @@ def instrument(vmfb: str | Path, manifest: str | Path | dict[str, Any] | None = 
 
 def duration_stats(values: Sequence[int] | Any) -> dict[str, float] | None:
     """count / min / median / mean / max of nanosecond durations (``None`` if empty;
-    ``values``: integers, or an integer array). Sorted as an int64 array, the mean exact
+    ``values``: integers, or an integer array); the median is ``statistics.median``'s, as
+    the ledger's per-invocation spread takes it. Sorted as an int64 array, the mean exact
     (the sum taken in two 32-bit halves, then divided as Python integers): a 1M-invocation
     run's per-invocation times as a sorted list of Python ints peaked 50 MiB up, as an
     array 20 (issue 29)."""
@@ -219,5 +221,5 @@ def duration_stats(values: Sequence[int] | Any) -> dict[str, float] | None:
         return None
     ordered = np.sort(np.asarray(values, dtype=np.int64))
     total = int((ordered >> 32).sum()) * (1 << 32) + int((ordered & 0xFFFFFFFF).sum())
-    return {"count": len(ordered), "min": int(ordered[0]), "median": int(ordered[len(ordered) // 2]),
+    return {"count": len(ordered), "min": int(ordered[0]), "median": exact_median(ordered),
             "mean": total / len(ordered), "max": int(ordered[-1])}

@@ -152,7 +152,7 @@ from dfit_mlir.analysis import op_timing
 from dfit_mlir.analysis.model import Partition, SemanticModel
 from dfit_mlir.core import costs
 from dfit_mlir.core.module_paths import EXECUTED_FIGURES, ModuleNode, build_tree
-from dfit_mlir.core.perf import sorted_distinct
+from dfit_mlir.core.perf import exact_median, sorted_distinct
 
 #: Event kinds that time execution; ``compile`` and ``metric`` events do not.
 EXECUTION_KINDS = frozenset({"dispatch", "queue", "memory", "tensor", "function", "program"})
@@ -659,20 +659,13 @@ class Ledger:
         """(min, median, max) of the partition's summed ns over the runs of the program
         that ran it (:meth:`partition_time_by_instance`), as ``min``, ``statistics.median``
         and ``max`` give them, taken on the array: a long run's list of Python ints is
-        ≈30 MiB per partition at 5M events. ``None`` where no run ran it."""
-        import numpy as np
-
+        ≈30 MiB per partition at 5M events (:func:`~dfit_mlir.core.perf.exact_median`).
+        ``None`` where no run ran it."""
         found = self._timing.partition_instance_ns.get(partition_id)
         if found is None or not len(found[1]):
             return None
         times = found[1]
-        middle = len(times) // 2
-        if len(times) % 2:
-            median: float = int(np.partition(times, middle)[middle])
-        else:  # the mean of the two middle values, divided as Python divides ints (exact)
-            lower, upper = np.partition(times, [middle - 1, middle])[middle - 1:middle + 1].tolist()
-            median = (lower + upper) / 2
-        return int(times.min()), median, int(times.max())
+        return int(times.min()), exact_median(times), int(times.max())
 
     def op_figures(self) -> dict[str, Figures]:
         """Op ID → :data:`OP_FIGURES` summed over its entries: {flops, macs, bytes,

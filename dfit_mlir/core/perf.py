@@ -106,3 +106,16 @@ def sorted_distinct(values: Any) -> Any:
     keep[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
     return ordered[keep]
+
+
+def exact_median(values: Any) -> int | float:
+    """``statistics.median`` of a non-empty 1-D integer array, taken on the array (no
+    list of Python ints): the middle value, or the mean of the two middle ones divided
+    as Python divides ints (exact, where a float64 sum would round large values)."""
+    import numpy as np
+
+    middle = len(values) // 2
+    if len(values) % 2:
+        return int(np.partition(values, middle)[middle])
+    lower, upper = np.partition(values, [middle - 1, middle])[middle - 1:middle + 1].tolist()
+    return (lower + upper) / 2
