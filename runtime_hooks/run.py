@@ -488,7 +488,13 @@ class RunTotals:
         recorded = found.invocation >= 0
         k = found.invocation[recorded]
         np.add.at(self.dispatch_ns, k, found.duration_ns[recorded])
-        self.dispatches += np.bincount(k, minlength=self.invocations)
+        if len(k):
+            # Counted over the block's invocations only: a block holds a few of them, and a
+            # count over all of them (8 bytes each) was a temporary of the run's length per
+            # window (8 MiB and its addition, ≈ 340 times at 1M invocations).
+            low = int(k.min())
+            counts = np.bincount(k - low)
+            self.dispatches[low:low + len(counts)] += counts
         np.minimum.at(self.first, k, found.start_ns[recorded])
         np.maximum.at(self.last, k, (found.start_ns + found.duration_ns)[recorded])
         load = ~recorded
@@ -508,10 +514,11 @@ def run_summary(totals: RunTotals, families: Sequence[str], capabilities: driver
         "dispatch_ns_per_invocation": duration_stats(totals.dispatch_ns),
         # First dispatch start to last dispatch end: the device-side window.
         "dispatch_window_ns": duration_stats(spans),
-        # Wall time per invocation as iree-benchmark-module measures it (a mean: the
-        # tool reports no per-invocation times); in-process modes time each call.
-        "invocation_ns": None if wall is None else {"count": totals.invocations, "min": wall, "median": wall,
-                                                    "mean": wall, "max": wall},
+        # Wall time per invocation as iree-benchmark-module measures it: a mean and
+        # nothing else, as the tool reports no per-invocation times (a min, median and
+        # max equal to the mean would claim a spread it never measured). The in-process
+        # modes time each call and give all five.
+        "invocation_ns": None if wall is None else {"count": totals.invocations, "mean": wall},
         "timing_harness": "iree-benchmark-module" if wall is not None else "iree-run-module",
         "load_time": {"dispatches": totals.load_dispatches, "dispatch_ns": totals.load_dispatch_ns,
                       "invocation": LOAD_INVOCATION},
@@ -596,8 +603,12 @@ class WindowedRun:
                                             index.flush_starts)
         except UnresolvedDispatchError as error:
             raise unavailable(f"the invocations cannot be placed ({error})") from None
-        release_freed_memory(now=True)  # the windows read to match the buffers: the join starts without them
-        return cls(index.for_join(), manifest, function, repeat, warmup, tuple(families), drivers.capabilities(driver),
+        index = index.for_join()
+        # The windows read to match the buffers and the facts that placed the invocations
+        # (dropped just above): the join starts without them. Handed back after they are
+        # dropped, not before: freed after, they stayed resident in glibc's heap.
+        release_freed_memory(now=True)
+        return cls(index, manifest, function, repeat, warmup, tuple(families), drivers.capabilities(driver),
                    recorded.wall_ns_per_invocation, known, starts, RunTotals(repeat))
 
     @property
@@ -640,7 +651,7 @@ class WindowedRun:
                                                                  self.starts)
             if columns is None:
                 raise profile_stream.WindowedRouteUnavailable("a window's records are not what the run's were")
-            found = _recorded(columns, self.warmup)
+            found = _recorded(columns, self.warmup, self.totals)
             self.totals.add_dispatches(found)
             pipeline.add_dispatches(found.site, found.start_ns, found.duration_ns, found.workgroups, found.tiles,
                                     found.invocation, attributes=found.shape_attributes())
@@ -824,7 +835,8 @@ def _whole_run(recorded: RecordedProfile, manifest: dict[str, Any], function: st
     ):
         if records:
             found.append(_placed_rows(kind, records, starts, warmup, counts))
-    return ProfiledRun(_recorded(joined.columns, warmup), repeat, tuple(queue), tuple(memory), counts.warmup,
+    recorded = _recorded(joined.columns, warmup, counts)
+    return ProfiledRun(recorded, repeat, tuple(queue), tuple(memory), counts.warmup,
                        profile.wall_ns_per_invocation, counts.load, counts.unsubmitted, tuple(families),
                        drivers.capabilities(driver), tuple((profile.clocks or {}).values()))
 
@@ -1000,12 +1012,15 @@ def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
-def _recorded(columns: hal_profile.JoinColumns, warmup: int) -> hal_profile.JoinColumns:
+def _recorded(columns: hal_profile.JoinColumns, warmup: int, counts: RunTotals) -> hal_profile.JoinColumns:
     """The joined dispatches without the warmup invocations, renumbered from 0 (load time
-    stays at :data:`LOAD_INVOCATION`)."""
+    stays at :data:`LOAD_INVOCATION`); those dropped counted in ``counts.warmup`` with the
+    warmup's queue and memory records (:func:`_placed_rows`)."""
     import numpy as np
 
-    kept = columns.where((columns.invocation < 0) | (columns.invocation >= warmup))
+    recorded = (columns.invocation < 0) | (columns.invocation >= warmup)
+    counts.warmup += len(recorded) - int(recorded.sum())
+    kept = columns.where(recorded)
     invocation = kept.invocation
     return replace(kept, invocation=np.where(invocation < 0, LOAD_INVOCATION, invocation - warmup).astype(np.int32))
 

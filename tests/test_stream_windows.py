@@ -264,6 +264,61 @@ def test_look_ahead_is_checked_in_groups_of_the_walks_blocks() -> None:
     assert parts == []
 
 
+def test_the_index_columns_kept_small_read_as_the_whole_ones() -> None:
+    """SYNTHETIC: the index's compact columns read as the int64 columns they stand for:
+    payload offsets per block (a base and 32-bit offsets from it), one device held once,
+    the records before each queue chunk summed a few chunks at a time."""
+    parts = profile_stream._OffsetParts()
+    offsets = [np.array([104, 500, 9000], np.int64), np.array([(5 << 32) + 7], np.int64),
+               np.array([(5 << 32) + 8_000_000, (5 << 32) + 8_300_000], np.int64)]
+    row = 0
+    for block in offsets:
+        parts.add(row, block)
+        row += len(block)
+    column = parts.joined()
+    whole = np.concatenate(offsets)
+    assert column.within.dtype == np.uint32 and np.array_equal(np.asarray(column), whole)
+    assert np.array_equal(column[2:5], whole[2:5]) and int(column[np.int64(3)]) == whole[3]
+    assert np.array_equal(column[np.array([5, 0, 3])], whole[[5, 0, 3]])
+
+    one = [np.broadcast_to(np.array([2], np.int32), (4,)), np.array([2], np.int32)]
+    device = profile_stream._device_column(one)
+    assert device.strides == (0,) and device.tolist() == [2] * 5 and one == []
+    mixed = [np.broadcast_to(np.array([2], np.int32), (2,)), np.array([1, 2], np.int32)]
+    assert profile_stream._device_column(mixed).tolist() == [2, 2, 1, 2]
+
+    records = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3], np.int32)
+    rows = np.array([0, 2, 3, 7, 9])
+    expected = (np.cumsum(records) - records)[rows]
+    for step in (1, 2, 3, 4, 100):
+        assert profile_stream._records_before(records, rows, step).tolist() == expected.tolist(), step
+
+
+def _swap_queue_chunks(path: Path, flush: int) -> None:
+    """Rewrite the profile with the queue-events chunks of flushes ``flush`` and
+    ``flush + 1`` exchanged (the later flush's submissions written first)."""
+    data = path.read_bytes()
+    records = _records(data)
+    queue = [k for k, (_, _, kind) in enumerate(records) if kind.endswith(b"queue-events")]
+    order = list(range(len(records)))
+    order[queue[flush]], order[queue[flush + 1]] = order[queue[flush + 1]], order[queue[flush]]
+    head = struct.unpack_from("<I", data, 8)[0]
+    path.write_bytes(data[:head] + b"".join(data[records[k][0]:records[k][0] + records[k][1]] for k in order))
+
+
+@pytest.mark.parametrize("block_bytes", [profile_stream.BLOCK_BYTES, 1])
+def test_flushes_out_of_order_take_the_whole_run_route(compiled: dict[Path, CompileResult], tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch, block_bytes: int) -> None:
+    """A flush whose submissions do not all come after the one before's is found as the
+    walk goes, within a block or across two (1 byte: a block per record)."""
+    monkeypatch.setattr(profile_stream, "BLOCK_BYTES", block_bytes)
+    profile, _ = recorded(compiled, "loop_first_task", tmp_path)
+    _swap_queue_chunks(profile.path, 2)
+    with pytest.raises(profile_stream.WindowedRouteUnavailable,
+                       match="flush 3 holds a submission before the previous flush's last"):
+        profile_stream.index_profile(profile.path, 16)
+
+
 def test_a_profile_cut_after_indexing_names_where_it_ends(compiled: dict[Path, CompileResult],
                                                           tmp_path: Path) -> None:
     """The windows are read after the index: a file cut in between (a full disk, a user's

@@ -2,7 +2,9 @@
 
 * compile: the time spent snapshotting each stage's IR (``stages[*].snapshot_s``) against
   the phase's own time (``phase_s``) and the whole compile (``compile.total_s``);
-* runtime interception: the median invocation time of this bundle against a baseline run
+* runtime interception: the invocation time of this bundle (the median of the calls it
+  timed; a run timed by ``iree-benchmark-module`` has only the tool's mean, and says so in
+  ``invocation_statistic``) against a baseline run
   of the same model, given as ``compare=BUNDLE[,BUNDLE...]``. Bundles are grouped by model
   (same input sha256 or path, or the same operator IDs); in each group the least
   instrumented run (``none`` < ``ids`` < ``lite`` < ``full``) is the baseline;
@@ -27,11 +29,11 @@ from dfit_mlir.core.errors import InvalidInputError
 
 #: Run modes from least to most instrumented; the least instrumented run of a group is its baseline.
 INSTRUMENTATION_ORDER = ("none", "ids", "lite", "full")
-#: The bundle's trace files whose size is the tracing cost on disk.
-#: The files a run's events cost on disk (``trace_bytes`` is their sum).
+#: The files a run's events cost on disk (``trace_bytes`` is their sum: both traces and the
+#: events' Parquet file).
 TRACE_FILES = {"pftrace_bytes": "trace.pftrace", "json_bytes": "trace.json", "parquet_bytes": "events.parquet"}
 BUNDLE_COLUMNS = ("bundle", "role", "model", "mode", "events", "dropped", "pftrace_bytes", "json_bytes", "parquet_bytes",
-                  "trace_bytes", "invocations", "harness", "median_invocation_ms", "event_rate_per_s", "baseline",
+                  "trace_bytes", "invocations", "harness", "invocation_ms", "invocation_statistic", "event_rate_per_s", "baseline",
                   "slowdown", "extra_ms", "not_compared")
 COMPILE_COLUMNS = ("stage", "phase_s", "snapshot_s", "snapshot_pct_of_phase")
 NOT_MEASURABLE = "runtime overhead not measurable: backend exposes no per-program timing of dfit's own runs"
@@ -75,6 +77,7 @@ def bundle_row(model: SemanticModel, role: str, events: int | None = None) -> di
              if model.bundle is not None and (model.bundle / name).is_file() else None
              for column, name in TRACE_FILES.items()}
     invocations = summary.get("invocation_ns") or {}
+    statistic = next((name for name in ("median", "mean") if name in invocations), None)
     # Recorded run time: the invocations dfit itself timed (count × mean).
     run_ns = invocations.get("mean", 0) * invocations.get("count", 0)
     known_sizes = [size for size in sizes.values() if size is not None]
@@ -86,7 +89,11 @@ def bundle_row(model: SemanticModel, role: str, events: int | None = None) -> di
         # Bundles timed by different harnesses (in-process calls vs iree-benchmark-module)
         # are not compared: the harness's own cost would read as instrumentation overhead.
         "harness": summary.get("timing_harness"),
-        "median_invocation_ms": invocations["median"] / 1e6 if "median" in invocations else None,
+        # A run's per-invocation time: the median where each call was timed, else the only
+        # figure the harness gives (iree-benchmark-module's mean). Runs are compared only
+        # within one harness, so a ratio never sets a median against a mean.
+        "invocation_ms": invocations[statistic] / 1e6 if statistic else None,
+        "invocation_statistic": statistic,
         "event_rate_per_s": round(events / (run_ns / 1e9), 1) if run_ns else None,
     }
 
@@ -121,7 +128,7 @@ class Overhead(Tool):
         self._group_and_compare(ctx, [model, *ctx.state["compare"]], rows)
 
         this = rows[0]
-        if this["median_invocation_ms"] is None:
+        if this["invocation_ms"] is None:
             ctx.note(NOT_MEASURABLE if model.bundle is not None else
                      "a bare manifest has no run: only the compile overhead is measured")
         elif not ctx.state["compare"]:
@@ -163,14 +170,14 @@ class Overhead(Tool):
                 group.append(index)
         for group in groups:
             label = Path((models[group[0]].manifest.get("input") or {}).get("path") or models[group[0]].source).name
-            timed = [i for i in group if rows[i]["median_invocation_ms"]]
+            timed = [i for i in group if rows[i]["invocation_ms"]]
             baselines: dict[str | None, int] = {}  # harness (None: not said) → its least instrumented run
             for i in sorted(timed, key=lambda i: _rank(rows[i])):
                 baselines.setdefault(rows[i]["harness"], i)
             for i in group:
                 rows[i]["model"] = label
                 baseline = baselines.get(rows[i]["harness"])
-                if baseline is None or rows[i]["median_invocation_ms"] is None:
+                if baseline is None or rows[i]["invocation_ms"] is None:
                     continue
                 if baseline == i and _rank(rows[i]) > 0 and len(baselines) > 1:
                     ctx.note(f"{rows[i]['mode']} was timed by {rows[i]['harness']}, and no less instrumented run "
@@ -181,23 +188,24 @@ class Overhead(Tool):
                     rows[i]["not_compared"] = (f"no other run of this model was timed by {rows[i]['harness']}"
                                                if len(group) > 1 else "no other run of this model was given")
                     continue
-                base_ms = rows[baseline]["median_invocation_ms"]
+                base_ms = rows[baseline]["invocation_ms"]
                 rows[i].update(baseline=rows[baseline]["mode"],
-                               slowdown=round(rows[i]["median_invocation_ms"] / base_ms, 4),
-                               extra_ms=round(rows[i]["median_invocation_ms"] - base_ms, 6))
+                               slowdown=round(rows[i]["invocation_ms"] / base_ms, 4),
+                               extra_ms=round(rows[i]["invocation_ms"] - base_ms, 6))
             if 0 not in group:
                 others = ", ".join(models[i].source for i in group)
                 ctx.note(f"not a run of this model ({label}): {others}; compared only within its own group")
 
     def report(self, ctx: ToolContext) -> str:
-        lines = [f"{'mode':<14}{'events':>8}{'trace B':>10}{'median ms':>11}{'slowdown':>10}"]
+        lines = [f"{'mode':<14}{'events':>8}{'on disk B':>11}{'ms/invocation':>20}{'slowdown':>10}"]
         for row in ctx.state.get("rows", []):
-            median, slowdown = row["median_invocation_ms"], row.get("slowdown")
+            per_call, slowdown = row["invocation_ms"], row.get("slowdown")
+            timed = "-" if per_call is None else f"{per_call:.3f} ({row['invocation_statistic']})"
             shown = ("-" if slowdown is None else "baseline" if row.get("baseline") == row["mode"] and slowdown == 1
                      else f"{slowdown:.2f}x")
             why = f"  (not compared: {row['not_compared']})" if row.get("not_compared") else ""
-            lines.append(f"{row['mode']:<14}{row['events']:>8}{row['trace_bytes'] or 0:>10}"
-                         f"{'-' if median is None else f'{median:.3f}':>11}{shown:>10}{why}")
+            lines.append(f"{row['mode']:<14}{row['events']:>8}{row['trace_bytes'] or 0:>11}"
+                         f"{timed:>20}{shown:>10}{why}")
         totals = ctx.state.get("compile") or {}
         if totals.get("snapshot_pct_of_compile") is not None:
             lines.append(f"compile: snapshots {totals['snapshot_total_s']:.3f} s of {totals['compile_total_s']:.3f} s "
