@@ -210,6 +210,25 @@ def test_track_groups_are_summarised_each_on_their_own_track(long_run: Path) -> 
                                                         .cast(pa.int64())).as_py())
 
 
+@pytest.mark.parametrize("rows", [30, 7])
+def test_totals_written_to_a_folder_draw_the_same_summaries(long_run: Path, tmp_path: Path, rows: int,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The summarised invocations' totals written to a folder (as ``dfit run`` plans its
+    traces) and read back a batch of slices at a time give the summary slices and the
+    record of the totals kept in memory, two track groups and batches of ``rows`` slices."""
+    monkeypatch.setattr(trace_plan, "BATCH_ROWS", rows)
+    events = pq.read_table(long_run / "events.parquet")
+    groups = pa.array(["rank 1" if row % 2 else "rank 0" for row in range(events.num_rows)])
+    batches = events.append_column("track_group", groups).to_batches(max_chunksize=100)
+    held = trace_plan.plan_trace(events.num_rows, TraceLimit(max_events=200), lambda: batches)
+    written = trace_plan.plan_trace(events.num_rows, TraceLimit(max_events=200), lambda: batches, tmp_path)
+    assert isinstance(written.totals, trace_plan.SpilledTotals) and isinstance(held.totals, trace_plan.InvocationTotals)
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(trace_plan.TOTALS_COLUMNS)
+    assert written.record() == held.record() and held.record()["summarised_invocations"] > 0
+    summaries = [pa.Table.from_batches(list(plan._summary_batches())) for plan in (held, written)]
+    assert summaries[0].num_rows == len(held.totals) > rows and summaries[0].equals(summaries[1])
+
+
 @pytest.mark.parametrize(("per_invocation", "budget", "keep"), [
     ([10] * 9, 40, 2),  # 2 + 2 invocations of 10 events fit 40
     ([10] * 9, 5, 1),  # at least one at each end

@@ -181,11 +181,15 @@ def write_files(folder: Path, manifest: dict[str, Any], summary: dict[str, Any],
     if traces_written is not None:  # drawn as the events were exported (StreamedTraces)
         plan, slices = TracePlan(events_written, trace_limit.max_events), traces_written
     else:
-        plan = plan_trace(events_written, trace_limit, trace_batches or (lambda: event_batches(events, PLAN_COLUMNS)))
-        release_freed_memory(now=True)  # nor from the plan's (a long run's plan reads every event's invocation)
-        # The summarised middle's row groups are not even read (the plan drops their events).
-        batches = trace_batches or (lambda: event_batches(events, skip_invocations=plan.summarised))
-        slices = _draw_traces(folder, manifest, plan.batches(batches()))
+        # The summarised invocations' totals are written to a scratch folder and read back
+        # as the summary slices are drawn, not held through the traces.
+        with atomic.scratch_directory("dfit-trace-plan-") as scratch:
+            plan = plan_trace(events_written, trace_limit,
+                              trace_batches or (lambda: event_batches(events, PLAN_COLUMNS)), scratch)
+            release_freed_memory(now=True)  # nor from the plan's (a long run's plan reads every event's invocation)
+            # The summarised middle's row groups are not even read (the plan drops their events).
+            batches = trace_batches or (lambda: event_batches(events, skip_invocations=plan.summarised))
+            slices = _draw_traces(folder, manifest, plan.batches(batches()))
     document = {"schema": SUMMARY_SCHEMA, "version": SUMMARY_VERSION, **(head or {}), "trace_slices": slices,
                 "trace": plan.record(), **summary, "toolchain": toolchain.versions()}
     (folder / "summary.json").write_text(json.dumps(document, indent=1) + "\n")

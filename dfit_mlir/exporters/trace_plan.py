@@ -12,20 +12,24 @@ choice is recorded in ``summary.json`` (``trace``, :meth:`TracePlan.record`);
 
 The summaries are computed in one pass over the events before the traces are written:
 five integers per invocation while they are added up (40 bytes: 9 MB for 228k
-invocations), not per event; the summarised invocations' kept in 36 bytes each.
+invocations), not per event. The summarised invocations' (36 bytes each) are kept in
+memory, or, given a folder (``dfit run`` gives a scratch one), written there and read
+back a batch of summary slices at a time while the traces are drawn: at 1M invocations
+they were 36 MiB held through the traces, the phase where a long run peaks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dfit_mlir.core import event_schema as es
 from dfit_mlir.core.event_pipeline import Policy
-from dfit_mlir.core.perf import release_freed_memory, sorted_distinct
+from dfit_mlir.core.perf import release_freed_memory
 from dfit_mlir.exporters.traces import BATCH_ROWS, SUMMARY_KIND, _codes
 
 #: Events past which the traces summarise the middle invocations (documented in ``dfit run
@@ -57,22 +61,22 @@ DEFAULT_LIMIT = TraceLimit()
 PLAN_COLUMNS = [es.INVOCATION, es.START_NS, es.DURATION_NS, es.KIND, es.STAGE, "track_group"]
 
 
-@dataclass(frozen=True)
-class InvocationTotals:
-    """Per (track group, invocation) of the summarised ones, in invocation order within
-    each group: where its events start and end, how many there are, how many are
-    dispatches and their time. The rows of a group are consecutive (``groups``), so the
-    group and stage are kept once per group, not once per row (a million references
+#: The columns of the summarised invocations' totals and their types (invocation numbers
+#: are 32-bit in a bundle; counts of one invocation's events in one group fit 32 bits).
+TOTALS_COLUMNS = {"invocation": np.dtype(np.int32), "first_start": np.dtype(np.int64),
+                  "last_end": np.dtype(np.int64), "events": np.dtype(np.int32), "dispatches": np.dtype(np.int32),
+                  "dispatch_ns": np.dtype(np.int64)}
+
+
+class _GroupedRows:
+    """Rows of consecutive groups (:attr:`groups`: (track group, its stage, its rows)):
+    the group and stage are kept once per group, not once per row (a million references
     each at 1M invocations)."""
 
-    #: (track group, its stage, its rows) of each group's consecutive rows, in row order.
     groups: tuple[tuple[Any, Any, int], ...]
-    invocation: np.ndarray
-    first_start: np.ndarray
-    last_end: np.ndarray
-    events: np.ndarray
-    dispatches: np.ndarray
-    dispatch_ns: np.ndarray
+
+    def __len__(self) -> int:
+        return sum(count for _, _, count in self.groups)
 
     def groups_of(self, rows: slice) -> list[Any]:
         """The track group of each of ``rows``."""
@@ -85,7 +89,42 @@ class InvocationTotals:
     def _group_codes(self, rows: slice) -> np.ndarray:
         """Which entry of :attr:`groups` each of ``rows`` is in."""
         ends = np.cumsum([count for _, _, count in self.groups])
-        return np.searchsorted(ends, np.arange(*rows.indices(len(self.invocation))), side="right")
+        return np.searchsorted(ends, np.arange(*rows.indices(len(self))), side="right")
+
+
+@dataclass(frozen=True)
+class InvocationTotals(_GroupedRows):
+    """Per (track group, invocation) of the summarised ones, in invocation order within
+    each group: where its events start and end, how many there are, how many are
+    dispatches and their time (:data:`TOTALS_COLUMNS`)."""
+
+    groups: tuple[tuple[Any, Any, int], ...]
+    invocation: np.ndarray
+    first_start: np.ndarray
+    last_end: np.ndarray
+    events: np.ndarray
+    dispatches: np.ndarray
+    dispatch_ns: np.ndarray
+
+    def rows(self, part: slice) -> dict[str, np.ndarray]:
+        """Each column's values of rows ``part``."""
+        return {name: getattr(self, name)[part] for name in TOTALS_COLUMNS}
+
+
+@dataclass(frozen=True)
+class SpilledTotals(_GroupedRows):
+    """:class:`InvocationTotals` written to ``folder`` (a file per column, raw values),
+    read back a slice at a time (read, not mapped: a mapping's pages would stay resident
+    as they are read). Valid while the folder is."""
+
+    groups: tuple[tuple[Any, Any, int], ...]
+    folder: Path
+
+    def rows(self, part: slice) -> dict[str, np.ndarray]:
+        begin, end, _ = part.indices(len(self))
+        return {name: np.fromfile(self.folder / name, dtype=dtype, count=max(0, end - begin),
+                                  offset=begin * dtype.itemsize)
+                for name, dtype in TOTALS_COLUMNS.items()}
 
 
 @dataclass(frozen=True)
@@ -97,7 +136,9 @@ class TracePlan:
     max_events: int | None
     full_each_end: int = 0
     summarised: tuple[int, int] | None = None
-    totals: InvocationTotals | None = field(default=None, repr=False)
+    totals: InvocationTotals | SpilledTotals | None = field(default=None, repr=False)
+    #: Distinct invocation numbers among the summarised ones (over every group).
+    summarised_invocations: int = 0
 
     def record(self) -> dict[str, Any]:
         """What ``summary.json`` says of it (its ``trace`` entry)."""
@@ -105,8 +146,8 @@ class TracePlan:
                                     "kept": "all" if self.summarised is None else "ends"}
         if self.summarised is not None and self.totals is not None:
             document.update({"full_invocations_each_end": self.full_each_end,
-                             "summarised_invocations": len(sorted_distinct(self.totals.invocation)),
-                             "summarised_range": list(self.summarised), "summary_slices": len(self.totals.invocation)})
+                             "summarised_invocations": self.summarised_invocations,
+                             "summarised_range": list(self.summarised), "summary_slices": len(self.totals)})
         return document
 
     def batches(self, source: Iterable[Any]) -> Iterator[Any]:
@@ -140,20 +181,21 @@ class TracePlan:
         def number(values: np.ndarray) -> Any:
             return pc.cast(pa.array(values), text)
 
-        for begin in range(0, len(totals.invocation), BATCH_ROWS):
-            end = min(len(totals.invocation), begin + BATCH_ROWS)
+        for begin in range(0, len(totals), BATCH_ROWS):
+            end = min(len(totals), begin + BATCH_ROWS)
             part = slice(begin, end)
             count = end - begin
+            row = totals.rows(part)
             attributes = pc.binary_join_element_wise(
-                '{"invocation": ', number(totals.invocation[part]), ', "events": ', number(totals.events[part]),
-                ', "dispatches": ', number(totals.dispatches[part]), ', "dispatch_ns": ',
-                number(totals.dispatch_ns[part]), "}", "")
+                '{"invocation": ', number(row["invocation"]), ', "events": ', number(row["events"]),
+                ', "dispatches": ', number(row["dispatches"]), ', "dispatch_ns": ',
+                number(row["dispatch_ns"]), "}", "")
             columns = {
                 es.KIND: pa.array([SUMMARY_KIND] * count, text),
                 es.STAGE: pa.array(totals.stages_of(part), text),
-                es.INVOCATION: pa.array(totals.invocation[part], pa.int32()),
-                es.START_NS: pa.array(totals.first_start[part]),
-                es.DURATION_NS: pa.array(totals.last_end[part] - totals.first_start[part]),
+                es.INVOCATION: pa.array(row["invocation"], pa.int32()),
+                es.START_NS: pa.array(row["first_start"]),
+                es.DURATION_NS: pa.array(row["last_end"] - row["first_start"]),
                 es.ATTRIBUTES: attributes,
             }
             if any(group is not None for group, _, _ in totals.groups):
@@ -161,9 +203,12 @@ class TracePlan:
             yield pa.RecordBatch.from_pydict(columns)
 
 
-def plan_trace(events: int, limit: TraceLimit, batches: Callable[[], Iterable[Any]]) -> TracePlan:
+def plan_trace(events: int, limit: TraceLimit, batches: Callable[[], Iterable[Any]],
+               folder: Path | None = None) -> TracePlan:
     """The plan for a run of ``events`` events; ``batches()``: its events (with at least
-    :data:`PLAN_COLUMNS` those it has), read once more only when it is over the limit."""
+    :data:`PLAN_COLUMNS` those it has), read once more only when it is over the limit;
+    ``folder``: where the summarised invocations' totals are written (:class:`SpilledTotals`;
+    ``None``: kept in memory)."""
     if limit.keeps_all(events):
         return TracePlan(events, limit.max_events)
     totals = _Accumulator()
@@ -177,12 +222,14 @@ def plan_trace(events: int, limit: TraceLimit, batches: Callable[[], Iterable[An
     if keep == 0:  # too few invocations to summarise any: every event is kept
         return TracePlan(events, limit.max_events)
     summarised = (int(numbers[keep]), int(numbers[len(numbers) - keep - 1]))
-    plan = TracePlan(events, limit.max_events, keep, summarised, totals.between(*summarised))
+    summarised_invocations = len(numbers) - 2 * keep  # those with events in the range: all but the ends
+    del numbers, per_number
+    between = totals.between(*summarised) if folder is None else totals.spill(*summarised, folder)
     # The accumulator and what reading the events freed, handed back before the traces
     # are drawn: kept, they were 150 MiB of a 1M-invocation run's 22M events (37 live).
-    del totals, numbers, per_number
+    del totals
     release_freed_memory(now=True)
-    return plan
+    return TracePlan(events, limit.max_events, keep, summarised, between, summarised_invocations)
 
 
 def _full_at_each_end(per_invocation: np.ndarray, budget: int) -> int:
@@ -297,10 +344,37 @@ class _Accumulator:
         group by group (each group's in invocation order): copies of exactly those
         rows, so that the accumulator's grown arrays go with it (their fifth more, and
         the invocations outside the range)."""
-        parts: dict[str, list[np.ndarray]] = {name: [] for name in
-                                              ("invocation", "first_start", "last_end", "events", "dispatches",
-                                               "dispatch_ns")}
-        groups: list[tuple[Any, Any, int]] = []
+        parts: dict[str, list[np.ndarray]] = {name: [] for name in TOTALS_COLUMNS}
+        groups = []
+        for group, columns in self._rows_between(first, last):
+            for name, values in columns:
+                parts[name].append(values)
+            groups.append(group)
+        joined = {name: (values[0] if len(values) == 1 else np.concatenate(values)) if values
+                  else np.zeros(0, dtype=TOTALS_COLUMNS[name]) for name, values in parts.items()}
+        return InvocationTotals(tuple(groups), **joined)
+
+    def spill(self, first: int, last: int, folder: Path) -> SpilledTotals:
+        """:meth:`between`, written to ``folder`` a group and a column at a time (one
+        column's copy at once: 8 MiB at 1M invocations, where a group's six were 36)."""
+        files = {name: (folder / name).open("wb") for name in TOTALS_COLUMNS}
+        groups = []
+        try:
+            for group, columns in self._rows_between(first, last):
+                for name, values in columns:
+                    values.tofile(files[name])
+                    del values
+                groups.append(group)
+        finally:
+            for file in files.values():
+                file.close()
+        return SpilledTotals(tuple(groups), folder)
+
+    def _rows_between(self, first: int, last: int) -> Iterator[tuple[tuple[Any, Any, int],
+                                                                      Iterator[tuple[str, np.ndarray]]]]:
+        """Per group: (its entry of ``groups``, its rows of invocations ``first``..``last``
+        that have events: (name, values) of each of :data:`TOTALS_COLUMNS` in turn, each
+        copied when it is taken)."""
         for group, arrays in self.groups.items():
             end = min(last + 1, len(arrays["events"]))
             with_events = arrays["events"][first:end] > 0
@@ -309,13 +383,13 @@ class _Accumulator:
                 kept, taken = np.arange(first, end, dtype=np.int32), slice(first, end)
             else:
                 taken = first + np.flatnonzero(with_events)
-                kept = taken.astype(np.int32)  # invocation numbers are 32-bit in a bundle
-            parts["invocation"].append(kept)
-            for name in ("first_start", "last_end", "events", "dispatches", "dispatch_ns"):
-                # Counts of a slice's events fit 32 bits (the plan is of one run's events).
-                dtype = np.int32 if name in ("events", "dispatches") else np.int64
-                parts[name].append(arrays[name][taken].astype(dtype))
-            groups.append((group, self.stages.get(group), len(kept)))
-        joined = {name: (values[0] if len(values) == 1 else np.concatenate(values)) if values
-                  else np.zeros(0, dtype=np.int64) for name, values in parts.items()}
-        return InvocationTotals(tuple(groups), **joined)
+                kept = taken.astype(np.int32)
+
+            def columns(arrays: dict[str, np.ndarray] = arrays, taken: Any = taken,
+                        kept: np.ndarray = kept) -> Iterator[tuple[str, np.ndarray]]:
+                yield "invocation", kept
+                for name, dtype in TOTALS_COLUMNS.items():
+                    if name != "invocation":
+                        yield name, arrays[name][taken].astype(dtype)
+
+            yield (group, self.stages.get(group), len(kept)), columns()
