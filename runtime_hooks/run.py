@@ -835,8 +835,8 @@ def _whole_run(recorded: RecordedProfile, manifest: dict[str, Any], function: st
     ):
         if records:
             found.append(_placed_rows(kind, records, starts, warmup, counts))
-    recorded = _recorded(joined.columns, warmup, counts)
-    return ProfiledRun(recorded, repeat, tuple(queue), tuple(memory), counts.warmup,
+    dispatches = _recorded(joined.columns, warmup, counts)  # before counts.warmup is read below
+    return ProfiledRun(dispatches, repeat, tuple(queue), tuple(memory), counts.warmup,
                        profile.wall_ns_per_invocation, counts.load, counts.unsubmitted, tuple(families),
                        drivers.capabilities(driver), tuple((profile.clocks or {}).values()))
 

@@ -387,6 +387,8 @@ def option_cases() -> list[Case]:
         ("tool-not-running", ["--tool", "compile-metrics", "--option", "memory-proxy.profile=x.yaml"], "memory-proxy"),
         ("no-dot", ["--tool", "compile-metrics", "--option", "top=3"], "top=3"),
         ("no-value", ["--tool", "compile-metrics", "--option", "compile-metrics.top"], "compile-metrics.top"),
+        ("given-twice", ["--tool", "overhead", "--option", "overhead.compare=a", "--option", "overhead.compare=b"],
+         "overhead.compare is given twice"),
         ("unknown-key", ["--tool", "compile-metrics", "--option", "compile-metrics.bogus=1"], "bogus"),
         ("unknown-tool", ["--tool", "no-such-tool"], "no-such-tool"),
         ("empty-tool", ["--tool", ""], "''"),

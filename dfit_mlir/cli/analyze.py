@@ -61,7 +61,11 @@ def analyze(bundle: Path, tool_names: tuple[str, ...], time_model: str, measure_
         tool, dot, name = key.partition(".")
         if not sep or not dot or not name:
             raise InvalidInputError(f"--option {raw!r}: expected TOOL.KEY=VALUE")
-        options.setdefault(tool, {})[name] = value
+        given = options.setdefault(tool, {}).get(name)
+        if given is not None and given != value:  # the last one silently won, dropping the first
+            raise InvalidInputError(f"--option {key} is given twice ({given!r}, then {value!r}): give it once "
+                                    f"(several values as one list, e.g. {key}=A,B)")
+        options[tool][name] = value
     if not bundle.exists():
         raise InvalidInputError(f"{bundle}: no such file or directory")
     for key, globs in (("framework_code", framework_code), ("model_code", model_code)):

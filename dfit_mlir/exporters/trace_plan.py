@@ -305,10 +305,11 @@ class _Accumulator:
         if arrays is None:
             arrays = self.groups[group] = {name: np.full(size, fill, np.int64) for name, fill in self.FILLS.items()}
         elif len(arrays["events"]) < size:
-            # Grown a quarter more in place (``resize``: realloc, which moves a large block's
-            # pages rather than copying them), not into fresh arrays beside the old ones: at
-            # 1M invocations the five are 40 MiB, and a copy held both (90 MiB at once).
-            # Nothing but this dict refers to them while the events are added up.
+            # Grown a quarter more in place (``resize``: realloc, which moves a mapped
+            # block's pages and otherwise holds one array's old and new copies at most),
+            # not into fresh arrays beside the old ones: at 1M invocations the five are
+            # 40 MiB, and fresh copies held both sets (90 MiB at once). Nothing but this
+            # dict refers to them while the events are added up.
             held = len(arrays["events"])
             grown = max(size, held * 5 // 4)
             for name, values in arrays.items():
@@ -363,7 +364,7 @@ class _Accumulator:
             for group, columns in self._rows_between(first, last):
                 for name, values in columns:
                     values.tofile(files[name])
-                    del values
+                    del values  # gone before the next column is copied, not when it is bound
                 groups.append(group)
         finally:
             for file in files.values():
