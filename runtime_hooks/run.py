@@ -511,6 +511,9 @@ def run_summary(totals: RunTotals, families: Sequence[str], capabilities: driver
         "driver_capabilities": None if capabilities is None else asdict(capabilities),
         "clocks": clocks,
         "join": "structural: command-buffer recordings of the hal-phase host code; invocations by submission",
+        # Of the run as profiled: every dispatch record, also those whose events were not
+        # kept (--sample, --max-events, --ids), so these need not match events.parquet.
+        "per_invocation_from": "every profiled dispatch record (events dropped or filtered out included)",
         "dispatch_ns_per_invocation": duration_stats(totals.dispatch_ns),
         # First dispatch start to last dispatch end: the device-side window.
         "dispatch_window_ns": duration_stats(spans),

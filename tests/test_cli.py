@@ -112,3 +112,7 @@ def test_run_line_names_the_statistic_it_prints(iree_bundles: dict[str, Path], t
     assert ids.returncode == 0, ids.stderr
     summary = json.loads((tmp_path / "ids" / "summary.json").read_text())
     assert f"median invocation {summary['invocation_ns']['median'] / 1e6:.3f} ms" in ids.stdout
+    assert f"({summary['trace_slices']} trace slices; open trace.pftrace in the Perfetto UI)" in ids.stdout
+    # A `none` run keeps no event: nothing to open in the Perfetto UI, and it says so.
+    none = run("run", str(vmfb), "--mode", "none", "--repeat", "3", "-o", str(tmp_path / "none"))
+    assert none.returncode == 0 and "(no trace slices to draw)" in none.stdout and "Perfetto" not in none.stdout

@@ -187,6 +187,8 @@ def test_full_mode_warmup_sampling_and_inputs_dir(convnet, tmp_path: Path) -> No
     records = summary["records"]
     assert records["warmup_records_dropped"] == (records["dispatch"] + records["queue"] + records["memory"]) // 4 > 6
     assert summary["counts"]["sampled_out"] == 12  # sampling applies to dispatches
+    # The per-invocation figures are the run's, every dispatch record's, sampled out or not.
+    assert summary["dispatch_ns_per_invocation"]["count"] == 4 and "dropped" in summary["per_invocation_from"]
     events = dispatch_events(out)
     assert [e["site"] for e in events] == [0, 2, 4] * 4
     assert [e["invocation"] for e in events] == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3

@@ -125,8 +125,11 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
     else:
         median = f", median invocation {timing['median'] / 1e6:.3f} ms" if timing else ""
     dropped = result.summary["dropped_events"]
+    slices = result.summary["trace_slices"]
+    # A run that kept no event (a `none` run, or every event filtered out) has nothing to open.
+    traces = f"{slices} trace slices; open trace.pftrace in the Perfetto UI" if slices else "no trace slices to draw"
     click.echo(f"wrote {result.bundle}: {counts['kept']} events of {counts['seen']} seen, {dropped} dropped"
-               f"{median} ({result.summary['trace_slices']} trace slices; open trace.pftrace in the Perfetto UI)")
+               f"{median} ({traces})")
     for made in result.summary.get("inputs", ()):
         if made.get("dynamic"):
             click.echo(f"note: {made['dynamic']}", err=True)
