@@ -702,10 +702,7 @@ def index_profile(path: Path, window_records: int = WINDOW_RECORDS, followed: _W
     if walk.late_flush is not None:
         raise WindowedRouteUnavailable(f"flush {walk.late_flush} holds a submission before the previous flush's last")
     flush_starts = _joined(walk.flush_starts, np.zeros(0, np.int64))
-    # The walk's many block-sized pieces are freed now, within glibc's heap: handed back
-    # before the steps below add their temporaries (with those steps' own economies, the
-    # index of a 1M-invocation run peaked at 286 MiB where it had peaked at 373).
-    release_freed_memory(now=True)
+    # (each join above handed its pieces back, before the steps below add their temporaries)
     window_chunks, owned = _windows(family, records, flush_starts, window_records)
     _check_look_ahead(walk, window_chunks, owned)
     executions = _distinct_executions(_joined(walk.executions, np.zeros((0, 2), np.int64)))
@@ -774,7 +771,8 @@ def _records_before(records: np.ndarray, rows: np.ndarray, step: int = 1 << 18) 
 def _device_column(parts: list[np.ndarray]) -> np.ndarray:
     """Each chunk's device from the walk's per-block ``parts`` (emptied): one value for
     the whole file as a zero-stride view where every block held that one value."""
-    if parts and all(len(part) <= 1 or part.strides == (0,) for part in parts) and len({int(part[0]) for part in parts}) == 1:
+    one_each = all(len(part) <= 1 or part.strides == (0,) for part in parts)  # the walk's constant blocks
+    if parts and one_each and len({int(part[0]) for part in parts}) == 1:
         column = np.broadcast_to(parts[0][:1].copy(), (sum(len(part) for part in parts),))
         parts.clear()
         return column

@@ -42,7 +42,7 @@ from dfit_mlir.core import atomic
 from dfit_mlir.core import manifest as manifest_io
 from dfit_mlir.core.errors import DfitError, InvalidInputError, ModuleFaultError
 from dfit_mlir.core.event_pipeline import EventPipeline, EventRow, Policy
-from dfit_mlir.core.perf import release_freed_memory
+from dfit_mlir.core.perf import add_counts, release_freed_memory
 from dfit_mlir.core.vmfb import exported_functions
 from dfit_mlir.exporters.bundle import BUNDLE_KIND, write_bundle
 from dfit_mlir.exporters.trace_plan import TraceLimit
@@ -488,13 +488,7 @@ class RunTotals:
         recorded = found.invocation >= 0
         k = found.invocation[recorded]
         np.add.at(self.dispatch_ns, k, found.duration_ns[recorded])
-        if len(k):
-            # Counted over the block's invocations only: a block holds a few of them, and a
-            # count over all of them (8 bytes each) was a temporary of the run's length per
-            # window (8 MiB and its addition, ≈ 340 times at 1M invocations).
-            low = int(k.min())
-            counts = np.bincount(k - low)
-            self.dispatches[low:low + len(counts)] += counts
+        add_counts(self.dispatches, k)
         np.minimum.at(self.first, k, found.start_ns[recorded])
         np.maximum.at(self.last, k, (found.start_ns + found.duration_ns)[recorded])
         load = ~recorded

@@ -183,3 +183,16 @@ def test_duration_stats_of_an_array_are_the_lists_exactly(values: list[int]) -> 
         found = duration_stats(given)
         assert found == expected
         assert found is None or all(type(found[key]) is type(expected[key]) for key in found)  # type: ignore[index]
+
+
+@pytest.mark.parametrize("index", [[], [0], [4, 4, 4], [9, 2, 7, 2, 9, 9], list(range(50, 0, -3))],
+                         ids=["none", "first", "repeated", "unordered", "many"])
+def test_add_counts_counts_as_add_at(index: list[int]) -> None:
+    """SYNTHETIC: counting over the span the indices cover adds what ``np.add.at`` of
+    ones adds, onto counts already there, and nothing outside the span."""
+    from dfit_mlir.core.perf import add_counts
+
+    counts, expected = np.arange(60, dtype=np.int64), np.arange(60, dtype=np.int64)
+    add_counts(counts, np.array(index, dtype=np.int64))
+    np.add.at(expected, np.array(index, dtype=np.int64), 1)
+    assert counts.tolist() == expected.tolist()

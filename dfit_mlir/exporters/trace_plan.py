@@ -29,7 +29,7 @@ import numpy as np
 
 from dfit_mlir.core import event_schema as es
 from dfit_mlir.core.event_pipeline import Policy
-from dfit_mlir.core.perf import release_freed_memory
+from dfit_mlir.core.perf import add_counts, release_freed_memory
 from dfit_mlir.exporters.traces import BATCH_ROWS, SUMMARY_KIND, _codes
 
 #: Events past which the traces summarise the middle invocations (documented in ``dfit run
@@ -317,19 +317,10 @@ class _Accumulator:
                 values[held:] = self.FILLS[name]
         np.minimum.at(arrays["first_start"], numbers, starts)
         np.maximum.at(arrays["last_end"], numbers, ends)
-        # Counted over the batch's invocations only (a batch holds a few): counts over
-        # every invocation were three temporaries of the run's length per batch (8 MiB
-        # each and their additions, at 1M invocations a few hundred times).
-        low = int(numbers.min())
-        numbers = numbers - low
-        events = np.bincount(numbers)
-        arrays["events"][low:low + len(events)] += events
-        if dispatch.any():
-            mine = numbers[dispatch]
-            counts = np.bincount(mine)
-            arrays["dispatches"][low:low + len(counts)] += counts
-            # Summed exactly (a float sum rounds past 2^53 ns).
-            np.add.at(arrays["dispatch_ns"], mine + low, durations[dispatch])
+        add_counts(arrays["events"], numbers)
+        add_counts(arrays["dispatches"], numbers[dispatch])
+        # Summed exactly (a float bincount rounds past 2^53 ns).
+        np.add.at(arrays["dispatch_ns"], numbers[dispatch], durations[dispatch])
 
     def events_per_invocation(self) -> tuple[np.ndarray, np.ndarray]:
         """(the invocation numbers that have events, in order; their events over all groups)."""
