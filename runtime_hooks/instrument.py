@@ -30,12 +30,12 @@ import time
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from dfit_mlir.core import manifest as manifest_io
 from dfit_mlir.core.errors import InvalidInputError
 from dfit_mlir.core.event_pipeline import EventRow, Policy
-from dfit_mlir.core.perf import exact_median
+from dfit_mlir.core.perf import exact_median, kth_smallest
 from dfit_mlir.runtime_hooks.inprocess import Runner, materialize
 from dfit_mlir.runtime_hooks.probes import ProbeRecorder, hook_module, pair_spans
 from dfit_mlir.runtime_hooks.tensors import TensorPolicy, TensorStatsSink
@@ -223,3 +223,30 @@ def duration_stats(values: Sequence[int] | Any) -> dict[str, float] | None:
     total = int((times >> 32).sum()) * (1 << 32) + int((times & 0xFFFFFFFF).sum())
     return {"count": len(times), "min": int(times.min()), "median": exact_median(times),
             "mean": total / len(times), "max": int(times.max())}
+
+
+def piecewise_duration_stats(pieces: Callable[[], Iterable[Any]]) -> dict[str, float] | None:
+    """:func:`duration_stats` of the int64 values ``pieces()`` yields (a fresh iterator
+    of arrays on each call), one piece in memory at a time: the same five figures,
+    the median by :func:`~dfit_mlir.core.perf.kth_smallest` (a long run's per-invocation
+    times are in a file, :class:`~dfit_mlir.core.paged.PagedArrays`)."""
+    import numpy as np
+
+    count = total = 0
+    low = high = None
+    for piece in pieces():
+        if not len(piece):
+            continue
+        times = np.asarray(piece, dtype=np.int64)
+        count += len(times)
+        total += int((times >> 32).sum()) * (1 << 32) + int((times & 0xFFFFFFFF).sum())
+        low = int(times.min()) if low is None else min(low, int(times.min()))
+        high = int(times.max()) if high is None else max(high, int(times.max()))
+    if not count:
+        return None
+    middle = count // 2
+    if count % 2:
+        median: int | float = kth_smallest(pieces, middle)
+    else:
+        median = (kth_smallest(pieces, middle - 1) + kth_smallest(pieces, middle)) / 2
+    return {"count": count, "min": low, "median": median, "mean": total / count, "max": high}

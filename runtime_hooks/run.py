@@ -34,7 +34,7 @@ import shutil
 import threading
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from dfit_mlir.core import atomic
 from dfit_mlir.core import manifest as manifest_io
 from dfit_mlir.core.errors import DfitError, InvalidInputError, ModuleFaultError
 from dfit_mlir.core.event_pipeline import EventPipeline, EventRow, Policy
+from dfit_mlir.core.paged import PagedArrays
 from dfit_mlir.core.perf import add_counts, release_freed_memory
 from dfit_mlir.core.vmfb import exported_functions
 from dfit_mlir.exporters.bundle import BUNDLE_KIND, write_bundle
@@ -54,7 +55,7 @@ from dfit_mlir.runtime_hooks.inputs import (
     load_input,
     signature,
 )
-from dfit_mlir.runtime_hooks.instrument import InstrumentedModule, duration_stats
+from dfit_mlir.runtime_hooks.instrument import InstrumentedModule, piecewise_duration_stats
 from dfit_mlir.runtime_hooks.join_records import Executions
 from dfit_mlir.runtime_hooks.tensors import TensorPolicy
 
@@ -474,12 +475,14 @@ class RunTotals:
     whole run at once, or a window at a time): per invocation (a few numbers each) and
     per run, never per event."""
 
-    def __init__(self, invocations: int):
+    def __init__(self, invocations: int, paged: PagedArrays | None = None):
+        """``paged``: where the per-invocation arrays are kept (default: in memory)."""
+        arrays = self.paged = PagedArrays(None) if paged is None else paged
         self.invocations = invocations
-        self.dispatch_ns = np.zeros(invocations, np.int64)
-        self.dispatches = np.zeros(invocations, np.int64)
-        self.first = np.full(invocations, np.iinfo(np.int64).max)
-        self.last = np.full(invocations, np.iinfo(np.int64).min)
+        self.dispatch_ns = arrays.full("dispatch_ns", invocations, 0, np.int64)
+        self.dispatches = arrays.full("dispatches", invocations, 0, np.int64)
+        self.first = arrays.full("first", invocations, np.iinfo(np.int64).max, np.int64)
+        self.last = arrays.full("last", invocations, np.iinfo(np.int64).min, np.int64)
         self.load_dispatches = self.load_dispatch_ns = 0
         self.queue = self.memory = self.warmup = self.load = self.unsubmitted = 0
 
@@ -495,11 +498,24 @@ class RunTotals:
         self.load_dispatches += int(load.sum())
         self.load_dispatch_ns += int(found.duration_ns[load].sum())
 
+    def dispatch_ns_pieces(self) -> Iterator[np.ndarray]:
+        """Each invocation's dispatch time, a piece at a time (the arrays may be in files)."""
+        for (dispatch_ns,) in self.paged.pieces(self.dispatch_ns):
+            yield dispatch_ns
+
+    def window_pieces(self) -> Iterator[np.ndarray]:
+        """First dispatch start to last dispatch end of each invocation with dispatches
+        (the device-side window), a piece at a time."""
+        for first, last, dispatches in self.paged.pieces(self.first, self.last, self.dispatches):
+            yield (last - first)[dispatches > 0]
+
+    def dispatch_records(self) -> int:
+        return sum(int(dispatches.sum()) for (dispatches,) in self.paged.pieces(self.dispatches))
+
 
 def run_summary(totals: RunTotals, families: Sequence[str], capabilities: drivers.DriverCapabilities | None,
                 wall: float | None, clocks: dict[str, Any]) -> dict[str, Any]:
     """A ``full`` run's part of summary.json, from its :class:`RunTotals`."""
-    spans = (totals.last - totals.first)[totals.dispatches > 0]
     return {
         "profiling_families": list(families),
         "driver_capabilities": None if capabilities is None else asdict(capabilities),
@@ -508,9 +524,9 @@ def run_summary(totals: RunTotals, families: Sequence[str], capabilities: driver
         # Of the run as profiled: every dispatch record, also those whose events were not
         # kept (--sample, --max-events, --ids), so these need not match events.parquet.
         "per_invocation_from": "every profiled dispatch record (events dropped or filtered out included)",
-        "dispatch_ns_per_invocation": duration_stats(totals.dispatch_ns),
+        "dispatch_ns_per_invocation": piecewise_duration_stats(totals.dispatch_ns_pieces),
         # First dispatch start to last dispatch end: the device-side window.
-        "dispatch_window_ns": duration_stats(spans),
+        "dispatch_window_ns": piecewise_duration_stats(totals.window_pieces),
         # Wall time per invocation as iree-benchmark-module measures it: a mean and
         # nothing else, as the tool reports no per-invocation times (a min, median and
         # max equal to the mean would claim a spread it never measured). The in-process
@@ -519,7 +535,7 @@ def run_summary(totals: RunTotals, families: Sequence[str], capabilities: driver
         "timing_harness": "iree-benchmark-module" if wall is not None else "iree-run-module",
         "load_time": {"dispatches": totals.load_dispatches, "dispatch_ns": totals.load_dispatch_ns,
                       "invocation": LOAD_INVOCATION},
-        "records": {"dispatch": int(totals.dispatches.sum()), "load_dispatch": totals.load_dispatches,
+        "records": {"dispatch": totals.dispatch_records(), "load_dispatch": totals.load_dispatches,
                     "queue": totals.queue, "memory": totals.memory, "warmup_records_dropped": totals.warmup,
                     "load_records": totals.load, "unsubmitted_records": totals.unsubmitted},
     }
@@ -560,12 +576,16 @@ class WindowedRun:
     starts: np.ndarray
     #: Added up by :meth:`pipeline` (which runs once), read by :meth:`summary`.
     totals: RunTotals
+    #: Where the per-invocation and per-chunk arrays above are kept, handed back window by window.
+    paged: PagedArrays
 
     @classmethod
     def open(cls, recorded: RecordedProfile, manifest: dict[str, Any], function: str, repeat: int, warmup: int,
-             families: Sequence[str], driver: str) -> WindowedRun:
+             families: Sequence[str], driver: str, folder: Path | None = None) -> WindowedRun:
         """Index the profile and place the invocations (:class:`WindowedRouteUnavailable`
-        where the whole-run route must decide)."""
+        where the whole-run route must decide). ``folder``: a scratch folder for the
+        arrays that grow with the run (:class:`~dfit_mlir.core.paged.PagedArrays`: in
+        files there, only a window's pages resident; ``None``: in memory)."""
         from dfit_mlir.runtime_hooks import profile_file, profile_stream
         from dfit_mlir.runtime_hooks.columnar_join import match_blocks
         from dfit_mlir.runtime_hooks.join_records import (
@@ -600,13 +620,15 @@ class WindowedRun:
                                             index.flush_starts)
         except UnresolvedDispatchError as error:
             raise unavailable(f"the invocations cannot be placed ({error})") from None
-        index = index.for_join()
+        paged = PagedArrays(folder)
+        index = index.for_join(paged)
+        starts = paged.copied("starts", starts)
         # The windows read to match the buffers and the facts that placed the invocations
         # (dropped just above): the join starts without them. Handed back after they are
         # dropped, not before: freed after, they stayed resident in glibc's heap.
         release_freed_memory(now=True)
         return cls(index, manifest, function, repeat, warmup, tuple(families), drivers.capabilities(driver),
-                   recorded.wall_ns_per_invocation, known, starts, RunTotals(repeat))
+                   recorded.wall_ns_per_invocation, known, starts, RunTotals(repeat, paged), paged)
 
     @property
     def records(self) -> int:
@@ -652,6 +674,7 @@ class WindowedRun:
             self.totals.add_dispatches(found)
             pipeline.add_dispatches(found.site, found.start_ns, found.duration_ns, found.workgroups, found.tiles,
                                     found.invocation, attributes=found.shape_attributes())
+            self.paged.release()
             progress.update(len(records))
         if taken != index.dispatch_records:  # each record in exactly one window: checked, not assumed
             raise profile_stream.WindowedRouteUnavailable(
@@ -682,6 +705,7 @@ class WindowedRun:
                 if not records:
                     continue
                 part = _placed_rows(kind, records, self.starts, self.warmup, totals, labels)
+                self.paged.release()
                 part.add_to(pipeline, category)
                 if category == "queue":
                     totals.queue += len(part)
@@ -869,24 +893,26 @@ def _write_full_bundle(bundle: Path, manifest: dict[str, Any], policy: Policy, s
     from dfit_mlir.runtime_hooks.profile_stream import WindowedRouteUnavailable
 
     try:
-        # Held here only until the pipeline is filled: the traces are written after it,
-        # without the index and the run's per-invocation arrays.
-        opened = [WindowedRun.open(recorded, manifest, function, repeat, warmup, families, driver)]
-        # The summary's run figures are added up while the pipeline is filled: the dict
-        # handed to write_bundle is completed in place before write_bundle writes it.
-        written = dict(summary)
+        with atomic.scratch_directory("dfit-join-") as folder:
+            # Held here only until the pipeline is filled: the traces are written after
+            # it, without the index and the run's per-invocation arrays (in files of
+            # ``folder`` through the join, PagedArrays).
+            opened = [WindowedRun.open(recorded, manifest, function, repeat, warmup, families, driver, folder=folder)]
+            # The summary's run figures are added up while the pipeline is filled: the dict
+            # handed to write_bundle is completed in place before write_bundle writes it.
+            written = dict(summary)
 
-        def fill(sink: Any) -> EventPipeline:
-            windowed = opened.pop()
-            pipeline = windowed.pipeline(manifest, policy, sink)
-            written.update(windowed.summary())
-            del windowed
-            release_freed_memory(now=True)
-            return pipeline
+            def fill(sink: Any) -> EventPipeline:
+                windowed = opened.pop()
+                pipeline = windowed.pipeline(manifest, policy, sink)
+                written.update(windowed.summary())
+                del windowed
+                release_freed_memory(now=True)
+                return pipeline
 
-        write_bundle(bundle, manifest, fill, written, source=PROFILE_SOURCE, trace_limit=TraceLimit.of(policy),
-                     events_at_most=opened[0].events_at_most)
-        return
+            write_bundle(bundle, manifest, fill, written, source=PROFILE_SOURCE, trace_limit=TraceLimit.of(policy),
+                         events_at_most=opened[0].events_at_most)
+            return
     except WindowedRouteUnavailable as why:  # nothing was written: the bundle is still as it was
         reason = str(why)
     except profile_file.ProfileFormatError as error:  # found reading a window: no bundle either

@@ -237,7 +237,10 @@ def test_totals_written_to_a_folder_draw_the_same_summaries(long_run: Path, tmp_
     ([1, 50, 1, 1, 50, 1], 4, 1),
 ])
 def test_full_invocations_at_each_end(per_invocation: list[int], budget: int, keep: int) -> None:
-    assert trace_plan._full_at_each_end(np.array(per_invocation), budget) == keep
+    events = np.array(per_invocation)
+    assert trace_plan._full_at_each_end(events, events[::-1], len(events), budget) == keep
+    # Given only the first and last ``budget`` (each invocation has an event, so no more can be kept)
+    assert trace_plan._full_at_each_end(events[:budget], events[::-1][:budget], len(events), budget) == keep
 
 
 def test_sparse_invocation_numbers_keep_every_event() -> None:

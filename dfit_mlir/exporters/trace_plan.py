@@ -29,6 +29,7 @@ import numpy as np
 
 from dfit_mlir.core import event_schema as es
 from dfit_mlir.core.event_pipeline import Policy
+from dfit_mlir.core.paged import PagedArrays
 from dfit_mlir.core.perf import add_counts, release_freed_memory
 from dfit_mlir.exporters.traces import BATCH_ROWS, SUMMARY_KIND, _codes
 
@@ -211,36 +212,47 @@ def plan_trace(events: int, limit: TraceLimit, batches: Callable[[], Iterable[An
     ``None``: kept in memory)."""
     if limit.keeps_all(events):
         return TracePlan(events, limit.max_events)
-    totals = _Accumulator()
-    for batch in batches():
-        totals.add(batch)
-        release_freed_memory()  # what the batch freed, as it piles up
-        if totals.sparse:  # invocation numbers far apart (not a run's 0..N-1): every event is kept
-            return TracePlan(events, limit.max_events)
-    numbers, per_number = totals.events_per_invocation()
-    keep = _full_at_each_end(per_number, limit.max_events // 2)
-    if keep == 0:  # too few invocations to summarise any: every event is kept
-        return TracePlan(events, limit.max_events)
-    summarised = (int(numbers[keep]), int(numbers[len(numbers) - keep - 1]))
-    summarised_invocations = len(numbers) - 2 * keep  # those with events in the range: all but the ends
-    del numbers, per_number
-    between = totals.between(*summarised) if folder is None else totals.spill(*summarised, folder)
+    assert limit.max_events is not None  # (no limit keeps all)
+    totals = _Accumulator(PagedArrays(folder))
+    try:
+        plan = _planned(events, limit.max_events, batches, totals, folder)
+    finally:
+        totals.paged.discard()  # the accumulator's files (in ``folder``), not the totals spilled there
     # The accumulator and what reading the events freed, handed back before the traces
     # are drawn: kept, they were 150 MiB of a 1M-invocation run's 22M events (37 live).
     del totals
     release_freed_memory(now=True)
-    return TracePlan(events, limit.max_events, keep, summarised, between, summarised_invocations)
+    return plan
 
 
-def _full_at_each_end(per_invocation: np.ndarray, budget: int) -> int:
-    """The largest k (at least 1) such that the first k and last k invocations hold at
-    most ``budget`` events together; 0 when fewer than 2k + 1 invocations leave nothing
-    between to summarise."""
-    count = len(per_invocation)
+def _planned(events: int, max_events: int, batches: Callable[[], Iterable[Any]], totals: _Accumulator,
+             folder: Path | None) -> TracePlan:
+    for batch in batches():
+        totals.add(batch)
+        totals.paged.release()  # the pages of the invocations this batch touched
+        release_freed_memory()  # what the batch freed, as it piles up
+        if totals.sparse:  # invocation numbers far apart (not a run's 0..N-1): every event is kept
+            return TracePlan(events, max_events)
+    budget = max_events // 2
+    count, front, back = totals.ends(budget)
+    keep = _full_at_each_end(front[1], back[1], count, budget)
+    if keep == 0:  # too few invocations to summarise any: every event is kept
+        return TracePlan(events, max_events)
+    summarised = (int(front[0][keep]), int(back[0][keep]))
+    between = totals.between(*summarised) if folder is None else totals.spill(*summarised, folder)
+    # (those with events in the range: all but the ends)
+    return TracePlan(events, max_events, keep, summarised, between, summarised_invocations=count - 2 * keep)
+
+
+def _full_at_each_end(front: np.ndarray, back: np.ndarray, count: int, budget: int) -> int:
+    """The largest k (at least 1) such that the first k and last k of ``count``
+    invocations hold at most ``budget`` events together; 0 when fewer than 2k + 1
+    invocations leave nothing between to summarise. ``front``, ``back``: the events of
+    the first and of the last invocations (the last first), as many as may be kept."""
     if count < 3:
         return 0
-    half = (count - 1) // 2  # at least one invocation between
-    both = np.cumsum(per_invocation[:half]) + np.cumsum(per_invocation[::-1][:half])
+    common = min((count - 1) // 2, len(front), len(back))  # at least one invocation between
+    both = np.cumsum(front[:common]) + np.cumsum(back[:common])
     return max(1, int(np.searchsorted(both, budget, side="right")))
 
 
@@ -254,7 +266,9 @@ class _Accumulator:
     #: Each array's value for an invocation with no event yet.
     FILLS = {"first_start": np.iinfo(np.int64).max, "last_end": -1, "events": 0, "dispatches": 0, "dispatch_ns": 0}
 
-    def __init__(self) -> None:
+    def __init__(self, paged: PagedArrays | None = None) -> None:
+        """``paged``: where the arrays are kept (default: in memory)."""
+        self.paged = PagedArrays(None) if paged is None else paged
         self.groups: dict[Any, dict[str, np.ndarray]] = {}
         self.stages: dict[Any, Any] = {}
         self.seen = 0
@@ -303,18 +317,18 @@ class _Accumulator:
         arrays = self.groups.get(group)
         size = int(numbers.max()) + 1
         if arrays is None:
-            arrays = self.groups[group] = {name: np.full(size, fill, np.int64) for name, fill in self.FILLS.items()}
+            prefix = f"group{len(self.groups)}-"
+            arrays = self.groups[group] = {name: self.paged.full(prefix + name, size, fill, np.int64)
+                                           for name, fill in self.FILLS.items()}
         elif len(arrays["events"]) < size:
-            # Grown a quarter more in place (``resize``: realloc, which moves a mapped
-            # block's pages and otherwise holds one array's old and new copies at most),
-            # not into fresh arrays beside the old ones: at 1M invocations the five are
-            # 40 MiB, and fresh copies held both sets (90 MiB at once). Nothing but this
-            # dict refers to them while the events are added up.
-            held = len(arrays["events"])
-            grown = max(size, held * 5 // 4)
-            for name, values in arrays.items():
-                values.resize(grown, refcheck=False)
-                values[held:] = self.FILLS[name]
+            # Grown a quarter more at once (in memory: ``resize``, a realloc, which moves
+            # a mapped block's pages and otherwise holds one array's old and new copies at
+            # most, not fresh arrays beside the old ones: at 1M invocations the five are
+            # 40 MiB). Nothing but this dict refers to them while the events are added up.
+            grown = max(size, len(arrays["events"]) * 5 // 4)
+            prefix = f"group{list(self.groups).index(group)}-"
+            for name in list(arrays):
+                arrays[name] = self.paged.grown(prefix + name, arrays.pop(name), grown, self.FILLS[name])
         np.minimum.at(arrays["first_start"], numbers, starts)
         np.maximum.at(arrays["last_end"], numbers, ends)
         add_counts(arrays["events"], numbers)
@@ -322,14 +336,51 @@ class _Accumulator:
         # Summed exactly (a float bincount rounds past 2^53 ns).
         np.add.at(arrays["dispatch_ns"], numbers[dispatch], durations[dispatch])
 
-    def events_per_invocation(self) -> tuple[np.ndarray, np.ndarray]:
-        """(the invocation numbers that have events, in order; their events over all groups)."""
+    def ends(self, budget: int) -> tuple[int, tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+        """(how many invocation numbers have events; the first of them and their events
+        over all groups, up to the first past ``budget`` events together; the last ones
+        likewise, the last first), read :data:`STEP` invocations at a time: never an
+        array over every invocation, nor more of them than the traces can keep in full."""
         size = max((len(arrays["events"]) for arrays in self.groups.values()), default=0)
-        events = np.zeros(size, dtype=np.int64)
-        for arrays in self.groups.values():
-            events[:len(arrays["events"])] += arrays["events"]
-        numbers = np.flatnonzero(events)
-        return numbers, events[numbers]
+        begins = range(0, size, self.STEP)
+        count = sum(len(numbers) for numbers, _ in self._with_events(begins))
+        return count, self._first_with_events(begins, budget), \
+            self._first_with_events(reversed(begins), budget, backwards=True)
+
+    #: Invocations read at a time where a pass goes over all of them.
+    STEP = 1 << 18
+
+    def _with_events(self, begins: Iterable[int], backwards: bool = False) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """(numbers with events, their events over all groups) of invocations
+        ``begin``..``begin + STEP`` for each of ``begins``, each in order (or reversed)."""
+        for begin in begins:
+            events = np.zeros(self.STEP, dtype=np.int64)
+            for arrays in self.groups.values():
+                part = arrays["events"][begin:begin + self.STEP]
+                events[:len(part)] += part
+            numbers = np.flatnonzero(events)
+            if backwards:
+                numbers = numbers[::-1]
+            yield begin + numbers, events[numbers]
+            self.paged.release()
+
+    def _first_with_events(self, begins: Iterable[int], budget: int,
+                           backwards: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """The first invocations with events (of ``begins``' pieces, in turn) and their
+        events, up to and with the first that takes them past ``budget`` events, and at
+        least two (one end's invocation always kept in full, and the one after it)."""
+        numbers, events, held, taken = [], [], 0, 0
+        for found, per_number in self._with_events(begins, backwards):
+            within = int(np.searchsorted(held + np.cumsum(per_number), budget, side="right"))
+            take = max(within + 1, 2 - taken)
+            numbers.append(found[:take])
+            events.append(per_number[:take])
+            held += int(events[-1].sum())
+            taken += len(events[-1])
+            if held > budget and taken >= 2:
+                break
+        return (np.concatenate(numbers) if numbers else np.zeros(0, np.int64),
+                np.concatenate(events) if events else np.zeros(0, np.int64))
 
     def between(self, first: int, last: int) -> InvocationTotals:
         """The totals of invocations ``first``..``last`` (inclusive) that have events,
@@ -338,50 +389,54 @@ class _Accumulator:
         the invocations outside the range)."""
         parts: dict[str, list[np.ndarray]] = {name: [] for name in TOTALS_COLUMNS}
         groups = []
-        for group, columns in self._rows_between(first, last):
-            for name, values in columns:
-                parts[name].append(values)
-            groups.append(group)
+        for group, stage, pieces in self._rows_between(first, last):
+            rows = 0
+            for piece in pieces:
+                for name, values in piece.items():
+                    parts[name].append(values)
+                rows += len(piece["invocation"])
+            groups.append((group, stage, rows))
         joined = {name: (values[0] if len(values) == 1 else np.concatenate(values)) if values
                   else np.zeros(0, dtype=TOTALS_COLUMNS[name]) for name, values in parts.items()}
         return InvocationTotals(tuple(groups), **joined)
 
     def spill(self, first: int, last: int, folder: Path) -> SpilledTotals:
-        """:meth:`between`, written to ``folder`` a group and a column at a time (one
-        column's copy at once: 8 MiB at 1M invocations, where a group's six were 36)."""
+        """:meth:`between`, written to ``folder`` :data:`STEP` invocations at a time
+        (where the rows of a group at once were 36 MiB at 1M invocations)."""
         files = {name: (folder / name).open("wb") for name in TOTALS_COLUMNS}
         groups = []
         try:
-            for group, columns in self._rows_between(first, last):
-                for name, values in columns:
-                    values.tofile(files[name])
-                    del values  # gone before the next column is copied, not when it is bound
-                groups.append(group)
+            for group, stage, pieces in self._rows_between(first, last):
+                rows = 0
+                for piece in pieces:
+                    for name, values in piece.items():
+                        values.tofile(files[name])
+                    rows += len(piece["invocation"])
+                    del piece, values  # gone before the next piece is copied, not when it is bound
+                    self.paged.release()
+                groups.append((group, stage, rows))
         finally:
             for file in files.values():
                 file.close()
         return SpilledTotals(tuple(groups), folder)
 
-    def _rows_between(self, first: int, last: int) -> Iterator[tuple[tuple[Any, Any, int],
-                                                                      Iterator[tuple[str, np.ndarray]]]]:
-        """Per group: (its entry of ``groups``, its rows of invocations ``first``..``last``
-        that have events: (name, values) of each of :data:`TOTALS_COLUMNS` in turn, each
-        copied when it is taken)."""
+    def _rows_between(self, first: int, last: int) -> Iterator[tuple[Any, Any, Iterator[dict[str, np.ndarray]]]]:
+        """Per group: (the group, its stage, its rows of invocations ``first``..``last``
+        that have events, :data:`STEP` invocations at a time: each of
+        :data:`TOTALS_COLUMNS`' values, copied)."""
         for group, arrays in self.groups.items():
-            end = min(last + 1, len(arrays["events"]))
-            with_events = arrays["events"][first:end] > 0
-            taken: Any
-            if with_events.all():  # a run's: a slice (copied below), no list of numbers
-                kept, taken = np.arange(first, end, dtype=np.int32), slice(first, end)
-            else:
-                taken = first + np.flatnonzero(with_events)
-                kept = taken.astype(np.int32)
 
-            def columns(arrays: dict[str, np.ndarray] = arrays, taken: Any = taken,
-                        kept: np.ndarray = kept) -> Iterator[tuple[str, np.ndarray]]:
-                yield "invocation", kept
-                for name, dtype in TOTALS_COLUMNS.items():
-                    if name != "invocation":
-                        yield name, arrays[name][taken].astype(dtype)
+            def pieces(arrays: dict[str, np.ndarray] = arrays) -> Iterator[dict[str, np.ndarray]]:
+                for begin in range(first, min(last + 1, len(arrays["events"])), self.STEP):
+                    end = min(last + 1, len(arrays["events"]), begin + self.STEP)
+                    with_events = arrays["events"][begin:end] > 0
+                    taken: Any
+                    if with_events.all():  # a run's: a slice (copied below), no list of numbers
+                        kept, taken = np.arange(begin, end, dtype=np.int32), slice(begin, end)
+                    else:
+                        taken = begin + np.flatnonzero(with_events)
+                        kept = taken.astype(np.int32)
+                    yield {"invocation": kept, **{name: arrays[name][taken].astype(dtype)
+                                                  for name, dtype in TOTALS_COLUMNS.items() if name != "invocation"}}
 
-            yield (group, self.stages.get(group), len(kept)), columns()
+            yield group, self.stages.get(group), pieces()
