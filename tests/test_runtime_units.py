@@ -5,6 +5,9 @@ same code runs on real modules in test_runtime_shapes.py and test_runtime_realmo
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -183,6 +186,78 @@ def test_duration_stats_of_an_array_are_the_lists_exactly(values: list[int]) -> 
         found = duration_stats(given)
         assert found == expected
         assert found is None or all(type(found[key]) is type(expected[key]) for key in found)  # type: ignore[index]
+
+
+@pytest.mark.parametrize("values", [[], [5], [3, 1, 2], [4, 1], [2**62, -(2**62), 7, 2**62 - 1, 1],
+                                    [-(2**63), 2**63 - 1, 0, -1], [7] * 10 + [-3] * 9, list(range(999_999, 0, -7))],
+                         ids=["empty", "one", "three", "two", "huge", "int64-ends", "repeats", "many"])
+@pytest.mark.parametrize("piece", [1, 3, 1 << 18])
+def test_duration_stats_a_piece_at_a_time_are_the_whole_arrays(values: list[int], piece: int) -> None:
+    """SYNTHETIC: the stats of values given a piece at a time (a long run's per-invocation
+    times, in a file) are those of the whole array: the median by a radix select over
+    the pieces (both middle values of an even count), the mean exact."""
+    from dfit_mlir.core.perf import kth_smallest
+    from dfit_mlir.runtime_hooks.instrument import duration_stats, piecewise_duration_stats
+
+    array = np.array(values, dtype=np.int64)
+
+    def pieces() -> Any:
+        return (array[begin:begin + piece] for begin in range(0, len(array), piece))
+
+    found = piecewise_duration_stats(pieces)
+    assert found == duration_stats(array)
+    assert found is None or all(type(found[key]) is type(duration_stats(values)[key]) for key in found)  # type: ignore[index]
+    ordered = sorted(values)
+    for k in {0, len(values) // 2, len(values) - 1} if values else ():
+        assert kth_smallest(pieces, k) == ordered[k]
+    with pytest.raises(IndexError):
+        kth_smallest(pieces, len(values))
+
+
+def test_paged_arrays_keep_their_values_and_hand_their_pages_back(tmp_path: Path) -> None:
+    """The arrays a long run keeps in files (``core.paged``): filled, grown, copied and
+    written through the mapping, they hold what the same calls give in memory, after
+    their pages are handed back too; handed back, none of their pages is resident
+    (the kernel's own count, ``/proc/self/smaps``); discarded, their files are gone."""
+    from dfit_mlir.core.paged import PagedArrays
+
+    size, step = 100_000, 4096
+
+    def filled(paged: PagedArrays) -> dict[str, np.ndarray]:
+        arrays = {"low": paged.full("low", size, np.iinfo(np.int64).max, np.int64),
+                  "counts": paged.full("counts", size, 0, np.int32),
+                  "copied": paged.copied("copied", np.arange(size, dtype=np.uint32) * 3, step=step)}
+        np.minimum.at(arrays["low"], np.arange(0, size, 7), np.arange(0, size, 7) - 5)
+        arrays["counts"][::3] += 2
+        paged.release()
+        arrays["counts"] = paged.grown("counts", arrays.pop("counts"), size * 2, 9)
+        arrays["counts"][-1] = 4
+        paged.release()
+        return arrays
+
+    in_memory, on_disk = filled(PagedArrays(None)), filled(paged := PagedArrays(tmp_path))
+    assert not PagedArrays(None).on_disk and paged.on_disk
+    for name, values in in_memory.items():
+        assert np.array_equal(values, on_disk[name]) and values.dtype == on_disk[name].dtype, name
+    assert in_memory["counts"][size:-1].tolist() == [9] * (size - 1)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["copied.values", "counts.values", "low.values"]
+
+    def resident_kib(name: str) -> int:
+        """Resident KiB of the mapping of ``name``'s file (its smaps entry)."""
+        lines = Path("/proc/self/smaps").read_text().splitlines()
+        at = next(i for i, line in enumerate(lines) if line.endswith(f"/{name}.values"))
+        return int(next(line.split()[1] for line in lines[at:] if line.startswith("Rss:")))
+
+    if Path("/proc/self/smaps").exists():
+        int(on_disk["low"].sum())  # every page touched
+        assert resident_kib("low") >= size * 8 // 1024
+        paged.release()
+        assert resident_kib("low") == 0
+        assert [int(piece.sum()) for (piece,) in paged.pieces(on_disk["low"], step=step)] == \
+            [int(in_memory["low"][begin:begin + step].sum()) for begin in range(0, size, step)]
+        assert resident_kib("low") == 0  # each piece handed back as the next is asked for
+    paged.discard()
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.parametrize("index", [[], [0], [4, 4, 4], [9, 2, 7, 2, 9, 9], list(range(50, 0, -3))],

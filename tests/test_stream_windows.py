@@ -104,6 +104,35 @@ def test_windowed_route_writes_what_the_whole_run_writes(compiled: dict[Path, Co
     assert {"dispatch", "queue", "memory"} <= kinds
 
 
+def test_arrays_kept_in_files_write_what_arrays_in_memory_write(compiled: dict[Path, CompileResult], tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Given a folder (as ``dfit run`` gives its scratch one), the run's per-invocation
+    arrays and the index's chunk table are kept in files there, mapped, their pages
+    handed back window by window (``core.paged``): the events, their batches and the
+    summary are those of the same run with the arrays in memory."""
+    import mmap
+
+    monkeypatch.setattr(run, "WINDOW_RECORDS", SMALL_WINDOW)
+    case = "loop_first_task"
+    _, function, _, repeat, warmup, driver = CASES[case]
+    profile, manifest = recorded(compiled, case, tmp_path)
+    (tmp_path / "paged").mkdir()
+    found = []
+    for folder in (None, tmp_path / "paged"):
+        windowed = run.WindowedRun.open(profile, manifest, function, repeat, warmup, hal_profile.FULL_FAMILIES,
+                                        driver, folder=folder)
+        sink = MemorySink()
+        windowed.pipeline(manifest, Policy(batch_size=7), sink).close()
+        found.append((sink.table().drop(["session"]), [batch.num_rows for batch in sink.batches], windowed.summary()))
+        in_files = [isinstance(getattr(values.base, "obj", None), mmap.mmap) for values in (
+            windowed.starts, windowed.totals.dispatch_ns, windowed.totals.first, windowed.index.chunk_family,
+            windowed.index.chunk_records, windowed.index.chunk_payload_at.within)]
+        assert in_files == [folder is not None] * len(in_files)
+    assert windowed.index.windows >= 4
+    assert found[0][0].equals(found[1][0]) and found[0][1:] == found[1][1:]
+    assert {"starts.values", "dispatch_ns.values", "chunk_family.values"} <= {p.name for p in (tmp_path / "paged").iterdir()}
+
+
 def test_bundle_files_are_the_whole_runs(compiled: dict[Path, CompileResult], tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Through ``write_bundle``: events.parquet, the CSVs, both traces and summary.json

@@ -311,3 +311,33 @@ def test_the_traces_do_not_depend_on_how_the_events_are_batched(long_run: Path, 
     chrome.write_chrome_json_groups(traces.grouped_slices(rebatched), manifest, tmp_path / "cut.json")
     assert (tmp_path / "cut.pftrace").read_bytes() == (tmp_path / "read.pftrace").read_bytes()
     assert (tmp_path / "cut.json").read_bytes() == (tmp_path / "read.json").read_bytes()
+
+
+@pytest.mark.parametrize("step", [3, 7, 1 << 18])
+@pytest.mark.parametrize("max_events", [40, 200, 700])
+def test_the_plan_a_few_invocations_at_a_time_is_the_events(long_run: Path, tmp_path: Path, step: int,
+                                                             max_events: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plan's passes over every invocation (finding the ends, writing the totals) go
+    ``STEP`` invocations at a time, its arrays in files of a scratch folder (as ``dfit
+    run`` plans): the ends, the range and the totals are those counted from the events
+    directly, two track groups, whatever the step; the folder keeps the totals only."""
+    monkeypatch.setattr(trace_plan._Accumulator, "STEP", step)
+    events = pq.read_table(long_run / "events.parquet")
+    groups = pa.array(["rank 1" if row % 3 else "rank 0" for row in range(events.num_rows)])
+    batches = events.append_column("track_group", groups).to_batches(max_chunksize=100)
+    plan = trace_plan.plan_trace(events.num_rows, TraceLimit(max_events=max_events), lambda: batches, tmp_path)
+    # Counted directly: the events of each invocation, the most whole ones at each end
+    # that hold half the limit together (at least one), the rest between.
+    invocation = events.column("invocation").to_numpy(zero_copy_only=False)
+    numbers, per_number = np.unique(invocation, return_counts=True)
+    keep = max(1, max(k for k in range(len(numbers) // 2 + 1)
+                      if k <= (len(numbers) - 1) // 2 and per_number[:k].sum() + per_number[::-1][:k].sum()
+                      <= max_events // 2))
+    assert plan.full_each_end == keep
+    assert plan.summarised == (int(numbers[keep]), int(numbers[-keep - 1]))
+    assert plan.summarised_invocations == len(numbers) - 2 * keep
+    assert plan.totals is not None and len(plan.totals) == 2 * (len(numbers) - 2 * keep)
+    rows = plan.totals.rows(slice(None))
+    between = (invocation >= numbers[keep]) & (invocation <= numbers[-keep - 1])
+    assert int(rows["events"].sum()) == int(between.sum())
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(trace_plan.TOTALS_COLUMNS)

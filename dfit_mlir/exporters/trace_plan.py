@@ -11,11 +11,13 @@ choice is recorded in ``summary.json`` (``trace``, :meth:`TracePlan.record`);
 ``dfit run --trace-all`` keeps every event whatever the size.
 
 The summaries are computed in one pass over the events before the traces are written:
-five integers per invocation while they are added up (40 bytes: 9 MB for 228k
-invocations), not per event. The summarised invocations' (36 bytes each) are kept in
-memory, or, given a folder (``dfit run`` gives a scratch one), written there and read
-back a batch of summary slices at a time while the traces are drawn: at 1M invocations
-they were 36 MiB held through the traces, the phase where a long run peaks.
+five integers per invocation while they are added up (40 bytes: 40 MiB at 1M
+invocations), not per event. Given a folder (``dfit run`` gives a scratch one), those
+arrays are kept in files there (:class:`~dfit_mlir.core.paged.PagedArrays`, the pages a
+batch touched handed back after it), the ends are found and the summarised invocations'
+totals (36 bytes each) written there :attr:`_Accumulator.STEP` invocations at a time, and
+read back a batch of summary slices at a time while the traces are drawn: no array over
+every invocation is in memory at once. Without a folder they are held in memory.
 """
 
 from __future__ import annotations
