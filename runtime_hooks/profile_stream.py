@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from dfit_mlir.core.paged import PagedArrays
-from dfit_mlir.core.perf import release_freed_memory, sorted_distinct
+from dfit_mlir.core.perf import distinct_of_sorted, release_freed_memory, sorted_distinct
 from dfit_mlir.runtime_hooks import profile_file as pf
 from dfit_mlir.runtime_hooks.join_records import NO_COMMAND_INDEX, DispatchColumns, Executions
 
@@ -216,10 +216,10 @@ class ChunkOffsets:
 class _OffsetParts:
     """The walk's :class:`ChunkOffsets`, a block at a time."""
 
-    def __init__(self) -> None:
+    def __init__(self, paged: PagedArrays | None = None) -> None:
         self.rows: list[int] = []
         self.base: list[int] = []
-        self.within: list[np.ndarray] = []
+        self.within = (PagedArrays(None) if paged is None else paged).appended("chunk_within", np.uint32)
 
     def add(self, first_row: int, payload_at: np.ndarray) -> None:
         base = int(payload_at[0])
@@ -228,11 +228,10 @@ class _OffsetParts:
             raise AssertionError(f"a block's chunks span {int(within[-1])} bytes")
         self.rows.append(first_row)
         self.base.append(base)
-        self.within.append(within.astype(np.uint32))
+        self.within.add(within)
 
     def joined(self) -> ChunkOffsets:
-        return ChunkOffsets(np.array(self.rows, np.int64), np.array(self.base, np.int64),
-                            _joined(self.within, np.zeros(0, np.uint32)))
+        return ChunkOffsets(np.array(self.rows, np.int64), np.array(self.base, np.int64), self.within.array())
 
 
 class ReadBuffer:
@@ -336,13 +335,17 @@ class _ClockEnds:
 
 
 class _Walk:
-    """The index's one pass: the record headers, block by block (:data:`BLOCK_BYTES`)."""
+    """The index's one pass: the record headers, block by block (:data:`BLOCK_BYTES`).
+    What it finds per chunk, per execution and per flush is written to ``paged``'s
+    columns as each block is walked (in files, where it has a folder: about 90 bytes an
+    invocation that the index phase otherwise held, issue 29)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, paged: PagedArrays | None = None):
         self.path = path
-        self.family: list[np.ndarray] = []
-        self.payload_at = _OffsetParts()
-        self.records: list[np.ndarray] = []
+        self.paged = PagedArrays(None) if paged is None else paged
+        self.family = self.paged.appended("chunk_family", np.int8)
+        self.payload_at = _OffsetParts(self.paged)
+        self.records = self.paged.appended("chunk_records", np.int32)
         self.device: list[np.ndarray] = []  # each event chunk's physical device ordinal
         self.clocks = _ClockEnds(path)
         self.dispatch_families: set[str] = set()
@@ -350,14 +353,16 @@ class _Walk:
         self.dropped: dict[str, int] = {}
         self.queue_streams: set[int] = set()
         self.device_ticks: set[str] = set()
-        self.executions: list[np.ndarray] = []
-        self.flush_starts: list[np.ndarray] = []  # the first submission of each queue chunk
+        #: (submission, command buffer) of the execute records, distinct within each block.
+        self.executions = self.paged.appended("walk_executions", np.int64, width=2)
+        self.flush_starts = self.paged.appended("flush_starts", np.int64)  # the first submission of each queue chunk
         #: The last submission of the last queue chunk walked, the queue chunks walked, and
         #: the first whose submissions do not all come after the one before's (``None``: none).
         self.queue_last = _BEFORE_ALL
         self.queue_chunks = 0
         self.late_flush: int | None = None
-        self.dispatch_bounds: list[np.ndarray] = []  # (chunk row, first, last) per host chunk with dispatches
+        #: (chunk row, first, last submission) per chunk with dispatch records.
+        self.dispatch_bounds = self.paged.appended("walk_dispatch_bounds", np.int64, width=3)
         self.types: dict[str, set[int]] = {}
         self.numbered = False
         self.dispatch_records = 0
@@ -550,15 +555,15 @@ class _Walk:
         """The small facts of this block's chunks (see :class:`ProfileIndex`)."""
         first_row = self.chunks
         self.chunks += len(family)
-        self.family.append(family)
+        self.family.add(family)
         self.payload_at.add(first_row, payload_at)
-        self.records.append(records.astype(np.int32))
+        self.records.add(records)
         if len(devices) and (devices == devices[0]).all():
             # One device (every CPU run, a one-GPU run): held as one value (a zero-stride
             # view), not 4 bytes a chunk (12 MiB at 1M invocations, and as much joined).
             devices = np.broadcast_to(devices[:1].copy(), devices.shape)
         self.device.append(devices)
-        executions_before = len(self.executions)
+        executions: list[np.ndarray] = []
         for code in np.unique(family).tolist():
             name = FAMILIES[code]
             mine = family == code
@@ -584,8 +589,8 @@ class _Walk:
                 continue
             self.types.setdefault(name, set()).update(np.flatnonzero(np.bincount(found["type"])).tolist())
             execute = found["type"] == pf.QUEUE_OPS.index("execute")
-            self.executions.append(np.stack([submission[execute], found["command_buffer_id"][execute]
-                                             .astype(np.int64)], axis=1))
+            executions.append(np.stack([submission[execute], found["command_buffer_id"][execute]
+                                        .astype(np.int64)], axis=1))
             if name == "queue-events":
                 # Each flush's first submission is kept; its last only until the next
                 # flush is checked against it (a flush must start after the one before).
@@ -595,14 +600,14 @@ class _Walk:
                     self.late_flush = self.queue_chunks + int(late[0])
                 self.queue_chunks += len(first)
                 self.queue_last = int(last[-1])
-                self.flush_starts.append(first)
+                self.flush_starts.add(first)
                 continue
             dispatch = found["type"] == pf.DISPATCH_TYPE
             if dispatch.any():
                 self.dispatch_families.add(name)
                 self._dispatch_facts(found, dispatch, submission, mine, counts, first_row, len(family))
-        if len(self.executions) - executions_before > 1:  # queue and host records name the same executions
-            self.executions[executions_before:] = [_distinct_pairs(np.concatenate(self.executions[executions_before:]))]
+        if executions:  # queue and host records name the same executions: distinct within the block
+            self.executions.add(_distinct_pairs(np.concatenate(executions)) if len(executions) > 1 else executions[0])
 
     def _dispatch_facts(self, found: np.ndarray, dispatch: np.ndarray, submission: np.ndarray, mine: np.ndarray,
                         counts: np.ndarray, first_row: int, chunks: int) -> None:
@@ -623,7 +628,7 @@ class _Walk:
         np.minimum.at(low, chunk, submission[dispatch])
         np.maximum.at(high, chunk, submission[dispatch])
         rows = np.flatnonzero(low != _NO_SUBMISSION)
-        self.dispatch_bounds.append(np.stack([rows + first_row, low[rows], high[rows]], axis=1))
+        self.dispatch_bounds.add(np.stack([rows + first_row, low[rows], high[rows]], axis=1))
 
 
 #: Records the walk predicts at once from the last flush's record lengths (:func:`_leap`).
@@ -669,13 +674,13 @@ FOLLOW_POLL_SECONDS = 0.05
 FILE_HEADER_BYTES = 24
 
 
-def follow_profile(path: Path, finished: threading.Event) -> _Walk | None:
+def follow_profile(path: Path, finished: threading.Event, paged: PagedArrays | None = None) -> _Walk | None:
     """Index ``path`` while the tool is still writing it, until ``finished`` is set (run
     in a thread of its own, on the core the tool leaves idle): the walk so far, which
     :func:`index_profile` takes on from where it stopped. ``None`` where the walk failed
     (a damaged or unknown file): the index then walks the file afresh and names what is
-    wrong as it would have."""
-    walk = _Walk(Path(path))
+    wrong as it would have. ``paged``: where the walk's columns go (:class:`_Walk`)."""
+    walk = _Walk(Path(path), paged)
     try:
         walk.follow(finished)
     except Exception:  # noqa: BLE001 — left to index_profile's own walk, which says what is wrong
@@ -683,12 +688,14 @@ def follow_profile(path: Path, finished: threading.Event) -> _Walk | None:
     return walk
 
 
-def index_profile(path: Path, window_records: int = WINDOW_RECORDS, followed: _Walk | None = None) -> ProfileIndex:
+def index_profile(path: Path, window_records: int = WINDOW_RECORDS, followed: _Walk | None = None,
+                  paged: PagedArrays | None = None) -> ProfileIndex:
     """The :class:`ProfileIndex` of ``path``: :class:`profile_file.ProfileFormatError` for
     a damaged file (naming the byte), :class:`WindowedRouteUnavailable` for a profile the
     windowed route leaves to the whole-run one. ``followed``: :func:`follow_profile`'s
-    walk of ``path`` while it was written, taken on to the end."""
-    walk = followed if followed is not None and not followed.indexed else _Walk(Path(path))
+    walk of ``path`` while it was written, taken on to the end (with its own ``paged``);
+    ``paged``: where a fresh walk's columns go, and so the index's chunk table."""
+    walk = followed if followed is not None and not followed.indexed else _Walk(Path(path), paged)
     walk.indexed = True
     walk.run()
     if walk.dropped:
@@ -705,17 +712,18 @@ def index_profile(path: Path, window_records: int = WINDOW_RECORDS, followed: _W
         raise WindowedRouteUnavailable(f"host operations {sorted(unknown - NON_MODEL_OPERATIONS)}")
     # Each list of per-block arrays is emptied once joined: at 1M invocations they hold
     # 100 MiB that would otherwise sit beside their joined copies.
-    family = _joined(walk.family, np.zeros(0, np.int8))
+    family = walk.family.array()
     payload_at = walk.payload_at.joined()
-    records = _joined(walk.records, np.zeros(0, np.int32))
+    records = walk.records.array()
     device = _device_column(walk.device)
     if walk.late_flush is not None:
         raise WindowedRouteUnavailable(f"flush {walk.late_flush} holds a submission before the previous flush's last")
-    flush_starts = _joined(walk.flush_starts, np.zeros(0, np.int64))
+    flush_starts = walk.flush_starts.array()
     # (each join above handed its pieces back, before the steps below add their temporaries)
     window_chunks, owned = _windows(family, records, flush_starts, window_records)
+    walk.paged.release()  # (in files: the pages the cuts read)
     _check_look_ahead(walk, window_chunks, owned)
-    executions = _distinct_executions(_joined(walk.executions, np.zeros((0, 2), np.int64)))
+    executions = _distinct_executions(walk.executions.array(), walk.paged)
     per_family = np.bincount(family, weights=records, minlength=len(FAMILIES))
     counts = {FAMILIES[code]: int(per_family[code]) for code in np.flatnonzero(np.bincount(family)).tolist()}
     index = ProfileIndex(
@@ -737,45 +745,31 @@ def index_profile(path: Path, window_records: int = WINDOW_RECORDS, followed: _W
 
 
 def _windows(family: np.ndarray, records: np.ndarray, flush_starts: np.ndarray,
-             window_records: int) -> tuple[np.ndarray, np.ndarray]:
+             window_records: int, step: int = 1 << 18) -> tuple[np.ndarray, np.ndarray]:
     """(the chunk row where each window begins, and one past the last; the first
     submission each window owns): a window is cut before a queue-events chunk once it
-    holds ``window_records`` records; ``flush_starts``: each queue chunk's first submission."""
-    queue_rows = np.flatnonzero(family == QUEUE)
-    # Records before each queue chunk: non-decreasing, so each window's cut (the first
-    # queue chunk after the last cut with window_records more records before it) is a
-    # binary search, not a scan of every queue chunk per window (1.3 s at 1M invocations).
-    queue_before = _records_before(records, queue_rows)
-    cuts, records_before_cut = [0], 0
-    while True:
-        after = int(np.searchsorted(queue_rows, cuts[-1], side="right"))
-        at = after + int(np.searchsorted(queue_before[after:], records_before_cut + window_records))
-        if at == len(queue_rows):
-            break
-        cuts.append(int(queue_rows[at]))
-        records_before_cut = int(queue_before[at])
-    window_chunks = np.array([*cuts, len(family)], np.int64)
-    # The first submission a window owns: its first chunk's, a queue chunk's (window 0: all before).
-    owned = np.full(len(window_chunks) - 1, _BEFORE_ALL, np.int64)
-    owned[1:] = flush_starts[np.searchsorted(queue_rows, window_chunks[1:-1])]
-    return window_chunks, owned
-
-
-def _records_before(records: np.ndarray, rows: np.ndarray, step: int = 1 << 18) -> np.ndarray:
-    """The records of the chunks before each of ``rows`` (increasing chunk rows), summed
-    ``step`` chunks at a time: the whole running sum is 8 bytes a chunk (24 MiB at 1M
-    invocations, 3 chunks each) where only the queue chunks' are kept."""
-    found = np.empty(len(rows), np.int64)
-    carried = 0
-    for begin in range(0, len(records), step):
-        part = records[begin:begin + step]
-        before = np.cumsum(part, dtype=np.int64)
-        before -= part
-        before += carried
-        low, high = np.searchsorted(rows, (begin, begin + len(part)))
-        found[low:high] = before[rows[low:high] - begin]
-        carried += int(part.sum(dtype=np.int64))
-    return found
+    holds ``window_records`` records; ``flush_starts``: each queue chunk's first submission.
+    The chunks are read ``step`` at a time (the queue chunks' rows and the records
+    before each, whole, were 16 bytes a queue chunk: 16 MiB at 1M invocations)."""
+    cuts, owned = [0], [_BEFORE_ALL]
+    threshold = window_records  # records before the next cut: at least this many
+    before = queue_before_piece = 0  # records and queue chunks before the piece
+    for begin in range(0, len(family), step):
+        counts = records[begin:begin + step].astype(np.int64)
+        rows = np.flatnonzero(family[begin:begin + step] == QUEUE)
+        # Records before each queue chunk: non-decreasing, so each cut (the first queue
+        # chunk after the last cut with window_records more records before it) is a
+        # binary search, not a scan of every queue chunk per window (1.3 s at 1M invocations).
+        queue_before = before + (np.cumsum(counts) - counts)[rows]
+        at = 0
+        while (at := at + int(np.searchsorted(queue_before[at:], threshold))) < len(rows):
+            cuts.append(begin + int(rows[at]))
+            owned.append(int(flush_starts[queue_before_piece + at]))
+            threshold = int(queue_before[at]) + window_records
+            at += 1
+        before += int(counts.sum())
+        queue_before_piece += len(rows)
+    return np.array([*cuts, len(family)], np.int64), np.array(owned, np.int64)
 
 
 def _device_column(parts: list[np.ndarray]) -> np.ndarray:
@@ -815,7 +809,8 @@ def _packed_distinct(pairs: np.ndarray) -> np.ndarray | None:
         return None
     packed = pairs[:, 0] << _BUFFER_BITS
     packed |= pairs[:, 1]
-    return sorted_distinct(packed)
+    packed.sort()  # in place, not a sorted copy beside it (8 bytes an execution)
+    return distinct_of_sorted(packed)
 
 
 def _distinct_pairs(pairs: np.ndarray) -> np.ndarray:
@@ -827,16 +822,23 @@ def _distinct_pairs(pairs: np.ndarray) -> np.ndarray:
     return np.stack([packed >> _BUFFER_BITS, packed & ((1 << _BUFFER_BITS) - 1)], axis=1)
 
 
-def _distinct_executions(pairs: np.ndarray) -> Executions:
+def _distinct_executions(pairs: np.ndarray, paged: PagedArrays, step: int = 1 << 18) -> Executions:
     """The :class:`Executions` of the distinct rows of ``pairs``, sorted: unpacked
-    straight into its two columns (a run's pairs stacked once more are 15 MiB at 1M
-    invocations)."""
+    straight into its two columns, kept by ``paged`` and filled ``step`` rows at a time
+    (a run's pairs stacked once more are 15 MiB at 1M invocations)."""
     packed = _packed_distinct(pairs)
     if packed is None:
         found = np.unique(pairs, axis=0)
         return Executions(found[:, 0].copy(), found[:, 1].copy())
     del pairs
-    return Executions(packed >> _BUFFER_BITS, packed & ((1 << _BUFFER_BITS) - 1))
+    submission = paged.full("execution_submissions", len(packed), 0, np.int64)
+    buffer = paged.full("execution_buffers", len(packed), 0, np.int64)
+    for begin in range(0, len(packed), step):
+        part = packed[begin:begin + step]
+        submission[begin:begin + step] = part >> _BUFFER_BITS
+        buffer[begin:begin + step] = part & ((1 << _BUFFER_BITS) - 1)
+        paged.release()
+    return Executions(submission, buffer)
 
 
 def _near(window_chunks: np.ndarray, chunk_rows: np.ndarray) -> tuple[int, ...]:
@@ -851,7 +853,7 @@ def _check_look_ahead(walk: _Walk, window_chunks: np.ndarray, owned: np.ndarray)
     """Every dispatch record within one window of the window that owns its submission
     (the walk's blocks' bounds checked a few hundred thousand chunks at a time, not
     joined: 24 bytes a chunk and three temporaries as large at 1M invocations)."""
-    for bounds in _in_groups(walk.dispatch_bounds, LOOK_AHEAD_ROWS):
+    for bounds in walk.dispatch_bounds.groups(LOOK_AHEAD_ROWS):
         window = np.searchsorted(window_chunks, bounds[:, 0], side="right") - 1
         # Owner of a submission: the last window whose first owned submission is <= it.
         low_owner = np.searchsorted(owned, bounds[:, 1], side="right") - 1
@@ -867,19 +869,6 @@ def _check_look_ahead(walk: _Walk, window_chunks: np.ndarray, owned: np.ndarray)
 
 #: Chunks whose dispatch bounds :func:`_check_look_ahead` checks at once.
 LOOK_AHEAD_ROWS = 1 << 18
-
-
-def _in_groups(parts: list[np.ndarray], rows: int) -> Iterator[np.ndarray]:
-    """``parts`` (arrays of rows) concatenated into groups of about ``rows`` rows, in
-    order; ``parts`` is emptied as they are given."""
-    while parts:
-        taken, count = 0, 0
-        while taken < len(parts) and (not taken or count + len(parts[taken]) <= rows):
-            count += len(parts[taken])
-            taken += 1
-        group = np.concatenate(parts[:taken])
-        del parts[:taken]
-        yield group
 
 
 def dispatch_windows(index: ProfileIndex, windows: Sequence[int] | None = None) -> Iterator[tuple[int, DispatchColumns]]:

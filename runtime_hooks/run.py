@@ -138,7 +138,10 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
             assert manifest is not None
             granted = drivers.ask(vmfb, driver, function, len(arguments)) if caps.source == "asked" else None
             families = drivers.run_families(caps, "full", granted)
-            recorded = _record_run(vmfb, inputs, driver, function, repeat, warmup, families, Path(scratch), fault)
+            # The arrays that grow with the run, in files beside its profile (PagedArrays).
+            (paged_folder := Path(scratch) / "paged").mkdir()
+            recorded = _record_run(vmfb, inputs, driver, function, repeat, warmup, families, Path(scratch), fault,
+                                   PagedArrays(paged_folder))
             _write_full_bundle(bundle, manifest, policy, summary, recorded, function, repeat, warmup, families,
                                driver)
         else:
@@ -581,11 +584,10 @@ class WindowedRun:
 
     @classmethod
     def open(cls, recorded: RecordedProfile, manifest: dict[str, Any], function: str, repeat: int, warmup: int,
-             families: Sequence[str], driver: str, folder: Path | None = None) -> WindowedRun:
+             families: Sequence[str], driver: str) -> WindowedRun:
         """Index the profile and place the invocations (:class:`WindowedRouteUnavailable`
-        where the whole-run route must decide). ``folder``: a scratch folder for the
-        arrays that grow with the run (:class:`~dfit_mlir.core.paged.PagedArrays`: in
-        files there, only a window's pages resident; ``None``: in memory)."""
+        where the whole-run route must decide). The arrays that grow with the run are
+        kept where ``recorded.paged`` keeps them."""
         from dfit_mlir.runtime_hooks import profile_file, profile_stream
         from dfit_mlir.runtime_hooks.columnar_join import match_blocks
         from dfit_mlir.runtime_hooks.join_records import (
@@ -595,6 +597,7 @@ class WindowedRun:
 
         unavailable = profile_stream.WindowedRouteUnavailable
         invocations = warmup + repeat
+        paged = PagedArrays(None) if recorded.paged is None else recorded.paged
         if not windowed_may_read(families, invocations):
             raise unavailable("one invocation, or no queue events to split the flushes by")
         if "recordings" not in manifest["partitions"]:
@@ -602,7 +605,7 @@ class WindowedRun:
         try:
             if not profile_file.supported(recorded.path):
                 raise unavailable("the profile's format or the runtime is not the one the direct reader knows")
-            index = profile_stream.index_profile(recorded.path, WINDOW_RECORDS, recorded.followed)
+            index = profile_stream.index_profile(recorded.path, WINDOW_RECORDS, recorded.followed, paged)
         except profile_file.ProfileFormatError as error:
             raise damaged_recording(recorded.path, error) from None
         if not len(index.executions):
@@ -620,7 +623,6 @@ class WindowedRun:
                                             index.flush_starts)
         except UnresolvedDispatchError as error:
             raise unavailable(f"the invocations cannot be placed ({error})") from None
-        paged = PagedArrays(folder)
         index = index.for_join(paged)
         starts = paged.copied("starts", starts)
         # The windows read to match the buffers and the facts that placed the invocations
@@ -745,12 +747,17 @@ class RecordedProfile:
     wall_ns_per_invocation: float | None
     #: The profile's index walk, done while the tool wrote it (``profile_stream.follow_profile``).
     followed: Any = None
+    #: Where the index and the join keep the arrays that grow with the run (in files of
+    #: the run's scratch folder, only a window's pages resident; ``None``: in memory).
+    paged: PagedArrays | None = None
 
 
 def _record_run(vmfb: Path, inputs: Sequence[str], driver: str, function: str, repeat: int, warmup: int,
-                families: Sequence[str], folder: Path, fault: FaultContext | None = None) -> RecordedProfile:
+                families: Sequence[str], folder: Path, fault: FaultContext | None = None,
+                paged: PagedArrays | None = None) -> RecordedProfile:
     """Run ``vmfb`` ``warmup + repeat`` times under HAL profiling, the profile kept in
-    ``folder`` (a fault in the module: :class:`ModuleFaultError`)."""
+    ``folder`` (a fault in the module: :class:`ModuleFaultError`); ``paged``: where its
+    reading keeps the arrays that grow with the run (:attr:`RecordedProfile.paged`)."""
     path = folder / "profile.ireeprof"
     if warmup + repeat >= ANNOUNCED_INVOCATIONS:  # a run long enough to wait for: say what it is doing
         from dfit_mlir.runtime_hooks.progress import announce
@@ -760,8 +767,8 @@ def _record_run(vmfb: Path, inputs: Sequence[str], driver: str, function: str, r
     # Where the windowed route may read the profile, its index is walked while the tool
     # writes it, in the imports' thread once they are done.
     follow = windowed_may_read(families, warmup + repeat)
-    importing = _import_in_background(AFTER_THE_RUN, then=lambda: _follow(path, finished, followed) if follow
-                                      else None)
+    importing = _import_in_background(AFTER_THE_RUN, then=lambda: _follow(path, finished, followed, paged)
+                                      if follow else None)
     try:
         tool, stdout = hal_profile.record_profile(vmfb, inputs, path, driver=driver, function=function,
                                                   invocations=warmup + repeat, families=families)
@@ -776,7 +783,7 @@ def _record_run(vmfb: Path, inputs: Sequence[str], driver: str, function: str, r
         # modules that import each other can deadlock (Python then raises in one).
         importing.join()
     return RecordedProfile(path, hal_profile._benchmark_real_time_ns(stdout) if tool == "iree-benchmark-module"
-                           else None, followed[0])
+                           else None, followed[0], paged)
 
 
 def windowed_may_read(families: Sequence[str], invocations: int) -> bool:
@@ -785,10 +792,10 @@ def windowed_may_read(families: Sequence[str], invocations: int) -> bool:
     return invocations >= 2 and "queue-events" in families
 
 
-def _follow(path: Path, finished: threading.Event, followed: list[Any]) -> None:
+def _follow(path: Path, finished: threading.Event, followed: list[Any], paged: PagedArrays | None) -> None:
     from dfit_mlir.runtime_hooks import profile_stream
 
-    followed[0] = profile_stream.follow_profile(path, finished)
+    followed[0] = profile_stream.follow_profile(path, finished, paged)
 
 
 #: What a full run imports once its profile is recorded (the profile's readers, the join,
@@ -893,26 +900,24 @@ def _write_full_bundle(bundle: Path, manifest: dict[str, Any], policy: Policy, s
     from dfit_mlir.runtime_hooks.profile_stream import WindowedRouteUnavailable
 
     try:
-        with atomic.scratch_directory("dfit-join-") as folder:
-            # Held here only until the pipeline is filled: the traces are written after
-            # it, without the index and the run's per-invocation arrays (in files of
-            # ``folder`` through the join, PagedArrays).
-            opened = [WindowedRun.open(recorded, manifest, function, repeat, warmup, families, driver, folder=folder)]
-            # The summary's run figures are added up while the pipeline is filled: the dict
-            # handed to write_bundle is completed in place before write_bundle writes it.
-            written = dict(summary)
+        # Held here only until the pipeline is filled: the traces are written after it,
+        # without the index and the run's per-invocation arrays.
+        opened = [WindowedRun.open(recorded, manifest, function, repeat, warmup, families, driver)]
+        # The summary's run figures are added up while the pipeline is filled: the dict
+        # handed to write_bundle is completed in place before write_bundle writes it.
+        written = dict(summary)
 
-            def fill(sink: Any) -> EventPipeline:
-                windowed = opened.pop()
-                pipeline = windowed.pipeline(manifest, policy, sink)
-                written.update(windowed.summary())
-                del windowed
-                release_freed_memory(now=True)
-                return pipeline
+        def fill(sink: Any) -> EventPipeline:
+            windowed = opened.pop()
+            pipeline = windowed.pipeline(manifest, policy, sink)
+            written.update(windowed.summary())
+            del windowed
+            release_freed_memory(now=True)
+            return pipeline
 
-            write_bundle(bundle, manifest, fill, written, source=PROFILE_SOURCE, trace_limit=TraceLimit.of(policy),
-                         events_at_most=opened[0].events_at_most)
-            return
+        write_bundle(bundle, manifest, fill, written, source=PROFILE_SOURCE, trace_limit=TraceLimit.of(policy),
+                     events_at_most=opened[0].events_at_most)
+        return
     except WindowedRouteUnavailable as why:  # nothing was written: the bundle is still as it was
         reason = str(why)
     except profile_file.ProfileFormatError as error:  # found reading a window: no bundle either

@@ -106,11 +106,14 @@ def test_windowed_route_writes_what_the_whole_run_writes(compiled: dict[Path, Co
 
 def test_arrays_kept_in_files_write_what_arrays_in_memory_write(compiled: dict[Path, CompileResult], tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """Given a folder (as ``dfit run`` gives its scratch one), the run's per-invocation
-    arrays and the index's chunk table are kept in files there, mapped, their pages
-    handed back window by window (``core.paged``): the events, their batches and the
-    summary are those of the same run with the arrays in memory."""
+    """Given a folder (as ``dfit run`` gives its scratch one), the index walk's columns,
+    the run's per-invocation arrays and the index's chunk table are kept in files there,
+    mapped, their pages handed back window by window (``core.paged``): the events, their
+    batches and the summary are those of the same run with the arrays in memory."""
     import mmap
+    from dataclasses import replace
+
+    from dfit_mlir.core.paged import PagedArrays
 
     monkeypatch.setattr(run, "WINDOW_RECORDS", SMALL_WINDOW)
     case = "loop_first_task"
@@ -119,18 +122,21 @@ def test_arrays_kept_in_files_write_what_arrays_in_memory_write(compiled: dict[P
     (tmp_path / "paged").mkdir()
     found = []
     for folder in (None, tmp_path / "paged"):
-        windowed = run.WindowedRun.open(profile, manifest, function, repeat, warmup, hal_profile.FULL_FAMILIES,
-                                        driver, folder=folder)
+        # (walked afresh, not followed while the tool ran: the walk writes to the folder too)
+        paged = None if folder is None else PagedArrays(folder)
+        windowed = run.WindowedRun.open(replace(profile, paged=paged, followed=None), manifest, function, repeat,
+                                        warmup, hal_profile.FULL_FAMILIES, driver)
         sink = MemorySink()
         windowed.pipeline(manifest, Policy(batch_size=7), sink).close()
         found.append((sink.table().drop(["session"]), [batch.num_rows for batch in sink.batches], windowed.summary()))
         in_files = [isinstance(getattr(values.base, "obj", None), mmap.mmap) for values in (
             windowed.starts, windowed.totals.dispatch_ns, windowed.totals.first, windowed.index.chunk_family,
-            windowed.index.chunk_records, windowed.index.chunk_payload_at.within)]
-        assert in_files == [folder is not None] * len(in_files)
+            windowed.index.chunk_records, windowed.index.chunk_payload_at.within, windowed.index.window_chunks)]
+        assert in_files == [folder is not None] * (len(in_files) - 1) + [False]  # (a row per window: small)
     assert windowed.index.windows >= 4
     assert found[0][0].equals(found[1][0]) and found[0][1:] == found[1][1:]
-    assert {"starts.values", "dispatch_ns.values", "chunk_family.values"} <= {p.name for p in (tmp_path / "paged").iterdir()}
+    assert {"starts.values", "dispatch_ns.values", "chunk_family.values", "walk_executions.values",
+            "walk_dispatch_bounds.values", "flush_starts.values"} <= {p.name for p in (tmp_path / "paged").iterdir()}
 
 
 def test_bundle_files_are_the_whole_runs(compiled: dict[Path, CompileResult], tmp_path: Path,
@@ -284,19 +290,25 @@ def test_index_reads_a_profile_in_whole_flush_windows(compiled: dict[Path, Compi
                     strict=True)) == sorted(executions)
 
 
-def test_look_ahead_is_checked_in_groups_of_the_walks_blocks() -> None:
-    """SYNTHETIC: the walk's per-block arrays are taken in groups of about ``rows`` rows
-    (one larger part alone), in order, and the list is emptied."""
-    parts = [np.arange(3), np.arange(3, 4), np.arange(4, 9), np.arange(9, 11)]
-    groups = list(profile_stream._in_groups(parts, 4))
-    assert [group.tolist() for group in groups] == [[0, 1, 2, 3], [4, 5, 6, 7, 8], [9, 10]]
-    assert parts == []
+def test_look_ahead_is_checked_in_groups_of_the_walks_blocks(tmp_path: Path) -> None:
+    """SYNTHETIC: the walk's per-block arrays are taken in groups of about ``rows`` rows,
+    in order, never joined whole, in memory or from a file."""
+    from dfit_mlir.core.paged import PagedArrays
+
+    for paged in (PagedArrays(None), PagedArrays(tmp_path)):
+        column = paged.appended("bounds", np.int64)
+        for part in (np.arange(3), np.arange(3, 4), np.arange(4, 9), np.arange(9, 11)):
+            column.add(part)
+        groups = [group.tolist() for group in column.groups(4)]
+        if paged.on_disk:  # a file read back in groups of exactly ``rows``
+            assert groups == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10]]
+        else:  # the pieces joined up to ``rows``, a larger one alone, each let go once given
+            assert groups == [[0, 1, 2, 3], [4, 5, 6, 7, 8], [9, 10]] and column._pieces == []
 
 
 def test_the_index_columns_kept_small_read_as_the_whole_ones() -> None:
     """SYNTHETIC: the index's compact columns read as the int64 columns they stand for:
-    payload offsets per block (a base and 32-bit offsets from it), one device held once,
-    the records before each queue chunk summed a few chunks at a time."""
+    payload offsets per block (a base and 32-bit offsets from it), one device held once."""
     parts = profile_stream._OffsetParts()
     offsets = [np.array([104, 500, 9000], np.int64), np.array([(5 << 32) + 7], np.int64),
                np.array([(5 << 32) + 8_000_000, (5 << 32) + 8_300_000], np.int64)]
@@ -316,11 +328,30 @@ def test_the_index_columns_kept_small_read_as_the_whole_ones() -> None:
     mixed = [np.broadcast_to(np.array([2], np.int32), (2,)), np.array([1, 2], np.int32)]
     assert profile_stream._device_column(mixed).tolist() == [2, 2, 1, 2]
 
-    records = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3], np.int32)
-    rows = np.array([0, 2, 3, 7, 9])
-    expected = (np.cumsum(records) - records)[rows]
-    for step in (1, 2, 3, 4, 100):
-        assert profile_stream._records_before(records, rows, step).tolist() == expected.tolist(), step
+
+@pytest.mark.parametrize("step", [1, 7, 64, 1 << 18])
+def test_window_cuts_a_piece_of_the_chunks_at_a_time_are_found_one_by_one(step: int) -> None:
+    """SYNTHETIC: the windows cut from the chunk table read ``step`` chunks at a time are
+    those found one queue chunk at a time (the first queue chunk after the last cut with
+    ``window_records`` records or more since it), each owning its queue chunk's first
+    submission."""
+    rng = np.random.default_rng(7)
+    queue = profile_stream.QUEUE
+    family = np.where(rng.random(500) < 0.3, queue, queue + 1).astype(np.int8)
+    records = rng.integers(1, 6, 500).astype(np.int32)
+    queue_rows = np.flatnonzero(family == queue).tolist()
+    flush_starts = np.arange(len(queue_rows), dtype=np.int64) * 10 + 3
+    for window_records in (1, 40, 10_000):
+        before = np.concatenate([[0], np.cumsum(records)])
+        cuts = [0]
+        for row in queue_rows:
+            if row > cuts[-1] and before[row] - before[cuts[-1]] >= window_records:
+                cuts.append(row)
+        window_chunks, owned = profile_stream._windows(family, records, flush_starts, window_records, step)
+        assert window_chunks.tolist() == [*cuts, len(family)]
+        assert owned.tolist() == [profile_stream._BEFORE_ALL, *(int(flush_starts[queue_rows.index(row)])
+                                                                 for row in cuts[1:])]
+
 
 
 def _swap_queue_chunks(path: Path, flush: int) -> None:

@@ -99,9 +99,15 @@ def sorted_distinct(values: Any) -> Any:
     1M-invocation run has 1M distinct executions; issue 29)."""
     import numpy as np
 
-    ordered = np.sort(values)
+    return distinct_of_sorted(np.sort(values))
+
+
+def distinct_of_sorted(ordered: Any) -> Any:
+    """The distinct values of the sorted 1-D array ``ordered``, in order (a copy)."""
+    import numpy as np
+
     if not len(ordered):
-        return ordered
+        return ordered.copy()
     keep = np.empty(len(ordered), bool)
     keep[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
