@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from dfit_mlir.core.paged import PagedArrays
-from dfit_mlir.core.perf import distinct_of_sorted, release_freed_memory, sorted_distinct
+from dfit_mlir.core.perf import distinct_in_place, release_freed_memory, sorted_distinct
 from dfit_mlir.runtime_hooks import profile_file as pf
 from dfit_mlir.runtime_hooks.join_records import NO_COMMAND_INDEX, DispatchColumns, Executions
 
@@ -720,12 +720,10 @@ def index_profile(path: Path, window_records: int = WINDOW_RECORDS, followed: _W
         raise WindowedRouteUnavailable(f"flush {walk.late_flush} holds a submission before the previous flush's last")
     flush_starts = walk.flush_starts.array()
     # (each join above handed its pieces back, before the steps below add their temporaries)
-    window_chunks, owned = _windows(family, records, flush_starts, window_records)
-    walk.paged.release()  # (in files: the pages the cuts read)
+    window_chunks, owned = _windows(family, records, flush_starts, window_records, walk.paged)
     _check_look_ahead(walk, window_chunks, owned)
     executions = _distinct_executions(walk.executions.array(), walk.paged)
-    per_family = np.bincount(family, weights=records, minlength=len(FAMILIES))
-    counts = {FAMILIES[code]: int(per_family[code]) for code in np.flatnonzero(np.bincount(family)).tolist()}
+    counts = _records_per_family(family, records, walk.paged)
     index = ProfileIndex(
         path=Path(path), version=walk.version, chunk_family=family, chunk_payload_at=payload_at,
         chunk_records=records,
@@ -744,19 +742,21 @@ def index_profile(path: Path, window_records: int = WINDOW_RECORDS, followed: _W
     return index
 
 
-def _windows(family: np.ndarray, records: np.ndarray, flush_starts: np.ndarray,
-             window_records: int, step: int = 1 << 18) -> tuple[np.ndarray, np.ndarray]:
+def _windows(family: np.ndarray, records: np.ndarray, flush_starts: np.ndarray, window_records: int,
+             paged: PagedArrays | None = None, step: int = 1 << 18) -> tuple[np.ndarray, np.ndarray]:
     """(the chunk row where each window begins, and one past the last; the first
     submission each window owns): a window is cut before a queue-events chunk once it
     holds ``window_records`` records; ``flush_starts``: each queue chunk's first submission.
     The chunks are read ``step`` at a time (the queue chunks' rows and the records
-    before each, whole, were 16 bytes a queue chunk: 16 MiB at 1M invocations)."""
+    before each, whole, were 16 bytes a queue chunk: 16 MiB at 1M invocations), the
+    pages of those in ``paged``'s files handed back as they are read."""
     cuts, owned = [0], [_BEFORE_ALL]
     threshold = window_records  # records before the next cut: at least this many
     before = queue_before_piece = 0  # records and queue chunks before the piece
-    for begin in range(0, len(family), step):
-        counts = records[begin:begin + step].astype(np.int64)
-        rows = np.flatnonzero(family[begin:begin + step] == QUEUE)
+    pieces = (paged or PagedArrays(None)).pieces(family, records, step=step)  # (pages handed back as read)
+    for begin, (family_piece, records_piece) in zip(range(0, len(family), step), pieces, strict=True):
+        counts = records_piece.astype(np.int64)
+        rows = np.flatnonzero(family_piece == QUEUE)
         # Records before each queue chunk: non-decreasing, so each cut (the first queue
         # chunk after the last cut with window_records more records before it) is a
         # binary search, not a scan of every queue chunk per window (1.3 s at 1M invocations).
@@ -770,6 +770,19 @@ def _windows(family: np.ndarray, records: np.ndarray, flush_starts: np.ndarray,
         before += int(counts.sum())
         queue_before_piece += len(rows)
     return np.array([*cuts, len(family)], np.int64), np.array(owned, np.int64)
+
+
+def _records_per_family(family: np.ndarray, records: np.ndarray, paged: PagedArrays,
+                        step: int = 1 << 18) -> dict[str, int]:
+    """Records of each family with a chunk, counted ``step`` chunks at a time (the pages
+    of those in ``paged``'s files handed back as they are read; the whole table's float
+    weights were 8 bytes a chunk: 24 MiB at 1M invocations)."""
+    records_of, chunks_of = np.zeros(len(FAMILIES), np.int64), np.zeros(len(FAMILIES), np.int64)
+    for family_piece, records_piece in paged.pieces(family, records, step=step):
+        # (exact: a piece's records of a family are far under 2^53)
+        records_of += np.bincount(family_piece, weights=records_piece, minlength=len(FAMILIES)).astype(np.int64)
+        chunks_of += np.bincount(family_piece, minlength=len(FAMILIES))
+    return {FAMILIES[code]: int(records_of[code]) for code in np.flatnonzero(chunks_of).tolist()}
 
 
 def _device_column(parts: list[np.ndarray]) -> np.ndarray:
@@ -801,42 +814,49 @@ def _joined(parts: list[np.ndarray], empty: np.ndarray) -> np.ndarray:
 _BUFFER_BITS = 20
 
 
-def _packed_distinct(pairs: np.ndarray) -> np.ndarray | None:
-    """The distinct rows of ``pairs`` (submission, command buffer), sorted, each packed
-    into one integer (``submission << 20 | buffer``); ``None`` where the values do not fit."""
-    if len(pairs) and (pairs.min() < 0 or pairs[:, 1].max() >= 1 << _BUFFER_BITS
-                       or pairs[:, 0].max() >= 1 << (63 - _BUFFER_BITS)):
-        return None
-    packed = pairs[:, 0] << _BUFFER_BITS
-    packed |= pairs[:, 1]
-    packed.sort()  # in place, not a sorted copy beside it (8 bytes an execution)
-    return distinct_of_sorted(packed)
+def _packed(pairs: np.ndarray, paged: PagedArrays | None = None, step: int = 1 << 18) -> np.ndarray | None:
+    """The rows of ``pairs`` (submission, command buffer) each packed into one integer
+    (``submission << 20 | buffer``), in order, read ``step`` rows at a time (``paged``:
+    the pages of pairs it keeps in a file handed back as they are read); ``None``
+    where the values do not fit."""
+    packed = np.empty(len(pairs), np.int64)
+    for begin, (piece,) in zip(range(0, len(pairs), step), (paged or PagedArrays(None)).pieces(pairs, step=step),
+                               strict=True):
+        if piece.min() < 0 or piece[:, 1].max() >= 1 << _BUFFER_BITS or piece[:, 0].max() >= 1 << (63 - _BUFFER_BITS):
+            return None
+        out = packed[begin:begin + len(piece)]
+        np.left_shift(piece[:, 0], _BUFFER_BITS, out=out)
+        out |= piece[:, 1]
+    return packed
 
 
 def _distinct_pairs(pairs: np.ndarray) -> np.ndarray:
     """``np.unique(pairs, axis=0)`` (sorted distinct rows), packed into one integer per
     row where the values allow (the row-wise sort costs a hundred times more)."""
-    packed = _packed_distinct(pairs)
+    packed = _packed(pairs)
     if packed is None:
         return np.unique(pairs, axis=0)
+    packed = packed[:distinct_in_place(packed)]
     return np.stack([packed >> _BUFFER_BITS, packed & ((1 << _BUFFER_BITS) - 1)], axis=1)
 
 
 def _distinct_executions(pairs: np.ndarray, paged: PagedArrays, step: int = 1 << 18) -> Executions:
-    """The :class:`Executions` of the distinct rows of ``pairs``, sorted: unpacked
-    straight into its two columns, kept by ``paged`` and filled ``step`` rows at a time
-    (a run's pairs stacked once more are 15 MiB at 1M invocations)."""
-    packed = _packed_distinct(pairs)
+    """The :class:`Executions` of the distinct rows of ``pairs``, sorted: packed, sorted
+    and made distinct in place (one array of 8 bytes a row), then unpacked ``step`` rows
+    at a time into two columns that ``paged`` keeps (a run's pairs stacked once more
+    were 15 MiB at 1M invocations, their distinct rows sorted beside them 16 more)."""
+    packed = _packed(pairs, paged, step)
     if packed is None:
         found = np.unique(pairs, axis=0)
         return Executions(found[:, 0].copy(), found[:, 1].copy())
     del pairs
-    submission = paged.full("execution_submissions", len(packed), 0, np.int64)
-    buffer = paged.full("execution_buffers", len(packed), 0, np.int64)
-    for begin in range(0, len(packed), step):
-        part = packed[begin:begin + step]
-        submission[begin:begin + step] = part >> _BUFFER_BITS
-        buffer[begin:begin + step] = part & ((1 << _BUFFER_BITS) - 1)
+    count = distinct_in_place(packed, step)
+    submission = paged.full("execution_submissions", count, 0, np.int64)
+    buffer = paged.full("execution_buffers", count, 0, np.int64)
+    for begin in range(0, count, step):
+        part = packed[begin:min(count, begin + step)]
+        submission[begin:begin + len(part)] = part >> _BUFFER_BITS
+        buffer[begin:begin + len(part)] = part & ((1 << _BUFFER_BITS) - 1)
         paged.release()
     return Executions(submission, buffer)
 

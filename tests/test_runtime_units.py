@@ -168,6 +168,19 @@ def test_sorted_distinct_is_np_unique(values: list[int]) -> None:
     assert array.tolist() == values  # the input is not sorted in place
 
 
+@pytest.mark.parametrize("values", [[], [5], [3, -1, 3, 2, 2, 9, -1], [4] * 9, list(range(1000, 0, -3)) * 2],
+                         ids=["empty", "one", "repeats", "same", "many"])
+@pytest.mark.parametrize("step", [1, 2, 5, 1 << 18])
+def test_distinct_in_place_is_np_unique(values: list[int], step: int) -> None:
+    """SYNTHETIC: sorted and made distinct in place, a piece at a time (the index's
+    executions), the front of the array holds ``np.unique``'s values."""
+    from dfit_mlir.core.perf import distinct_in_place
+
+    array = np.array(values, dtype=np.int64)
+    count = distinct_in_place(array, step)
+    assert array[:count].tolist() == np.unique(np.array(values, dtype=np.int64)).tolist()
+
+
 @pytest.mark.parametrize("values", [[], [5], [3, 1, 2], [2**62, -(2**62), 7, 2**62 - 1, 1],
                                     list(range(999_999, 0, -7))], ids=["empty", "one", "three", "huge", "many"])
 def test_duration_stats_of_an_array_are_the_lists_exactly(values: list[int]) -> None:

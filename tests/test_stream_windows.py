@@ -110,7 +110,6 @@ def test_arrays_kept_in_files_write_what_arrays_in_memory_write(compiled: dict[P
     the run's per-invocation arrays and the index's chunk table are kept in files there,
     mapped, their pages handed back window by window (``core.paged``): the events, their
     batches and the summary are those of the same run with the arrays in memory."""
-    import mmap
     from dataclasses import replace
 
     from dfit_mlir.core.paged import PagedArrays
@@ -129,13 +128,13 @@ def test_arrays_kept_in_files_write_what_arrays_in_memory_write(compiled: dict[P
         sink = MemorySink()
         windowed.pipeline(manifest, Policy(batch_size=7), sink).close()
         found.append((sink.table().drop(["session"]), [batch.num_rows for batch in sink.batches], windowed.summary()))
-        in_files = [isinstance(getattr(values.base, "obj", None), mmap.mmap) for values in (
+        in_files = [paged is not None and paged.holds(values) for values in (
             windowed.starts, windowed.totals.dispatch_ns, windowed.totals.first, windowed.index.chunk_family,
             windowed.index.chunk_records, windowed.index.chunk_payload_at.within, windowed.index.window_chunks)]
         assert in_files == [folder is not None] * (len(in_files) - 1) + [False]  # (a row per window: small)
     assert windowed.index.windows >= 4
     assert found[0][0].equals(found[1][0]) and found[0][1:] == found[1][1:]
-    assert {"starts.values", "dispatch_ns.values", "chunk_family.values", "walk_executions.values",
+    assert {"dispatch_ns.values", "chunk_family.values", "walk_executions.values", "execution_buffers.values",
             "walk_dispatch_bounds.values", "flush_starts.values"} <= {p.name for p in (tmp_path / "paged").iterdir()}
 
 
@@ -347,7 +346,7 @@ def test_window_cuts_a_piece_of_the_chunks_at_a_time_are_found_one_by_one(step: 
         for row in queue_rows:
             if row > cuts[-1] and before[row] - before[cuts[-1]] >= window_records:
                 cuts.append(row)
-        window_chunks, owned = profile_stream._windows(family, records, flush_starts, window_records, step)
+        window_chunks, owned = profile_stream._windows(family, records, flush_starts, window_records, step=step)
         assert window_chunks.tolist() == [*cuts, len(family)]
         assert owned.tolist() == [profile_stream._BEFORE_ALL, *(int(flush_starts[queue_rows.index(row)])
                                                                  for row in cuts[1:])]
@@ -517,9 +516,11 @@ def test_an_index_followed_as_the_profile_is_written_is_the_files_index(compiled
     """``follow_profile`` walks a profile while the tool writes it (IREE's writer appends
     records, the header's length 0 until it closes the file). Written here ``piece``
     bytes at a time (records and headers cut anywhere), the follower walks what is whole
-    as it grows, and the index taken on from it after the file is closed is the
-    finished file's."""
+    as it grows, and the index taken on from it after the file is closed (its columns in
+    files) is the finished file's (in memory)."""
     import threading
+
+    from dfit_mlir.core.paged import PagedArrays
 
     profile, _ = recorded(compiled, "loop_first_task", tmp_path)
     data = bytearray(profile.path.read_bytes())
@@ -538,7 +539,11 @@ def test_an_index_followed_as_the_profile_is_written_is_the_files_index(compiled
             reached.append(walk.offset)
 
     monkeypatch.setattr(profile_stream._Walk, "_walk_to", walk_to)
-    follower = threading.Thread(target=lambda: followed.append(profile_stream.follow_profile(growing, finished)))
+    # Its columns written to files as it walks (as dfit run's follower does: PagedArrays).
+    (tmp_path / "paged").mkdir()
+    paged = PagedArrays(tmp_path / "paged")
+    follower = threading.Thread(target=lambda: followed.append(profile_stream.follow_profile(growing, finished,
+                                                                                             paged)))
     follower.start()
     with growing.open("wb") as out:
         waited = 0
@@ -558,7 +563,9 @@ def test_an_index_followed_as_the_profile_is_written_is_the_files_index(compiled
     [walk] = followed
     assert walk is not None and len(reached) > 3  # it walked as the file grew
     assert len(set(reached)) > 3 and 24 < walk.offset <= len(data)
-    _same_index(profile_stream.index_profile(growing, followed=walk), profile_stream.index_profile(profile.path))
+    index = profile_stream.index_profile(growing, followed=walk)
+    assert paged.holds(index.chunk_family) and paged.holds(index.executions.submission_id)
+    _same_index(index, profile_stream.index_profile(profile.path))
 
 
 def test_a_follower_of_a_damaged_profile_leaves_the_error_to_the_index(tmp_path: Path) -> None:

@@ -37,8 +37,12 @@ class PagedArrays:
     def full(self, name: str, size: int, fill: Any, dtype: Any) -> np.ndarray:
         """A new array ``name`` of ``size`` values ``fill``."""
         values = self._mapped(name, size, np.dtype(dtype))
-        if fill != 0 or not self.on_disk or not size:  # a new file reads as zeros
+        if not self.on_disk:
             values[...] = fill
+        elif fill != 0:  # (a new file reads as zeros) filled a piece at a time, each handed back
+            for begin in range(0, size, 1 << 18):
+                values[begin:begin + (1 << 18)] = fill
+                self.release()
         return values
 
     def grown(self, name: str, values: np.ndarray, size: int, fill: Any) -> np.ndarray:
@@ -125,7 +129,11 @@ class Appended:
         self.paged, self.name, self.dtype, self.width = paged, name, dtype, width
         self.rows = 0
         self._pieces: list[np.ndarray] = []
-        self._file = paged._path(name).open("wb") if paged.on_disk else None
+        # Opened for each piece, not held open: a walk given up half-way (a profile the
+        # windowed route leaves to the whole-run one) leaves no open file behind.
+        self._path = paged._path(name) if paged.on_disk else None
+        if self._path is not None:
+            self._path.write_bytes(b"")
 
     def __len__(self) -> int:
         return self.rows
@@ -133,16 +141,17 @@ class Appended:
     def add(self, piece: np.ndarray) -> None:
         values = np.ascontiguousarray(piece, self.dtype)
         self.rows += len(values)
-        if self._file is None:
+        if self._path is None:
             self._pieces.append(values)
         else:
-            values.tofile(self._file)
+            with self._path.open("ab") as file:
+                values.tofile(file)
 
     def groups(self, rows: int) -> Iterator[np.ndarray]:
         """Every row added, in order, in groups of about ``rows`` rows (a larger piece
         alone), never all at once; the column takes no more pieces (in memory, each
         group's pieces are let go as it is given)."""
-        if self._file is not None:
+        if self._path is not None:
             every = self.array()
             for begin in range(0, len(every), rows):
                 yield every[begin:begin + rows]
@@ -162,7 +171,7 @@ class Appended:
         """Every row added, in order (``(rows,)``, or ``(rows, width)``); the column takes
         no more pieces."""
         shape = (self.rows,) if self.width == 1 else (self.rows, self.width)
-        if self._file is None:
+        if self._path is None:
             from dfit_mlir.core.perf import release_freed_memory
 
             pieces, self._pieces = self._pieces, []
@@ -171,5 +180,4 @@ class Appended:
                 del pieces
                 release_freed_memory(now=True)
             return joined
-        self._file.close()
         return self.paged._mapped(self.name, self.rows * self.width, self.dtype, keep=self.rows).reshape(shape)

@@ -99,19 +99,35 @@ def sorted_distinct(values: Any) -> Any:
     1M-invocation run has 1M distinct executions; issue 29)."""
     import numpy as np
 
-    return distinct_of_sorted(np.sort(values))
-
-
-def distinct_of_sorted(ordered: Any) -> Any:
-    """The distinct values of the sorted 1-D array ``ordered``, in order (a copy)."""
-    import numpy as np
-
+    ordered = np.sort(values)
     if not len(ordered):
-        return ordered.copy()
+        return ordered
     keep = np.empty(len(ordered), bool)
     keep[0] = True
     np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
     return ordered[keep]
+
+
+def distinct_in_place(values: Any, step: int = 1 << 18) -> int:
+    """Sort the 1-D array ``values`` in place and move its distinct values to its front,
+    in order, ``step`` values at a time (each piece's distinct ones are copied before
+    anything at or after them is written); returns how many there are. No second array
+    as large: 8 bytes a value less than :func:`sorted_distinct` (1M executions of a
+    long run, issue 29)."""
+    import numpy as np
+
+    values.sort()
+    count, last = 0, None
+    for begin in range(0, len(values), step):
+        piece = values[begin:begin + step]
+        keep = np.empty(len(piece), bool)
+        keep[0] = last is None or piece[0] != last
+        np.not_equal(piece[1:], piece[:-1], out=keep[1:])
+        last = piece[-1].copy()
+        found = piece[keep]  # a copy: taken before the writes below reach this piece
+        values[count:count + len(found)] = found
+        count += len(found)
+    return count
 
 
 def exact_median(values: Any) -> int | float:
