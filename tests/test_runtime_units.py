@@ -284,3 +284,29 @@ def test_add_counts_counts_as_add_at(index: list[int]) -> None:
     add_counts(counts, np.array(index, dtype=np.int64))
     np.add.at(expected, np.array(index, dtype=np.int64), 1)
     assert counts.tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("failure", ["no space", "not supported"])
+def test_paged_arrays_reserve_their_disk_space_before_mapping(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              failure: str) -> None:
+    """A mapped write to a page a full disk has no room for kills the process (SIGBUS);
+    the space is reserved first, so a full disk is an ``OSError`` naming the file (the
+    CLI's one line and exit 2) before anything is mapped; a filesystem that cannot
+    reserve is written sparse, as without it."""
+    import errno
+    import os
+
+    from dfit_mlir.core.paged import PagedArrays
+
+    def refuse(fd: int, offset: int, size: int) -> None:
+        raise OSError(errno.ENOSPC if failure == "no space" else errno.EOPNOTSUPP, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", refuse, raising=False)
+    paged = PagedArrays(tmp_path)
+    if failure == "no space":
+        with pytest.raises(OSError) as error:
+            paged.full("totals", 1000, -1, np.int64)
+        assert error.value.errno == errno.ENOSPC and error.value.filename == str(tmp_path / "totals.values")
+        assert "TMPDIR" in error.value.strerror
+    else:
+        assert paged.full("totals", 1000, -1, np.int64).tolist() == [-1] * 1000

@@ -13,7 +13,9 @@ nothing: small runs and tests that have no scratch folder.
 
 from __future__ import annotations
 
+import errno
 import mmap
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -111,11 +113,28 @@ class PagedArrays:
     def _mapped(self, name: str, size: int, dtype: np.dtype[Any], keep: int = 0) -> np.ndarray:
         if self.folder is None or size == 0:
             return np.empty(size, dtype)
-        with self._path(name).open("r+b" if keep else "w+b") as file:
+        path = self._path(name)
+        with path.open("r+b" if keep else "w+b") as file:
             file.truncate(size * dtype.itemsize)
+            _reserve(path, file.fileno(), size * dtype.itemsize)
             mapping = mmap.mmap(file.fileno(), size * dtype.itemsize, access=mmap.ACCESS_WRITE)
         self._mappings[name] = mapping
         return np.frombuffer(mapping, dtype)
+
+
+def _reserve(path: Path, fd: int, size: int) -> None:
+    """Take the disk space of a file about to be mapped: a mapped write to a page the
+    filesystem has no room for is a SIGBUS that kills the process, where a full disk
+    here is the one-line error a full disk is anywhere else (exit 2, naming the file)."""
+    if not hasattr(os, "posix_fallocate"):  # (macOS: the pages are found as they are written)
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise OSError(error.errno, f"{error.strerror} (dfit's scratch files of a long run: set TMPDIR to a "
+                                       f"folder with room)", str(path)) from None
+        # (a filesystem that cannot reserve: written sparse, as without it)
 
 
 class Appended:

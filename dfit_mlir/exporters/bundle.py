@@ -169,7 +169,7 @@ def write_files(folder: Path, manifest: dict[str, Any], summary: dict[str, Any],
     invocations (:mod:`dfit_mlir.exporters.trace_plan`). Returns the summary written."""
     import pyarrow.parquet as pq
 
-    from dfit_mlir.exporters.traces import event_batches
+    from dfit_mlir.exporters.traces import BATCH_ROWS, event_batches
 
     events = folder / "events.parquet"
     manifest_io.save(manifest, folder / "manifest.json")
@@ -185,7 +185,8 @@ def write_files(folder: Path, manifest: dict[str, Any], summary: dict[str, Any],
         # as the summary slices are drawn, not held through the traces.
         with atomic.scratch_directory("dfit-trace-plan-") as scratch:
             plan = plan_trace(events_written, trace_limit,
-                              trace_batches or (lambda: event_batches(events, PLAN_COLUMNS)), scratch)
+                              trace_batches or (lambda: event_batches(events, PLAN_COLUMNS, batch_size=BATCH_ROWS)),
+                              scratch)
             release_freed_memory(now=True)  # nor from the plan's (a long run's plan reads every event's invocation)
             # The summarised middle's row groups are not even read (the plan drops their events).
             batches = trace_batches or (lambda: event_batches(events, skip_invocations=plan.summarised))

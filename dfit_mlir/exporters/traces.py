@@ -156,16 +156,18 @@ class SliceNamer:
 
 
 def event_batches(parquet: Path, columns: list[str] | None = None,
-                  skip_invocations: tuple[int, int] | None = None) -> Iterator[Any]:
+                  skip_invocations: tuple[int, int] | None = None, batch_size: int | None = None) -> Iterator[Any]:
     """``events.parquet``'s batches, with the columns the writers read (or ``columns``,
     those of them the file has); ``skip_invocations``: row groups holding only events
-    of these invocations (first, last) are not read (a trace's summarised middle)."""
+    of these invocations (first, last) are not read (a trace's summarised middle);
+    ``batch_size``: rows a batch (default :data:`READ_ROWS`)."""
     events = es.open_parquet(parquet)
     wanted = trace_columns(events) if columns is None else \
         [name for name in columns if name in events.schema_arrow.names]
     # A reader per few row groups (event_schema.row_group_batches): one over a long run's
     # whole file holds memory for every row group it has passed.
-    return es.row_group_batches(events, batch_size=BATCH_ROWS, columns=wanted, skip_invocations=skip_invocations)
+    return es.row_group_batches(events, batch_size=batch_size or READ_ROWS, columns=wanted,
+                                skip_invocations=skip_invocations)
 
 
 def trace_columns(events: Any) -> list[str]:
@@ -272,6 +274,12 @@ def forget_oldest(recent: OrderedDict[Any, Any]) -> None:
 
 #: Events read at a time.
 BATCH_ROWS = 65_536
+#: Rows read from ``events.parquet`` at a time for the traces: the writers encode
+#: :data:`ENCODE_ROWS` at a time, and Arrow's reader held what it decoded of a batch's
+#: columns (the per-event ``attributes`` text above all): reading the 15 row groups a
+#: long run's traces keep (22M events) peaked 46 MiB over the start in batches of 65,536
+#: rows, 22 in batches of 8,192.
+READ_ROWS = 8_192
 #: Events encoded at a time (a read batch is cut into slices this long, no copy): the
 #: encoding's temporaries are a few times its output, ≈ 500 bytes an event in trace.json,
 #: so this bounds the writers' memory (65,536 at once peaked 160 MiB above the run's).
