@@ -28,7 +28,9 @@ record and the candidates — never a guess, never a silent drop.
 from __future__ import annotations
 
 import bisect
+import errno
 import json
+import os
 import subprocess
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -437,6 +439,11 @@ def record_profile(vmfb: Path, inputs: Sequence[str], profile: Path, *, driver: 
         if "UNIMPLEMENTED" in run.stderr and "beginning device profiling" in run.stderr:
             raise ProfileError(f"driver {driver} does not record one of the profiling families "
                                f"{', '.join(families)} ({reason[-1] if reason else 'UNIMPLEMENTED'})")
+        if "out of disk space" in run.stderr:  # IREE's stdio stream: "write failed, possibly out of disk space"
+            written = profile.stat().st_size if profile.exists() else 0
+            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} for the HAL profile of {invocations} "
+                                        f"invocation(s) ({tool} stopped at {written / 1e6:.0f} MB; it is written "
+                                        f"under TMPDIR: set it to a folder with room)", str(profile))
         message = f"{tool} failed on {vmfb}: {reason[-1] if reason else f'exit {run.returncode}'}"
         raise ToolFault(message, tool, run.returncode, run.stderr)
     return tool, run.stdout

@@ -11,7 +11,11 @@ reader's structured arrays (:data:`profile_file.FAMILY_DTYPES`).
 :class:`ProfileIndex` is the one pass over the whole file that a window's work needs
 first: every event chunk (family, payload offset, record count), the window cuts, and
 the run's small facts — command-buffer executions, the first submission of each flush,
-the distinct operation types of each family, the export names, dropped records.
+the distinct operation types of each family, the export names, dropped records. Given
+a :class:`~dfit_mlir.core.paged.PagedArrays` (``dfit run`` gives its scratch folder),
+the walk writes its per-chunk and per-execution columns to files as it goes and the
+index reads them back a piece at a time, the pages handed back as read: the index of a
+1M-invocation run peaks where a 227k-invocation one does (121 against 117 MiB).
 
 The join needs every record of a submission together (a command buffer's block), but
 the records of work a call did not wait for may be written by a later flush. So window

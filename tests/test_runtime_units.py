@@ -310,3 +310,45 @@ def test_paged_arrays_reserve_their_disk_space_before_mapping(tmp_path: Path, mo
         assert "TMPDIR" in error.value.strerror
     else:
         assert paged.full("totals", 1000, -1, np.int64).tolist() == [-1] * 1000
+
+
+def test_a_full_disk_names_the_file_dfit_was_writing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk, wherever a long run writes (found by a new-user trial on a small
+    tmpfs as TMPDIR): the paged columns and the plan's totals (numpy's ``tofile`` said "N
+    requested and M written", no errno, no file, and the CLI named the input module), the
+    profile the IREE tool writes (its own failure, exit 3, said nothing of TMPDIR) and the
+    bundle (Arrow's writer names no file) each are ``OSError(ENOSPC)`` naming the file or
+    folder: the CLI's one line and exit 2."""
+    import errno
+    import subprocess
+
+    from dfit_mlir.core import atomic
+    from dfit_mlir.core.paged import append_values
+    from dfit_mlir.exporters import bundle
+    from dfit_mlir.runtime_hooks import hal_profile
+
+    if Path("/dev/full").exists():  # every write to it is ENOSPC
+        with pytest.raises(OSError) as error:
+            append_values(Path("/dev/full"), np.arange(100_000))
+        assert (error.value.errno, error.value.filename) == (errno.ENOSPC, "/dev/full")
+        assert "TMPDIR" in error.value.strerror
+
+    stderr = ("iree/base/.../stdio_stream.c:399: UNKNOWN; write failed, possibly out of disk space or device lost; "
+              "additional failure: failed to seek")
+    monkeypatch.setattr(atomic, "run_process",
+                        lambda command: subprocess.CompletedProcess(command, 1, "", stderr))
+    profile = tmp_path / "profile.ireeprof"
+    profile.write_bytes(bytes(3_000_000))  # what the tool wrote before the disk filled
+    with pytest.raises(OSError) as error:
+        hal_profile.record_profile(tmp_path / "m.vmfb", [], profile, function="main", invocations=60_000)
+    assert (error.value.errno, error.value.filename) == (errno.ENOSPC, str(profile))
+    assert "60000 invocation(s)" in error.value.strerror and "3 MB" in error.value.strerror
+    assert "TMPDIR" in error.value.strerror
+
+    def fill(sink: Any) -> Any:
+        raise OSError("IOError: No space left on device")  # as Arrow's writer raises it: no errno, no file
+
+    with pytest.raises(OSError) as error:
+        bundle.write_bundle(tmp_path / "b", {}, fill, {})
+    assert (error.value.errno, error.value.filename) == (errno.ENOSPC, str(tmp_path / "b"))
+    assert not (tmp_path / "b").exists()

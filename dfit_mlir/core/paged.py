@@ -132,9 +132,26 @@ def _reserve(path: Path, fd: int, size: int) -> None:
         os.posix_fallocate(fd, 0, size)
     except OSError as error:
         if error.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise OSError(error.errno, f"{error.strerror} (dfit's scratch files of a long run: set TMPDIR to a "
-                                       f"folder with room)", str(path)) from None
+            raise _no_room(path, error) from None
         # (a filesystem that cannot reserve: written sparse, as without it)
+
+
+def append_values(path: Path, values: np.ndarray) -> None:
+    """Append ``values``' raw bytes to the file ``path``. A full disk is ``OSError``
+    naming the file and saying so (numpy's ``tofile`` says "N requested and M written",
+    with neither an errno nor a file name, which the CLI could only pin on its input)."""
+    try:
+        with path.open("ab") as file:
+            file.write(np.ascontiguousarray(values).data.cast("B"))
+    except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise _no_room(path, error) from None
+        raise OSError(error.errno, error.strerror or str(error), str(path)) from None
+
+
+def _no_room(path: Path, error: OSError) -> OSError:
+    return OSError(error.errno, f"{error.strerror} (dfit's scratch files of a long run: set TMPDIR to a folder "
+                                f"with room)", str(path))
 
 
 class Appended:
@@ -163,8 +180,7 @@ class Appended:
         if self._path is None:
             self._pieces.append(values)
         else:
-            with self._path.open("ab") as file:
-                values.tofile(file)
+            append_values(self._path, values)
 
     def groups(self, rows: int) -> Iterator[np.ndarray]:
         """Every row added, in order, in groups of about ``rows`` rows (a larger piece

@@ -20,7 +20,9 @@ Run, reconstruct and merge all write them here (:func:`write_files`).
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
@@ -57,6 +59,18 @@ def write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[Any], E
     ``fill`` exports: where ``trace_limit`` keeps every event of that many, the traces are
     drawn as the events are exported (:class:`StreamedTraces`), not from
     ``events.parquet`` once it is written."""
+    try:
+        return _write_bundle(bundle, manifest, fill, summary, extra_files, trace_limit, source, events_at_most)
+    except OSError as error:  # a full disk: named as the bundle, where Arrow's writer names no file
+        if error.filename is not None or not (error.errno in (errno.ENOSPC, errno.EDQUOT)
+                                              or "No space left" in str(error)):
+            raise
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(bundle)) from None
+
+
+def _write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[Any], EventPipeline],
+                  summary: dict[str, Any], extra_files: dict[str, str] | None, trace_limit: TraceLimit | None,
+                  source: str | None, events_at_most: int | None) -> Path:
     with atomic.atomic_directory(bundle, kind=BUNDLE_KIND) as tmp:
         streamed = StreamedTraces(tmp, manifest) if trace_limit is not None and events_at_most is not None and \
             trace_limit.keeps_all(events_at_most) else None

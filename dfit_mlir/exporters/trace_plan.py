@@ -31,7 +31,7 @@ import numpy as np
 
 from dfit_mlir.core import event_schema as es
 from dfit_mlir.core.event_pipeline import Policy
-from dfit_mlir.core.paged import PagedArrays
+from dfit_mlir.core.paged import PagedArrays, append_values
 from dfit_mlir.core.perf import add_counts, release_freed_memory
 from dfit_mlir.exporters.traces import BATCH_ROWS, SUMMARY_KIND, _codes
 
@@ -405,21 +405,18 @@ class _Accumulator:
     def spill(self, first: int, last: int, folder: Path) -> SpilledTotals:
         """:meth:`between`, written to ``folder`` :data:`STEP` invocations at a time
         (where the rows of a group at once were 36 MiB at 1M invocations)."""
-        files = {name: (folder / name).open("wb") for name in TOTALS_COLUMNS}
+        for name in TOTALS_COLUMNS:
+            (folder / name).write_bytes(b"")
         groups = []
-        try:
-            for group, stage, pieces in self._rows_between(first, last):
-                rows = 0
-                for piece in pieces:
-                    for name, values in piece.items():
-                        values.tofile(files[name])
-                    rows += len(piece["invocation"])
-                    del piece, values  # gone before the next piece is copied, not when it is bound
-                    self.paged.release()
-                groups.append((group, stage, rows))
-        finally:
-            for file in files.values():
-                file.close()
+        for group, stage, pieces in self._rows_between(first, last):
+            rows = 0
+            for piece in pieces:
+                for name, values in piece.items():
+                    append_values(folder / name, values)
+                rows += len(piece["invocation"])
+                del piece, values  # gone before the next piece is copied, not when it is bound
+                self.paged.release()
+            groups.append((group, stage, rows))
         return SpilledTotals(tuple(groups), folder)
 
     def _rows_between(self, first: int, last: int) -> Iterator[tuple[Any, Any, Iterator[dict[str, np.ndarray]]]]:
