@@ -1,9 +1,10 @@
 """Arrays kept in files of a scratch folder, mapped, their pages handed back between batches.
 
 A long run holds a few arrays of a few bytes per invocation through the phases where it
-peaks: the join's per-invocation totals and first submissions, the index's chunk table,
-the trace plan's per-invocation accumulator (8 to 40 MiB each at 1M invocations), so the
-peak grew with the run (issue 29). Mapped from a file (``MAP_SHARED``) and handed back
+peaks: the index walk's columns, the join's per-invocation totals and first submissions,
+the chunk table, the trace plan's per-invocation accumulator (8 to 40 MiB each at 1M
+invocations), so the peak grew with the run (issue 29). A full disk while they are
+written or reserved is an ``OSError`` naming the file (never a SIGBUS at a mapped write). Mapped from a file (``MAP_SHARED``) and handed back
 with ``madvise(MADV_DONTNEED)`` after each window or batch (:meth:`PagedArrays.release`),
 only the pages one window touches are resident: the values stay in the file (in the
 page cache until the kernel writes them), and a page touched again is read back from
@@ -24,8 +25,9 @@ import numpy as np
 
 
 class PagedArrays:
-    """Named 1-D arrays in files of ``folder`` (a scratch folder dfit made, alive as long
-    as the arrays are used), or in memory when ``folder`` is ``None``."""
+    """Named arrays (1-D; an :meth:`appended` column may have rows of several values) in
+    files of ``folder`` (a scratch folder dfit made, alive as long as the arrays are used),
+    or in memory when ``folder`` is ``None``."""
 
     def __init__(self, folder: Path | None):
         # (a platform without madvise keeps them in memory, as without a folder)
