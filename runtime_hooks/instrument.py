@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Sequence
 from dfit_mlir.core import manifest as manifest_io
 from dfit_mlir.core.errors import InvalidInputError
 from dfit_mlir.core.event_pipeline import EventRow, Policy
-from dfit_mlir.core.perf import exact_median, kth_smallest
+from dfit_mlir.core.perf import kth_smallest
 from dfit_mlir.runtime_hooks.inprocess import Runner, materialize
 from dfit_mlir.runtime_hooks.probes import ProbeRecorder, hook_module, pair_spans
 from dfit_mlir.runtime_hooks.tensors import TensorPolicy, TensorStatsSink
@@ -211,25 +211,22 @@ def instrument(vmfb: str | Path, manifest: str | Path | dict[str, Any] | None = 
 def duration_stats(values: Sequence[int] | Any) -> dict[str, float] | None:
     """count / min / median / mean / max of nanosecond durations (``None`` if empty;
     ``values``: integers, or an integer array); the median is ``statistics.median``'s, as
-    the ledger's per-invocation spread takes it. Taken on an int64 array (not sorted: the
-    median's partition is all the order it needs), the mean exact (the sum taken in two
-    32-bit halves, then divided as Python integers): a 1M-invocation run's per-invocation
-    times as a sorted list of Python ints peaked 50 MiB up, as an array 20 (issue 29)."""
+    the ledger's per-invocation spread takes it: :func:`piecewise_duration_stats` of the
+    values as one int64 array (a 1M-invocation run's per-invocation times as a sorted
+    list of Python ints peaked 50 MiB up, as an array 20; issue 29)."""
     import numpy as np
 
-    if not len(values):
-        return None
     times = np.asarray(values, dtype=np.int64)
-    total = int((times >> 32).sum()) * (1 << 32) + int((times & 0xFFFFFFFF).sum())
-    return {"count": len(times), "min": int(times.min()), "median": exact_median(times),
-            "mean": total / len(times), "max": int(times.max())}
+    return piecewise_duration_stats(lambda: (times,))
 
 
 def piecewise_duration_stats(pieces: Callable[[], Iterable[Any]]) -> dict[str, float] | None:
-    """:func:`duration_stats` of the int64 values ``pieces()`` yields (a fresh iterator
-    of arrays on each call), one piece in memory at a time: the same five figures,
-    the median by :func:`~dfit_mlir.core.perf.kth_smallest` (a long run's per-invocation
-    times are in a file, :class:`~dfit_mlir.core.paged.PagedArrays`)."""
+    """count / min / median / mean / max of the int64 durations ``pieces()`` yields (a
+    fresh iterator of arrays on each call), one piece in memory at a time (a long run's
+    per-invocation times are in a file, :class:`~dfit_mlir.core.paged.PagedArrays`): the
+    median by :func:`~dfit_mlir.core.perf.kth_smallest` (``statistics.median``'s: the mean
+    of the two middle ones for an even count), the mean exact (each piece summed in two
+    32-bit halves, then divided as Python integers)."""
     import numpy as np
 
     count = total = 0

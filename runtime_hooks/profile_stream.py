@@ -714,8 +714,8 @@ def index_profile(path: Path, window_records: int = WINDOW_RECORDS, followed: _W
 
     if unknown - NON_MODEL_OPERATIONS:
         raise WindowedRouteUnavailable(f"host operations {sorted(unknown - NON_MODEL_OPERATIONS)}")
-    # Each list of per-block arrays is emptied once joined: at 1M invocations they hold
-    # 100 MiB that would otherwise sit beside their joined copies.
+    # The walk's columns, read back whole (mapped from its files, or its pieces joined and
+    # handed back): at 1M invocations the pieces held 100 MiB beside their joined copies.
     family = walk.family.array()
     payload_at = walk.payload_at.joined()
     records = walk.records.array()
@@ -723,7 +723,6 @@ def index_profile(path: Path, window_records: int = WINDOW_RECORDS, followed: _W
     if walk.late_flush is not None:
         raise WindowedRouteUnavailable(f"flush {walk.late_flush} holds a submission before the previous flush's last")
     flush_starts = walk.flush_starts.array()
-    # (each join above handed its pieces back, before the steps below add their temporaries)
     window_chunks, owned = _windows(family, records, flush_starts, window_records, walk.paged)
     _check_look_ahead(walk, window_chunks, owned)
     executions = _distinct_executions(walk.executions.array(), walk.paged)
