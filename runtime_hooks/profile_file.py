@@ -10,13 +10,16 @@ each starts with its own ``record_length`` (u32), which must be the size this re
 knows for the family. The executable-function metadata records are the one
 variable-length kind (their name follows the fixed part).
 
-:class:`ProfileFileReader` reads the file through ``mmap``: the record headers are
-walked once (one ``struct`` unpack per chunk, a few per invocation), each family's
-payloads are gathered into one buffer and viewed with a numpy structured dtype
-(:data:`FAMILY_DTYPES`). What :mod:`hal_profile` made of ``iree-profile``'s JSON lines
-is rebuilt from those columns (:class:`ProfileTables`); ``iree-profile`` stays the
-reference in the tests (``tests/test_profile_file.py``: field by field on real
-profiles).
+:class:`ProfileFileReader` reads the file once, a block at a time (:class:`BlockReader`,
+the next block read in a thread while this one is walked): each block's record headers
+are found and checked in bulk (:func:`walk_block`, which the windowed route's index
+walks with too: one reader of the layout), and each family's records are gathered
+straight into one array of its numpy structured dtype (:data:`FAMILY_DTYPES`) with
+fancy indexes, no Python per record or per chunk (1M records in about 0.09 s on the
+2-core machine, ``benchmarks/long_runs.py --decode-records``). What :mod:`hal_profile`
+made of ``iree-profile``'s JSON lines is rebuilt from those columns
+(:class:`ProfileTables`); ``iree-profile`` stays the reference in the tests
+(``tests/test_profile_file.py``: field by field on real profiles).
 
 Only the format version this reader was written against (:data:`KNOWN_VERSIONS`, the
 version IREE 3.13 writes) is read; any other is :class:`ProfileFormatVersionError`, and
@@ -28,8 +31,10 @@ naming the file and the byte offset.
 from __future__ import annotations
 
 import mmap
+import os
 import struct
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -200,6 +205,360 @@ def check_record_kind(path: Path, offset: int, record_type: int, content: str) -
                                  f"the file is damaged")
 
 
+#: The event families by code: the bulk walk (:func:`walk_block`) and the index store
+#: each chunk's content as a small integer.
+FAMILIES = tuple(FAMILY_DTYPES)
+FAMILY_CODES = {family: code for code, family in enumerate(FAMILIES)}
+#: Content code of the executable-function metadata chunks (after the event families),
+#: and of the other chunk types the format defines (metadata no reader here needs).
+FUNCTIONS_CODE = len(FAMILIES)
+METADATA_CODE = FUNCTIONS_CODE + 1
+_CONTENT_CODES = {(CONTENT_PREFIX + family).encode(): code for family, code in FAMILY_CODES.items()}
+_CONTENT_CODES[(CONTENT_PREFIX + "executable-functions").encode()] = FUNCTIONS_CODE
+_CONTENT_CODES.update({(CONTENT_PREFIX + kind).encode(): METADATA_CODE for kind in KNOWN_CHUNK_TYPES
+                       if (CONTENT_PREFIX + kind).encode() not in _CONTENT_CODES})
+#: Content type length -> (the type as one raw value, its code): compared as whole values.
+_CONTENT_BY_LENGTH: dict[int, list[tuple[np.void, int]]] = {}
+for _content, _code in _CONTENT_CODES.items():
+    _CONTENT_BY_LENGTH.setdefault(len(_content), []).append(
+        (np.frombuffer(_content, np.dtype((np.void, len(_content))))[0], _code))
+_RECORD_TYPE_VALUES = np.array(sorted(RECORD_TYPES))
+#: Each content code's record size (1 for the metadata codes: not records of a size).
+ITEM_SIZES = np.array([FAMILY_SIZES[family] for family in FAMILIES] + [1, 1], np.int64)
+#: The record header's fields the bulk walk reads: record_length, payload_length,
+#: stream_id, header_length, content_type_length, name_length, physical_device_ordinal,
+#: chunk_flags, dropped_record_count, record_type (:data:`_RECORD_HEADER`).
+HEADER_DTYPE = np.dtype({
+    "names": ["length", "payload_length", "stream_id", "header_length", "type_length", "name_length", "device",
+              "flags", "dropped", "record_type"],
+    "formats": ["<u8", "<u8", "<u8", "<u4", "<u4", "<u4", "<u4", "<u8", "<u8", "<u2"],
+    "offsets": [0, 8, 24, 56, 60, 64, 68, 80, 88, 100], "itemsize": _RECORD_HEADER.size})
+HEADER_BYTES = _RECORD_HEADER.size
+_LENGTH = struct.Struct("<Q")
+#: Bytes read per ``pread`` (a record larger than this is read alone).
+BLOCK_BYTES = 8 << 20
+#: Records the walk predicts at once from the last flush's record lengths (:func:`_leap`).
+LEAP_RECORDS = 4096
+
+
+#: Room kept before each block read ahead for the record the block before cut off (a
+#: record is a few hundred bytes; a longer one is read again, whole, from where it starts).
+CARRY_BYTES = 1 << 20
+
+
+class BlockReader:
+    """A file's bytes a block at a time, into two reused buffers: a read copies from the
+    page cache at memory speed where mapping each block paid a page fault per page
+    (0.25 s -> 0.13 s for the index of a 1M-record profile). With ``ahead``, the bytes
+    after each block handed out are read in a thread while the caller walks it
+    (``os.preadv`` lets go of the GIL, so the copy overlaps the walk's numpy work on
+    the other core); the next block is then the record the last one cut off, copied in
+    front of those bytes. What is handed out is valid until the next read: the caller
+    copies what it keeps. ``close`` (or the ``with`` block's end) lets the thread go."""
+
+    def __init__(self, ahead: bool = False) -> None:
+        self.ahead = ahead
+        self._buffers = [np.empty(0, np.uint8), np.empty(0, np.uint8)]
+        #: The buffer, file offset and bytes of the block handed out last.
+        self._out, self._out_at, self._out_block = 0, 0, np.empty(0, np.uint8)
+        #: (fd, from, to, the read into the other buffer) of the bytes after it.
+        self._pending: tuple[int, int, int, Future[int]] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __enter__(self) -> BlockReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def read(self, path: Path, fd: int, offset: int, stop: int, end: int, what: str) -> np.ndarray:
+        """Bytes ``[offset, stop)`` of the file (more where read ahead), whose records
+        end at ``end``: :class:`ProfileFormatError` if the file ends before ``stop``."""
+        block = self._from_ahead(fd, offset, stop)
+        if block is None:
+            self._settle()  # the spare buffer is about to be read into
+            spare = 1 - self._out
+            block = self._room(spare, CARRY_BYTES + stop - offset)[CARRY_BYTES:]
+            got = os.preadv(fd, [block], offset)
+            if got < len(block):
+                raise ProfileFormatError(f"{path}: the file ends at byte {offset + got}, before byte {stop}, {what}")
+            self._out = spare
+        self._out_at, self._out_block = offset, block
+        if self.ahead and offset + len(block) < end:
+            self._read_ahead(fd, offset + len(block), min(end, offset + len(block) + BLOCK_BYTES))
+        return block
+
+    def close(self) -> None:
+        self._settle()
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+        self._buffers = [np.empty(0, np.uint8), np.empty(0, np.uint8)]
+        self._out_block = np.empty(0, np.uint8)
+
+    def _room(self, which: int, size: int) -> np.ndarray:
+        if len(self._buffers[which]) < size:
+            self._buffers[which] = np.empty(size, np.uint8)
+        return self._buffers[which][:size]
+
+    def _read_ahead(self, fd: int, start: int, stop: int) -> None:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="dfit-profile-read")
+        target = self._room(1 - self._out, CARRY_BYTES + stop - start)[CARRY_BYTES:]
+        self._pending = (fd, start, stop, self._pool.submit(os.preadv, fd, [target], start))
+
+    def _from_ahead(self, fd: int, offset: int, stop: int) -> np.ndarray | None:
+        """The block at ``offset``: the bytes read ahead, after what the block handed
+        out last holds past ``offset``; ``None`` where they do not make it (another
+        file, a block not next, more carried than there is room for, short of ``stop``)."""
+        if self._pending is None:
+            return None
+        pending_fd, start, ahead_stop, read = self._pending
+        self._pending = None
+        got = read.result()
+        carried = start - offset
+        if pending_fd != fd or offset < self._out_at or not 0 <= carried <= CARRY_BYTES \
+                or got < ahead_stop - start or stop > ahead_stop:
+            return None
+        spare = 1 - self._out
+        buffer = self._buffers[spare]
+        buffer[CARRY_BYTES - carried:CARRY_BYTES] = self._out_block[offset - self._out_at:]
+        self._out = spare
+        return buffer[CARRY_BYTES - carried:CARRY_BYTES + got]
+
+    def _settle(self) -> None:
+        """Let a read ahead that will not be used finish (its buffer is the spare one)."""
+        if self._pending is not None:
+            self._pending[3].result()
+            self._pending = None
+
+
+def walked_blocks(path: Path, fd: int, offset: int, end: int, reader: BlockReader, *,
+                  following: bool = False) -> Iterator[tuple[np.ndarray, int, BlockRecords]]:
+    """(block, its offset in the file, its records: :func:`walk_block`) from record
+    ``offset`` to ``end``, each block of whole records (a record larger than
+    :data:`BLOCK_BYTES` is read alone). ``following`` (a file still written, ``end`` its
+    size so far): the walk ends at the first record not yet whole, to go on from there."""
+    while offset < end:
+        if offset + HEADER_BYTES > end:
+            if following:
+                return
+            raise ProfileFormatError(f"{path}: a record header at byte {offset} runs past the end ({end}): the file "
+                                     f"is truncated")
+        (length,) = _LENGTH.unpack(os.pread(fd, _LENGTH.size, offset))
+        stop = min(end, offset + max(BLOCK_BYTES, length))
+        block = reader.read(path, fd, offset, stop, end, "where the header says it ends")
+        found = walk_block(path, block, offset, end, following=following)
+        if not found.walked:  # following: the next record is not whole yet (else walk_block raised)
+            return
+        yield block, offset, found
+        offset += found.walked
+
+
+def items_at(data: bytes | np.ndarray | mmap.mmap, offsets: np.ndarray, size: int) -> np.ndarray:
+    """The ``size``-byte items of ``data`` starting at each of ``offsets``, copied, as
+    raw ``V{size}`` values (view them as the record dtype). Every byte offset of the
+    buffer is viewed as an item start (a 1-byte stride), so the fancy index copies an
+    item at a time: twice as fast as indexing the rows of a strided byte matrix, which
+    copies byte by byte."""
+    starts = max(0, len(data) - size + 1)
+    return np.ndarray(shape=(starts,), dtype=np.dtype((np.void, size)), buffer=data,  # type: ignore[call-overload]
+                      strides=(1,))[offsets]
+
+
+def _record_offsets(payload_at: np.ndarray, records: np.ndarray, size: int) -> np.ndarray:
+    """The offset of every record of the chunks at ``payload_at`` (``records`` each)."""
+    within = np.arange(int(records.sum())) - np.repeat(np.cumsum(records) - records, records)
+    return np.repeat(payload_at, records) + within * size
+
+
+#: Records gathered at a time into a caller's array (:func:`gather`'s ``into``): each
+#: piece's copy stays in the cache on its way (0.02 s less for 1M records than one
+#: gather then one copy).
+GATHER_PIECE = 4096
+
+
+def gather(path: Path, data: bytes | np.ndarray | mmap.mmap, base: int, payload_at: np.ndarray, records: np.ndarray,
+           family: str, into: np.ndarray | None = None) -> np.ndarray:
+    """The records of the chunks at ``payload_at`` (absolute offsets; ``records`` each)
+    of ``data`` (the file's bytes from ``base``), as one structured array (``into``,
+    where given: an array of the family's dtype and of their number): every record's
+    bytes copied by fancy indexes over a strided view, no per-chunk Python. A record
+    whose ``record_length`` is not the size this reader knows is
+    :class:`ProfileFormatError` naming its byte."""
+    dtype = FAMILY_DTYPES[family]
+    size = dtype.itemsize
+    offsets = _record_offsets(payload_at - base, records, size)
+    if into is None:
+        found = items_at(data, offsets, size).view(dtype)
+    else:
+        found, raw = into, into.view(np.dtype((np.void, size)))
+        for at in range(0, len(offsets), GATHER_PIECE):
+            raw[at:at + GATHER_PIECE] = items_at(data, offsets[at:at + GATHER_PIECE], size)
+    wrong = np.flatnonzero(found["record_length"] != size)
+    if len(wrong):
+        row = int(wrong[0])
+        raise ProfileFormatError(
+            f"{path}: the {family} record at byte {base + int(offsets[row])} has record_length "
+            f"{int(found['record_length'][row])}, not the {size} bytes this reader knows")
+    return found
+
+
+def gather_field(data: bytes | np.ndarray | mmap.mmap, base: int, payload_at: np.ndarray, records: np.ndarray, family: str,
+                 name: str) -> np.ndarray:
+    """One field of every record of the chunks at ``payload_at`` (as :func:`gather`, the
+    field's bytes only)."""
+    dtype = FAMILY_DTYPES[family]
+    kind, at = dtype.fields[name]  # type: ignore[index]
+    if not int(records.sum()):
+        return np.zeros(0, kind)
+    offsets = _record_offsets(payload_at - base, records, dtype.itemsize) + at
+    return items_at(data, offsets, kind.itemsize).view(kind)
+
+
+@dataclass(frozen=True)
+class BlockRecords:
+    """The whole records of a block, walked and checked (:func:`walk_block`)."""
+
+    starts: np.ndarray  # int64, each record's offset in the block, in file order
+    heads: np.ndarray  # their headers (:data:`HEADER_DTYPE`)
+    codes: np.ndarray  # int64, each chunk's content code (a family's, or the metadata codes); -1 not a chunk
+    walked: int  # where the walk stopped in the block: the next record starts there
+
+    def payload_at(self, base: int, rows: np.ndarray) -> np.ndarray:
+        """The absolute offset of the payload of the records ``rows`` (the block at ``base``)."""
+        # Field by field: indexing the structured headers would copy them field by field, all of them.
+        length, payload = self.heads["length"][rows].astype(np.int64), self.heads["payload_length"][rows].astype(np.int64)
+        return base + self.starts[rows] + length - payload
+
+    def content(self, block: bytes | np.ndarray | mmap.mmap, row: int) -> str:
+        """The content type of record ``row`` (after :data:`CONTENT_PREFIX`)."""
+        at = int(self.starts[row]) + int(self.heads["header_length"][row])
+        text = bytes(block[at:at + int(self.heads["type_length"][row])])
+        return text.decode("ascii", "replace").removeprefix(CONTENT_PREFIX)
+
+
+def walk_block(path: Path, block: bytes | np.ndarray | mmap.mmap, base: int, end: int, position: int = 0, *,
+               following: bool = False) -> BlockRecords:
+    """The whole records of ``block`` (the file from byte ``base``; its records end by
+    ``end``) from ``position``, their headers read and checked all at once. The walk
+    reads one length per record, or leaps (:func:`_leap`). ``following``: a record not
+    whole within ``end`` ends the walk unchecked (it is being written), where it is
+    otherwise a damaged file (:class:`ProfileFormatError` naming its byte)."""
+    size = len(block)
+    limit = min(size, end - base)  # a record must end within both
+    starts: list[int] = []
+    leaps: list[np.ndarray] = []
+    lengths: list[int] = []
+    append, unpack = starts.append, _LENGTH.unpack_from
+    while position + HEADER_BYTES <= size:
+        leap = _leap(block, position, limit, lengths)
+        if leap is not None:
+            leaps.append(np.array(starts, np.int64))
+            leaps.append(leap[0])
+            starts.clear()
+            position = leap[1]
+            lengths = lengths[-16:]
+            if position + HEADER_BYTES > size:
+                break
+        (length,) = unpack(block, position)
+        if length < HEADER_BYTES or base + position + length > end or (not starts and not leaps and
+                                                                       position + length > size):
+            if not starts and not leaps and not following:  # the first record of a block is checked alone
+                _checked_headers(path, block, base, end, np.array([position], np.int64))
+            break  # checked below with the others, or the next block starts here
+        if position + length > size:
+            break
+        append(position)
+        lengths.append(length)
+        position += length
+    walked = np.concatenate([*leaps, np.array(starts, np.int64)]) if leaps else np.array(starts, np.int64)
+    if not len(walked):
+        return BlockRecords(walked, np.zeros(0, HEADER_DTYPE), np.zeros(0, np.int64), position)
+    heads, codes = _checked_headers(path, block, base, end, walked)
+    return BlockRecords(walked, heads, codes, position)
+
+
+def _checked_headers(path: Path, block: bytes | np.ndarray | mmap.mmap, base: int, end: int,
+                     walked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The record headers at ``walked`` (offsets in ``block``), checked, and the
+    content code of each chunk; a record type or chunk content type the format does not
+    define is :class:`ProfileFormatError`."""
+    raw = np.frombuffer(block, np.uint8)
+    heads = items_at(block, walked, HEADER_BYTES).view(HEADER_DTYPE)
+    length = heads["length"].astype(np.int64)
+    header_length = heads["header_length"].astype(np.int64)
+    needed = header_length + heads["type_length"] + heads["name_length"] + heads["payload_length"].astype(np.int64)
+    bad = np.flatnonzero((header_length < HEADER_BYTES) | (length < needed) | (base + walked + length > end)
+                         | (walked + np.maximum(needed, HEADER_BYTES) > len(raw)))
+    if len(bad):
+        row = int(bad[0])
+        raise ProfileFormatError(
+            f"{path}: the record at byte {base + int(walked[row])} has length {int(length[row])}, which "
+            f"does not hold its header, content type and {int(heads['payload_length'][row])}-byte payload "
+            f"within the file ({end} bytes)")
+    codes = np.full(len(walked), -1, np.int64)
+    chunk = heads["record_type"] == RECORD_TYPE_CHUNK
+    type_at = walked + header_length
+    type_length = np.where(chunk, heads["type_length"], 0)
+    for length_value in np.unique(type_length).tolist():  # the few lengths present, each type compared whole
+        patterns = _CONTENT_BY_LENGTH.get(length_value)
+        if patterns is None:
+            continue
+        mine = np.flatnonzero(type_length == length_value)
+        text = items_at(raw, type_at[mine], length_value)
+        for pattern, code in patterns:
+            codes[mine[text == pattern]] = code
+    strange = np.flatnonzero(~np.isin(heads["record_type"], _RECORD_TYPE_VALUES) | (chunk & (codes < 0)))
+    if len(strange):  # raises: a record type or chunk content type the format does not define
+        row = int(strange[0])
+        at, content_length = int(type_at[row]), int(heads["type_length"][row])
+        content = bytes(raw[at:at + content_length]).decode("ascii", "replace")
+        check_record_kind(path, base + int(walked[row]), int(heads["record_type"][row]),
+                          content.removeprefix(CONTENT_PREFIX))
+    event = (codes >= 0) & (codes < len(FAMILIES))
+    sizes = ITEM_SIZES[np.maximum(codes, 0)]
+    uneven = np.flatnonzero(event & (heads["payload_length"].astype(np.int64) % sizes != 0))
+    if len(uneven):
+        row = int(uneven[0])
+        raise ProfileFormatError(
+            f"{path}: the {FAMILIES[int(codes[row])]} chunk at byte {base + int(walked[row])} holds "
+            f"{int(heads['payload_length'][row])} bytes, not a whole number of {int(sizes[row])}-byte records")
+    return heads, codes
+
+
+def _leap(block: bytes | np.ndarray | mmap.mmap, position: int, limit: int,
+          lengths: list[int]) -> tuple[np.ndarray, int] | None:
+    """(record starts, the position after them) from ``position``, predicted by repeating
+    the period of the last record ``lengths`` (a flush writes the same chunks each
+    invocation) and kept up to the first record whose stored length differs: each kept
+    start is the previous one plus that record's own length, so it is a record start, as
+    the one-by-one walk would find it. ``None``: no period, or nothing predicted right."""
+    if len(lengths) < 4:
+        return None
+    for period in range(1, min(8, len(lengths) // 2) + 1):
+        if lengths[-period:] == lengths[-2 * period:-period]:
+            break
+    else:
+        return None
+    pattern = np.array(lengths[-period:], np.int64)
+    repeats = max(1, min(LEAP_RECORDS // period, (limit - position) // int(pattern.sum())))
+    steps = np.tile(pattern, repeats)
+    ends = position + np.cumsum(steps)
+    at = ends - steps
+    fits = np.flatnonzero(ends > limit)
+    count = int(fits[0]) if len(fits) else len(at)
+    if not count:
+        return None
+    stored = items_at(block, at[:count], 8).view("<u8")
+    wrong = np.flatnonzero(stored != steps[:count].astype(np.uint64))
+    count = int(wrong[0]) if len(wrong) else count
+    if not count:
+        return None
+    lengths.extend(steps[max(0, count - 16):count].tolist())
+    return at[:count], int(ends[count - 1])
+
+
 class ProfileFileReader:
     """``ProfileFileReader(path).read()``: the :class:`ProfileTables` of ``path``."""
 
@@ -223,90 +582,110 @@ class ProfileFileReader:
             raise ProfileFormatVersionError(
                 f"{self.path}: HAL profile format {version[0]}.{version[1]}; this reader knows {known} "
                 f"({PINNED_RUNTIME[0]}=={PINNED_RUNTIME[1]})")
-        with open(self.path, "rb") as handle, mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return self._read(data, version)
+        with open(self.path, "rb") as handle:
+            return self._read(handle.fileno(), version)
 
-    def _read(self, data: mmap.mmap, version: tuple[int, int]) -> ProfileTables:
+    def _read(self, fd: int, version: tuple[int, int]) -> ProfileTables:
+        """Every block of the file read once (the next while this one is walked), its
+        records walked in bulk and each family's gathered from it (no Python per chunk:
+        1M records in 0.09 s where a ``struct`` unpack per chunk took 0.39)."""
         tables = ProfileTables(self.path, version)
-        _, _, _, offset, _, logical_end = _FILE_HEADER.unpack_from(data, 0)
-        end = file_end(self.path, logical_end, len(data))
-        spans: dict[str, list[tuple[int, int]]] = {}
-        streams: dict[str, list[int]] = {}
-        devices: dict[str, list[int]] = {}
-        view = memoryview(data)
-        try:
-            while offset < end:
-                if offset + _RECORD_HEADER.size > end:
-                    raise ProfileFormatError(f"{self.path}: a record header at byte {offset} runs past the end "
-                                             f"({end}): the file is truncated")
-                (length, payload_length, _session, stream_id, _event, _executable, _buffer, header_length,
-                 type_length, name_length, device, _queue, flags, dropped, _status, record_type,
-                 _) = _RECORD_HEADER.unpack_from(data, offset)
-                if header_length < _RECORD_HEADER.size or \
-                        length < header_length + type_length + name_length + payload_length or offset + length > end:
-                    raise ProfileFormatError(
-                        f"{self.path}: the record at byte {offset} has length {length}, which does not hold its "
-                        f"header, content type and {payload_length}-byte payload within the file ({end} bytes)")
-                at = offset + header_length
-                content_type = bytes(view[at:at + type_length]).decode("ascii", "replace")
-                family = content_type.removeprefix(CONTENT_PREFIX)
-                payload_at = offset + length - payload_length
-                check_record_kind(self.path, offset, record_type, family)
-                if record_type == RECORD_TYPE_CHUNK:
-                    if flags & CHUNK_FLAG_TRUNCATED:
-                        tables.dropped[family] = tables.dropped.get(family, 0) + dropped
-                    if family in FAMILY_DTYPES:
-                        size = FAMILY_SIZES[family]
-                        if payload_length % size:
-                            raise ProfileFormatError(
-                                f"{self.path}: the {family} chunk at byte {offset} holds {payload_length} bytes, "
-                                f"not a whole number of {size}-byte records")
-                        spans.setdefault(family, []).append((payload_at, payload_length))
-                        streams.setdefault(family, []).append(stream_id)
-                        devices.setdefault(family, []).append(device)
-                    elif family == "executable-functions":
-                        self._functions(data, payload_at, payload_length, tables.functions)
-                offset += length
-            for family, found in spans.items():
-                self._gather(view, family, found, streams[family], tables)
-                tables.chunk_devices[family] = np.array(devices[family], dtype=np.int64)
-        finally:
-            view.release()
+        _, _, _, offset, _, logical_end = _FILE_HEADER.unpack(os.pread(fd, _FILE_HEADER.size, 0))
+        end = file_end(self.path, logical_end, os.fstat(fd).st_size)
+        found = _FamilyColumns(end - offset)
+        with BlockReader(ahead=True) as reader:
+            for block, base, walked in walked_blocks(self.path, fd, offset, end, reader):
+                self._take(block, base, walked, found, tables)
+        found.into(tables)
         return tables
 
-    def _gather(self, view: memoryview, family: str, spans: list[tuple[int, int]], streams: list[int],
-                tables: ProfileTables) -> None:
-        dtype = FAMILY_DTYPES[family]
-        joined = b"".join(view[at:at + length] for at, length in spans)
-        records = np.frombuffer(joined, dtype)
-        wrong = np.flatnonzero(records["record_length"] != dtype.itemsize)
-        if len(wrong):
-            row = int(wrong[0])
-            lengths = np.array([length for _, length in spans], dtype=np.int64) // dtype.itemsize
-            chunk = int(np.searchsorted(np.cumsum(lengths), row, side="right"))
-            at = spans[chunk][0] + (row - int(lengths[:chunk].sum())) * dtype.itemsize
-            raise ProfileFormatError(
-                f"{self.path}: the {family} record at byte {at} has record_length "
-                f"{int(records['record_length'][row])}, not the {dtype.itemsize} bytes this reader knows")
-        counts = np.array([length // dtype.itemsize for _, length in spans], dtype=np.int64)
-        tables.records[family] = records
-        tables.chunk_starts[family] = np.concatenate([[0], np.cumsum(counts)[:-1]]).astype(np.int64)
-        tables.chunk_streams[family] = np.array(streams, dtype=np.int64)
+    def _take(self, block: np.ndarray, base: int, walked: BlockRecords, found: _FamilyColumns,
+              tables: ProfileTables) -> None:
+        """What a walked block holds: its event records (copied out of the buffer), the
+        export names and the dropped-record counts."""
+        codes, heads = walked.codes, walked.heads
+        block_metadata(self.path, block, base, walked, tables.functions, tables.dropped)
+        event = np.flatnonzero((codes >= 0) & (codes < len(FAMILIES)))
+        if not len(event):
+            return
+        family, payload_at = codes[event], walked.payload_at(base, event)
+        records = heads["payload_length"][event].astype(np.int64) // ITEM_SIZES[family]
+        first_rows = np.unique(family, return_index=True)[1]
+        for code in family[np.sort(first_rows)].tolist():  # in the order the file first has them
+            mine = family == code
+            found.add(self.path, block, base, FAMILIES[code], payload_at[mine], records[mine],
+                      heads["stream_id"][event][mine], heads["device"][event][mine])
 
-    def _functions(self, data: Any, at: int, length: int, functions: dict[tuple[int, int], str]) -> None:
-        end = at + length
-        while at < end:
-            if at + _FUNCTION_RECORD.size > end:
-                raise ProfileFormatError(f"{self.path}: an executable-function record at byte {at} runs past its "
-                                         f"chunk (byte {end})")
-            record_length, _flags, executable, ordinal, *_rest, name_length, _h0, _h1 = \
-                _FUNCTION_RECORD.unpack_from(data, at)
-            if record_length < _FUNCTION_RECORD.size + name_length or at + record_length > end:
-                raise ProfileFormatError(f"{self.path}: the executable-function record at byte {at} has length "
-                                         f"{record_length}, which does not hold its {name_length}-byte name")
-            start = at + _FUNCTION_RECORD.size
-            functions[executable, ordinal] = bytes(data[start:start + name_length]).decode("utf-8", "replace")
-            at += record_length
+
+def block_metadata(path: Path, block: np.ndarray, base: int, walked: BlockRecords,
+                   functions: dict[tuple[int, int], str], dropped: dict[str, int]) -> None:
+    """What a walked block's metadata says: the export names of its executable-function
+    chunks, into ``functions``, and the records its truncated chunks dropped, by family,
+    into ``dropped``."""
+    codes, heads = walked.codes, walked.heads
+    for row in np.flatnonzero(((heads["flags"] & CHUNK_FLAG_TRUNCATED) != 0) & (codes >= 0)).tolist():
+        family = walked.content(block, row)
+        dropped[family] = dropped.get(family, 0) + int(heads["dropped"][row])
+    for row in np.flatnonzero(codes == FUNCTIONS_CODE).tolist():
+        at = int(walked.payload_at(base, np.array([row]))[0]) - base
+        _functions(path, block, at, int(heads["payload_length"][row]), functions, base)
+
+
+def _functions(path: Path, data: Any, at: int, length: int, functions: dict[tuple[int, int], str], base: int) -> None:
+    """The export names of the executable-function records of ``length`` bytes at ``at``
+    in ``data`` (the file from byte ``base``)."""
+    end = at + length
+    while at < end:
+        if at + _FUNCTION_RECORD.size > end:
+            raise ProfileFormatError(f"{path}: an executable-function record at byte {base + at} runs past its "
+                                     f"chunk (byte {base + end})")
+        record_length, _flags, executable, ordinal, *_rest, name_length, _h0, _h1 = \
+            _FUNCTION_RECORD.unpack_from(data, at)
+        if record_length < _FUNCTION_RECORD.size + name_length or at + record_length > end:
+            raise ProfileFormatError(f"{path}: the executable-function record at byte {base + at} has length "
+                                     f"{record_length}, which does not hold its {name_length}-byte name")
+        start = at + _FUNCTION_RECORD.size
+        functions[executable, ordinal] = bytes(data[start:start + name_length]).decode("utf-8", "replace")
+        at += record_length
+
+
+class _FamilyColumns:
+    """Each family's records and per-chunk facts as a reader finds them, a block at a
+    time. The records go straight into one array per family, allocated at the most the
+    rest of the file could hold (address space only: pages are touched as they are
+    filled) and shrunk in place to what was found (``realloc``: no copy). Joining
+    per-block parts instead copied every record twice into fresh memory, whose page
+    faults cost more than the whole walk (0.13 s of 0.34 for 1M records)."""
+
+    def __init__(self, room: int) -> None:
+        self.room = room  # bytes from the first record to the file's end
+        self.records: dict[str, np.ndarray] = {}
+        self.filled: dict[str, int] = {}
+        self.counts: dict[str, list[np.ndarray]] = {}
+        self.streams: dict[str, list[np.ndarray]] = {}
+        self.devices: dict[str, list[np.ndarray]] = {}
+
+    def add(self, path: Path, block: np.ndarray, base: int, family: str, payload_at: np.ndarray, counts: np.ndarray,
+            streams: np.ndarray, devices: np.ndarray) -> None:
+        """The chunks at ``payload_at`` of ``block`` (the file from ``base``): their records
+        gathered into the family's array, their counts, streams and devices kept."""
+        if family not in self.records:
+            self.records[family] = np.empty(self.room // FAMILY_SIZES[family], FAMILY_DTYPES[family])
+            self.filled[family] = 0
+        at, total = self.filled[family], int(counts.sum())
+        gather(path, block, base, payload_at, counts, family, into=self.records[family][at:at + total])
+        self.filled[family] = at + total
+        for kept, value in ((self.counts, counts), (self.streams, streams), (self.devices, devices)):
+            kept.setdefault(family, []).append(value)
+
+    def into(self, tables: ProfileTables) -> None:
+        for family, records in self.records.items():
+            records.resize(self.filled[family], refcheck=False)  # nothing else refers to it
+            tables.records[family] = records
+            counts = np.concatenate(self.counts[family])
+            tables.chunk_starts[family] = (np.cumsum(counts) - counts).astype(np.int64)
+            tables.chunk_streams[family] = np.concatenate(self.streams[family]).astype(np.int64)
+            tables.chunk_devices[family] = np.concatenate(self.devices[family]).astype(np.int64)
 
 
 def names(values: np.ndarray, table: tuple[str, ...]) -> np.ndarray:

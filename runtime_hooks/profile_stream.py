@@ -53,40 +53,10 @@ from dfit_mlir.runtime_hooks.join_records import NO_COMMAND_INDEX, DispatchColum
 
 #: Event records per window (all families): about 6 MiB of profile, a few MiB of columns.
 WINDOW_RECORDS = 65_536
-#: Bytes read per ``pread`` while indexing (a record larger than this is read alone).
-BLOCK_BYTES = 8 << 20
-#: The event families this reader indexes, by code (the index stores the code).
-FAMILIES = tuple(pf.FAMILY_DTYPES)
-_CODE = {family: code for code, family in enumerate(FAMILIES)}
-_CONTENT_CODES = {(pf.CONTENT_PREFIX + family).encode(): code for family, code in _CODE.items()}
-_FUNCTIONS_TYPE = (pf.CONTENT_PREFIX + "executable-functions").encode()
-QUEUE, HOST = _CODE["queue-events"], _CODE["host-execution-events"]
+QUEUE, HOST = pf.FAMILY_CODES["queue-events"], pf.FAMILY_CODES["host-execution-events"]
 #: Families whose records carry device ticks: placed with the whole profile's clock fit
 #: (:class:`_ClockEnds`).
 DEVICE_TICK_FAMILIES = frozenset({"dispatch-events", "queue-device-events"})
-#: The header fields the index reads: record_length, payload_length, stream_id,
-#: header_length, content_type_length, name_length, physical_device_ordinal,
-#: chunk_flags, dropped_record_count, record_type (``profile_file._RECORD_HEADER``).
-_HEADER_DTYPE = np.dtype({
-    "names": ["length", "payload_length", "stream_id", "header_length", "type_length", "name_length", "device",
-              "flags", "dropped", "record_type"],
-    "formats": ["<u8", "<u8", "<u8", "<u4", "<u4", "<u4", "<u4", "<u8", "<u8", "<u2"],
-    "offsets": [0, 8, 24, 56, 60, 64, 68, 80, 88, 100], "itemsize": 104})
-_LENGTH = struct.Struct("<Q")
-#: Content code of the executable-function metadata chunks (after the event families).
-_FUNCTIONS_CODE = len(FAMILIES)
-_CONTENT_CODES[_FUNCTIONS_TYPE] = _FUNCTIONS_CODE
-#: Content code of the other chunk types the format defines (metadata this route does not read).
-_METADATA_CODE = _FUNCTIONS_CODE + 1
-_CONTENT_CODES.update({(pf.CONTENT_PREFIX + kind).encode(): _METADATA_CODE for kind in pf.KNOWN_CHUNK_TYPES
-                       if (pf.CONTENT_PREFIX + kind).encode() not in _CONTENT_CODES})
-_RECORD_TYPES = np.array(sorted(pf.RECORD_TYPES))
-#: Content type length -> (the type as one raw value, its code): compared as whole values.
-_CONTENT_BY_LENGTH: dict[int, list[tuple[np.void, int]]] = {}
-for _content, _code in _CONTENT_CODES.items():
-    _CONTENT_BY_LENGTH.setdefault(len(_content), []).append(
-        (np.frombuffer(_content, np.dtype((np.void, len(_content))))[0], _code))
-_ITEM_SIZES = np.array([pf.FAMILY_SIZES[family] for family in FAMILIES] + [1, 1], np.int64)
 _NO_SUBMISSION = np.iinfo(np.int64).max
 _BEFORE_ALL = np.iinfo(np.int64).min
 
@@ -165,13 +135,13 @@ class ProfileIndex:
     def family_devices(self, family: str, window: int) -> np.ndarray:
         """The physical device ordinal of each record :meth:`family_window` gives (its chunk's)."""
         rows = slice(int(self.window_chunks[window]), int(self.window_chunks[window + 1]))
-        mine = self.chunk_family[rows] == _CODE[family]
+        mine = self.chunk_family[rows] == pf.FAMILY_CODES[family]
         return np.repeat(self.chunk_device[rows][mine], self.chunk_records[rows][mine])
 
     def family_window(self, family: str, window: int) -> np.ndarray:
         """The records of ``family`` in window ``window``'s chunks, in file order."""
         rows = slice(int(self.window_chunks[window]), int(self.window_chunks[window + 1]))
-        mine = self.chunk_family[rows] == _CODE[family]
+        mine = self.chunk_family[rows] == pf.FAMILY_CODES[family]
         payload_at, records = self.chunk_payload_at[rows][mine], self.chunk_records[rows][mine]
         dtype = pf.FAMILY_DTYPES[family]
         if not len(payload_at):
@@ -189,7 +159,7 @@ class ProfileIndex:
             # gather's views of the mapping end with its call (items_at's), so the mapping
             # closes even when gather raises: nothing in the traceback exports its buffer.
             with mmap.mmap(handle.fileno(), high - start, access=mmap.ACCESS_READ, offset=start) as mapping:
-                return gather(self.path, mapping, start, payload_at, records, family)
+                return pf.gather(self.path, mapping, start, payload_at, records, family)
 
 
 @dataclass(frozen=True)
@@ -238,74 +208,6 @@ class _OffsetParts:
         return ChunkOffsets(np.array(self.rows, np.int64), np.array(self.base, np.int64), self.within.array())
 
 
-class ReadBuffer:
-    """One reused buffer that the index's blocks are read into (``os.preadv``): the
-    index reads every byte once, and a read copies from the page cache at memory speed
-    where mapping each block paid a page fault per page (0.25 s -> 0.13 s for the index
-    of a 1M-record profile). What is read is valid until the next read: the index copies
-    what it keeps."""
-
-    def __init__(self) -> None:
-        self.data = np.empty(0, np.uint8)
-
-    def read(self, path: Path, fd: int, offset: int, length: int, what: str) -> np.ndarray:
-        if len(self.data) < length:
-            self.data = np.empty(length, np.uint8)
-        view = self.data[:length]
-        got = os.preadv(fd, [view], offset)
-        if got < length:
-            raise pf.ProfileFormatError(f"{path}: the file ends at byte {offset + got}, before byte {offset + length}, "
-                                        f"{what}")
-        return view
-
-
-def items_at(data: bytes | np.ndarray | mmap.mmap, offsets: np.ndarray, size: int) -> np.ndarray:
-    """The ``size``-byte items of ``data`` starting at each of ``offsets``, copied, as
-    raw ``V{size}`` values (view them as the record dtype). Every byte offset of the
-    buffer is viewed as an item start (a 1-byte stride), so the fancy index copies an
-    item at a time: twice as fast as indexing the rows of a strided byte matrix, which
-    copies byte by byte."""
-    starts = max(0, len(data) - size + 1)
-    return np.ndarray(shape=(starts,), dtype=np.dtype((np.void, size)), buffer=data,  # type: ignore[call-overload]
-                      strides=(1,))[offsets]
-
-
-def gather(path: Path, data: bytes | np.ndarray | mmap.mmap, base: int, payload_at: np.ndarray, records: np.ndarray,
-           family: str) -> np.ndarray:
-    """The records of the chunks at ``payload_at`` (absolute offsets; ``records`` each)
-    of ``data`` (the file's bytes from ``base``), as one structured array: every
-    record's bytes copied by one fancy index over a strided view, no per-chunk Python."""
-    dtype = pf.FAMILY_DTYPES[family]
-    size = dtype.itemsize
-    total = int(records.sum())
-    if not total:
-        return np.zeros(0, dtype)
-    within = np.arange(total) - np.repeat(np.cumsum(records) - records, records)
-    offsets = np.repeat(payload_at - base, records) + within * size
-    found = items_at(data, offsets, size).view(dtype)
-    wrong = np.flatnonzero(found["record_length"] != size)
-    if len(wrong):
-        row = int(wrong[0])
-        raise pf.ProfileFormatError(
-            f"{path}: the {family} record at byte {base + int(offsets[row])} has record_length "
-            f"{int(found['record_length'][row])}, not the {size} bytes this reader knows")
-    return found
-
-
-def gather_field(data: bytes | np.ndarray | mmap.mmap, base: int, payload_at: np.ndarray, records: np.ndarray, family: str,
-                 name: str) -> np.ndarray:
-    """One field of every record of the chunks at ``payload_at`` (as :func:`gather`, the
-    field's bytes only)."""
-    dtype = pf.FAMILY_DTYPES[family]
-    kind, at = dtype.fields[name]  # type: ignore[index]
-    total = int(records.sum())
-    if not total:
-        return np.zeros(0, kind)
-    within = np.arange(total) - np.repeat(np.cumsum(records) - records, records)
-    offsets = np.repeat(payload_at - base, records) + within * dtype.itemsize + at
-    return items_at(data, offsets, kind.itemsize).view(kind)
-
-
 class _ClockEnds:
     """Per physical device, the first and last clock-correlation sample
     (:func:`profile_file.clock_samples`' tuples, in their order), their number and the
@@ -339,7 +241,7 @@ class _ClockEnds:
 
 
 class _Walk:
-    """The index's one pass: the record headers, block by block (:data:`BLOCK_BYTES`).
+    """The index's one pass: the record headers, block by block (:data:`profile_file.BLOCK_BYTES`).
     What it finds per chunk, per execution and per flush is written to ``paged``'s
     columns as each block is walked (in files, where it has a folder: about 90 bytes an
     invocation that the index phase otherwise held, issue 29)."""
@@ -379,7 +281,7 @@ class _Walk:
         self.offset: int | None = None
         #: Whether an index was made of it (its lists are then emptied: walked once, used once).
         self.indexed = False
-        self._buffer = ReadBuffer()
+        self._reader = pf.BlockReader()
 
     def run(self) -> None:
         """Walk the finished file to its end, from where :meth:`follow` left it."""
@@ -389,7 +291,10 @@ class _Walk:
                 self._start(fd)
             size = os.fstat(fd).st_size
             (logical_end,) = struct.unpack("<Q", os.pread(fd, 8, 16))
-            self._walk_to(fd, pf.file_end(self.path, logical_end, size), following=False)
+            end = pf.file_end(self.path, logical_end, size)
+            # The file is finished: each next block is read while this one is walked.
+            with pf.BlockReader(ahead=True) as reader:
+                self._walk_to(fd, end, reader, following=False)
 
     def follow(self, finished: threading.Event) -> None:
         """Walk the profile while its writer writes it, up to its last whole record every
@@ -411,14 +316,11 @@ class _Walk:
                     self._start(fd)
                 assert self.offset is not None
                 if size - self.offset >= FOLLOW_BYTES:
-                    self._walk_to(fd, size, following=True)
+                    self._walk_to(fd, size, self._reader, following=True)
         finally:
+            self._reader.close()  # its buffers: the rest is walked by run, reading ahead
             if fd is not None:
                 os.close(fd)
-
-    def close(self) -> None:
-        """Let go of the read buffer (a run's recorded profile keeps the walk it followed)."""
-        self._buffer = ReadBuffer()
 
     def _start(self, fd: int) -> None:
         reader = pf.ProfileFileReader(self.path)
@@ -427,132 +329,28 @@ class _Walk:
             raise WindowedRouteUnavailable(f"HAL profile format {version[0]}.{version[1]}")
         self.offset = struct.unpack("<4sHHI", os.pread(fd, 12, 0))[3]
 
-    def _walk_to(self, fd: int, end: int, *, following: bool) -> None:
+    def _walk_to(self, fd: int, end: int, reader: pf.BlockReader, *, following: bool) -> None:
         """Index the records from :attr:`offset` to ``end``, a block at a time. Following
         a file still written, ``end`` is its size so far: the walk stops at the first
         record not yet whole, to go on from there."""
         assert self.offset is not None
-        while self.offset < end:
-            if self.offset + 104 > end:
-                if following:
-                    return
-                raise pf.ProfileFormatError(f"{self.path}: a record header at byte {self.offset} runs past the end "
-                                            f"({end}): the file is truncated")
-            (length,) = struct.unpack("<Q", os.pread(fd, 8, self.offset))
-            # A block of whole records (a record larger than a block is read alone).
-            stop = min(end, self.offset + max(BLOCK_BYTES, length))
-            block = self._buffer.read(self.path, fd, self.offset, stop - self.offset, "where the header says it ends")
-            walked = self._block(block, self.offset, end, 0, following=following)
-            if not walked:  # following: the next record is not whole yet
-                return
+        for block, base, found in pf.walked_blocks(self.path, fd, self.offset, end, reader, following=following):
+            self._take(block, base, found)
             self.blocks += 1
-            self.offset += walked
+            self.offset = base + found.walked
             release_freed_memory()  # what the block's temporaries freed, as it piles up
 
-    def _block(self, block: bytes | np.ndarray | mmap.mmap, base: int, end: int, position: int, *,
-               following: bool = False) -> int:
-        """Index the whole records of ``block`` (the file from byte ``base``) from
-        ``position``; where the walk stopped. The walk reads one length per record (or
-        leaps, :func:`_leap`); the headers are then read and checked all at once.
-        ``following``: a record not whole within ``end`` ends the walk unchecked (it is
-        being written), where it is otherwise a damaged file."""
-        size = len(block)
-        limit = min(size, end - base)  # a record must end within both
-        starts: list[int] = []
-        leaps: list[np.ndarray] = []
-        lengths: list[int] = []
-        append, unpack = starts.append, _LENGTH.unpack_from
-        while position + 104 <= size:
-            leap = _leap(block, position, limit, lengths)
-            if leap is not None:
-                leaps.append(np.array(starts, np.int64))
-                leaps.append(leap[0])
-                starts.clear()
-                position = leap[1]
-                lengths = lengths[-16:]
-                if position + 104 > size:
-                    break
-            (length,) = unpack(block, position)
-            if length < 104 or base + position + length > end or (not starts and not leaps and
-                                                                   position + length > size):
-                if not starts and not leaps and not following:  # the first record of a block is checked alone
-                    self._headers(block, base, end, np.array([position], np.int64))
-                break  # checked below with the others, or the next block starts here
-            if position + length > size:
-                break
-            append(position)
-            lengths.append(length)
-            position += length
-        walked = np.concatenate([*leaps, np.array(starts, np.int64)]) if leaps else np.array(starts, np.int64)
-        if not len(walked):
-            return position
-        heads, codes = self._headers(block, base, end, walked)
-        functions = np.flatnonzero(codes == _FUNCTIONS_CODE)
-        for row in functions.tolist():
-            at, length, payload = int(walked[row]), int(heads["length"][row]), int(heads["payload_length"][row])
-            pf.ProfileFileReader(self.path)._functions(block, at + length - payload, payload,  # type: ignore[arg-type]
-                                                       self.functions)
-        event = (codes >= 0) & (codes < len(FAMILIES)) & (heads["payload_length"] > 0)
-        truncated = np.flatnonzero((heads["flags"] & pf.CHUNK_FLAG_TRUNCATED) != 0)
-        for row in truncated.tolist():
-            at, hl, tl = int(walked[row]), int(heads["header_length"][row]), int(heads["type_length"][row])
-            kind = bytes(block[at + hl:at + hl + tl]).decode("ascii", "replace").removeprefix(pf.CONTENT_PREFIX)
-            self.dropped[kind] = self.dropped.get(kind, 0) + int(heads["dropped"][row])
-        queue = event & (codes == QUEUE)
-        self.queue_streams.update(np.unique(heads["stream_id"][queue]).tolist())
+    def _take(self, block: np.ndarray, base: int, found: pf.BlockRecords) -> None:
+        """Index the walked records ``found`` of ``block`` (the file from byte ``base``)."""
+        codes, heads = found.codes, found.heads
+        pf.block_metadata(self.path, block, base, found, self.functions, self.dropped)
+        event = np.flatnonzero((codes >= 0) & (codes < len(pf.FAMILIES)) & (heads["payload_length"] > 0))
+        self.queue_streams.update(np.unique(heads["stream_id"][event[codes[event] == QUEUE]]).tolist())
         family = codes[event].astype(np.int8)
-        payload_at = base + walked[event] + heads["length"][event].astype(np.int64) \
-            - heads["payload_length"][event].astype(np.int64)
-        records = heads["payload_length"][event].astype(np.int64) // _ITEM_SIZES[family]
+        records = heads["payload_length"][event].astype(np.int64) // pf.ITEM_SIZES[family]
         if len(family):
-            self._decode(block, base, family, payload_at, records, heads["device"][event].astype(np.int32))
-        return position
-
-    def _headers(self, block: bytes | np.ndarray | mmap.mmap, base: int, end: int, walked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The record headers at ``walked`` (offsets in ``block``), checked, and the
-        content code of each (a family's, :data:`_FUNCTIONS_CODE` or :data:`_METADATA_CODE`); a record
-        type or chunk content type the format does not define is :class:`ProfileFormatError`."""
-        raw = np.frombuffer(block, np.uint8)
-        heads = items_at(block, walked, 104).view(_HEADER_DTYPE)
-        length = heads["length"].astype(np.int64)
-        header_length = heads["header_length"].astype(np.int64)
-        needed = header_length + heads["type_length"] + heads["name_length"] + heads["payload_length"].astype(np.int64)
-        bad = np.flatnonzero((header_length < 104) | (length < needed) | (base + walked + length > end)
-                             | (walked + np.maximum(needed, 104) > len(raw)))
-        if len(bad):
-            row = int(bad[0])
-            raise pf.ProfileFormatError(
-                f"{self.path}: the record at byte {base + int(walked[row])} has length {int(length[row])}, which "
-                f"does not hold its header, content type and {int(heads['payload_length'][row])}-byte payload "
-                f"within the file ({end} bytes)")
-        codes = np.full(len(walked), -1, np.int64)
-        chunk = heads["record_type"] == pf.RECORD_TYPE_CHUNK
-        type_at = walked + header_length
-        type_length = np.where(chunk, heads["type_length"], 0)
-        for length in np.unique(type_length).tolist():  # the few lengths present, each type compared whole
-            patterns = _CONTENT_BY_LENGTH.get(length)
-            if patterns is None:
-                continue
-            mine = np.flatnonzero(type_length == length)
-            text = items_at(raw, type_at[mine], length)
-            for pattern, code in patterns:
-                codes[mine[text == pattern]] = code
-        strange = np.flatnonzero(~np.isin(heads["record_type"], _RECORD_TYPES) | (chunk & (codes < 0)))
-        if len(strange):  # raises: a record type or chunk content type the format does not define
-            row = int(strange[0])
-            at, type_length = int(type_at[row]), int(heads["type_length"][row])
-            content = bytes(raw[at:at + type_length]).decode("ascii", "replace")
-            pf.check_record_kind(self.path, base + int(walked[row]), int(heads["record_type"][row]),
-                                 content.removeprefix(pf.CONTENT_PREFIX))
-        event = (codes >= 0) & (codes < len(FAMILIES))
-        sizes = _ITEM_SIZES[np.maximum(codes, 0)]
-        uneven = np.flatnonzero(event & (heads["payload_length"].astype(np.int64) % sizes != 0))
-        if len(uneven):
-            row = int(uneven[0])
-            raise pf.ProfileFormatError(
-                f"{self.path}: the {FAMILIES[int(codes[row])]} chunk at byte {base + int(walked[row])} holds "
-                f"{int(heads['payload_length'][row])} bytes, not a whole number of {int(sizes[row])}-byte records")
-        return heads, codes
+            self._decode(block, base, family, found.payload_at(base, event), records,
+                         heads["device"][event].astype(np.int32))
 
     def _decode(self, block: bytes | np.ndarray | mmap.mmap, base: int, family: np.ndarray, payload_at: np.ndarray,
                 records: np.ndarray, devices: np.ndarray) -> None:
@@ -569,20 +367,20 @@ class _Walk:
         self.device.append(devices)
         executions: list[np.ndarray] = []
         for code in np.unique(family).tolist():
-            name = FAMILIES[code]
+            name = pf.FAMILIES[code]
             mine = family == code
             if name in DEVICE_TICK_FAMILIES:
                 self.device_ticks.add(name)
             if name in ("memory-events", "queue-device-events"):  # only their types matter here
-                types = gather_field(block, base, payload_at[mine], records[mine], name, "type")
+                types = pf.gather_field(block, base, payload_at[mine], records[mine], name, "type")
                 self.types.setdefault(name, set()).update(np.flatnonzero(np.bincount(types)).tolist())
                 continue
             if name == "clock-correlations":
-                self.clocks.add(gather(self.path, block, base, payload_at[mine], records[mine], name), self.version)
+                self.clocks.add(pf.gather(self.path, block, base, payload_at[mine], records[mine], name), self.version)
                 continue
             if name not in ("queue-events", "host-execution-events", "dispatch-events"):
                 continue
-            found = gather(self.path, block, base, payload_at[mine], records[mine], name)
+            found = pf.gather(self.path, block, base, payload_at[mine], records[mine], name)
             counts = records[mine]
             starts = np.cumsum(counts) - counts
             submission = found["submission_id"].astype(np.int64)
@@ -633,41 +431,6 @@ class _Walk:
         np.maximum.at(high, chunk, submission[dispatch])
         rows = np.flatnonzero(low != _NO_SUBMISSION)
         self.dispatch_bounds.add(np.stack([rows + first_row, low[rows], high[rows]], axis=1))
-
-
-#: Records the walk predicts at once from the last flush's record lengths (:func:`_leap`).
-LEAP_RECORDS = 4096
-
-
-def _leap(block: bytes, position: int, limit: int, lengths: list[int]) -> tuple[np.ndarray, int] | None:
-    """(record starts, the position after them) from ``position``, predicted by repeating
-    the period of the last record ``lengths`` (a flush writes the same chunks each
-    invocation) and kept up to the first record whose stored length differs: each kept
-    start is the previous one plus that record's own length, so it is a record start, as
-    the one-by-one walk would find it. ``None``: no period, or nothing predicted right."""
-    if len(lengths) < 4:
-        return None
-    for period in range(1, min(8, len(lengths) // 2) + 1):
-        if lengths[-period:] == lengths[-2 * period:-period]:
-            break
-    else:
-        return None
-    pattern = np.array(lengths[-period:], np.int64)
-    repeats = max(1, min(LEAP_RECORDS // period, (limit - position) // int(pattern.sum())))
-    steps = np.tile(pattern, repeats)
-    ends = position + np.cumsum(steps)
-    at = ends - steps
-    fits = np.flatnonzero(ends > limit)
-    count = int(fits[0]) if len(fits) else len(at)
-    if not count:
-        return None
-    stored = items_at(block, at[:count], 8).view("<u8")
-    wrong = np.flatnonzero(stored != steps[:count].astype(np.uint64))
-    count = int(wrong[0]) if len(wrong) else count
-    if not count:
-        return None
-    lengths.extend(steps[max(0, count - 16):count].tolist())
-    return at[:count], int(ends[count - 1])
 
 
 #: How much a profile being written grows before its follower walks on (a few flushes'
@@ -739,7 +502,6 @@ def index_profile(path: Path, window_records: int = WINDOW_RECORDS, followed: _W
         chunk_device=device,
         dispatch_family=next(iter(walk.dispatch_families), "host-execution-events"),
         clocks=walk.clocks.fits() if walk.device_ticks else None)
-    walk.close()
     del walk, family, payload_at, records, device, flush_starts, executions
     release_freed_memory(now=True)  # the join starts from the index, not from the walk's peak
     return index
@@ -780,12 +542,12 @@ def _records_per_family(family: np.ndarray, records: np.ndarray, paged: PagedArr
     """Records of each family with a chunk, counted ``step`` chunks at a time (the pages
     of those in ``paged``'s files handed back as they are read; the whole table's float
     weights were 8 bytes a chunk: 24 MiB at 1M invocations)."""
-    records_of, chunks_of = np.zeros(len(FAMILIES), np.int64), np.zeros(len(FAMILIES), np.int64)
+    records_of, chunks_of = np.zeros(len(pf.FAMILIES), np.int64), np.zeros(len(pf.FAMILIES), np.int64)
     for family_piece, records_piece in paged.pieces(family, records, step=step):
         # (exact: a piece's records of a family are far under 2^53)
-        records_of += np.bincount(family_piece, weights=records_piece, minlength=len(FAMILIES)).astype(np.int64)
-        chunks_of += np.bincount(family_piece, minlength=len(FAMILIES))
-    return {FAMILIES[code]: int(records_of[code]) for code in np.flatnonzero(chunks_of).tolist()}
+        records_of += np.bincount(family_piece, weights=records_piece, minlength=len(pf.FAMILIES)).astype(np.int64)
+        chunks_of += np.bincount(family_piece, minlength=len(pf.FAMILIES))
+    return {pf.FAMILIES[code]: int(records_of[code]) for code in np.flatnonzero(chunks_of).tolist()}
 
 
 def _device_column(parts: list[np.ndarray]) -> np.ndarray:

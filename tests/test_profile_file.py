@@ -89,6 +89,71 @@ def test_every_host_execution_record_is_iree_profiles(programs: dict[str, Compil
                         hal_profile.decode_records(profile, "queue", "host_execution_event"), "host_execution_event")
 
 
+@pytest.mark.parametrize(("block_bytes", "piece"), [(1, 1), (1000, 3), (4096, 1 << 20)])
+def test_reader_in_small_blocks_reads_what_it_reads_in_big_blocks(
+        programs: dict[str, CompileResult], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, block_bytes: int,
+        piece: int) -> None:
+    """The reader walks the file a block at a time (the next read ahead, the record a
+    block cut off carried into the next) and gathers each family a piece at a time: a
+    block per record (1 byte), blocks cutting records (1000, 4096 bytes) and pieces of
+    one or three records give the same tables, and the index's windows (the run's
+    route, the same walk) the same records."""
+    profile = tmp_path / "p.ireeprof"
+    record(programs["loop.mlir"].vmfb, CASES["loop_task"][2], 7, "local-task", hal_profile.FULL_FAMILIES, profile)
+    whole = profile_file.read_profile(profile)
+    monkeypatch.setattr(profile_file, "BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(profile_file, "GATHER_PIECE", piece)
+    small = profile_file.read_profile(profile)
+    assert list(small.records) == list(whole.records) and len(whole.records) >= 3
+    for family, records in whole.records.items():
+        assert records.dtype == profile_file.FAMILY_DTYPES[family] and len(records)
+        assert small.records[family].tobytes() == records.tobytes(), family
+        for table in ("chunk_starts", "chunk_streams", "chunk_devices"):
+            assert getattr(small, table)[family].tolist() == getattr(whole, table)[family].tolist(), (family, table)
+    assert small.functions == whole.functions and whole.functions
+    assert small.dropped == whole.dropped == {}
+    index = profile_stream.index_profile(profile, window_records=16)  # walked in the small blocks too
+    assert index.windows > 2
+    for family in index.counts:
+        windows = [index.family_window(family, window) for window in range(index.windows)]
+        assert b"".join(found.tobytes() for found in windows) == whole.records[family].tobytes(), family
+
+
+def test_block_reader_hands_out_the_files_bytes_from_wherever_asked(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """SYNTHETIC bytes: each block is the file's bytes from the offset asked, whether
+    made of the bytes read ahead and the last block's tail, or read afresh (a jump
+    back, a tail longer than the room kept for it, a block longer than the read ahead,
+    another file); a file shorter than asked is an error naming it."""
+    monkeypatch.setattr(profile_file, "BLOCK_BYTES", 64)
+    monkeypatch.setattr(profile_file, "CARRY_BYTES", 16)
+    data = bytes(range(256)) * 4
+    first, second = tmp_path / "a.bin", tmp_path / "b.bin"
+    first.write_bytes(data)
+    second.write_bytes(data[::-1])
+    asks = [(0, 64), (60, 124), (124, 188), (150, 214), (170, 234), (100, 164), (300, 500), (480, 544), (544, 1024)]
+    made: list[bool] = []  # whether each block was made of the bytes read ahead
+    from_ahead = profile_file.BlockReader._from_ahead
+    monkeypatch.setattr(profile_file.BlockReader, "_from_ahead", lambda self, *args: _recorded(from_ahead(self, *args),
+                                                                                              made))
+    with open(first, "rb") as a, open(second, "rb") as b, profile_file.BlockReader(ahead=True) as reader:
+        for offset, stop in asks:
+            block = reader.read(first, a.fileno(), offset, stop, len(data), "asked")
+            assert len(block) >= stop - offset and block.tobytes() == data[offset:offset + len(block)], offset
+        block = reader.read(second, b.fileno(), 8, 40, len(data), "asked")
+        assert block.tobytes()[:32] == data[::-1][8:40]
+        # Read ahead: the 2nd and 3rd (4 bytes carried); afresh: the rest, for the reasons above.
+        assert made == [False, True, True, False, False, False, False, False, False, False]
+        with pytest.raises(profile_file.ProfileFormatError, match=f"{first}: the file ends at byte 1024, before "
+                                                                 f"byte 1030, asked"):
+            reader.read(first, a.fileno(), 1000, 1030, 1030, "asked")
+
+
+def _recorded(block: Any, made: list[bool]) -> Any:
+    made.append(block is not None)
+    return block
+
+
 def _vulkan_missing() -> str | None:
     from tests.test_gpu_vulkan import _no_vulkan
 

@@ -31,6 +31,7 @@ from dfit_mlir.core.errors import EXIT_INVALID_INPUT
 from dfit_mlir.core.event_pipeline import MemorySink, Policy
 from dfit_mlir.passes.instrumented_compile import CompileResult, compile_instrumented
 from dfit_mlir.runtime_hooks import hal_profile, profile_stream, run
+from dfit_mlir.runtime_hooks import profile_file as pf
 from dfit_mlir.runtime_hooks.progress import Progress, announce
 from tests.conftest import CONVNET, REPO
 
@@ -365,12 +366,12 @@ def _swap_queue_chunks(path: Path, flush: int) -> None:
     path.write_bytes(data[:head] + b"".join(data[records[k][0]:records[k][0] + records[k][1]] for k in order))
 
 
-@pytest.mark.parametrize("block_bytes", [profile_stream.BLOCK_BYTES, 1])
+@pytest.mark.parametrize("block_bytes", [pf.BLOCK_BYTES, 1])
 def test_flushes_out_of_order_take_the_whole_run_route(compiled: dict[Path, CompileResult], tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch, block_bytes: int) -> None:
     """A flush whose submissions do not all come after the one before's is found as the
     walk goes, within a block or across two (1 byte: a block per record)."""
-    monkeypatch.setattr(profile_stream, "BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(pf, "BLOCK_BYTES", block_bytes)
     profile, _ = recorded(compiled, "loop_first_task", tmp_path)
     _swap_queue_chunks(profile.path, 2)
     with pytest.raises(profile_stream.WindowedRouteUnavailable,
@@ -533,8 +534,8 @@ def test_an_index_followed_as_the_profile_is_written_is_the_files_index(compiled
     finished, followed, reached = threading.Event(), [], []
     original = profile_stream._Walk._walk_to
 
-    def walk_to(walk: Any, fd: int, end: int, *, following: bool) -> None:
-        original(walk, fd, end, following=following)
+    def walk_to(walk: Any, fd: int, end: int, reader: Any, *, following: bool) -> None:
+        original(walk, fd, end, reader, following=following)
         if following:
             reached.append(walk.offset)
 
