@@ -773,7 +773,8 @@ def dump_root(workdir: Path) -> Path:
     import tempfile
 
     from dfit_mlir.core import atomic
-    from dfit_mlir.passes.phases import DUMPS_PREFIX, private_prefix
+    from dfit_mlir.core.paths import private_prefix
+    from dfit_mlir.passes.phases import DUMPS_PREFIX
 
     memory = Path("/dev/shm")
     try:

@@ -27,7 +27,7 @@ from typing import Protocol, Sequence
 from iree.compiler import ir
 from iree.compiler.api import Output, Session, ctypes_dl
 
-from dfit_mlir.core import atomic, toolchain
+from dfit_mlir.core import atomic, paths, toolchain
 from dfit_mlir.core.errors import CompileError, InvalidInputError, ToolchainError
 
 #: Used when the user's flags name no target; a plain ``iree-compile`` needs one too.
@@ -336,7 +336,7 @@ class SubprocessDriver(_SessionDriver):
         from iree.compiler.tools.binaries import find_tool
 
         self.iree_compile = find_tool("iree-compile")
-        self.workdir = Path(tempfile.mkdtemp(prefix=private_prefix(WORKDIR_PREFIX)))
+        self.workdir = Path(tempfile.mkdtemp(prefix=paths.private_prefix(WORKDIR_PREFIX)))
         atomic.LIVE_TEMPORARIES.add(self.workdir)  # removed on SIGINT/SIGTERM too
         # The module the last phase returned and the bytecode iree-compile wrote for it.
         self._written: tuple[ir.Operation, Path] | None = None
@@ -403,51 +403,13 @@ WORKDIR_PREFIX = "dfit-phases-"
 DUMPS_PREFIX = "dfit-pass-dumps-"
 
 
-def private_prefix(prefix: str) -> str:
-    """``mkdtemp``'s prefix for one of this process's folders: ``prefix<pid>-``."""
-    return f"{prefix}{os.getpid()}-"
-
-
-def remove_stale_folders(places: Sequence[tuple[Path, str]] | None = None) -> list[Path]:
-    """Remove the temporary folders of dfit processes that are gone (SIGKILL, a crash: no
-    ``finally`` ran): in ``$TMPDIR`` (phase outputs) and ``/dev/shm`` (pass dumps, held in
-    memory), a folder named ``<prefix><pid>-…``, owned by this user, whose process no
-    longer exists. A folder of a live process, of another user, or named without a PID
-    (dfit before this rule) is left alone. The folders removed."""
-    places = places if places is not None else ((Path(tempfile.gettempdir()), WORKDIR_PREFIX),
-                                                (Path("/dev/shm"), DUMPS_PREFIX))
-    removed = []
-    for place, prefix in places:
-        try:
-            entries = list(os.scandir(place))
-        except OSError:
-            continue
-        for entry in entries:
-            pid_text = entry.name[len(prefix):].partition("-")[0] if entry.name.startswith(prefix) else ""
-            if not pid_text.isdigit() or int(pid_text) == os.getpid() or _alive(int(pid_text)):
-                continue
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if info.st_uid != os.getuid() or not entry.is_dir(follow_symlinks=False):
-                continue
-            shutil.rmtree(entry.path, ignore_errors=True)
-            removed.append(Path(entry.path))
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists (one of another user's counts: it may be ours reused)."""
-    if pid <= 0:
-        return True  # not a PID a process has: leave the folder alone
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):
-        return True
-    return True
+def remove_stale_folders() -> list[Path]:
+    """Remove what compiles and runs killed before this one left (no ``finally`` ran): in
+    ``$TMPDIR`` the phase outputs and the scratch folders (:data:`atomic.SCRATCH_PREFIXES`),
+    in ``/dev/shm`` the pass dumps (held in memory), of dfit processes that are gone
+    (:func:`paths.remove_stale_folders`). The folders removed."""
+    return [*paths.remove_stale_folders(Path(tempfile.gettempdir()), (WORKDIR_PREFIX, *atomic.SCRATCH_PREFIXES)),
+            *paths.remove_stale_folders(Path("/dev/shm"), (DUMPS_PREFIX,))]
 
 
 def require_phase_setters() -> None:

@@ -14,11 +14,11 @@ from __future__ import annotations
 import fnmatch
 import functools
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from dfit_mlir.core import atomic
 from dfit_mlir.core.errors import InvalidInputError
 from dfit_mlir.core.toolchain import runtime_tool
 
@@ -211,7 +211,7 @@ def ask(vmfb: Path, device: str, function: str, arity: int,
     if arity == 0:
         return None
     answers = {}
-    with tempfile.TemporaryDirectory(prefix="dfit-ask-") as scratch:
+    with atomic.scratch_directory("dfit-ask-") as scratch:
         for family in families:
             run = subprocess.run(
                 [runtime_tool("iree-run-module"), f"--module={vmfb}", f"--device={device}", f"--function={function}",

@@ -84,7 +84,11 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
     The module runs in a child process (the IREE tools for ``full``, a spawned Python
     for the in-process modes): a fault in it (SIGSEGV, SIGABRT) becomes a
     :class:`ModuleFaultError` naming the module, function, invocation, signal and saved
-    inputs, and no bundle is written."""
+    inputs, and no bundle is written.
+
+    Its inputs and profile are kept in a scratch folder, ``$TMPDIR/dfit-run-<pid>-*``,
+    removed when it ends; the folders that runs killed before it left are removed first
+    (:func:`atomic.remove_stale_scratch`)."""
     if mode not in MODES:
         raise InvalidInputError(f"mode {mode!r} is not one of {', '.join(MODES)}")
     if not vmfb.is_file():
@@ -115,6 +119,7 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
     if abi_model == "coarse-fences" and mode != "full":
         raise InvalidInputError(f"{vmfb}: {function} is an async (coarse-fences) function, which the in-process "
                                 f"modes cannot call; run it with --mode full (the IREE tools pass its fences)")
+    atomic.remove_stale_scratch()  # what runs killed before this one left (a profile can take GBs)
     with atomic.scratch_directory("dfit-run-") as scratch:
         if inputs:
             inputs = check_inputs(inputs, arguments, max_input_bytes)

@@ -11,7 +11,8 @@ removed by the next one.
 * ``$TMPDIR/dfit-phases-<pid>-…`` and ``/dev/shm/dfit-pass-dumps-<pid>-…`` of a process
   that is gone are removed when the next compile starts its driver; those of a live
   process, of another naming or through a symlink are left
-  (:func:`phases.remove_stale_folders`).
+  (:func:`phases.remove_stale_folders`, by :func:`dfit_mlir.core.paths.remove_stale_folders`,
+  which the run side shares: tests/test_killed_runs.py).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from dfit_mlir.core import toolchain
+from dfit_mlir.core import paths, toolchain
 from dfit_mlir.core.errors import CompileError
 from dfit_mlir.passes import pass_history, phases
 from dfit_mlir.passes.instrumented_compile import compile_instrumented
@@ -84,7 +85,7 @@ def test_stale_folders_of_dead_processes_are_removed(tmp_path: Path) -> None:
     for place, prefix in places:
         place.mkdir()
         planted[place] = _plant(place, prefix, dead)
-    removed = phases.remove_stale_folders(places)
+    removed = [found for place, prefix in places for found in paths.remove_stale_folders(place, (prefix,))]
     assert sorted(removed) == sorted(found["dead"] for found in planted.values())
     for found in planted.values():
         assert not found["dead"].exists()

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from dfit_mlir.core import outputs
+from dfit_mlir.core import outputs, paths
 from dfit_mlir.core.errors import OutputRefusedError
 
 #: Temporary files and directories of writes in progress; the CLI removes what is left
@@ -96,19 +96,36 @@ def atomic_directory(target: str | os.PathLike[str], kind: str = "output") -> It
                 LIVE_TEMPORARIES.discard(leftover)
 
 
+#: The kinds of scratch folder dfit makes in ``$TMPDIR`` (:func:`scratch_directory`): a
+#: run's inputs and profile (which can take GBs), a profile of its own, the trace plan's
+#: summarised invocations, the compile's target probe, the driver's family questions.
+SCRATCH_PREFIXES = ("dfit-run-", "dfit-profile-", "dfit-trace-plan-", "dfit-preflight-", "dfit-ask-")
+
+
 @contextlib.contextmanager
-def scratch_directory(prefix: str = "dfit-") -> Iterator[Path]:
-    """A temporary working folder (in ``$TMPDIR``) removed on exit, on an exception and
-    on SIGINT/SIGTERM: it is registered before any signal can arrive (they are held
-    back while it is created), so no interrupt leaves it behind."""
+def scratch_directory(prefix: str) -> Iterator[Path]:
+    """A temporary working folder, ``$TMPDIR/<prefix><pid>-<random>`` (``prefix``: one of
+    :data:`SCRATCH_PREFIXES`), removed on exit, on an exception and on SIGINT/SIGTERM: it
+    is registered before any signal can arrive (they are held back while it is created),
+    so no interrupt leaves it behind. What a SIGKILL leaves, the next run or compile
+    removes (:func:`remove_stale_scratch`)."""
+    if prefix not in SCRATCH_PREFIXES:  # a folder of a kind no one would ever clean up
+        raise ValueError(f"scratch prefix {prefix!r} is not one of SCRATCH_PREFIXES")
     with signals_held():
-        path = Path(tempfile.mkdtemp(prefix=prefix))
+        path = Path(tempfile.mkdtemp(prefix=paths.private_prefix(prefix)))
         LIVE_TEMPORARIES.add(path)
     try:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
         LIVE_TEMPORARIES.discard(path)
+
+
+def remove_stale_scratch() -> list[Path]:
+    """Remove the scratch folders (:func:`scratch_directory`) that dfit processes killed
+    before this one left in ``$TMPDIR`` (a SIGKILL, a crash: no ``finally`` ran), those
+    of this user whose process is gone (:func:`paths.remove_stale_folders`)."""
+    return paths.remove_stale_folders(Path(tempfile.gettempdir()), SCRATCH_PREFIXES)
 
 
 #: Depth of the sections that must not be interrupted half-way, and a signal that

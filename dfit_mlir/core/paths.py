@@ -1,15 +1,18 @@
 """Names of the places dfit reads and writes that several layers share: the cache
-directory's environment variable, where a compile's manifest sits beside its vmfb, and
+directory's environment variable, where a compile's manifest sits beside its vmfb,
 private folders and files (the traceback folder: mode 0700, owner checked, files opened
-``O_EXCL|O_NOFOLLOW``).
+``O_EXCL|O_NOFOLLOW``), and the temporary folders named after the process that made them,
+so that a later dfit removes what a killed one left (compile and run alike).
 It imports nothing of dfit's, so the file-writing layers (``atomic``, ``outputs``,
 ``manifest``) can all depend on it without depending on one another."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
+from typing import Sequence
 
 #: Overrides where dfit caches calibrations, its ledger of outputs and tracebacks.
 CACHE_DIR_ENV = "DFIT_CACHE_DIR"
@@ -53,3 +56,61 @@ def write_private(folder: Path, name: str, text: str) -> Path:
     with os.fdopen(fd, "w", encoding="utf-8") as out:
         out.write(text)
     return path
+
+
+def private_prefix(prefix: str) -> str:
+    """``mkdtemp``'s prefix for one of this process's temporary folders: ``prefix<pid>-``
+    (the PID tells a later dfit whether the folder's maker is gone:
+    :func:`remove_stale_folders`)."""
+    return f"{prefix}{os.getpid()}-"
+
+
+def remove_stale_folders(place: Path, prefixes: Sequence[str]) -> list[Path]:
+    """Remove the temporary folders in ``place`` of dfit processes that are gone (SIGKILL,
+    a crash, the out-of-memory killer: no ``finally`` ran): a folder named
+    ``<prefix><pid>-…`` for one of ``prefixes`` (:func:`private_prefix`), owned by this
+    user, whose process no longer exists. A folder of a live process, of another user, a
+    symlink, or one named without a PID (dfit before this rule) is left alone. The
+    folders removed."""
+    try:
+        entries = list(os.scandir(place))
+    except OSError:
+        return []
+    removed = []
+    for entry in entries:
+        pid = _maker_pid(entry.name, prefixes)
+        if pid is None or pid == os.getpid() or process_alive(pid):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if info.st_uid != os.getuid() or not entry.is_dir(follow_symlinks=False):
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed.append(Path(entry.path))
+    return removed
+
+
+def _maker_pid(name: str, prefixes: Sequence[str]) -> int | None:
+    """The PID in ``<prefix><pid>-…``, or None for a name of another form."""
+    for prefix in prefixes:
+        if name.startswith(prefix):
+            pid_text, dash, _ = name[len(prefix):].partition("-")
+            if dash and pid_text.isdigit():
+                return int(pid_text)
+    return None
+
+
+def process_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (one of another user's counts: it may be ours
+    reused; a zombie counts until it is reaped)."""
+    if pid <= 0:
+        return True  # not a PID a process has: leave the folder alone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
