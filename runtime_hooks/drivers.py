@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from dfit_mlir.core import atomic
+from dfit_mlir.core import atomic, children
 from dfit_mlir.core.errors import InvalidInputError
 from dfit_mlir.core.toolchain import runtime_tool
 
@@ -216,7 +216,7 @@ def ask(vmfb: Path, device: str, function: str, arity: int,
             run = subprocess.run(
                 [runtime_tool("iree-run-module"), f"--module={vmfb}", f"--device={device}", f"--function={function}",
                  f"--device_profiling_mode={family}", f"--device_profiling_output={scratch}/ask.ireeprof"],
-                capture_output=True, text=True)
+                capture_output=True, text=True, preexec_fn=children.tied_to_dfit())
             if "input list and function mismatch" not in run.stderr and "beginning device profiling" not in run.stderr:
                 reason = (run.stderr.strip().splitlines() or [f"exit {run.returncode}"])[-1]
                 raise InvalidInputError(f"asking {device} whether it records {family} failed: {reason}")

@@ -37,7 +37,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Sequence
 
-from dfit_mlir.core import atomic
+from dfit_mlir.core import atomic, children
 from dfit_mlir.core.errors import EXIT_TOOLCHAIN_FAILED, DfitError
 from dfit_mlir.core.perf import paused_gc
 from dfit_mlir.core.toolchain import runtime_tool
@@ -157,7 +157,8 @@ def clock_fits(profile: Path) -> dict[int, ClockFit]:
     where they are read, not a guess."""
     command = [runtime_tool("iree-profile"), "export", "--format=ireeperf-jsonl", str(profile)]
     samples: dict[int, list[tuple[int, int, int]]] = {}
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          preexec_fn=children.tied_to_dfit()) as child:
         assert child.stdout is not None
         for line in child.stdout:
             if '"record_type":"clock_correlation"' not in line:
@@ -491,7 +492,7 @@ def _benchmark_real_time_ns(stdout: str) -> float | None:
 
 def _profile_jsonl(profile: Path, *command: str) -> list[str]:
     run = subprocess.run([runtime_tool("iree-profile"), *command, "--format=jsonl", str(profile)],
-                         capture_output=True, text=True)
+                         capture_output=True, text=True, preexec_fn=children.tied_to_dfit())
     if run.returncode != 0:
         raise ProfileError(f"iree-profile {command[0]} could not decode {profile}: {run.stderr.strip()}")
     return run.stdout.splitlines()
@@ -586,7 +587,7 @@ def decode_columns(profile: Path, clocks: dict[int, ClockFit] | None = None) -> 
     command = [runtime_tool("iree-profile"), "dispatch", "--dispatch_events", "--format=jsonl", str(profile)]
     found = _DispatchBatches(clocks)
     with tempfile.TemporaryFile() as stderr:
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr)
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, preexec_fn=children.tied_to_dfit())
         try:
             reader = pj.open_json(child.stdout, read_options=pj.ReadOptions(block_size=DECODE_BLOCK_BYTES),
                                   parse_options=pj.ParseOptions(explicit_schema=schema,

@@ -30,6 +30,7 @@ it is a :class:`ModuleFaultError`, not a dead ``dfit``.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import threading
 from dataclasses import asdict, dataclass, replace
@@ -38,7 +39,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from dfit_mlir.core import atomic
+from dfit_mlir.core import atomic, children
 from dfit_mlir.core import manifest as manifest_io
 from dfit_mlir.core.errors import DfitError, InvalidInputError, ModuleFaultError
 from dfit_mlir.core.event_pipeline import EventPipeline, EventRow, Policy
@@ -329,7 +330,7 @@ def _in_child(run: InProcessRun, fault: FaultContext) -> None:
     context = multiprocessing.get_context("spawn")
     error_file = run.bundle.with_name("error.pickle")
     progress_file = run.bundle.with_name("progress")
-    child = context.Process(target=_child_main, args=(run, error_file, progress_file), daemon=True)
+    child = context.Process(target=_child_main, args=(run, error_file, progress_file, os.getpid()), daemon=True)
     try:
         # An interrupt while the child is being spawned is raised once it is known (and
         # then ended below): raised inside the spawn, it left a child nobody ended.
@@ -357,8 +358,10 @@ def _in_child(run: InProcessRun, fault: FaultContext) -> None:
         raise ModuleFaultError(f"{run.vmfb}: the child process running {run.function} exited with {child.exitcode}")
 
 
-def _child_main(run: InProcessRun, error_file: Path, progress_file: Path) -> None:
+def _child_main(run: InProcessRun, error_file: Path, progress_file: Path, parent_pid: int) -> None:
     import pickle
+
+    children.die_with_parent(parent_pid)  # a SIGKILLed dfit leaves no run going on
 
     try:
         _run_in_process(run, progress_file)

@@ -1,22 +1,33 @@
 """A ``dfit run`` killed outright (SIGKILL, the out-of-memory killer, a crash: no
-``finally`` and no handler runs) leaves its scratch folder, ``$TMPDIR/dfit-run-<pid>-…``
-(a long run's profile: GBs); the next ``dfit run`` removes it: only a folder whose PID is
-no longer a process and which this user owns
-(:func:`dfit_mlir.core.atomic.remove_stale_scratch`; the compile side's folders:
-tests/test_pass_dumps.py).
+``finally`` and no handler runs) leaves nothing running and nothing for good:
+
+* its child (the ``iree-benchmark-module`` of a ``full`` run, the spawned Python of an
+  in-process one) dies with it (``prctl(PR_SET_PDEATHSIG)``, :mod:`dfit_mlir.core.children`);
+* its scratch folder, ``$TMPDIR/dfit-run-<pid>-…`` (a long run's profile: GBs), is
+  removed by the next ``dfit run``: only a folder whose PID is no longer a process and
+  which this user owns (:func:`dfit_mlir.core.atomic.remove_stale_scratch`; the compile
+  side's folders: tests/test_pass_dumps.py).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
-from dfit_mlir.core import atomic
+from dfit_mlir.core import atomic, children
+from tests.conftest import CONVNET
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
+
+#: Seconds a killed dfit's child may take to be gone (the kernel signals it at once).
+CHILD_GONE_SECONDS = 5
 
 
 def _dead_pid() -> int:
@@ -24,6 +35,104 @@ def _dead_pid() -> int:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     return child.pid
+
+
+def _parent_and_state(pid: int) -> tuple[int, str] | None:
+    """``(ppid, state)`` of a process from ``/proc/PID/stat``, or None when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    state, ppid = stat.rpartition(")")[2].split()[:2]  # the name in parentheses may hold spaces
+    return int(ppid), state
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (_parent_and_state(int(entry.name)) or (0, ""))[0] == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def _program(pid: int) -> str:
+    try:
+        return Path(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()).name
+    except OSError:
+        return ""
+
+
+def _running(pid: int) -> bool:
+    """Not gone and not a zombie (a reparented child is reaped by whatever PID 1 is)."""
+    found = _parent_and_state(pid)
+    return found is not None and found[1] != "Z"
+
+
+def _wait_for(condition, seconds: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+@pytest.fixture(scope="module")
+def vmfb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from dfit_mlir.passes.instrumented_compile import compile_instrumented
+
+    return compile_instrumented(CONVNET, tmp_path_factory.mktemp("killed-runs") / "convnet.vmfb", mode="full").vmfb
+
+
+def _started_run(vmfb: Path, mode: str, scratch: Path, work: Path) -> subprocess.Popen[bytes]:
+    """``dfit run`` of a million invocations (it would run for minutes) in a child."""
+    return subprocess.Popen([sys.executable, "-m", "dfit_mlir", "run", str(vmfb), "--mode", mode,
+                             "--repeat", "1000000", "-o", str(work / "bundle")], cwd=work,
+                            env={**os.environ, "TMPDIR": str(scratch)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+#: What shows that a run's module is running, by mode: the profiling tool has started
+#: (full), the spawned Python has begun its invocations (its progress file, ids).
+_RUNNING = {
+    "full": lambda pid, folder: any(_program(c) == "iree-benchmark-module" for c in _children(pid)),
+    "ids": lambda pid, folder: (folder / "progress").exists(),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(_RUNNING))
+def test_a_killed_run_leaves_no_child_and_the_next_run_removes_its_folder(vmfb: Path, mode: str,
+                                                                        tmp_path: Path) -> None:
+    scratch, work = tmp_path / "scratch", tmp_path / "work"
+    scratch.mkdir()
+    work.mkdir()
+    dfit = _started_run(vmfb, mode, scratch, work)
+    try:
+        _wait_for(lambda: any(scratch.glob(f"dfit-run-{dfit.pid}-*")), 60, "the run's scratch folder")
+        folder = next(scratch.glob(f"dfit-run-{dfit.pid}-*"))
+        _wait_for(lambda: _RUNNING[mode](dfit.pid, folder) or dfit.poll() is not None, 60, "the module to run")
+        assert dfit.poll() is None, "dfit ended before it could be killed"
+        running = [pid for pid in _children(dfit.pid) if _running(pid)]
+        assert running, "dfit has no child running the module"
+    finally:
+        dfit.kill()
+        dfit.wait()
+    try:
+        _wait_for(lambda: not any(_running(pid) for pid in running), CHILD_GONE_SECONDS, "dfit's children to die")
+    finally:
+        for pid in running:  # not left burning a core for the rest of the suite
+            if _running(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert folder.is_dir()  # what SIGKILL leaves: no finally ran
+
+    live = scratch / f"dfit-run-{os.getpid()}-alive"  # a run still going (this process)
+    other = scratch / f"not-dfit-{dfit.pid}-mine"  # the user's, with a dead PID in its name
+    for kept in (live, other):
+        kept.mkdir()
+    next_run = subprocess.run([sys.executable, "-m", "dfit_mlir", "run", str(vmfb), "--mode", "none",
+                               "-o", str(work / "next")], cwd=work, env={**os.environ, "TMPDIR": str(scratch)},
+                              capture_output=True, text=True, timeout=240)
+    assert next_run.returncode == 0, next_run.stderr
+    assert not folder.exists()
+    assert live.is_dir() and other.is_dir()
 
 
 def test_stale_scratch_of_dead_processes_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -52,3 +161,25 @@ def test_scratch_folders_carry_their_makers_pid(tmp_path: Path, monkeypatch: pyt
     assert not folder.exists()
     with pytest.raises(ValueError, match="SCRATCH_PREFIXES"), atomic.scratch_directory("dfit-unlisted-"):
         pass
+
+
+_PDEATHSIG = ("import ctypes; libc = ctypes.CDLL(None); found = ctypes.c_int(-1); "
+              "libc.prctl(2, ctypes.byref(found), 0, 0, 0); print(found.value)")  # PR_GET_PDEATHSIG
+
+
+def test_a_tool_child_asks_to_die_with_dfit() -> None:
+    started = subprocess.run([sys.executable, "-c", _PDEATHSIG], capture_output=True, text=True, check=True,
+                             preexec_fn=children.tied_to_dfit())
+    assert started.stdout.strip() == str(int(signal.SIGKILL))
+    plain = subprocess.run([sys.executable, "-c", _PDEATHSIG], capture_output=True, text=True, check=True)
+    assert plain.stdout.strip() == "0"
+
+
+def test_a_child_whose_parent_died_before_it_asked_exits() -> None:
+    """The race: dfit killed between the fork and the prctl (the kernel would never send
+    the signal, the child is already reparented): the child's parent is not the one it
+    was started by, and it exits at once."""
+    orphan = subprocess.run([sys.executable, "-c", "from dfit_mlir.core.children import die_with_parent; "
+                             f"die_with_parent({_dead_pid()}); print('still running')"],
+                            capture_output=True, text=True)
+    assert orphan.returncode == children.ORPHANED_EXIT and "still running" not in orphan.stdout

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from dfit_mlir.core import outputs, paths
+from dfit_mlir.core import children, outputs, paths
 from dfit_mlir.core.errors import OutputRefusedError
 
 #: Temporary files and directories of writes in progress; the CLI removes what is left
@@ -166,11 +166,13 @@ def run_process(command: Sequence[str]) -> subprocess.CompletedProcess[str]:
     the signals held (:func:`signals_held`). ``Popen`` returns once the child has called
     ``exec``: a SIGINT/SIGTERM raised while it waits leaves a running child that nothing
     holds to kill (an ``iree-benchmark-module`` outlived a SIGTERMed ``dfit run``). Held,
-    the signal is raised once the child is held, and the child is killed and reaped."""
+    the signal is raised once the child is held, and the child is killed and reaped. A
+    SIGKILL no handler sees kills the child too (:func:`children.tied_to_dfit`)."""
     child: subprocess.Popen[str] | None = None
     try:
         with signals_held():
-            child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     preexec_fn=children.tied_to_dfit())
         while True:
             try:
                 stdout, stderr = child.communicate(timeout=LOST_SIGNAL_CHECK_SECONDS)
