@@ -573,6 +573,9 @@ def _close_sockets() -> Any:
 # --- the harness --------------------------------------------------------------------------
 
 def _env(work: Path) -> dict[str, str]:
+    """A dfit child's environment; its TMPDIR, ``work/.tmp``, is made here (dfit refuses a
+    TMPDIR that does not exist)."""
+    (work / ".tmp").mkdir(exist_ok=True)
     return {**os.environ, "PYTHONPATH": str(REPO), "DFIT_TEST_SECRET": TOKEN, "DFIT_CACHE_DIR": str(work / ".cache"),
             "TMPDIR": str(work / ".tmp")}
 

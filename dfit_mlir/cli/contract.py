@@ -37,6 +37,7 @@ def user_errors(command: Callable[..., Any]) -> Callable[..., Any]:
         previous = _route_sigterm()
         atomic.forget_signals()
         try:
+            atomic.require_usable_temp_dir()  # before anything falls back to /tmp in silence
             result = command(*args, **kwargs)
             atomic.check_not_interrupted()  # a signal whose exception a finalizer dropped
             return result

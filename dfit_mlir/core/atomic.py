@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 from dfit_mlir.core import children, outputs, paths
-from dfit_mlir.core.errors import OutputRefusedError
+from dfit_mlir.core.errors import InvalidInputError, OutputRefusedError
 
 #: Temporary files and directories of writes in progress; the CLI removes what is left
 #: of them when a signal ends the process in a way ``finally`` cannot see.
@@ -119,6 +119,36 @@ def scratch_directory(prefix: str) -> Iterator[Path]:
     finally:
         shutil.rmtree(path, ignore_errors=True)
         LIVE_TEMPORARIES.discard(path)
+
+
+#: The variables that name the temporary folder, in the order Python's ``tempfile`` reads
+#: them (an empty one counts as unset).
+TEMP_DIR_VARIABLES = ("TMPDIR", "TEMP", "TMP")
+
+
+def require_usable_temp_dir() -> None:
+    """Refuse (:class:`InvalidInputError`, exit 2) a ``$TMPDIR`` that names no folder this
+    user can write: ``tempfile`` passes over it in silence for ``/tmp``, and a run's
+    profile (GBs) filled the disk the user had pointed ``TMPDIR`` away from."""
+    name = next((name for name in TEMP_DIR_VARIABLES if os.environ.get(name)), None)
+    if name is None:
+        return
+    value = os.environ[name]
+    problem = _temp_dir_problem(value)
+    if problem is not None:
+        raise InvalidInputError(f"{name}={value}: {problem}; dfit writes its scratch there (a run's profile: GBs): "
+                                f"set {name} to a writable folder with room, or unset it")
+
+
+def _temp_dir_problem(value: str) -> str | None:
+    """What keeps ``value`` from being the temporary folder, or None."""
+    if not os.path.exists(value):
+        return "no such directory"
+    if not os.path.isdir(value):
+        return "not a directory"
+    if not os.access(value, os.W_OK | os.X_OK):  # root passes, but for a read-only file system
+        return "not writable by this user"
+    return None
 
 
 def remove_stale_scratch() -> list[Path]:

@@ -5,7 +5,8 @@ The exit-status table, the same for every ``dfit`` command:
 
 ====  =====================================================================
 0     success
-2     bad input or usage: a file, flag or option dfit refuses (it names it)
+2     bad input or usage: a file, flag, option or environment variable (TMPDIR)
+      dfit refuses (it names it)
 3     the toolchain or the model failed: IREE rejected the input, the module
       faulted at run time, a vendor tool or a child process died
 70    internal error: a bug in dfit (the traceback is written to a file whose
@@ -85,7 +86,8 @@ class Interrupted(KeyboardInterrupt):
 #: The exit-status table as (status, meaning) rows: ``dfit --help`` and the README show it.
 EXIT_TABLE = (
     (EXIT_OK, "success"),
-    (EXIT_INVALID_INPUT, "bad input or usage: a file, flag or option dfit refuses (the message names it)"),
+    (EXIT_INVALID_INPUT, "bad input or usage: a file, flag, option or environment variable (TMPDIR) dfit refuses "
+                         "(the message names it)"),
     (EXIT_TOOLCHAIN_FAILED, "the toolchain or the model failed: IREE rejected the input, the module faulted, "
                             "a vendor tool or a child process died (its diagnostics follow the dfit: line)"),
     (EXIT_INTERNAL_ERROR, "internal error: a bug in dfit (the traceback is written to a file whose path is printed)"),
