@@ -3,6 +3,7 @@ skips a TMPDIR that does not exist, is not a directory or is not writable and ta
 ``/tmp``, so a run's profile (GBs) filled the disk the user had pointed TMPDIR away
 from. Every command refuses it first, with one line naming the variable, its value and
 what is wrong (exit 2) and nothing written (:func:`dfit_mlir.core.atomic.require_usable_temp_dir`).
+``dfit run --help`` says what a run writes there and how much.
 """
 
 from __future__ import annotations
@@ -63,3 +64,8 @@ def test_the_first_variable_set_is_the_one_checked(tmp_path: Path) -> None:
                               prog_name="dfit")
     assert fine.exit_code == 0, fine.output
 
+
+def test_run_help_says_where_its_scratch_goes_and_how_much() -> None:
+    shown = " ".join(CliRunner().invoke(main, ["run", "--help"], prog_name="dfit").output.split())
+    assert "$TMPDIR, in a dfit-run-* folder removed when the run ends" in shown
+    assert "a few KB an invocation" in shown and "set TMPDIR to a folder with room" in shown

@@ -72,7 +72,13 @@ def run(vmfb: Path, manifest_path: Path | None, mode: str, tensor_filter: str | 
         inputs: tuple[str, ...], inputs_from: Path | None, repeat: int, warmup: int, driver: str,
         function: str | None, id_globs: tuple[str, ...], sample: float, max_events: int | None, trace_all: bool,
         max_input_bytes: str | None, host: str | None, rank: int | None, clock_offset_ns: int | None, output: Path, force: bool) -> None:
-    """Run a compiled module, join runtime events to IDs, write a run bundle."""
+    """Run a compiled module, join runtime events to IDs, write a run bundle.
+
+    The HAL profile (--mode full) and the run's scratch columns go to $TMPDIR, in a
+    dfit-run-* folder removed when the run ends: a few KB an invocation for a model of a
+    few dispatches (about 3.7 KB for the bundled demo; more events an invocation, more
+    KB), so for a long run set TMPDIR to a folder with room.
+    """
     import socket
 
     from dfit_mlir.core import manifest
