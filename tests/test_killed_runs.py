@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -68,7 +69,7 @@ def _running(pid: int) -> bool:
     return found is not None and found[1] != "Z"
 
 
-def _wait_for(condition, seconds: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def _wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
