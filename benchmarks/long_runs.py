@@ -15,10 +15,11 @@ The module is ``examples/models/convnet.mlir`` compiled with ``dfit compile ...
 ``--baseline DIR`` also times the dfit of another checkout (``git worktree add DIR
 COMMIT``) in the same alternation: a change's effect measured side by side.
 
-``--decode-records R`` also records a profile of about R records and times its decode in
-this process, best of three: the windowed reader's index pass alone, the index plus every
-record of every family read into typed columns window by window (what a run reads), and
-the whole-file reader (``profile_file.read_profile``) for comparison.
+``--decode-records R`` also records a profile of about R records and times its decode,
+best of three, in a fresh process of this checkout (and of the baseline's, given): the
+windowed reader's index pass alone, the index plus every record of every family read
+into typed columns window by window (what a run reads), and the whole-file reader
+(``profile_file.read_profile``: every record into typed columns at once).
 """
 
 from __future__ import annotations
@@ -70,42 +71,59 @@ def median(runs: list[dict[str, float]]) -> dict[str, float]:
             for key in runs[0]}
 
 
-def decode_rate(vmfb: Path, inputs: Path, records: int, driver: str, work: Path) -> dict[str, Any]:
-    """Records per second of the profile readers on a profile of about ``records`` records."""
-    from dfit_mlir.runtime_hooks import profile_file, profile_stream
+#: The decode measured in a child process of the checkout at ``sys.argv[1]`` (this one, or
+#: the baseline's, so that both are timed alike): best wall and CPU of three reads of the
+#: profile at ``sys.argv[2]`` by each reader, as JSON. Only names both checkouts have.
+_DECODE_SCRIPT = """
+import json, sys, time
+from pathlib import Path
+root, profile = sys.argv[1], Path(sys.argv[2])
+sys.path.insert(0, root)
+import dfit_mlir
+dfit_mlir.__path__.insert(0, root)
+from dfit_mlir.runtime_hooks import profile_file, profile_stream
 
+def index_only():
+    return sum(profile_stream.index_profile(profile).counts.values())
+
+def windows():
+    index = profile_stream.index_profile(profile)
+    return sum(len(index.family_window(family, w)) for family in index.counts for w in range(index.windows))
+
+def whole():
+    return sum(len(r) for r in profile_file.read_profile(profile).records.values())
+
+found = {}
+for name, read in (("index", index_only), ("index + every window", windows), ("whole file", whole)):
+    walls, cpus, count = [], [], 0
+    for _ in range(3):
+        start, cpu = time.perf_counter(), time.process_time()
+        count = read()
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
+    found[name] = {"records": count, "s": round(min(walls), 3), "records_per_s": round(count / min(walls)),
+                   "cpu_s": round(min(cpus), 3), "records_per_cpu_s": round(count / max(min(cpus), 1e-9))}
+print(json.dumps(found))
+"""
+
+
+def decode_rate(vmfb: Path, inputs: Path, records: int, driver: str, work: Path,
+                baseline: Path | None = None) -> dict[str, Any]:
+    """Records per second of the profile readers on a profile of about ``records``
+    records, this checkout's and, given, ``baseline``'s (each in a process of its own,
+    alternating, the best of three reads each)."""
     profile = work / "decode.ireeprof"
     n = -(-records // 22)
     subprocess.run([runtime_tool("iree-benchmark-module"), f"--module={vmfb}",
                     f"--device={driver}", f"--device_profiling_mode={FAMILIES}",
                     f"--device_profiling_output={profile}", f"--input=@{inputs}", "--function=main",
                     f"--benchmark_min_time={n}x"], check=True, capture_output=True)
-
-    def best(read: Any) -> tuple[float, float, int]:
-        """Best wall and best CPU seconds of three reads, and the records read."""
-        walls, cpus, count = [], [], 0
-        for _ in range(3):
-            start, cpu = time.perf_counter(), time.process_time()
-            count = read()
-            walls.append(time.perf_counter() - start)
-            cpus.append(time.process_time() - cpu)
-        return min(walls), min(cpus), count
-
-    def index_only() -> int:
-        return sum(profile_stream.index_profile(profile).counts.values())
-
-    def windows() -> int:
-        index = profile_stream.index_profile(profile)
-        return sum(len(index.family_window(family, w)) for family in index.counts for w in range(index.windows))
-
-    def whole() -> int:
-        return sum(len(r) for r in profile_file.read_profile(profile).records.values())
-
-    found = {"invocations": n, "profile_mb": round(profile.stat().st_size / 1e6, 1)}
-    for name, read in (("index", index_only), ("index + every window", windows), ("whole file", whole)):
-        seconds, cpu, count = best(read)
-        found[name] = {"records": count, "s": round(seconds, 3), "records_per_s": round(count / seconds),
-                       "cpu_s": round(cpu, 3), "records_per_cpu_s": round(count / max(cpu, 1e-9))}
+    found: dict[str, Any] = {"invocations": n, "profile_mb": round(profile.stat().st_size / 1e6, 1)}
+    checkouts = {"this": ROOT, **({"baseline": baseline.resolve()} if baseline is not None else {})}
+    for name, root in checkouts.items():
+        child = subprocess.run([sys.executable, "-c", _DECODE_SCRIPT, str(root), str(profile)], check=True,
+                               capture_output=True, text=True)
+        found[name] = json.loads(child.stdout)
     profile.unlink()
     return found
 
@@ -166,8 +184,8 @@ def main() -> None:
             print(json.dumps(row), flush=True)
             subprocess.run(["rm", "-rf", str(bundle)], check=True)
         if args.decode_records:
-            print(json.dumps({"decode": decode_rate(vmfb, work / "x.npy", args.decode_records, args.driver, work)}),
-                  flush=True)
+            print(json.dumps({"decode": decode_rate(vmfb, work / "x.npy", args.decode_records, args.driver, work,
+                                                    args.baseline)}), flush=True)
     print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     print("| invocations | events | .ireeprof | iree-benchmark-module wall / CPU / RSS | dfit run wall / CPU / RSS "
           "| wall ratio | CPU ratio |")
