@@ -15,7 +15,7 @@ the next block read in a thread while this one is walked): each block's record h
 are found and checked in bulk (:func:`walk_block`, which the windowed route's index
 walks with too: one reader of the layout), and each family's records are gathered
 straight into one array of its numpy structured dtype (:data:`FAMILY_DTYPES`) with
-fancy indexes, no Python per record or per chunk (1M records in about 0.09 s on the
+fancy indexes, no Python per record or per chunk (1M records in about 0.1 s on the
 2-core machine, ``benchmarks/long_runs.py --decode-records``). What :mod:`hal_profile`
 made of ``iree-profile``'s JSON lines is rebuilt from those columns
 (:class:`ProfileTables`); ``iree-profile`` stays the reference in the tests
@@ -588,7 +588,7 @@ class ProfileFileReader:
     def _read(self, fd: int, version: tuple[int, int]) -> ProfileTables:
         """Every block of the file read once (the next while this one is walked), its
         records walked in bulk and each family's gathered from it (no Python per chunk:
-        1M records in 0.09 s where a ``struct`` unpack per chunk took 0.39)."""
+        1M records in 0.10 s where a ``struct`` unpack per chunk took 0.39–0.48)."""
         tables = ProfileTables(self.path, version)
         _, _, _, offset, _, logical_end = _FILE_HEADER.unpack(os.pread(fd, _FILE_HEADER.size, 0))
         end = file_end(self.path, logical_end, os.fstat(fd).st_size)

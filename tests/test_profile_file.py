@@ -239,6 +239,58 @@ def test_damaged_profile_is_exit_2_with_the_offset(programs: dict[str, CompileRe
             profile_stream.index_profile(profile)
 
 
+def test_any_damage_is_a_format_error_never_a_crash(programs: dict[str, CompileResult], tmp_path: Path) -> None:
+    """SYNTHETIC damage of a real profile, 200 ways (seeded): cut at any byte, a header
+    field or a record's bytes overwritten, a record's length changed. Each reader reads
+    it or says :class:`ProfileFormatError` (the index may also leave it to the whole-run
+    route); no other exception, whatever the bulk walk, the read ahead or a gather meets."""
+    import random
+
+    import numpy as np
+
+    profile = tmp_path / "p.ireeprof"
+    record(programs["loop.mlir"].vmfb, CASES["loop_task"][2], 3, "local-task", hal_profile.FULL_FAMILIES, profile)
+    data = profile.read_bytes()
+    starts = [struct.unpack_from("<I", data, 8)[0]]
+    while starts[-1] < len(data):
+        starts.append(starts[-1] + struct.unpack_from("<Q", data, starts[-1])[0])
+    starts.pop()
+    rng = random.Random(29)
+    outcomes = {"read": 0, "refused": 0}
+    damaged = tmp_path / "damaged.ireeprof"
+    for case in range(200):
+        copy = bytearray(data)
+        kind = case % 4
+        if kind == 0:  # cut anywhere (an unfinished file: no logical length)
+            copy = copy[:rng.randrange(24, len(copy))]
+            struct.pack_into("<Q", copy, 16, 0)
+        elif kind == 1:  # one header field of one record: lengths, counts, types, flags
+            at = rng.choice(starts) + rng.choice([0, 8, 24, 56, 60, 64, 68, 80, 88, 100])
+            copy[at:at + 2] = rng.randbytes(2)
+        elif kind == 2:  # bytes anywhere after the file header
+            at = rng.randrange(24, len(copy) - 8)
+            copy[at:at + 8] = rng.randbytes(8)
+        else:  # a record's length off by a little or a lot
+            at = rng.choice(starts)
+            length = struct.unpack_from("<Q", copy, at)[0]
+            struct.pack_into("<Q", copy, at, max(0, length + rng.choice([-9, -1, 1, 8, 104, 1 << 20, 1 << 40])))
+        damaged.write_bytes(bytes(copy))
+        try:
+            tables = profile_file.read_profile(damaged)
+            assert all(len(records) == len(np.asarray(records)) for records in tables.records.values())
+            outcomes["read"] += 1
+        except profile_file.ProfileFormatError:
+            outcomes["refused"] += 1
+        try:
+            index = profile_stream.index_profile(damaged, window_records=16)
+            for family in index.counts:
+                for window in range(index.windows):
+                    index.family_window(family, window)
+        except (profile_file.ProfileFormatError, profile_stream.WindowedRouteUnavailable):
+            pass
+    assert outcomes["read"] and outcomes["refused"] > 100, outcomes
+
+
 def test_unknown_version_goes_to_iree_profile(programs: dict[str, CompileResult], tmp_path: Path) -> None:
     def bump(data: bytearray) -> bytearray:
         struct.pack_into("<H", data, 6, 99)
