@@ -164,6 +164,23 @@ def test_scratch_folders_carry_their_makers_pid(tmp_path: Path, monkeypatch: pyt
         pass
 
 
+def test_a_spark_session_removes_the_scratch_a_killed_dfit_left(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark's warehouse and shuffle folder (``$TMPDIR/dfit-spark-<pid>-…``, removed at
+    exit, so left by a SIGKILL) is named after its process; the next one removes a dead
+    process's, not a live one's (no Spark started: the folder is made before it)."""
+    from dfit_mlir.fleet.store import engines
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(engines, "_SPARK_SCRATCH", None)
+    stale, live = tmp_path / f"dfit-spark-{_dead_pid()}-abc", tmp_path / f"dfit-spark-{os.getppid()}-abc"
+    for folder in (stale, live):
+        (folder / "local").mkdir(parents=True)
+    scratch = engines._spark_scratch()
+    assert scratch.parent == tmp_path and scratch.name.startswith(f"dfit-spark-{os.getpid()}-")
+    assert not stale.exists() and live.is_dir()
+
+
 _PDEATHSIG = ("import ctypes; libc = ctypes.CDLL(None); found = ctypes.c_int(-1); "
               "libc.prctl(2, ctypes.byref(found), 0, 0, 0); print(found.value)")  # PR_GET_PDEATHSIG
 

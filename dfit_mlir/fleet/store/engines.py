@@ -475,15 +475,24 @@ def spark_session(master: str | None = None, limits: policy.Limits | None = None
     return session
 
 
+#: Spark's scratch folders: ``$TMPDIR/dfit-spark-<pid>-*`` (:func:`paths.private_prefix`).
+SPARK_SCRATCH_PREFIX = "dfit-spark-"
+
+
 def _spark_scratch() -> Path:
     """A temporary folder for Spark's warehouse and local files, removed when dfit exits
-    (a store it lies in is refused: :meth:`SparkEngine.__init__`)."""
+    (a store it lies in is refused: :meth:`SparkEngine.__init__`). Named after this
+    process, so that the next session removes what a killed dfit left (no ``atexit``
+    runs after a SIGKILL, and Spark's shuffle files can be large)."""
     import atexit
     import shutil
     import tempfile
 
+    from dfit_mlir.core import paths
+
     global _SPARK_SCRATCH
-    scratch = Path(tempfile.mkdtemp(prefix="dfit-spark-"))
+    paths.remove_stale_folders(Path(tempfile.gettempdir()), (SPARK_SCRATCH_PREFIX,))
+    scratch = Path(tempfile.mkdtemp(prefix=paths.private_prefix(SPARK_SCRATCH_PREFIX)))
     atexit.register(shutil.rmtree, scratch, ignore_errors=True)
     _SPARK_SCRATCH = scratch
     return scratch
