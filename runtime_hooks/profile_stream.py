@@ -39,7 +39,7 @@ import mmap
 import os
 import struct
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -296,12 +296,13 @@ class _Walk:
             with pf.BlockReader(ahead=True) as reader:
                 self._walk_to(fd, end, reader, following=False)
 
-    def follow(self, finished: threading.Event) -> None:
+    def follow(self, finished: threading.Event, flushed: Callable[[int], None] | None = None) -> None:
         """Walk the profile while its writer writes it, up to its last whole record every
         :data:`FOLLOW_BYTES` it grows, until ``finished`` is set; :meth:`run` then walks
         the rest. The writer appends whole records one after the other and fills in the
         header's length only when it closes the file (the length is 0 meanwhile), so a
-        record the walk takes is never written again."""
+        record the walk takes is never written again. ``flushed``: told the flushes (queue
+        chunks: invocations) walked so far after each step."""
         fd: int | None = None
         try:
             while not finished.wait(FOLLOW_POLL_SECONDS):
@@ -317,6 +318,8 @@ class _Walk:
                 assert self.offset is not None
                 if size - self.offset >= FOLLOW_BYTES:
                     self._walk_to(fd, size, self._reader, following=True)
+                    if flushed is not None:
+                        flushed(self.queue_chunks)
         finally:
             self._reader.close()  # its buffers: the rest is walked by run, reading ahead
             if fd is not None:
@@ -441,15 +444,17 @@ FOLLOW_POLL_SECONDS = 0.05
 FILE_HEADER_BYTES = 24
 
 
-def follow_profile(path: Path, finished: threading.Event, paged: PagedArrays | None = None) -> _Walk | None:
+def follow_profile(path: Path, finished: threading.Event, paged: PagedArrays | None = None,
+                   flushed: Callable[[int], None] | None = None) -> _Walk | None:
     """Index ``path`` while the tool is still writing it, until ``finished`` is set (run
     in a thread of its own, on the core the tool leaves idle): the walk so far, which
     :func:`index_profile` takes on from where it stopped. ``None`` where the walk failed
     (a damaged or unknown file): the index then walks the file afresh and names what is
-    wrong as it would have. ``paged``: where the walk's columns go (:class:`_Walk`)."""
+    wrong as it would have. ``paged``: where the walk's columns go (:class:`_Walk`);
+    ``flushed``: told the invocations flushed so far as the walk goes (a progress bar)."""
     walk = _Walk(Path(path), paged)
     try:
-        walk.follow(finished)
+        walk.follow(finished, flushed)
     except Exception:  # noqa: BLE001 — left to index_profile's own walk, which says what is wrong
         return None
     return walk

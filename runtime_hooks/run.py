@@ -558,8 +558,9 @@ LOAD_INVOCATION = -1
 
 #: Where the windowed route reads (tests force small windows to exercise several).
 WINDOW_RECORDS = 65_536
-#: A profiled run of this many invocations says on a terminal that it is running (its
-#: progress cannot be counted until the profile is read; seconds at this size).
+#: A profiled run of this many invocations shows on a terminal that it is running: a bar
+#: of the invocations flushed so far, counted by the index's walk as the profile grows,
+#: or a line where the profile is not followed (seconds at this size).
 ANNOUNCED_INVOCATIONS = 1_000
 #: The families a windowed run writes as queue and memory events, with their row kind
 #: and, for host operations, the record types that are not (dispatches).
@@ -766,20 +767,32 @@ def _record_run(vmfb: Path, inputs: Sequence[str], driver: str, function: str, r
     """Run ``vmfb`` ``warmup + repeat`` times under HAL profiling, the profile kept in
     ``folder`` (a fault in the module: :class:`ModuleFaultError`); ``paged``: where its
     reading keeps the arrays that grow with the run (:attr:`RecordedProfile.paged`)."""
-    path = folder / "profile.ireeprof"
-    if warmup + repeat >= ANNOUNCED_INVOCATIONS:  # a run long enough to wait for: say what it is doing
-        from dfit_mlir.runtime_hooks.progress import announce
+    from dfit_mlir.runtime_hooks.progress import Progress, announce
 
-        announce(f"dfit: profiling {warmup + repeat} invocations of {function} (iree-benchmark-module)")
+    path = folder / "profile.ireeprof"
+    invocations = warmup + repeat
     finished, followed = threading.Event(), [None]
     # Where the windowed route may read the profile, its index is walked while the tool
-    # writes it, in the imports' thread once they are done.
-    follow = windowed_may_read(families, warmup + repeat)
-    importing = _import_in_background(AFTER_THE_RUN, then=lambda: _follow(path, finished, followed, paged)
+    # writes it, in the imports' thread once they are done; the walk counts the flushes
+    # (one queue-events chunk an invocation), which the bar shows on a terminal.
+    follow = windowed_may_read(families, invocations)
+    bar = Progress(f"dfit: profiling {invocations} invocations of {function}", invocations if follow else 0,
+                   threshold=ANNOUNCED_INVOCATIONS)
+    if invocations >= ANNOUNCED_INVOCATIONS and not bar.shown:  # a run long enough to wait for
+        announce(f"dfit: profiling {invocations} invocations of {function} (iree-benchmark-module)")
+
+    def flushed(count: int) -> None:
+        bar.update(min(count, invocations) - bar.done)
+
+    importing = _import_in_background(AFTER_THE_RUN, then=lambda: _follow(path, finished, followed, paged, flushed)
                                       if follow else None)
     try:
-        tool, stdout = hal_profile.record_profile(vmfb, inputs, path, driver=driver, function=function,
-                                                  invocations=warmup + repeat, families=families)
+        with bar:
+            tool, stdout = hal_profile.record_profile(vmfb, inputs, path, driver=driver, function=function,
+                                                      invocations=invocations, families=families)
+            finished.set()
+            importing.join()  # the walk's last count in before the bar is finished
+            bar.update(invocations - bar.done)  # the tool ran them all
     except hal_profile.ToolFault as error:
         signal_number = fault_signal(error.returncode)
         if fault is not None and signal_number is not None:
@@ -800,10 +813,11 @@ def windowed_may_read(families: Sequence[str], invocations: int) -> bool:
     return invocations >= 2 and "queue-events" in families
 
 
-def _follow(path: Path, finished: threading.Event, followed: list[Any], paged: PagedArrays | None) -> None:
+def _follow(path: Path, finished: threading.Event, followed: list[Any], paged: PagedArrays | None,
+            flushed: Callable[[int], None] | None = None) -> None:
     from dfit_mlir.runtime_hooks import profile_stream
 
-    followed[0] = profile_stream.follow_profile(path, finished, paged)
+    followed[0] = profile_stream.follow_profile(path, finished, paged, flushed)
 
 
 #: What a full run imports once its profile is recorded (the profile's readers, the join,

@@ -437,6 +437,32 @@ def test_progress_says_how_long_is_left_from_the_first_half_second(monkeypatch: 
     assert [progress._duration(s) for s in (42, 185, 7620)] == ["42 s", "3 min 05 s", "2 h 07 min"]
 
 
+def test_a_long_run_shows_the_invocations_profiled_so_far(compiled: dict[Path, CompileResult], tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the tool runs, the bar counts the invocations flushed so far (the queue
+    chunks the index's walk has passed as the profile grows) and ends at all of them:
+    a long run is not a silent wait (on a terminal only)."""
+    import re
+
+    from dfit_mlir.runtime_hooks import progress
+
+    monkeypatch.delenv(progress.QUIET_ENV, raising=False)
+    monkeypatch.setattr(run, "ANNOUNCED_INVOCATIONS", 100)
+    monkeypatch.setattr(profile_stream, "FOLLOW_BYTES", 32 << 10)  # a step every few invocations
+    monkeypatch.setattr(profile_stream, "FOLLOW_POLL_SECONDS", 0.001)
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    result = compiled[CONVNET]
+    profile = run._record_run(result.vmfb, ("1x32x32x3xf32=0.1",), "local-task", "main", 1500, 5,
+                              hal_profile.FULL_FAMILIES, tmp_path)
+    drawn = terminal.getvalue()
+    assert "dfit: profiling 1505 invocations of main  [" in drawn and "(iree-benchmark-module)" not in drawn
+    shown = [int(found) for found in re.findall(r"(\d+)%", drawn)]
+    assert shown == sorted(shown) and shown[-1] == 100
+    assert any(0 < share < 100 for share in shown), drawn  # counted as the tool ran, not only at its end
+    assert profile.followed is not None and profile.followed.queue_chunks <= 1505
+
+
 def test_progress_shows_on_a_terminal() -> None:
     """On a pseudo-terminal the bar is drawn (and DFIT_NO_PROGRESS turns it off)."""
     script = ("import sys, time; from dfit_mlir.runtime_hooks.progress import Progress, announce\n"
