@@ -486,15 +486,18 @@ def _checked_headers(path: Path, block: bytes | np.ndarray | mmap.mmap, base: in
     define is :class:`ProfileFormatError`."""
     raw = np.frombuffer(block, np.uint8)
     heads = items_at(block, walked, HEADER_BYTES).view(HEADER_DTYPE)
+    # Lengths past the file are refused as stored (unsigned): one of 2^63 or more turns
+    # negative in int64 and would pass the sums below (a payload "of -104 bytes").
+    past_the_file = (heads["length"] > np.uint64(end)) | (heads["payload_length"] > np.uint64(end))
     length = heads["length"].astype(np.int64)
     header_length = heads["header_length"].astype(np.int64)
     needed = header_length + heads["type_length"] + heads["name_length"] + heads["payload_length"].astype(np.int64)
-    bad = np.flatnonzero((header_length < HEADER_BYTES) | (length < needed) | (base + walked + length > end)
-                         | (walked + np.maximum(needed, HEADER_BYTES) > len(raw)))
+    bad = np.flatnonzero(past_the_file | (header_length < HEADER_BYTES) | (length < needed)
+                         | (base + walked + length > end) | (walked + np.maximum(needed, HEADER_BYTES) > len(raw)))
     if len(bad):
         row = int(bad[0])
         raise ProfileFormatError(
-            f"{path}: the record at byte {base + int(walked[row])} has length {int(length[row])}, which "
+            f"{path}: the record at byte {base + int(walked[row])} has length {int(heads['length'][row])}, which "
             f"does not hold its header, content type and {int(heads['payload_length'][row])}-byte payload "
             f"within the file ({end} bytes)")
     codes = np.full(len(walked), -1, np.int64)
@@ -592,6 +595,7 @@ class ProfileFileReader:
         tables = ProfileTables(self.path, version)
         _, _, _, offset, _, logical_end = _FILE_HEADER.unpack(os.pread(fd, _FILE_HEADER.size, 0))
         end = file_end(self.path, logical_end, os.fstat(fd).st_size)
+        offset = first_record(self.path, offset, end)
         found = _FamilyColumns(end - offset)
         with BlockReader(ahead=True) as reader:
             for block, base, walked in walked_blocks(self.path, fd, offset, end, reader):
@@ -712,6 +716,18 @@ def file_end(path: Path, logical_end: int, size: int) -> int:
         raise ProfileFormatError(f"{path}: the header at byte 16 says {end} bytes, the file has {size}: a damaged "
                                  f"header, or {size - end} bytes after the profile's end")
     return end
+
+
+def first_record(path: Path, offset: int, end: int | None = None) -> int:
+    """``offset``, where the file header (byte 8) says the records start, checked: past
+    the header and, where ``end`` (the records' end) is known, not past it (a damaged
+    header would otherwise read as a profile of no records)."""
+    if offset < _FILE_HEADER.size or (end is not None and offset > end):
+        where = f"inside the {_FILE_HEADER.size}-byte header" if offset < _FILE_HEADER.size else \
+            f"past the file's end ({end} bytes)"
+        raise ProfileFormatError(f"{path}: the header at byte 8 says the records start at byte {offset}, {where}: "
+                                 f"a damaged header")
+    return offset
 
 
 def supported(path: Path) -> bool:

@@ -292,6 +292,7 @@ class _Walk:
             size = os.fstat(fd).st_size
             (logical_end,) = struct.unpack("<Q", os.pread(fd, 8, 16))
             end = pf.file_end(self.path, logical_end, size)
+            pf.first_record(self.path, self.offset, end)
             # The file is finished: each next block is read while this one is walked.
             with pf.BlockReader(ahead=True) as reader:
                 self._walk_to(fd, end, reader, following=False)
@@ -330,7 +331,7 @@ class _Walk:
         version = self.version = reader.version()
         if version not in pf.KNOWN_VERSIONS:
             raise WindowedRouteUnavailable(f"HAL profile format {version[0]}.{version[1]}")
-        self.offset = struct.unpack("<4sHHI", os.pread(fd, 12, 0))[3]
+        self.offset = pf.first_record(self.path, struct.unpack("<4sHHI", os.pread(fd, 12, 0))[3])
 
     def _walk_to(self, fd: int, end: int, reader: pf.BlockReader, *, following: bool) -> None:
         """Index the records from :attr:`offset` to ``end``, a block at a time. Following
@@ -376,7 +377,7 @@ class _Walk:
                 self.device_ticks.add(name)
             if name in ("memory-events", "queue-device-events"):  # only their types matter here
                 types = pf.gather_field(block, base, payload_at[mine], records[mine], name, "type")
-                self.types.setdefault(name, set()).update(np.flatnonzero(np.bincount(types)).tolist())
+                self.types.setdefault(name, set()).update(_distinct(types))
                 continue
             if name == "clock-correlations":
                 self.clocks.add(pf.gather(self.path, block, base, payload_at[mine], records[mine], name), self.version)
@@ -392,7 +393,7 @@ class _Walk:
                 self._dispatch_facts(found, np.ones(len(found), bool), submission, mine, counts, first_row,
                                      len(family))
                 continue
-            self.types.setdefault(name, set()).update(np.flatnonzero(np.bincount(found["type"])).tolist())
+            self.types.setdefault(name, set()).update(_distinct(found["type"]))
             execute = found["type"] == pf.QUEUE_OPS.index("execute")
             executions.append(np.stack([submission[execute], found["command_buffer_id"][execute]
                                         .astype(np.int64)], axis=1))
@@ -422,8 +423,7 @@ class _Walk:
         self.dispatch_records += int(dispatch.sum())
         buffer_ids = found["command_buffer_id"][dispatch]
         # Buffer ids are small counters: counted, not sorted (the buffers are few).
-        buffers = np.flatnonzero(np.bincount(buffer_ids)) if buffer_ids.max() < 1 << 20 else np.unique(buffer_ids)
-        fresh = [buffer for buffer in buffers.tolist() if buffer not in self.buffers]
+        fresh = [buffer for buffer in _distinct(buffer_ids) if buffer not in self.buffers]
         chunk = np.repeat(np.flatnonzero(mine), counts)[dispatch]
         for buffer in fresh:
             self.buffers[buffer] = first_row + int(chunk[int(np.argmax(buffer_ids == buffer))])
@@ -434,6 +434,22 @@ class _Walk:
         np.maximum.at(high, chunk, submission[dispatch])
         rows = np.flatnonzero(low != _NO_SUBMISSION)
         self.dispatch_bounds.add(np.stack([rows + first_row, low[rows], high[rows]], axis=1))
+
+
+#: Values under this are counted (a bin each) where :func:`_distinct` is asked; past it, sorted.
+COUNTED_BELOW = 1 << 20
+
+
+def _distinct(values: np.ndarray) -> list[int]:
+    """The distinct ``values`` (small unsigned counters and enum values: operation types,
+    command-buffer ids), sorted: counted, not sorted, while they are small; a value past
+    :data:`COUNTED_BELOW` (an unknown type, a damaged record) is sorted like the rest
+    rather than given a bin of its own (a type of 2^32 - 1 asked for 32 GiB of bins)."""
+    if not len(values):
+        return []
+    if int(values.max()) < COUNTED_BELOW:
+        return np.flatnonzero(np.bincount(values)).tolist()
+    return np.unique(values).tolist()
 
 
 #: How much a profile being written grows before its follower walks on (a few flushes'

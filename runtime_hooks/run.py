@@ -658,12 +658,14 @@ class WindowedRun:
     def pipeline(self, manifest: dict[str, Any], policy: Policy, sink: Any) -> EventPipeline:
         import uuid
 
-        from dfit_mlir.runtime_hooks.progress import Progress
+        from dfit_mlir.runtime_hooks.progress import Progress, announce
 
         pipeline = EventPipeline(manifest, policy, sink, session=uuid.uuid4().hex[:12])
         with Progress("dfit: writing events", self.records, threshold=WINDOW_RECORDS) as progress:
             self._write_dispatches(pipeline, progress)
             self._write_rows(pipeline, progress)
+        if progress.shown:  # the traces, CSVs and summary that follow take seconds of a long run too
+            announce("dfit: finishing the traces, CSVs and summary")
         return pipeline
 
     def _write_dispatches(self, pipeline: EventPipeline, progress: Any) -> None:

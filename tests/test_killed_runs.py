@@ -181,6 +181,24 @@ def test_a_spark_session_removes_the_scratch_a_killed_dfit_left(tmp_path: Path,
     assert not stale.exists() and live.is_dir()
 
 
+def test_a_bundle_half_written_by_a_killed_dfit_is_removed_by_the_next_write(tmp_path: Path) -> None:
+    """The temporary folder beside an output (``.<name>.<pid>-<random>.tmp``: a bundle
+    being written, MBs) that a SIGKILL left is removed when the output is next written;
+    a live process's, another name's (``.bundle.notes``, a ``.tmp`` without a PID) stay."""
+    target = tmp_path / "bundle"
+    stale = tmp_path / f".bundle.{_dead_pid()}-abc.tmp"
+    kept = [tmp_path / f".bundle.{os.getppid()}-abc.tmp", tmp_path / ".bundle.notes", tmp_path / ".bundle.abc.tmp",
+            tmp_path / f".other.{_dead_pid()}-abc.tmp"]
+    for folder in (stale, *kept):
+        (folder / "events.parquet").parent.mkdir(parents=True)
+        (folder / "events.parquet").write_bytes(b"\0" * 64)
+    with atomic.atomic_directory(target, "bundle") as writing:
+        assert writing.name.startswith(f".bundle.{os.getpid()}-") and writing.name.endswith(".tmp")
+        (writing / "summary.json").write_text("{}")
+    assert (target / "summary.json").is_file() and not stale.exists()
+    assert all(folder.is_dir() for folder in kept)
+
+
 _PDEATHSIG = ("import ctypes; libc = ctypes.CDLL(None); found = ctypes.c_int(-1); "
               "libc.prctl(2, ctypes.byref(found), 0, 0, 0); print(found.value)")  # PR_GET_PDEATHSIG
 

@@ -8,6 +8,7 @@ damaged file is exit 2 naming the file and the byte offset."""
 
 from __future__ import annotations
 
+import re
 import struct
 from pathlib import Path
 from typing import Any
@@ -237,6 +238,66 @@ def test_damaged_profile_is_exit_2_with_the_offset(programs: dict[str, CompileRe
         assert f"the file has {size}: a damaged header" in str(error.value)
         with pytest.raises(profile_file.ProfileFormatError, match=f"the file has {size}: a damaged header"):
             profile_stream.index_profile(profile)
+
+
+def _first_chunk_of(data: bytearray, suffix: bytes) -> int:
+    """Byte offset of the first record whose content type ends in ``suffix``."""
+    offset = struct.unpack_from("<I", data, 8)[0]
+    while True:
+        length, header, type_length = struct.unpack_from("<Q", data, offset)[0], *struct.unpack_from(
+            "<II", data, offset + 56)
+        if data[offset + header:offset + header + type_length].endswith(suffix):
+            return offset
+        offset += length
+
+
+@pytest.mark.parametrize("damage", ["payload_length_2^64-104", "record_length_2^64-1", "records_past_the_end",
+                                    "records_inside_the_header"])
+def test_a_length_or_offset_past_the_file_is_named_as_stored(programs: dict[str, CompileResult], tmp_path: Path,
+                                                             damage: str) -> None:
+    """Lengths are u64 and the first record's offset u32: one past the file is refused by
+    both readers as the file stores it (a payload of 2^64 - 104 bytes turned to -104 in
+    int64 and passed the header check: a ValueError deep in a gather; a first record
+    past the end read as a profile of no records)."""
+    at: list[int] = []
+
+    def cut(data: bytearray) -> bytearray:
+        chunk = _first_event_chunk(data)
+        at.append(chunk)
+        if damage == "payload_length_2^64-104":
+            struct.pack_into("<Q", data, chunk + 8, 2**64 - 104)
+        elif damage == "record_length_2^64-1":
+            struct.pack_into("<Q", data, chunk, 2**64 - 1)
+        else:
+            struct.pack_into("<I", data, 8, 999_999_999 if damage == "records_past_the_end" else 12)
+        return data
+
+    profile = _damaged(tmp_path, programs, cut)
+    expected = {"payload_length_2^64-104": f"byte {at[0]} has length",
+                "record_length_2^64-1": f"byte {at[0]} has length {2**64 - 1}, which does not hold",
+                "records_past_the_end": "the records start at byte 999999999, past the file's end",
+                "records_inside_the_header": "the records start at byte 12, inside the 24-byte header"}[damage]
+    for read in (profile_file.read_profile, profile_stream.index_profile):
+        with pytest.raises(profile_file.ProfileFormatError, match=re.escape(expected)):
+            read(profile)
+
+
+def test_a_type_value_past_every_known_one_costs_no_memory(programs: dict[str, CompileResult],
+                                                           tmp_path: Path) -> None:
+    """SYNTHETIC: a memory and a queue record's ``type`` set to 2^32 - 1 (damage, or a
+    newer runtime's operation): the index collects the distinct types by sorting, not
+    by a bin per value up to it (32 GiB asked: a MemoryError, or seconds)."""
+    def cut(data: bytearray) -> bytearray:
+        for suffix in (b"memory-events", b"queue-events"):
+            chunk = _first_chunk_of(data, suffix)
+            payload_at = chunk + struct.unpack_from("<Q", data, chunk)[0] - struct.unpack_from("<Q", data, chunk + 8)[0]
+            struct.pack_into("<I", data, payload_at + 4, 2**32 - 1)
+        return data
+
+    profile = _damaged(tmp_path, programs, cut)
+    index = profile_stream.index_profile(profile, window_records=16)
+    assert 2**32 - 1 in index.types["memory-events"] and 2**32 - 1 in index.types["queue-events"]
+    assert profile_file.read_profile(profile).records["memory-events"]["type"].max() == 2**32 - 1
 
 
 def test_any_damage_is_a_format_error_never_a_crash(programs: dict[str, CompileResult], tmp_path: Path) -> None:

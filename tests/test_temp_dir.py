@@ -20,8 +20,12 @@ from tests.conftest import CONVNET
 
 
 def _unusable(kind: str, tmp_path: Path) -> Path:
-    """A TMPDIR value of ``kind``: missing, a file, a folder without write permission."""
-    path = tmp_path / f"tmp-{kind}"
+    """A TMPDIR value of ``kind``: missing, a file, a folder without write permission,
+    one whose permissions say writable where no file can be made (``/proc``, root or
+    not), a missing one whose name holds a newline."""
+    if kind == "proc":
+        return Path("/proc")
+    path = tmp_path / ("tmp\nnewline" if kind == "newline" else f"tmp-{kind}")
     if kind == "file":
         path.write_text("not a folder\n")
     elif kind == "read-only":
@@ -30,7 +34,8 @@ def _unusable(kind: str, tmp_path: Path) -> Path:
     return path
 
 
-_PROBLEMS = {"missing": "no such directory", "file": "not a directory", "read-only": "not writable by this user"}
+_PROBLEMS = {"missing": "no such directory", "file": "not a directory", "read-only": "no file can be made there (",
+             "proc": "no file can be made there (", "newline": "no such directory"}
 _COMMANDS = {
     "run": lambda work: ["run", str(work / "m.vmfb"), "--mode", "none", "-o", str(work / "bundle")],
     "compile": lambda work: ["compile", str(CONVNET), "--dfit-tag", "-o", str(work / "m.vmfb")],
@@ -47,10 +52,13 @@ def test_an_unusable_tmpdir_is_refused(kind: str, command: str, tmp_path: Path) 
     before = sorted(work.iterdir())
     if kind == "read-only" and os.access(value, os.W_OK):
         pytest.skip("permissions do not bind this user (root): a folder of mode 0555 is writable to it")
+    if kind == "proc" and not Path("/proc/self").is_dir():
+        pytest.skip("no /proc here")
     result = CliRunner().invoke(main, _COMMANDS[command](work), env={"TMPDIR": str(value)}, prog_name="dfit")
     assert result.exit_code == EXIT_INVALID_INPUT, result.output
     lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"dfit: TMPDIR={value}: {_PROBLEMS[kind]};"), result.output
+    shown = str(value) if str(value).isprintable() else repr(str(value))  # one line whatever the value holds
+    assert len(lines) == 1 and lines[0].startswith(f"dfit: TMPDIR={shown}: {_PROBLEMS[kind]}"), result.output
     assert sorted(work.iterdir()) == before
 
 

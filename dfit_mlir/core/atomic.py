@@ -77,8 +77,12 @@ def atomic_directory(target: str | os.PathLike[str], kind: str = "output") -> It
     target = outputs.resolve(target)  # `-o .` names the directory itself, not "" in it
     _require(target, kind, directory=True)
     target.parent.mkdir(parents=True, exist_ok=True)
+    # ``.<name>.<pid>-<random>.tmp``: what a dfit killed while writing ``target`` left
+    # beside it (a bundle half-written: MBs) is removed by the next write of it.
+    prefix = f".{target.name}."
+    paths.remove_stale_folders(target.parent, (prefix,), suffix=".tmp")
     with signals_held():
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        tmp = Path(tempfile.mkdtemp(prefix=paths.private_prefix(prefix), suffix=".tmp", dir=target.parent))
         LIVE_TEMPORARIES.add(tmp)
     old: Path | None = None
     try:
@@ -136,18 +140,25 @@ def require_usable_temp_dir() -> None:
     value = os.environ[name]
     problem = _temp_dir_problem(value)
     if problem is not None:
-        raise InvalidInputError(f"{name}={value}: {problem}; dfit writes its scratch there (a run's profile: GBs): "
+        shown = value if value.isprintable() else repr(value)  # one line, whatever the variable holds
+        raise InvalidInputError(f"{name}={shown}: {problem}; dfit writes its scratch there (a run's profile: GBs): "
                                 f"set {name} to a writable folder with room, or unset it")
 
 
 def _temp_dir_problem(value: str) -> str | None:
-    """What keeps ``value`` from being the temporary folder, or None."""
+    """What keeps ``value`` from being the temporary folder, or None. Writable is tried,
+    as ``tempfile`` tries it (a file made and removed): permission bits do not bind
+    root, and a folder such as ``/proc`` says it is writable and is not."""
     if not os.path.exists(value):
         return "no such directory"
     if not os.path.isdir(value):
         return "not a directory"
-    if not os.access(value, os.W_OK | os.X_OK):  # root passes, but for a read-only file system
-        return "not writable by this user"
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".dfit-probe-", dir=value)
+    except OSError as error:
+        return f"no file can be made there ({error.strerror or type(error).__name__})"
+    os.close(fd)
+    os.unlink(probe)
     return None
 
 

@@ -65,20 +65,20 @@ def private_prefix(prefix: str) -> str:
     return f"{prefix}{os.getpid()}-"
 
 
-def remove_stale_folders(place: Path, prefixes: Sequence[str]) -> list[Path]:
+def remove_stale_folders(place: Path, prefixes: Sequence[str], suffix: str = "") -> list[Path]:
     """Remove the temporary folders in ``place`` of dfit processes that are gone (SIGKILL,
     a crash, the out-of-memory killer: no ``finally`` ran): a folder named
-    ``<prefix><pid>-…`` for one of ``prefixes`` (:func:`private_prefix`), owned by this
-    user, whose process no longer exists. A folder of a live process, of another user, a
-    symlink, or one named without a PID (dfit before this rule) is left alone. The
-    folders removed."""
+    ``<prefix><pid>-…<suffix>`` for one of ``prefixes`` (:func:`private_prefix`), owned
+    by this user, whose process no longer exists. A folder of a live process, of another
+    user, a symlink, or one named without a PID (dfit before this rule) is left alone.
+    The folders removed."""
     try:
         entries = list(os.scandir(place))
     except OSError:
         return []
     removed = []
     for entry in entries:
-        pid = _maker_pid(entry.name, prefixes)
+        pid = _maker_pid(entry.name, prefixes) if entry.name.endswith(suffix) else None
         if pid is None or pid == os.getpid() or process_alive(pid):
             continue
         try:
