@@ -199,6 +199,22 @@ def test_a_bundle_half_written_by_a_killed_dfit_is_removed_by_the_next_write(tmp
     assert all(folder.is_dir() for folder in kept)
 
 
+def test_a_file_half_written_by_a_killed_dfit_is_removed_by_the_next_write(tmp_path: Path) -> None:
+    """The same for a file output (``.m.vmfb.<pid>-<random>.tmp``: a vmfb half-written):
+    a dead process's removed, a live one's, a folder so named and other names kept."""
+    target = tmp_path / "m.vmfb"
+    stale = tmp_path / f".m.vmfb.{_dead_pid()}-abc.tmp"
+    kept = [tmp_path / f".m.vmfb.{os.getppid()}-abc.tmp", tmp_path / ".m.vmfb.abc.tmp", tmp_path / "m.vmfb.notes"]
+    for path in (stale, *kept):
+        path.write_bytes(b"\0" * 64)
+    folder = tmp_path / f".m.vmfb.{_dead_pid()}-dir.tmp"
+    folder.mkdir()
+    atomic.write_bytes(target, b"vmfb")
+    assert target.read_bytes() == b"vmfb" and not stale.exists()
+    assert all(path.is_file() for path in kept) and folder.is_dir()
+    assert not [path for path in tmp_path.iterdir() if path.name.startswith(f".m.vmfb.{os.getpid()}-")]
+
+
 _PDEATHSIG = ("import ctypes; libc = ctypes.CDLL(None); found = ctypes.c_int(-1); "
               "libc.prctl(2, ctypes.byref(found), 0, 0, 0); print(found.value)")  # PR_GET_PDEATHSIG
 

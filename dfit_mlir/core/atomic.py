@@ -35,8 +35,12 @@ def atomic_path(target: str | os.PathLike[str], kind: str | None = None) -> Iter
     if kind is not None:
         _require(target, kind, directory=False)
     target.parent.mkdir(parents=True, exist_ok=True)
+    # ``.<name>.<pid>-<random>.tmp``: what a dfit killed while writing ``target`` left
+    # beside it (a vmfb half-written) is removed by the next write of it.
+    prefix = f".{target.name}."
+    paths.remove_stale_folders(target.parent, (prefix,), suffix=".tmp", files=True)
     with signals_held():
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        fd, tmp_name = tempfile.mkstemp(prefix=paths.private_prefix(prefix), suffix=".tmp", dir=target.parent)
         os.close(fd)
         tmp = Path(tmp_name)
         LIVE_TEMPORARIES.add(tmp)

@@ -65,13 +65,13 @@ def private_prefix(prefix: str) -> str:
     return f"{prefix}{os.getpid()}-"
 
 
-def remove_stale_folders(place: Path, prefixes: Sequence[str], suffix: str = "") -> list[Path]:
+def remove_stale_folders(place: Path, prefixes: Sequence[str], suffix: str = "", *, files: bool = False) -> list[Path]:
     """Remove the temporary folders in ``place`` of dfit processes that are gone (SIGKILL,
     a crash, the out-of-memory killer: no ``finally`` ran): a folder named
     ``<prefix><pid>-…<suffix>`` for one of ``prefixes`` (:func:`private_prefix`), owned
-    by this user, whose process no longer exists. A folder of a live process, of another
-    user, a symlink, or one named without a PID (dfit before this rule) is left alone.
-    The folders removed."""
+    by this user, whose process no longer exists (``files``: regular files so named, in
+    place of folders). One of a live process, of another user, a symlink, or one named
+    without a PID (dfit before this rule) is left alone. What was removed."""
     try:
         entries = list(os.scandir(place))
     except OSError:
@@ -85,9 +85,16 @@ def remove_stale_folders(place: Path, prefixes: Sequence[str], suffix: str = "")
             info = entry.stat(follow_symlinks=False)
         except OSError:
             continue
-        if info.st_uid != os.getuid() or not entry.is_dir(follow_symlinks=False):
+        kind_wanted = entry.is_file(follow_symlinks=False) if files else entry.is_dir(follow_symlinks=False)
+        if info.st_uid != os.getuid() or not kind_wanted:
             continue
-        shutil.rmtree(entry.path, ignore_errors=True)
+        if files:
+            try:
+                os.unlink(entry.path)
+            except OSError:
+                continue
+        else:
+            shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(Path(entry.path))
     return removed
 
