@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Sequence
 from dfit_mlir.core import manifest as manifest_io
 from dfit_mlir.core.errors import InvalidInputError
 from dfit_mlir.core.event_pipeline import EventRow, Policy
-from dfit_mlir.core.perf import kth_smallest
+from dfit_mlir.core.perf import kth_smallest, middle_value
 from dfit_mlir.runtime_hooks.inprocess import Runner, materialize
 from dfit_mlir.runtime_hooks.probes import ProbeRecorder, hook_module, pair_spans
 from dfit_mlir.runtime_hooks.tensors import TensorPolicy, TensorStatsSink
@@ -241,9 +241,5 @@ def piecewise_duration_stats(pieces: Callable[[], Iterable[Any]]) -> dict[str, f
         high = int(times.max()) if high is None else max(high, int(times.max()))
     if not count:
         return None
-    middle = count // 2
-    if count % 2:
-        median: int | float = kth_smallest(pieces, middle)
-    else:
-        median = (kth_smallest(pieces, middle - 1) + kth_smallest(pieces, middle)) / 2
+    median = middle_value(count, lambda k: kth_smallest(pieces, k))
     return {"count": count, "min": low, "median": median, "mean": total / count, "max": high}

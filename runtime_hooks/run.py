@@ -778,10 +778,10 @@ def _record_run(vmfb: Path, inputs: Sequence[str], driver: str, function: str, r
     # writes it, in the imports' thread once they are done; the walk counts the flushes
     # (one queue-events chunk an invocation), which the bar shows on a terminal.
     follow = windowed_may_read(families, invocations)
-    bar = Progress(f"dfit: profiling {invocations} invocations of {function}", invocations if follow else 0,
-                   threshold=ANNOUNCED_INVOCATIONS)
+    doing = f"dfit: profiling {invocations} invocations of {function}"
+    bar = Progress(doing, invocations if follow else 0, threshold=ANNOUNCED_INVOCATIONS)
     if invocations >= ANNOUNCED_INVOCATIONS and not bar.shown:  # a run long enough to wait for
-        announce(f"dfit: profiling {invocations} invocations of {function} (iree-benchmark-module)")
+        announce(f"{doing} (iree-benchmark-module)")
 
     def flushed(count: int) -> None:
         bar.update(min(count, invocations) - bar.done)
@@ -790,21 +790,21 @@ def _record_run(vmfb: Path, inputs: Sequence[str], driver: str, function: str, r
                                       if follow else None)
     try:
         with bar:
-            tool, stdout = hal_profile.record_profile(vmfb, inputs, path, driver=driver, function=function,
-                                                      invocations=invocations, families=families)
-            finished.set()
-            importing.join()  # the walk's last count in before the bar is finished
+            try:
+                tool, stdout = hal_profile.record_profile(vmfb, inputs, path, driver=driver, function=function,
+                                                          invocations=invocations, families=families)
+            finally:
+                finished.set()
+                # This thread imports nothing until that one is done (two threads importing
+                # modules that import each other can deadlock), and the walk's last count
+                # is in before the bar is finished.
+                importing.join()
             bar.update(invocations - bar.done)  # the tool ran them all
     except hal_profile.ToolFault as error:
         signal_number = fault_signal(error.returncode)
         if fault is not None and signal_number is not None:
             fault.raise_for(signal_number, error.tool, (error.stderr.strip().splitlines() or [""])[-1])
         raise
-    finally:
-        finished.set()
-        # This thread imports nothing until that one is done: two threads importing
-        # modules that import each other can deadlock (Python then raises in one).
-        importing.join()
     return RecordedProfile(path, hal_profile._benchmark_real_time_ns(stdout) if tool == "iree-benchmark-module"
                            else None, followed[0], paged)
 

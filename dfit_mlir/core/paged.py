@@ -23,6 +23,9 @@ from typing import Any
 
 import numpy as np
 
+#: Values written at a time where an array is filled in place (2 MiB of int64).
+PIECE_VALUES = 1 << 18
+
 
 class PagedArrays:
     """Named arrays (1-D; an :meth:`appended` column may have rows of several values) in
@@ -44,8 +47,8 @@ class PagedArrays:
         if not self.on_disk:
             values[...] = fill
         elif fill != 0:  # (a new file reads as zeros) filled a piece at a time, each handed back
-            for begin in range(0, size, 1 << 18):
-                values[begin:begin + (1 << 18)] = fill
+            for begin in range(0, size, PIECE_VALUES):
+                values[begin:begin + PIECE_VALUES] = fill
                 self.release()
         return values
 

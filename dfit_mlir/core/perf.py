@@ -100,12 +100,7 @@ def sorted_distinct(values: Any) -> Any:
     import numpy as np
 
     ordered = np.sort(values)
-    if not len(ordered):
-        return ordered
-    keep = np.empty(len(ordered), bool)
-    keep[0] = True
-    np.not_equal(ordered[1:], ordered[:-1], out=keep[1:])
-    return ordered[keep]
+    return ordered[:_distinct_to_front(ordered)].copy()
 
 
 def distinct_in_place(values: Any, step: int = 1 << 18) -> int:
@@ -114,9 +109,15 @@ def distinct_in_place(values: Any, step: int = 1 << 18) -> int:
     anything at or after them is written); returns how many there are. No second array
     as large: 8 bytes a value less than :func:`sorted_distinct` (1M executions of a
     long run, issue 29)."""
+    values.sort()
+    return _distinct_to_front(values, step)
+
+
+def _distinct_to_front(values: Any, step: int = 1 << 18) -> int:
+    """Move the distinct values of the sorted 1-D array ``values`` to its front, in
+    order, a piece at a time; how many there are."""
     import numpy as np
 
-    values.sort()
     count, last = 0, None
     for begin in range(0, len(values), step):
         piece = values[begin:begin + step]
@@ -137,10 +138,16 @@ def exact_median(values: Any) -> int | float:
     import numpy as np
 
     middle = len(values) // 2
-    if len(values) % 2:
-        return int(np.partition(values, middle)[middle])
-    lower, upper = np.partition(values, [middle - 1, middle])[middle - 1:middle + 1].tolist()
-    return (lower + upper) / 2
+    partitioned = np.partition(values, [middle] if len(values) % 2 else [middle - 1, middle])
+    return middle_value(len(values), lambda k: int(partitioned[k]))
+
+
+def middle_value(count: int, kth: Any) -> int | float:
+    """``statistics.median``'s rule for ``count`` values, given ``kth(k)``, the ``k``-th
+    smallest (from 0): the middle one, or the mean of the two middle ones (ints divided
+    as Python divides them, exact where a float64 sum would round large values)."""
+    middle = count // 2
+    return kth(middle) if count % 2 else (kth(middle - 1) + kth(middle)) / 2
 
 
 def add_counts(counts: Any, index: Any) -> None:
