@@ -372,9 +372,10 @@ def _record_offsets(payload_at: np.ndarray, records: np.ndarray, size: int) -> n
     return np.repeat(payload_at, records) + within * size
 
 
-#: Records gathered at a time into a caller's array (:func:`gather`'s ``into``): each
-#: piece's copy stays in the cache on its way (0.02 s less for 1M records than one
-#: gather then one copy).
+#: Records gathered at a time into a caller's array (:func:`gather`'s ``into``): the
+#: temporary each piece passes through stays under 1 MiB instead of a block's records
+#: (the whole-file read of 1M records, best of five: 0.098–0.103 s at pieces of 1,024 to 2^30
+#: records: the size is for memory, not speed).
 GATHER_PIECE = 4096
 
 
