@@ -301,31 +301,61 @@ def invocation_start_array(manifest: dict[str, Any], function: str, invocations:
     are the benchmark tool's iterations: it flushes the profile after each call, and
     ``flush_starts`` holds the first submission of each flush (:func:`flush_invocation_starts`).
     One invocation starts after the load-time work."""
-    from dfit_mlir.passes.host_calls import anchor as entry_anchor
-
     executions = Executions.of(executions)
-    functions = manifest["partitions"]["host_functions"]
-    found = entry_anchor(functions, function)
-    if found is not None:
-        wanted, issued_before = set(found[0]), found[1]
-        # The anchor's recordings must run nowhere else in the function, or their
-        # executions would not count calls.
-        others = [e for e in _executions_reachable(manifest, function) if e is None or wanted.intersection(e)]
-        if len(others) == 1:
-            buffers = [buffer for buffer, index in recording_of_buffer.items() if index in wanted]
-            anchored = executions.submissions_of(buffers)
-            if not len(anchored):
-                anchored = _dispatchless_anchor(manifest, wanted, invocations, recording_of_buffer, executions)
-            if len(anchored) == invocations:
-                # Numbers, not Python ints: 1M starts as lists peaked 76 MiB up, as an array 7 (issue 29).
-                return anchored.astype(np.int64) - issued_before
-            if len(anchored):
-                raise UnresolvedDispatchError(
-                    f"{len(anchored)} executions of {function}'s first command buffer (recording "
-                    f"{'/'.join(map(str, sorted(wanted)))}) for {invocations} invocation(s)")
+    anchor = _anchor_executions(manifest, function, recording_of_buffer, executions)
+    if anchor is not None:
+        anchored, issued_before, wanted = anchor
+        if not len(anchored):
+            anchored = _dispatchless_anchor(manifest, wanted, invocations, recording_of_buffer, executions)
+        if len(anchored) == invocations:
+            # Numbers, not Python ints: 1M starts as lists peaked 76 MiB up, as an array 7 (issue 29).
+            return anchored.astype(np.int64) - issued_before
+        if len(anchored):
+            raise UnresolvedDispatchError(
+                f"{len(anchored)} executions of {function}'s first command buffer (recording "
+                f"{'/'.join(map(str, sorted(wanted)))}) for {invocations} invocation(s)")
     if invocations == 1:
         return np.array([_first_after_load(manifest, recording_of_buffer, executions)], np.int64)
     return flush_invocation_starts(function, invocations, flush_starts)
+
+
+def invocation_starts_so_far(manifest: dict[str, Any], function: str, invocations: int,
+                             recording_of_buffer: dict[int, int], executions: Executions,
+                             flush_starts: np.ndarray) -> np.ndarray | None:
+    """The first submissions of the invocations that a profile still being written holds
+    so far (``executions`` and ``flush_starts`` so far): the first of those
+    :func:`invocation_start_array` gives once the profile is whole, where the rule it
+    will take can be told already — the anchor's executions seen, or no anchor and a
+    flush per call. ``None`` where it cannot (an anchor not executed yet, or one that
+    issues no dispatch; one invocation; more starts than invocations, an error the whole
+    profile names)."""
+    anchor = _anchor_executions(manifest, function, recording_of_buffer, executions)
+    if anchor is not None:
+        anchored, issued_before, _ = anchor
+        starts = anchored.astype(np.int64) - issued_before if len(anchored) else None
+    else:
+        starts = np.asarray(flush_starts, np.int64)
+    return None if invocations == 1 or starts is None or len(starts) > invocations else starts
+
+
+def _anchor_executions(manifest: dict[str, Any], function: str, recording_of_buffer: dict[int, int],
+                       executions: Executions) -> tuple[np.ndarray, int, set[int]] | None:
+    """(the submissions of the executions of ``function``'s anchor, the queue operations
+    each call issues before it, the anchor's recordings), or ``None`` where the function
+    has none (:func:`invocation_start_array`)."""
+    from dfit_mlir.passes.host_calls import anchor as entry_anchor
+
+    found = entry_anchor(manifest["partitions"]["host_functions"], function)
+    if found is None:
+        return None
+    wanted, issued_before = set(found[0]), found[1]
+    # The anchor's recordings must run nowhere else in the function, or their
+    # executions would not count calls.
+    others = [e for e in _executions_reachable(manifest, function) if e is None or wanted.intersection(e)]
+    if len(others) != 1:
+        return None
+    buffers = [buffer for buffer, index in recording_of_buffer.items() if index in wanted]
+    return executions.submissions_of(buffers), issued_before, wanted
 
 
 def flush_invocation_starts(function: str, invocations: int,

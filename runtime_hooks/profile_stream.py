@@ -207,6 +207,10 @@ class _OffsetParts:
     def joined(self) -> ChunkOffsets:
         return ChunkOffsets(np.array(self.rows, np.int64), np.array(self.base, np.int64), self.within.array())
 
+    def so_far(self) -> ChunkOffsets:
+        """:meth:`joined` of the blocks walked so far, the walk going on."""
+        return ChunkOffsets(np.array(self.rows, np.int64), np.array(self.base, np.int64), self.within.so_far())
+
 
 class _ClockEnds:
     """Per physical device, the first and last clock-correlation sample
@@ -297,13 +301,16 @@ class _Walk:
             with pf.BlockReader(ahead=True) as reader:
                 self._walk_to(fd, end, reader, following=False)
 
-    def follow(self, finished: threading.Event, flushed: Callable[[int], None] | None = None) -> None:
+    def follow(self, finished: threading.Event, flushed: Callable[[int], None] | None = None,
+               walked: Callable[[_Walk, threading.Event], None] | None = None) -> None:
         """Walk the profile while its writer writes it, up to its last whole record every
         :data:`FOLLOW_BYTES` it grows, until ``finished`` is set; :meth:`run` then walks
         the rest. The writer appends whole records one after the other and fills in the
         header's length only when it closes the file (the length is 0 meanwhile), so a
         record the walk takes is never written again. ``flushed``: told the flushes (queue
-        chunks: invocations) walked so far after each step."""
+        chunks: invocations) walked so far after each step; ``walked``: handed the walk
+        and ``finished`` after each step, in this thread (what it reads of the walk cannot
+        change meanwhile: :func:`index_so_far`)."""
         fd: int | None = None
         try:
             while not finished.wait(FOLLOW_POLL_SECONDS):
@@ -321,6 +328,8 @@ class _Walk:
                     self._walk_to(fd, size, self._reader, following=True)
                     if flushed is not None:
                         flushed(self.queue_chunks)
+                    if walked is not None:
+                        walked(self, finished)
         finally:
             self._reader.close()  # its buffers: the rest is walked by run, reading ahead
             if fd is not None:
@@ -461,16 +470,18 @@ FILE_HEADER_BYTES = 24
 
 
 def follow_profile(path: Path, finished: threading.Event, paged: PagedArrays | None = None,
-                   flushed: Callable[[int], None] | None = None) -> _Walk | None:
+                   flushed: Callable[[int], None] | None = None,
+                   walked: Callable[[_Walk, threading.Event], None] | None = None) -> _Walk | None:
     """Index ``path`` while the tool is still writing it, until ``finished`` is set (run
     in a thread of its own, on the core the tool leaves idle): the walk so far, which
     :func:`index_profile` takes on from where it stopped. ``None`` where the walk failed
     (a damaged or unknown file): the index then walks the file afresh and names what is
     wrong as it would have. ``paged``: where the walk's columns go (:class:`_Walk`);
-    ``flushed``: told the invocations flushed so far as the walk goes (a progress bar)."""
+    ``flushed``: told the invocations flushed so far as the walk goes (a progress bar);
+    ``walked``: handed the walk after each step (:meth:`_Walk.follow`)."""
     walk = _Walk(Path(path), paged)
     try:
-        walk.follow(finished, flushed)
+        walk.follow(finished, flushed, walked)
     except Exception:  # noqa: BLE001 — left to index_profile's own walk, which says what is wrong
         return None
     return walk
@@ -486,33 +497,70 @@ def index_profile(path: Path, window_records: int = WINDOW_RECORDS, followed: _W
     walk = followed if followed is not None and not followed.indexed else _Walk(Path(path), paged)
     walk.indexed = True
     walk.run()
+    refused = _refusal(walk)
+    if refused is not None:
+        raise WindowedRouteUnavailable(refused)
+    # The walk's columns, read back whole (mapped from its files, or its pieces joined and
+    # handed back): at 1M invocations the pieces held 100 MiB beside their joined copies.
+    index = _index_of(walk, walk.family.array(), walk.payload_at.joined(), walk.records.array(),
+                      _device_column(walk.device), walk.flush_starts.array(), walk.executions.array(),
+                      window_records, walk.paged, finished=True)
+    del walk
+    release_freed_memory(now=True)  # the join starts from the index, not from the walk's peak
+    return index
+
+
+def index_so_far(walk: _Walk, window_records: int = WINDOW_RECORDS) -> ProfileIndex | None:
+    """The index of what ``walk`` has taken so far of a profile still being written (from
+    the thread that walks it, between its steps: :meth:`_Walk.follow`'s ``walked``), its
+    columns read as they are and left to grow: the windows before the last are those the
+    finished file's index will have (a cut depends only on the chunks before it), the
+    last may still grow. ``None`` where the windowed route would refuse the profile as it
+    is so far (:func:`_refusal`), or where its records need the whole profile to be
+    placed (a GPU driver's device ticks, fitted to the whole profile's clock samples).
+    Its arrays beyond the walk's own are held in memory."""
+    if _refusal(walk) is not None or walk.device_ticks or walk.dispatch_families - {"host-execution-events"}:
+        return None
+    return _index_of(walk, walk.family.so_far(), walk.payload_at.so_far(), walk.records.so_far(),
+                     _device_column(list(walk.device)), walk.flush_starts.so_far(), walk.executions.so_far(),
+                     window_records, PagedArrays(None), finished=False)
+
+
+def _refusal(walk: _Walk) -> str | None:
+    """Why the windowed route leaves the profile ``walk`` has walked to the whole-run
+    route (``None``: it takes it on, as far as the walk can tell)."""
     if walk.dropped:
-        raise WindowedRouteUnavailable("the profiler dropped records")
+        return "the profiler dropped records"
     if len(walk.dispatch_families) > 1:
-        raise WindowedRouteUnavailable(f"dispatch records in {' and '.join(sorted(walk.dispatch_families))}")
+        return f"dispatch records in {' and '.join(sorted(walk.dispatch_families))}"
     if len(walk.queue_streams) > 1:
-        raise WindowedRouteUnavailable("queue events of several streams")
+        return "queue events of several streams"
     unknown = {pf.QUEUE_OPS[t] if t < len(pf.QUEUE_OPS) else str(t)
                for t in walk.types.get("host-execution-events", set())} - {"dispatch"}
     from dfit_mlir.runtime_hooks.hal_profile import NON_MODEL_OPERATIONS
 
     if unknown - NON_MODEL_OPERATIONS:
-        raise WindowedRouteUnavailable(f"host operations {sorted(unknown - NON_MODEL_OPERATIONS)}")
-    # The walk's columns, read back whole (mapped from its files, or its pieces joined and
-    # handed back): at 1M invocations the pieces held 100 MiB beside their joined copies.
-    family = walk.family.array()
-    payload_at = walk.payload_at.joined()
-    records = walk.records.array()
-    device = _device_column(walk.device)
+        return f"host operations {sorted(unknown - NON_MODEL_OPERATIONS)}"
     if walk.late_flush is not None:
-        raise WindowedRouteUnavailable(f"flush {walk.late_flush} holds a submission before the previous flush's last")
-    flush_starts = walk.flush_starts.array()
+        return f"flush {walk.late_flush} holds a submission before the previous flush's last"
+    return None
+
+
+def _index_of(walk: _Walk, family: np.ndarray, payload_at: ChunkOffsets, records: np.ndarray, device: np.ndarray,
+              flush_starts: np.ndarray, execution_pairs: np.ndarray, window_records: int,
+              paged: PagedArrays, *, finished: bool) -> ProfileIndex:
+    """The :class:`ProfileIndex` of ``walk``'s columns (given as read back: whole, or so
+    far); ``paged``: where the index's own arrays go. ``finished``: the walk is done, and
+    every dispatch record is checked to lie within a window of its owner (a walk still
+    going is checked once done, by the index its run is joined with)."""
     window_chunks, owned = _windows(family, records, flush_starts, window_records, walk.paged)
-    _check_look_ahead(walk, window_chunks, owned)
-    executions = _distinct_executions(walk.executions.array(), walk.paged)
+    if finished:
+        _check_look_ahead(walk, window_chunks, owned)
+    executions = _distinct_executions(execution_pairs, paged)
+    del execution_pairs
     counts = _records_per_family(family, records, walk.paged)
-    index = ProfileIndex(
-        path=Path(path), version=walk.version, chunk_family=family, chunk_payload_at=payload_at,
+    return ProfileIndex(
+        path=walk.path, version=walk.version, chunk_family=family, chunk_payload_at=payload_at,
         chunk_records=records,
         window_chunks=window_chunks, window_submissions=owned, functions=walk.functions,
         executions=executions, flush_starts=flush_starts,
@@ -523,9 +571,6 @@ def index_profile(path: Path, window_records: int = WINDOW_RECORDS, followed: _W
         chunk_device=device,
         dispatch_family=next(iter(walk.dispatch_families), "host-execution-events"),
         clocks=walk.clocks.fits() if walk.device_ticks else None)
-    del walk, family, payload_at, records, device, flush_starts, executions
-    release_freed_memory(now=True)  # the join starts from the index, not from the walk's peak
-    return index
 
 
 def _windows(family: np.ndarray, records: np.ndarray, flush_starts: np.ndarray, window_records: int,

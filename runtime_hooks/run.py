@@ -46,7 +46,7 @@ from dfit_mlir.core.event_pipeline import EventPipeline, EventRow, Policy
 from dfit_mlir.core.paged import PagedArrays
 from dfit_mlir.core.perf import add_counts, release_freed_memory
 from dfit_mlir.core.vmfb import exported_functions
-from dfit_mlir.exporters.bundle import BUNDLE_KIND, write_bundle
+from dfit_mlir.exporters.bundle import BUNDLE_KIND, withdraw_streamed_traces, write_bundle
 from dfit_mlir.exporters.trace_plan import TraceLimit
 from dfit_mlir.runtime_hooks import drivers, hal_profile, profile_file
 from dfit_mlir.runtime_hooks.inputs import (
@@ -146,10 +146,14 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
             families = drivers.run_families(caps, "full", granted)
             # The arrays that grow with the run, in files beside its profile (PagedArrays).
             (paged_folder := Path(scratch) / "paged").mkdir()
-            recorded = _record_run(vmfb, inputs, driver, function, repeat, warmup, families, Path(scratch), fault,
-                                   PagedArrays(paged_folder))
-            _write_full_bundle(bundle, manifest, policy, summary, recorded, function, repeat, warmup, families,
-                               driver)
+            paged = PagedArrays(paged_folder)
+
+            def record(walked: EarlyJoin | None) -> RecordedProfile:
+                return _record_run(vmfb, inputs, driver, function, repeat, warmup, families, Path(scratch), fault,
+                                   paged, walked)
+
+            _write_full_bundle(bundle, manifest, policy, summary, record, paged, function, repeat, warmup,
+                               families, driver)
         else:
             _in_child(InProcessRun(vmfb, manifest or plain_manifest(vmfb, vmfb_sha256), mode, driver,
                                    function, tuple(inputs), repeat, warmup, policy, tensors, summary,
@@ -432,15 +436,11 @@ class ProfiledRun:
     clocks: tuple[hal_profile.ClockFit, ...] = ()
 
     def pipeline(self, manifest: dict[str, Any], policy: Policy, sink: Any) -> EventPipeline:
-        import uuid
-
-        pipeline = EventPipeline(manifest, policy, sink, session=uuid.uuid4().hex[:12])
+        pipeline = new_pipeline(manifest, policy, sink)
         # Load-time dispatches (initializers, run once when the module is loaded) carry
         # invocation -1: they are no invocation's work. Their sites say phase "load".
-        found = self.dispatches
-        if len(found.site):
-            pipeline.add_dispatches(found.site, found.start_ns, found.duration_ns, found.workgroups, found.tiles,
-                                    found.invocation, attributes=found.shape_attributes())
+        if len(self.dispatches.site):
+            _add_dispatches(pipeline, self.dispatches)
         for part in self.queue:
             part.add_to(pipeline, "queue")
         for part in self.memory:
@@ -568,6 +568,169 @@ _WINDOW_ROWS = (("queue-events", "submit", "queue"), ("host-execution-events", "
                 ("queue-device-events", "device", "queue"), ("memory-events", "memory", "memory"))
 
 
+def new_pipeline(manifest: dict[str, Any], policy: Policy, sink: Any) -> EventPipeline:
+    """The pipeline a ``full`` run's events go through (a session id of its own)."""
+    import uuid
+
+    return EventPipeline(manifest, policy, sink, session=uuid.uuid4().hex[:12])
+
+
+def _add_dispatches(pipeline: EventPipeline, found: hal_profile.JoinColumns) -> None:
+    pipeline.add_dispatches(found.site, found.start_ns, found.duration_ns, found.workgroups, found.tiles,
+                            found.invocation, attributes=found.shape_attributes())
+
+
+def _learned(records: Any, manifest: dict[str, Any], function: str, known: dict[int, int],
+             numbered: bool) -> dict[int, int] | None:
+    """``known`` (command buffer -> recording) with the buffers of one window's dispatch
+    ``records`` it does not hold yet matched to their recordings; ``None`` where a block
+    is ambiguous or unexplained."""
+    from dfit_mlir.runtime_hooks.columnar_join import match_blocks
+
+    # Only a window with a buffer not yet matched has anything to teach.
+    if not len(records) or set(np.unique(records.command_buffer_id).tolist()) <= known.keys():
+        return known
+    matched = match_blocks(records, manifest, function, known, numbered)
+    return None if matched is None else matched.recording_of_buffer
+
+
+def _add_joined(pipeline: EventPipeline, records: Any, manifest: dict[str, Any], function: str,
+                known: dict[int, int], numbered: bool, invocations: int, starts: np.ndarray, warmup: int,
+                totals: RunTotals) -> bool:
+    """Join one window's dispatch ``records`` (every buffer in ``known``; ``starts``: the
+    first submission of each invocation, at least up to the window's last) and add them
+    past the warmup to ``pipeline`` and ``totals``; ``False`` where they cannot be joined
+    as the run's others were (nothing added)."""
+    from dfit_mlir.runtime_hooks.columnar_join import match_blocks, place_blocks
+
+    matched = match_blocks(records, manifest, function, known, numbered)
+    columns = None if matched is None else place_blocks(matched, manifest, function, invocations, starts)
+    if columns is None:
+        return False
+    found = _recorded(columns, warmup, totals)
+    totals.add_dispatches(found)
+    _add_dispatches(pipeline, found)
+    return True
+
+
+class EarlyJoinUnusable(Exception):
+    """What an :class:`EarlyJoin` joined is not what the finished profile's route joins:
+    the bundle is written again without it."""
+
+
+class EarlyJoin:
+    """A ``full`` run's dispatch records joined window by window while its tool still
+    writes the profile (issue 29): on the core the tool leaves idle, in the thread that
+    follows the profile (``profile_stream.follow_profile``'s ``walked``), the join, its
+    events and the traces drawn from them get under way before the tool ends instead of
+    after it (at 660k events, 27 % of the events and about 40 % of the work after the tool).
+
+    Each step takes the index of what the walk has read so far
+    (``profile_stream.index_so_far``: the windows before its last are the finished
+    file's) and joins the windows whose next window is whole (a window's records are
+    taken from its neighbours too), each with the command buffers matched so far and the
+    invocation starts found so far (``join_records.invocation_starts_so_far``), up to
+    the last start seen. It stops at anything out of the ordinary — a profile the
+    windowed route would refuse, a block it cannot match, a run whose events would pass
+    the traces' limit (whose traces are planned over the whole run, not drawn as the
+    events are exported) — and the finished profile's route goes on from the first
+    window it did not join, once :meth:`check` has found what it joined to be what that
+    route joins: the same window cuts, buffers, numbering and starts. Else
+    :class:`EarlyJoinUnusable`, and the bundle is written again without it. Only the
+    CPU drivers' records: a GPU driver's device ticks are placed with the whole
+    profile's clock fit."""
+
+    def __init__(self, manifest: dict[str, Any], function: str, repeat: int, warmup: int, trace_limit: TraceLimit,
+                 paged: PagedArrays):
+        #: Where the windows joined go: the bundle's, once it is made.
+        self.pipeline: EventPipeline | None = None
+        self.manifest, self.function = manifest, function
+        self.invocations, self.warmup, self.trace_limit = warmup + repeat, warmup, trace_limit
+        self.paged = paged
+        self.totals = RunTotals(repeat, paged)
+        #: Windows joined (the first ones), their dispatch records, and the window cuts
+        #: and first owned submissions they were joined by (``windows + 1`` rows each).
+        self.windows = self.records = 0
+        self.cuts = np.zeros(1, np.int64)
+        self.owned = np.zeros(1, np.int64)
+        self.known: dict[int, int] = {}
+        self.numbered: bool | None = None
+        self.starts = np.zeros(0, np.int64)
+        #: Why it stopped joining (``None``: it goes on), and what made it unusable.
+        self.stopped: str | None = None
+        self.unusable: str | None = None
+
+    def __call__(self, walk: Any, finished: threading.Event) -> None:
+        """One step, after the walk's (``walk``: ``profile_stream._Walk``), until the
+        tool has ``finished`` (the route of the finished profile goes on from there)."""
+        if self.stopped is not None:
+            return
+        try:
+            self._step(walk, finished)
+        except Exception as error:  # noqa: BLE001 — the finished profile's route says what is wrong
+            self._stop(f"{type(error).__name__}: {error}", unusable=True)
+
+    def _stop(self, why: str, *, unusable: bool = False) -> None:
+        self.stopped = why
+        if unusable:
+            self.unusable = why
+
+    def _step(self, walk: Any, finished: threading.Event) -> None:
+        from dfit_mlir.runtime_hooks import profile_stream
+        from dfit_mlir.runtime_hooks.join_records import invocation_starts_so_far
+
+        assert self.pipeline is not None
+        index = profile_stream.index_so_far(walk, WINDOW_RECORDS)
+        if index is None:
+            return self._stop("the profile so far is one the windowed route leaves, or needs whole")
+        events = sum(index.counts.get(family, 0) for family, _, _ in _WINDOW_ROWS)  # WindowedRun.events_at_most's
+        if not self.trace_limit.keeps_all(events * self.invocations // max(1, len(index.flush_starts))):
+            return self._stop("the run's events would pass the traces' limit")
+        ready = index.windows - 2  # the windows before it have their next window whole
+        if ready <= self.windows:
+            return None
+        if self.numbered is not None and index.numbered != self.numbered:
+            return self._stop("the command numbering changed", unusable=True)
+        self.numbered = index.numbered
+        for window, records in profile_stream.dispatch_windows(index, range(self.windows, ready)):
+            if finished.is_set():
+                return None
+            known = _learned(records, self.manifest, self.function, self.known, index.numbered)
+            if known is None:
+                return self._stop("a command buffer's records are ambiguous or unexplained")
+            starts = invocation_starts_so_far(self.manifest, self.function, self.invocations, known,
+                                              index.executions, index.flush_starts)
+            if starts is None or not len(starts) or index.owned(window)[1] > int(starts[-1]):
+                return None  # the invocations this window reaches are not all started yet
+            if not np.array_equal(starts[:len(self.starts)], self.starts):
+                return self._stop("the invocation starts changed", unusable=True)
+            if len(records) and not _add_joined(self.pipeline, records, self.manifest, self.function, known,
+                                                index.numbered, self.invocations, starts, self.warmup, self.totals):
+                return self._stop("a window's records are not what the run's were", unusable=True)
+            self.known, self.starts = known, starts
+            self.windows, self.records = window + 1, self.records + len(records)
+            self.cuts = index.window_chunks[:window + 2].copy()
+            self.owned = index.window_submissions[:window + 2].copy()
+            self.paged.release()
+        return None
+
+    def check(self, run: WindowedRun) -> None:
+        """:class:`EarlyJoinUnusable` unless what was joined is what ``run`` (the
+        finished profile's route) joins for the same windows."""
+        if self.unusable is not None:
+            raise EarlyJoinUnusable(self.unusable)
+        if not self.windows:
+            return
+        index = run.index
+        same = (np.array_equal(index.window_chunks[:self.windows + 1], self.cuts[:self.windows + 1])
+                and np.array_equal(index.window_submissions[:self.windows + 1], self.owned[:self.windows + 1])
+                and index.numbered == self.numbered
+                and all(run.recording_of_buffer.get(buffer) == recording for buffer, recording in self.known.items())
+                and np.array_equal(run.starts[:len(self.starts)], self.starts))
+        if not same:
+            raise EarlyJoinUnusable("the windows joined while the tool ran are not the finished profile's")
+
+
 @dataclass(frozen=True)
 class WindowedRun:
     """A ``full`` run's records read a window at a time (:mod:`profile_stream`): the
@@ -593,12 +756,12 @@ class WindowedRun:
 
     @classmethod
     def open(cls, recorded: RecordedProfile, manifest: dict[str, Any], function: str, repeat: int, warmup: int,
-             families: Sequence[str], driver: str) -> WindowedRun:
+             families: Sequence[str], driver: str, totals: RunTotals | None = None) -> WindowedRun:
         """Index the profile and place the invocations (:class:`WindowedRouteUnavailable`
         where the whole-run route must decide). The arrays that grow with the run are
-        kept where ``recorded.paged`` keeps them."""
+        kept where ``recorded.paged`` keeps them; ``totals``: where its figures are added
+        up (an :class:`EarlyJoin`'s, holding the windows it joined; default: new)."""
         from dfit_mlir.runtime_hooks import profile_file, profile_stream
-        from dfit_mlir.runtime_hooks.columnar_join import match_blocks
         from dfit_mlir.runtime_hooks.join_records import (
             UnresolvedDispatchError,
             invocation_start_array,
@@ -619,14 +782,10 @@ class WindowedRun:
             raise damaged_recording(recorded.path, error) from None
         if not len(index.executions):
             raise unavailable("no command-buffer execution records")
-        known: dict[int, int] = {}
+        known: dict[int, int] | None = {}
         for _, records in profile_stream.dispatch_windows(index, index.first_buffer_windows):
-            # Only a window with a buffer not yet matched has anything to teach.
-            if len(records) and not set(np.unique(records.command_buffer_id).tolist()) <= known.keys():
-                matched = match_blocks(records, manifest, function, known, index.numbered)
-                if matched is None:
-                    raise unavailable("a command buffer's records are ambiguous or unexplained")
-                known = matched.recording_of_buffer
+            if (known := _learned(records, manifest, function, known, index.numbered)) is None:
+                raise unavailable("a command buffer's records are ambiguous or unexplained")
         try:
             starts = invocation_start_array(manifest, function, invocations, known, index.executions,
                                             index.flush_starts)
@@ -639,7 +798,7 @@ class WindowedRun:
         # dropped, not before: freed after, they stayed resident in glibc's heap.
         release_freed_memory(now=True)
         return cls(index, manifest, function, repeat, warmup, tuple(families), drivers.capabilities(driver),
-                   recorded.wall_ns_per_invocation, known, starts, RunTotals(repeat, paged), paged)
+                   recorded.wall_ns_per_invocation, known, starts, totals or RunTotals(repeat, paged), paged)
 
     @property
     def records(self) -> int:
@@ -656,37 +815,37 @@ class WindowedRun:
         return self.records - twice
 
     def pipeline(self, manifest: dict[str, Any], policy: Policy, sink: Any) -> EventPipeline:
-        import uuid
+        pipeline = new_pipeline(manifest, policy, sink)
+        self.fill(pipeline)
+        return pipeline
 
+    def fill(self, pipeline: EventPipeline, early: EarlyJoin | None = None) -> None:
+        """Add the run's events to ``pipeline`` (which holds those ``early`` joined, if
+        given: checked to be what this route joins, :meth:`EarlyJoin.check`)."""
         from dfit_mlir.runtime_hooks.progress import Progress, announce
 
-        pipeline = EventPipeline(manifest, policy, sink, session=uuid.uuid4().hex[:12])
         with Progress("dfit: writing events", self.records, threshold=WINDOW_RECORDS) as progress:
-            self._write_dispatches(pipeline, progress)
+            if early is not None:
+                progress.update(early.records)
+            self._write_dispatches(pipeline, progress, early)
             self._write_rows(pipeline, progress)
         if progress.shown:  # the traces, CSVs and summary that follow take seconds of a long run too
             announce("dfit: finishing the traces, CSVs and summary")
-        return pipeline
 
-    def _write_dispatches(self, pipeline: EventPipeline, progress: Any) -> None:
-        """The dispatch records joined window by window, in runtime order."""
+    def _write_dispatches(self, pipeline: EventPipeline, progress: Any, early: EarlyJoin | None = None) -> None:
+        """The dispatch records joined window by window, in runtime order, from the
+        first window ``early`` did not join."""
         from dfit_mlir.runtime_hooks import profile_stream
-        from dfit_mlir.runtime_hooks.columnar_join import match_blocks, place_blocks
 
-        index, invocations, taken = self.index, self.warmup + self.repeat, 0
-        for _, records in profile_stream.dispatch_windows(index):
+        index, invocations = self.index, self.warmup + self.repeat
+        first, taken = (0, 0) if early is None else (early.windows, early.records)
+        for _, records in profile_stream.dispatch_windows(index, range(first, index.windows)):
             if not len(records):
                 continue
             taken += len(records)
-            matched = match_blocks(records, self.manifest, self.function, self.recording_of_buffer, index.numbered)
-            columns = None if matched is None else place_blocks(matched, self.manifest, self.function, invocations,
-                                                                 self.starts)
-            if columns is None:
+            if not _add_joined(pipeline, records, self.manifest, self.function, self.recording_of_buffer,
+                               index.numbered, invocations, self.starts, self.warmup, self.totals):
                 raise profile_stream.WindowedRouteUnavailable("a window's records are not what the run's were")
-            found = _recorded(columns, self.warmup, self.totals)
-            self.totals.add_dispatches(found)
-            pipeline.add_dispatches(found.site, found.start_ns, found.duration_ns, found.workgroups, found.tiles,
-                                    found.invocation, attributes=found.shape_attributes())
             self.paged.release()
             progress.update(len(records))
         if taken != index.dispatch_records:  # each record in exactly one window: checked, not assumed
@@ -725,13 +884,15 @@ class WindowedRun:
                 else:
                     totals.memory += len(part)
 
-    def summary(self) -> dict[str, Any]:
-        """The run's figures (after :meth:`pipeline`) and how the profile was read."""
+    def summary(self, early: EarlyJoin | None = None) -> dict[str, Any]:
+        """The run's figures (after :meth:`pipeline`) and how the profile was read
+        (``early``: the windows joined while the tool ran)."""
         summary = run_summary(self.totals, self.families, self.capabilities, self.wall_ns_per_invocation,
                               clock_summary(self.capabilities, self.families,
                                             tuple((self.index.clocks or {}).values())))
         summary["profile_read"] = {"route": "windowed", "windows": self.index.windows,
-                                   "window_records": WINDOW_RECORDS}
+                                   "window_records": WINDOW_RECORDS,
+                                   "joined_while_profiling": 0 if early is None else early.windows}
         return summary
 
 
@@ -765,10 +926,11 @@ class RecordedProfile:
 
 def _record_run(vmfb: Path, inputs: Sequence[str], driver: str, function: str, repeat: int, warmup: int,
                 families: Sequence[str], folder: Path, fault: FaultContext | None = None,
-                paged: PagedArrays | None = None) -> RecordedProfile:
+                paged: PagedArrays | None = None, walked: EarlyJoin | None = None) -> RecordedProfile:
     """Run ``vmfb`` ``warmup + repeat`` times under HAL profiling, the profile kept in
     ``folder`` (a fault in the module: :class:`ModuleFaultError`); ``paged``: where its
-    reading keeps the arrays that grow with the run (:attr:`RecordedProfile.paged`)."""
+    reading keeps the arrays that grow with the run (:attr:`RecordedProfile.paged`);
+    ``walked``: handed the profile's walk as it follows the profile (an :class:`EarlyJoin`)."""
     from dfit_mlir.runtime_hooks.progress import Progress, announce
 
     path = folder / "profile.ireeprof"
@@ -786,8 +948,8 @@ def _record_run(vmfb: Path, inputs: Sequence[str], driver: str, function: str, r
     def flushed(count: int) -> None:
         bar.update(min(count, invocations) - bar.done)
 
-    importing = _import_in_background(AFTER_THE_RUN, then=lambda: _follow(path, finished, followed, paged, flushed)
-                                      if follow else None)
+    importing = _import_in_background(AFTER_THE_RUN, then=lambda: _follow(path, finished, followed, paged, flushed,
+                                                                          walked) if follow else None)
     try:
         with bar:
             try:
@@ -816,10 +978,10 @@ def windowed_may_read(families: Sequence[str], invocations: int) -> bool:
 
 
 def _follow(path: Path, finished: threading.Event, followed: list[Any], paged: PagedArrays | None,
-            flushed: Callable[[int], None] | None = None) -> None:
+            flushed: Callable[[int], None] | None = None, walked: EarlyJoin | None = None) -> None:
     from dfit_mlir.runtime_hooks import profile_stream
 
-    followed[0] = profile_stream.follow_profile(path, finished, paged, flushed)
+    followed[0] = profile_stream.follow_profile(path, finished, paged, flushed, walked)
 
 
 #: What a full run imports once its profile is recorded (the profile's readers, the join,
@@ -916,43 +1078,85 @@ def _placed_rows(kind: str, records: hal_profile.Records, starts: np.ndarray, wa
 
 
 def _write_full_bundle(bundle: Path, manifest: dict[str, Any], policy: Policy, summary: dict[str, Any],
-                       recorded: RecordedProfile, function: str, repeat: int, warmup: int,
-                       families: Sequence[str], driver: str) -> None:
-    """The bundle of a ``full`` run: by the windowed route where it takes the profile on
-    (:mod:`profile_stream`: memory bounded by a window, whatever the run's length), else
-    by the whole-run route; the summary says which, and why not."""
+                       record: Callable[[EarlyJoin | None], RecordedProfile], paged: PagedArrays, function: str,
+                       repeat: int, warmup: int, families: Sequence[str], driver: str) -> None:
+    """The bundle of a ``full`` run, ``record(walked)`` running it (``paged``: where the
+    arrays that grow with it are kept): by the windowed route where it takes the profile
+    on (:mod:`profile_stream`: memory bounded by a window, whatever the run's length),
+    its dispatches joined while the tool runs where they can be (:class:`EarlyJoin`),
+    else by the whole-run route; the summary says which, and why not."""
     from dfit_mlir.runtime_hooks.profile_stream import WindowedRouteUnavailable
 
+    recorded: list[RecordedProfile] = []  # the run, once recorded (as the bundle is written, or before)
+    early = None
+    if windowed_may_read(families, warmup + repeat) and "recordings" in manifest["partitions"]:
+        early = EarlyJoin(manifest, function, repeat, warmup, TraceLimit.of(policy), paged)
     try:
-        # Held here only until the pipeline is filled: the traces are written after it,
-        # without the index and the run's per-invocation arrays.
-        opened = [WindowedRun.open(recorded, manifest, function, repeat, warmup, families, driver)]
-        # The summary's run figures are added up while the pipeline is filled: the dict
-        # handed to write_bundle is completed in place before write_bundle writes it.
-        written = dict(summary)
-
-        def fill(sink: Any) -> EventPipeline:
-            windowed = opened.pop()
-            pipeline = windowed.pipeline(manifest, policy, sink)
-            written.update(windowed.summary())
-            del windowed
-            release_freed_memory(now=True)
-            return pipeline
-
-        write_bundle(bundle, manifest, fill, written, source=PROFILE_SOURCE, trace_limit=TraceLimit.of(policy),
-                     events_at_most=opened[0].events_at_most)
-        return
+        try:
+            _write_windowed(bundle, manifest, policy, summary, record, early, recorded, function, repeat, warmup,
+                            families, driver)
+            return
+        except EarlyJoinUnusable as why:  # nothing was written: written again without it, in arrays of its own
+            again = None if paged.folder is None else paged.folder / "again"
+            if again is not None:
+                again.mkdir()
+            recorded[0] = replace(recorded[0], followed=None, paged=PagedArrays(again))
+            _write_windowed(bundle, manifest, policy, summary, record, None, recorded, function, repeat, warmup,
+                            families, driver, discarded=str(why))
+            return
     except WindowedRouteUnavailable as why:  # nothing was written: the bundle is still as it was
         reason = str(why)
     except profile_file.ProfileFormatError as error:  # found reading a window: no bundle either
-        raise damaged_recording(recorded.path, error) from None
+        raise damaged_recording(recorded[0].path, error) from None
     try:
-        whole = _whole_run(recorded, manifest, function, repeat, warmup, families, driver)
+        whole = _whole_run(recorded[0], manifest, function, repeat, warmup, families, driver)
     except hal_profile.DamagedProfileError as error:
-        raise damaged_recording(recorded.path, error) from None
+        raise damaged_recording(recorded[0].path, error) from None
     write_bundle(bundle, manifest, lambda sink: whole.pipeline(manifest, policy, sink),
                  {**summary, **whole.summary(), "profile_read": {"route": "whole run", "why": reason}},
                  source=PROFILE_SOURCE)
+
+
+def _write_windowed(bundle: Path, manifest: dict[str, Any], policy: Policy, summary: dict[str, Any],
+                    record: Callable[[EarlyJoin | None], RecordedProfile], early: EarlyJoin | None,
+                    recorded: list[RecordedProfile], function: str, repeat: int, warmup: int,
+                    families: Sequence[str], driver: str, discarded: str | None = None) -> None:
+    """The bundle by the windowed route, or :class:`WindowedRouteUnavailable` with nothing
+    written. The run is recorded here (``record(early)``, put in ``recorded``) unless it
+    is in ``recorded`` already: once the bundle's pipeline is made, so that ``early``
+    fills it while the tool runs. The traces are drawn as the events are exported unless
+    the run's events pass their limit (then planned over the whole run, from
+    ``events.parquet``). ``discarded``: why the windows joined while the tool ran were
+    not used (the summary says)."""
+    trace_limit = TraceLimit.of(policy)
+    # The summary's run figures are added up while the pipeline is filled: the dict
+    # handed to write_bundle is completed in place before write_bundle writes it.
+    written = dict(summary)
+
+    def fill(sink: Any) -> EventPipeline:
+        pipeline = new_pipeline(manifest, policy, sink)
+        if early is not None:
+            early.pipeline = pipeline
+        if not recorded:
+            recorded.append(record(early))
+        # Held here only until the pipeline is filled: the traces are written after it,
+        # without the index and the run's per-invocation arrays.
+        windowed = WindowedRun.open(recorded[0], manifest, function, repeat, warmup, families, driver,
+                                    None if early is None else early.totals)
+        if early is not None:
+            early.check(windowed)
+        if not trace_limit.keeps_all(windowed.events_at_most):
+            withdraw_streamed_traces(sink)
+        windowed.fill(pipeline, early)
+        written.update(windowed.summary(early))
+        if discarded is not None:
+            written["profile_read"]["joined_while_profiling_discarded"] = discarded
+        del windowed
+        release_freed_memory(now=True)
+        return pipeline
+
+    write_bundle(bundle, manifest, fill, written, source=PROFILE_SOURCE, trace_limit=trace_limit,
+                 stream_traces=True)
 
 
 def _executions(*families: Any) -> Executions:

@@ -29,6 +29,7 @@ import pytest
 from dfit_mlir.core import manifest as manifest_io
 from dfit_mlir.core.errors import EXIT_INVALID_INPUT
 from dfit_mlir.core.event_pipeline import MemorySink, Policy
+from dfit_mlir.core.paged import PagedArrays
 from dfit_mlir.passes.instrumented_compile import CompileResult, compile_instrumented
 from dfit_mlir.runtime_hooks import hal_profile, profile_stream, run
 from dfit_mlir.runtime_hooks import profile_file as pf
@@ -50,6 +51,12 @@ CASES = {
 }
 #: Records per window in these tests: about one flush each, so the look-ahead is one flush.
 SMALL_WINDOW = 8
+
+
+def prerecorded(profile: run.RecordedProfile) -> tuple[Any, PagedArrays]:
+    """``_write_full_bundle``'s ``record`` and ``paged`` for a run recorded already (so
+    not followed as it was written: nothing joined while it ran)."""
+    return (lambda walked: profile), PagedArrays(None)
 
 
 @pytest.fixture(scope="module")
@@ -157,8 +164,8 @@ def test_bundle_files_are_the_whole_runs(compiled: dict[Path, CompileResult], tm
     streamed = []
     monkeypatch.setattr(bundle.StreamedTraces, "tee", lambda self, sink: streamed.append(self) or
                         bundle._TeeSink(sink, self))
-    run._write_full_bundle(tmp_path / "windowed", manifest, Policy(), {"mode": "full"}, profile, function, repeat,
-                           warmup, families, driver)
+    run._write_full_bundle(tmp_path / "windowed", manifest, Policy(), {"mode": "full"}, *prerecorded(profile),
+                           function, repeat, warmup, families, driver)
     assert len(streamed) == 1  # the windowed route's traces were drawn as it exported its events
     whole = run._whole_run(profile, manifest, function, repeat, warmup, families, driver)
     from dfit_mlir.exporters.bundle import write_bundle
@@ -194,8 +201,8 @@ def test_a_window_it_cannot_join_falls_back_whole(compiled: dict[Path, CompileRe
         return None if len(calls) == 5 else original(*args)
 
     monkeypatch.setattr(columnar_join, "place_blocks", fails_late)
-    run._write_full_bundle(tmp_path / "b", manifest, Policy(batch_size=5), {"mode": "full"}, profile, function,
-                           repeat, warmup, hal_profile.FULL_FAMILIES, driver)
+    run._write_full_bundle(tmp_path / "b", manifest, Policy(batch_size=5), {"mode": "full"},
+                           *prerecorded(profile), function, repeat, warmup, hal_profile.FULL_FAMILIES, driver)
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert summary["profile_read"] == {"route": "whole run",
                                        "why": "a window's records are not what the run's were"}
@@ -243,8 +250,8 @@ def test_damaged_profile_is_exit_2_naming_the_byte(compiled: dict[Path, CompileR
         struct.pack_into("<Q", data, at, 120)
     profile.path.write_bytes(bytes(data))
     with pytest.raises(hal_profile.DamagedProfileError) as error:
-        run._write_full_bundle(tmp_path / "b", manifest, Policy(), {"mode": "full"}, profile, function, repeat,
-                               warmup, hal_profile.FULL_FAMILIES, driver)
+        run._write_full_bundle(tmp_path / "b", manifest, Policy(), {"mode": "full"}, *prerecorded(profile),
+                               function, repeat, warmup, hal_profile.FULL_FAMILIES, driver)
     assert error.value.exit_code == EXIT_INVALID_INPUT
     message = str(error.value)
     assert str(profile.path) in message and "byte" in message, message
@@ -551,8 +558,8 @@ def test_records_two_windows_late_take_the_whole_run_route(compiled: dict[Path, 
     _move_host_chunk(profile.path, 2, 3)
     with pytest.raises(profile_stream.WindowedRouteUnavailable, match="more than one window"):
         run.WindowedRun.open(profile, manifest, function, repeat, warmup, hal_profile.FULL_FAMILIES, driver)
-    run._write_full_bundle(tmp_path / "b", manifest, Policy(), {"mode": "full"}, profile, function, repeat, warmup,
-                           hal_profile.FULL_FAMILIES, driver)
+    run._write_full_bundle(tmp_path / "b", manifest, Policy(), {"mode": "full"}, *prerecorded(profile),
+                           function, repeat, warmup, hal_profile.FULL_FAMILIES, driver)
     summary = json.loads((tmp_path / "b" / "summary.json").read_text())
     assert summary["profile_read"]["route"] == "whole run" and "more than one window" in summary["profile_read"]["why"]
     assert summary["records"]["dispatch"] == repeat * 6
@@ -648,3 +655,108 @@ def test_a_follower_of_a_damaged_profile_leaves_the_error_to_the_index(tmp_path:
     assert followed is None
     with pytest.raises(ProfileFormatError, match=str(bad)):
         profile_stream.index_profile(bad, followed=followed)
+
+
+def _written_as_a_tool_writes(data: bytes, path: Path, walked_to: list[int], piece: int = 4099) -> None:
+    """Write a profile's bytes to ``path`` as IREE's writer does while a run goes on:
+    appended ``piece`` bytes at a time (records cut anywhere), the header's length 0
+    until the file is closed; after each piece, a follower (that appends where its walk
+    got to to ``walked_to``) is given a second to walk what is whole."""
+    import time
+
+    growing = bytearray(data)
+    growing[16:24] = bytes(8)
+    with path.open("wb") as out:
+        for at in range(0, len(growing), piece):
+            out.write(growing[at:at + piece])
+            out.flush()
+            waited = time.monotonic()
+            while not (walked_to and walked_to[-1] >= at - 4096) and time.monotonic() - waited < 1:
+                time.sleep(0.0005)
+        out.seek(16)
+        out.write(data[16:24])
+
+
+@pytest.mark.parametrize("case,variant", [*((case, "as written") for case in sorted(CASES)),
+                                          ("convnet_warmup_task", "starts wrong"),
+                                          ("loop_first_task", "starts wrong"),
+                                          ("convnet_warmup_task", "traces withdrawn")])
+def test_windows_joined_while_the_tool_runs_are_the_bundle_joined_after(compiled: dict[Path, CompileResult],
+                                                                        case: str, variant: str, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``dfit run --mode full`` joins the dispatch windows it can while the tool still
+    writes the profile (``run.EarlyJoin``). The run's real profile written again here as
+    the tool writes it (a piece at a time, the length filled in at the end), the bundle —
+    events.parquet, the CSVs, both traces, the summary but for how the profile was read
+    — is the one written from the finished file, and most windows were joined early.
+    Where the starts it placed invocations by are not the finished profile's (made
+    wrong here), what it joined is discarded and the bundle written again, the summary
+    saying why; where the run turns out to pass the traces' limit after its traces were
+    drawn as the events were exported, they are drawn again from events.parquet."""
+    import dataclasses
+
+    from dfit_mlir.core.paged import PagedArrays
+    from dfit_mlir.runtime_hooks import join_records
+
+    if variant == "starts wrong":
+        so_far = join_records.invocation_starts_so_far
+        monkeypatch.setattr(join_records, "invocation_starts_so_far",
+                            lambda *args: None if (found := so_far(*args)) is None else found + 1)
+    if variant == "traces withdrawn":
+        withdrawn = []
+        monkeypatch.setattr(run.WindowedRun, "events_at_most", property(lambda self: 10**9))
+        withdraw = run.withdraw_streamed_traces
+        monkeypatch.setattr(run, "withdraw_streamed_traces", lambda sink: withdrawn.append(withdraw(sink)))
+
+    source, function, inputs, repeat, warmup, driver = CASES[case]
+    profile, manifest = recorded(compiled, case, tmp_path)
+    profile = dataclasses.replace(profile, wall_ns_per_invocation=None)  # (the stand-in tool says none)
+    monkeypatch.setattr(run, "WINDOW_RECORDS", SMALL_WINDOW)
+    monkeypatch.setattr(profile_stream, "FOLLOW_BYTES", 1)
+    monkeypatch.setattr(profile_stream, "FOLLOW_POLL_SECONDS", 0.0005)
+    data = profile.path.read_bytes()
+
+    walked_to: list[int] = []
+
+    def tool(vmfb: Path, tool_inputs: Any, path: Path, **_: Any) -> tuple[str, str]:
+        _written_as_a_tool_writes(data, path, walked_to)
+        return "iree-run-module", ""
+
+    monkeypatch.setattr(hal_profile, "record_profile", tool)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "paged").mkdir()
+    paged = PagedArrays(tmp_path / "paged")
+    families = hal_profile.FULL_FAMILIES
+
+    def record(early: Any) -> run.RecordedProfile:
+        def walked(walk: Any, finished: Any) -> None:
+            early(walk, finished)
+            walked_to.append(walk.offset)
+
+        return run._record_run(compiled[source].vmfb, inputs, driver, function, repeat, warmup, families,
+                               tmp_path / "run", None, paged, walked)
+
+    run._write_full_bundle(tmp_path / "early", manifest, Policy(), {"mode": "full"}, record, paged, function,
+                           repeat, warmup, families, driver)
+    run._write_full_bundle(tmp_path / "after", manifest, Policy(), {"mode": "full"}, *prerecorded(profile),
+                           function, repeat, warmup, families, driver)
+    tables = [pq.read_table(tmp_path / name / "events.parquet").drop(["session"]) for name in ("early", "after")]
+    assert tables[0].num_rows > 0 and tables[0].equals(tables[1])
+    for name in ("dispatches.csv", "events.csv", "trace.json", "trace.pftrace"):
+        assert (tmp_path / "early" / name).read_bytes() == (tmp_path / "after" / name).read_bytes(), name
+    summaries = [json.loads((tmp_path / name / "summary.json").read_text()) for name in ("early", "after")]
+    read = [summary.pop("profile_read") for summary in summaries]
+    for summary in summaries:
+        summary.pop("toolchain")
+    assert summaries[0] == summaries[1]
+    assert read[1]["joined_while_profiling"] == 0 and read[0]["route"] == "windowed" and read[0]["windows"] >= 4
+    if variant == "starts wrong":
+        assert read[0]["joined_while_profiling"] == 0, read[0]
+        assert read[0]["joined_while_profiling_discarded"] in (
+            "the windows joined while the tool ran are not the finished profile's",
+            "a window's records are not what the run's were"), read[0]
+        return
+    assert "joined_while_profiling_discarded" not in read[0]
+    assert read[0]["joined_while_profiling"] >= read[0]["windows"] // 2, read[0]
+    if variant == "traces withdrawn":
+        assert len(withdrawn) == 2  # (the reference's traces are withdrawn before any event)

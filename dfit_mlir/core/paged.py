@@ -207,6 +207,16 @@ class Appended:
             del pieces[:taken]
             yield group
 
+    def so_far(self) -> np.ndarray:
+        """Every row added so far, in order, the column still taking pieces (what a
+        reader of a column still growing sees: its pieces joined into one, in memory)."""
+        shape = (self.rows,) if self.width == 1 else (self.rows, self.width)
+        if self._path is None:
+            if len(self._pieces) > 1:
+                self._pieces[:] = [np.concatenate(self._pieces)]
+            return self._pieces[0].reshape(shape) if self._pieces else np.zeros(shape, self.dtype)
+        return self.paged._mapped(self.name, self.rows * self.width, self.dtype, keep=self.rows).reshape(shape)
+
     def array(self) -> np.ndarray:
         """Every row added, in order (``(rows,)``, or ``(rows, width)``); the column takes
         no more pieces."""
@@ -220,4 +230,4 @@ class Appended:
                 del pieces
                 release_freed_memory(now=True)
             return joined
-        return self.paged._mapped(self.name, self.rows * self.width, self.dtype, keep=self.rows).reshape(shape)
+        return self.so_far()

@@ -50,17 +50,18 @@ BUNDLE_KIND = "bundle"
 def write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[Any], EventPipeline],
                  summary: dict[str, Any], extra_files: dict[str, str] | None = None, *,
                  trace_limit: TraceLimit | None = None, source: str | None = None,
-                 events_at_most: int | None = None) -> Path:
+                 stream_traces: bool = False) -> Path:
     """``fill(sink)`` returns a pipeline holding the run's events (not yet closed);
     ``extra_files``: more text files for the bundle (name → content); ``trace_limit``:
     the traces' size limit (default: what the pipeline's policy asks for); ``source``:
     what the events come from, as the error about an event out of the schema's bounds
-    names it (no bundle is written then). ``events_at_most``: a bound on the events
-    ``fill`` exports: where ``trace_limit`` keeps every event of that many, the traces are
-    drawn as the events are exported (:class:`StreamedTraces`), not from
-    ``events.parquet`` once it is written."""
+    names it (no bundle is written then). ``stream_traces`` (with a ``trace_limit``):
+    the traces are drawn as the events are exported (:class:`StreamedTraces`), not from
+    ``events.parquet`` once it is written, unless ``fill`` withdraws them
+    (:func:`withdraw_streamed_traces`: where it finds that the run's events may pass
+    the limit, and the traces must be planned over all of them)."""
     try:
-        return _write_bundle(bundle, manifest, fill, summary, extra_files, trace_limit, source, events_at_most)
+        return _write_bundle(bundle, manifest, fill, summary, extra_files, trace_limit, source, stream_traces)
     except OSError as error:  # a full disk: named as the bundle, where Arrow's writer names no file
         if error.filename is not None or not (error.errno in (errno.ENOSPC, errno.EDQUOT)
                                               or "No space left" in str(error)):
@@ -70,15 +71,14 @@ def write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[Any], E
 
 def _write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[Any], EventPipeline],
                   summary: dict[str, Any], extra_files: dict[str, str] | None, trace_limit: TraceLimit | None,
-                  source: str | None, events_at_most: int | None) -> Path:
+                  source: str | None, stream_traces: bool) -> Path:
     with atomic.atomic_directory(bundle, kind=BUNDLE_KIND) as tmp:
-        streamed = StreamedTraces(tmp, manifest) if trace_limit is not None and events_at_most is not None and \
-            trace_limit.keeps_all(events_at_most) else None
+        streamed = StreamedTraces(tmp, manifest) if trace_limit is not None and stream_traces else None
         sink = ParquetSink(tmp / "events.parquet", source)
         try:
             pipeline = fill(sink if streamed is None else streamed.tee(sink))
             counts = pipeline.close()
-            slices = None if streamed is None else streamed.close()
+            slices = None if streamed is None or streamed.withdrawn else streamed.close()
         finally:
             if streamed is not None:
                 streamed.abandon()
@@ -91,6 +91,10 @@ def _write_bundle(bundle: Path, manifest: dict[str, Any], fill: Callable[[Any], 
         write_files(tmp, manifest, summary, head=head, extra_files=extra_files,
                     trace_limit=trace_limit or TraceLimit.of(pipeline.policy), traces_written=slices)
     return bundle
+
+
+#: The traces a bundle holds: Perfetto's and Chrome's.
+TRACE_FILES = ("trace.pftrace", "trace.json")
 
 
 class StreamedTraces:
@@ -111,6 +115,9 @@ class StreamedTraces:
         #: One batch waits at most: the join is held back rather than the memory growing (two
         #: waiting peaked 10-20 MiB higher at 990k events: 276-287 against 256-267 MiB).
         self._batches: queue.Queue[Any] = queue.Queue(maxsize=1)
+        self._folder = folder
+        #: Whether :meth:`withdraw` took the traces back.
+        self.withdrawn = False
         self._slices: int | None = None
         self._error: BaseException | None = None
         self._ended = False
@@ -152,6 +159,14 @@ class StreamedTraces:
         """Stop drawing (the run failed or was interrupted); nothing is raised."""
         self._finish()
 
+    def withdraw(self) -> None:
+        """Stop drawing and take back what was drawn: the events go on to
+        ``events.parquet`` alone, and the traces are drawn from it once it is written."""
+        self.withdrawn = True
+        self._finish()
+        for name in TRACE_FILES:
+            (self._folder / name).unlink(missing_ok=True)
+
     def _finish(self) -> None:
         if self._thread.is_alive():
             self._batches.put(self._END)
@@ -164,10 +179,18 @@ class _TeeSink:
 
     def export(self, batch: Any) -> None:
         self.sink.export(batch)  # checked there first: the traces draw only what the file holds
-        self.traces.put(batch)
+        if not self.traces.withdrawn:
+            self.traces.put(batch)
 
     def shutdown(self) -> None:
         self.sink.shutdown()
+
+
+def withdraw_streamed_traces(sink: Any) -> None:
+    """Take back the traces drawn as the events are exported to ``sink`` (what
+    :func:`write_bundle`'s ``fill`` was handed), if they are (:meth:`StreamedTraces.withdraw`)."""
+    if isinstance(sink, _TeeSink):
+        sink.traces.withdraw()
 
 
 def write_files(folder: Path, manifest: dict[str, Any], summary: dict[str, Any], *,
@@ -220,9 +243,10 @@ def _draw_traces(folder: Path, manifest: dict[str, Any], batches: Iterable[Any])
     from dfit_mlir.exporters.perfetto import write_perfetto_groups
     from dfit_mlir.exporters.traces import grouped_slices, write_in_parallel
 
+    perfetto, chrome = TRACE_FILES
     slices, _ = write_in_parallel(grouped_slices(batches),
-                                  lambda groups: write_perfetto_groups(groups, manifest, folder / "trace.pftrace"),
-                                  lambda groups: write_chrome_json_groups(groups, manifest, folder / "trace.json"))
+                                  lambda groups: write_perfetto_groups(groups, manifest, folder / perfetto),
+                                  lambda groups: write_chrome_json_groups(groups, manifest, folder / chrome))
     return int(slices)
 
 
