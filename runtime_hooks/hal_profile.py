@@ -417,37 +417,81 @@ def record_profile(vmfb: Path, inputs: Sequence[str], profile: Path, *, driver: 
     invocation runs ``iree-run-module``; several run ``iree-benchmark-module``, which
     records exactly its timed iterations (it needs ``function``). ``driver``: a driver or
     device URI (``vulkan://0``), checked by ``drivers.choose_device``. (The tool, its stdout.)"""
-    if invocations == 1:
-        tool, extra = "iree-run-module", []
-    else:
-        if not function:
-            raise ProfileError("profiling several invocations needs the function to run")
-        tool, extra = "iree-benchmark-module", [f"--benchmark_min_time={invocations}x", "--benchmark_format=json"]
-    command = [
-        runtime_tool(tool),
-        f"--module={vmfb}",
-        f"--device={driver}",
-        f"--device_profiling_mode={','.join(families)}",
-        f"--device_profiling_output={profile}",
-        *(f"--input={value}" for value in inputs),
-        *extra,
-    ]
-    if function:
-        command.append(f"--function={function}")
-    run = atomic.run_process(command)
-    if run.returncode != 0:
-        reason = run.stderr.strip().splitlines()
-        if "UNIMPLEMENTED" in run.stderr and "beginning device profiling" in run.stderr:
-            raise ProfileError(f"driver {driver} does not record one of the profiling families "
-                               f"{', '.join(families)} ({reason[-1] if reason else 'UNIMPLEMENTED'})")
-        if "out of disk space" in run.stderr:  # IREE's stdio stream: "write failed, possibly out of disk space"
-            written = profile.stat().st_size if profile.exists() else 0
-            raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} for the HAL profile of {invocations} "
-                                        f"invocation(s) ({tool} stopped at {written / 1e6:.0f} MB; it is written "
-                                        f"under TMPDIR: set it to a folder with room)", str(profile))
-        message = f"{tool} failed on {vmfb}: {reason[-1] if reason else f'exit {run.returncode}'}"
-        raise ToolFault(message, tool, run.returncode, run.stderr)
-    return tool, run.stdout
+    running = ProfilingRun.of(vmfb, inputs, profile, driver, function, invocations, families)
+    return running.checked(atomic.run_process(running.command))
+
+
+def start_profiling(vmfb: Path, inputs: Sequence[str], profile: Path, *, driver: str = "local-sync",
+                    function: str | None = None, invocations: int = 1,
+                    families: Sequence[str] = FULL_FAMILIES) -> ProfilingRun:
+    """:func:`record_profile`'s tool started, not waited for (:meth:`ProfilingRun.wait`):
+    what the caller does meanwhile runs beside it."""
+    running = ProfilingRun.of(vmfb, inputs, profile, driver, function, invocations, families)
+    running.child = atomic.start_process(running.command)
+    return running
+
+
+@dataclass
+class ProfilingRun:
+    """A profiling tool's run (:func:`start_profiling`), and what its errors name."""
+
+    vmfb: Path
+    profile: Path
+    driver: str
+    families: tuple[str, ...]
+    invocations: int
+    tool: str
+    command: list[str]
+    child: Any = None  # subprocess.Popen, once started
+
+    @classmethod
+    def of(cls, vmfb: Path, inputs: Sequence[str], profile: Path, driver: str, function: str | None,
+           invocations: int, families: Sequence[str]) -> ProfilingRun:
+        if invocations == 1:
+            tool, extra = "iree-run-module", []
+        else:
+            if not function:
+                raise ProfileError("profiling several invocations needs the function to run")
+            tool, extra = "iree-benchmark-module", [f"--benchmark_min_time={invocations}x",
+                                                    "--benchmark_format=json"]
+        command = [
+            runtime_tool(tool),
+            f"--module={vmfb}",
+            f"--device={driver}",
+            f"--device_profiling_mode={','.join(families)}",
+            f"--device_profiling_output={profile}",
+            *(f"--input={value}" for value in inputs),
+            *extra,
+        ]
+        if function:
+            command.append(f"--function={function}")
+        return cls(vmfb, profile, driver, tuple(families), invocations, tool, command)
+
+    def wait(self) -> tuple[str, str]:
+        """Wait for the tool (interrupted: killed and reaped): (the tool, its stdout)."""
+        return self.checked(atomic.finish_process(self.child, self.command))
+
+    def stop(self) -> None:
+        """Kill the tool if it still runs (what its run was for failed first), and reap it."""
+        if self.child is not None:
+            atomic.kill_process(self.child)
+
+    def checked(self, run: subprocess.CompletedProcess[str]) -> tuple[str, str]:
+        """(the tool, its stdout) of its finished ``run``, or the error its exit says."""
+        tool, profile = self.tool, self.profile
+        if run.returncode != 0:
+            reason = run.stderr.strip().splitlines()
+            if "UNIMPLEMENTED" in run.stderr and "beginning device profiling" in run.stderr:
+                raise ProfileError(f"driver {self.driver} does not record one of the profiling families "
+                                   f"{', '.join(self.families)} ({reason[-1] if reason else 'UNIMPLEMENTED'})")
+            if "out of disk space" in run.stderr:  # IREE's stdio stream: "write failed, possibly out of disk space"
+                written = profile.stat().st_size if profile.exists() else 0
+                raise OSError(errno.ENOSPC, f"{os.strerror(errno.ENOSPC)} for the HAL profile of {self.invocations} "
+                                            f"invocation(s) ({tool} stopped at {written / 1e6:.0f} MB; it is written "
+                                            f"under TMPDIR: set it to a folder with room)", str(profile))
+            message = f"{tool} failed on {self.vmfb}: {reason[-1] if reason else f'exit {run.returncode}'}"
+            raise ToolFault(message, tool, run.returncode, run.stderr)
+        return tool, run.stdout
 
 
 def _flush_starts(profile: Path, queue_events: list[dict[str, Any]], invocations: int,

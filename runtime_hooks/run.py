@@ -147,13 +147,13 @@ def run_bundle(vmfb: Path, manifest_path: Path | None, bundle: Path, *, mode: st
             # The arrays that grow with the run, in files beside its profile (PagedArrays).
             (paged_folder := Path(scratch) / "paged").mkdir()
             paged = PagedArrays(paged_folder)
-
-            def record(walked: EarlyJoin | None) -> RecordedProfile:
-                return _record_run(vmfb, inputs, driver, function, repeat, warmup, families, Path(scratch), fault,
-                                   paged, walked)
-
-            _write_full_bundle(bundle, manifest, policy, summary, record, paged, function, repeat, warmup,
-                               families, driver)
+            started = StartedRun.start(vmfb, inputs, driver, function, repeat, warmup, families, Path(scratch),
+                                       paged)
+            try:
+                _write_full_bundle(bundle, manifest, policy, summary, lambda early: started.finish(fault, early),
+                                   paged, function, repeat, warmup, families, driver)
+            finally:
+                started.stop()
         else:
             _in_child(InProcessRun(vmfb, manifest or plain_manifest(vmfb, vmfb_sha256), mode, driver,
                                    function, tuple(inputs), repeat, warmup, policy, tensors, summary,
@@ -926,49 +926,106 @@ class RecordedProfile:
 
 def _record_run(vmfb: Path, inputs: Sequence[str], driver: str, function: str, repeat: int, warmup: int,
                 families: Sequence[str], folder: Path, fault: FaultContext | None = None,
-                paged: PagedArrays | None = None, walked: EarlyJoin | None = None) -> RecordedProfile:
+                paged: PagedArrays | None = None) -> RecordedProfile:
     """Run ``vmfb`` ``warmup + repeat`` times under HAL profiling, the profile kept in
     ``folder`` (a fault in the module: :class:`ModuleFaultError`); ``paged``: where its
-    reading keeps the arrays that grow with the run (:attr:`RecordedProfile.paged`);
-    ``walked``: handed the profile's walk as it follows the profile (an :class:`EarlyJoin`)."""
-    from dfit_mlir.runtime_hooks.progress import Progress, announce
-
-    path = folder / "profile.ireeprof"
-    invocations = warmup + repeat
-    finished, followed = threading.Event(), [None]
-    # Where the windowed route may read the profile, its index is walked while the tool
-    # writes it, in the imports' thread once they are done; the walk counts the flushes
-    # (one queue-events chunk an invocation), which the bar shows on a terminal.
-    follow = windowed_may_read(families, invocations)
-    doing = f"dfit: profiling {invocations} invocations of {function}"
-    bar = Progress(doing, invocations if follow else 0, threshold=ANNOUNCED_INVOCATIONS)
-    if invocations >= ANNOUNCED_INVOCATIONS and not bar.shown:  # a run long enough to wait for
-        announce(f"{doing} (iree-benchmark-module)")
-
-    def flushed(count: int) -> None:
-        bar.update(min(count, invocations) - bar.done)
-
-    importing = _import_in_background(AFTER_THE_RUN, then=lambda: _follow(path, finished, followed, paged, flushed,
-                                                                          walked) if follow else None)
+    reading keeps the arrays that grow with the run (:attr:`RecordedProfile.paged`)."""
+    started = StartedRun.start(vmfb, inputs, driver, function, repeat, warmup, families, folder, paged)
     try:
-        with bar:
+        return started.finish(fault)
+    finally:
+        started.stop()
+
+
+class StartedRun:
+    """A ``full`` run's profiled tool, started (:meth:`start`) and finished
+    (:meth:`finish`) apart, so that what a run needs ready once the tool ends — the
+    modules its reading imports, the bundle's pipeline and writers — is made while the
+    tool runs, not before (a tool started first runs beside it, on the other core) nor
+    after. On a terminal a long run shows the invocations profiled so far."""
+
+    def __init__(self, path: Path, invocations: int, function: str, families: Sequence[str],
+                 paged: PagedArrays | None):
+        from dfit_mlir.runtime_hooks.progress import Progress, announce
+
+        self.path, self.invocations, self.paged = path, invocations, paged
+        # Where the windowed route may read the profile, its index is walked while the tool
+        # writes it; the walk counts the flushes (one queue-events chunk an invocation),
+        # which the bar shows on a terminal.
+        self.follow = windowed_may_read(families, invocations)
+        doing = f"dfit: profiling {invocations} invocations of {function}"
+        self.bar = Progress(doing, invocations if self.follow else 0, threshold=ANNOUNCED_INVOCATIONS)
+        if invocations >= ANNOUNCED_INVOCATIONS and not self.bar.shown:  # a run long enough to wait for
+            announce(f"{doing} (iree-benchmark-module)")
+        self.running: hal_profile.ProfilingRun | None = None
+        self._shown = False
+
+    @classmethod
+    def start(cls, vmfb: Path, inputs: Sequence[str], driver: str, function: str, repeat: int, warmup: int,
+              families: Sequence[str], folder: Path, paged: PagedArrays | None = None) -> StartedRun:
+        """Start the tool (:meth:`finish` or :meth:`stop` it), then import here what the
+        run's reading needs (:data:`AFTER_THE_RUN`: on this thread, while the tool runs,
+        so that no other of dfit's threads imports at the same time: two threads
+        importing modules that import each other can deadlock)."""
+        import importlib
+
+        started = cls(folder / "profile.ireeprof", warmup + repeat, function, families, paged)
+        started.bar.__enter__()
+        started._shown = True
+        try:
+            started.running = hal_profile.start_profiling(vmfb, inputs, started.path, driver=driver,
+                                                          function=function, invocations=started.invocations,
+                                                          families=families)
+            for name in AFTER_THE_RUN:
+                importlib.import_module(name)
+        except BaseException:
+            started.stop()
+            raise
+        return started
+
+    def finish(self, fault: FaultContext | None = None, walked: EarlyJoin | None = None) -> RecordedProfile:
+        """Wait for the tool (a fault in the module: :class:`ModuleFaultError`), the
+        profile followed meanwhile in a thread of its own (``walked``: handed the walk as it
+        goes, an :class:`EarlyJoin`)."""
+        assert self.running is not None
+        finished, followed = threading.Event(), [None]
+        bar, invocations = self.bar, self.invocations
+
+        def flushed(count: int) -> None:
+            bar.update(min(count, invocations) - bar.done)
+
+        follower = threading.Thread(target=_follow, args=(self.path, finished, followed, self.paged, flushed, walked),
+                                    name="dfit-follow") if self.follow else None
+        try:
+            if follower is not None:
+                follower.start()
             try:
-                tool, stdout = hal_profile.record_profile(vmfb, inputs, path, driver=driver, function=function,
-                                                          invocations=invocations, families=families)
+                tool, stdout = self.running.wait()
             finally:
                 finished.set()
-                # This thread imports nothing until that one is done (two threads importing
-                # modules that import each other can deadlock), and the walk's last count
-                # is in before the bar is finished.
-                importing.join()
+                if follower is not None:  # the walk's last count is in before the bar is finished
+                    follower.join()
             bar.update(invocations - bar.done)  # the tool ran them all
-    except hal_profile.ToolFault as error:
-        signal_number = fault_signal(error.returncode)
-        if fault is not None and signal_number is not None:
-            fault.raise_for(signal_number, error.tool, (error.stderr.strip().splitlines() or [""])[-1])
-        raise
-    return RecordedProfile(path, hal_profile._benchmark_real_time_ns(stdout) if tool == "iree-benchmark-module"
-                           else None, followed[0], paged)
+        except hal_profile.ToolFault as error:
+            signal_number = fault_signal(error.returncode)
+            if fault is not None and signal_number is not None:
+                fault.raise_for(signal_number, error.tool, (error.stderr.strip().splitlines() or [""])[-1])
+            raise
+        finally:
+            self._end_bar()
+        return RecordedProfile(self.path, hal_profile._benchmark_real_time_ns(stdout)
+                               if tool == "iree-benchmark-module" else None, followed[0], self.paged)
+
+    def stop(self) -> None:
+        """Kill the tool if it still runs (what the run was for failed first)."""
+        if self.running is not None:
+            self.running.stop()
+        self._end_bar()
+
+    def _end_bar(self) -> None:
+        if self._shown:
+            self._shown = False
+            self.bar.__exit__(None, None, None)
 
 
 def windowed_may_read(families: Sequence[str], invocations: int) -> bool:
@@ -993,28 +1050,6 @@ AFTER_THE_RUN = ("pyarrow.parquet", "pyarrow.compute", "pyarrow.csv", "pyarrow.a
                  "dfit_mlir.runtime_hooks.columnar_join", "dfit_mlir.runtime_hooks.progress",
                  "dfit_mlir.exporters.traces", "dfit_mlir.exporters.chrome", "dfit_mlir.exporters.perfetto",
                  "perfetto.protos.perfetto.trace.perfetto_trace_pb2")
-
-
-def _import_in_background(names: Sequence[str], then: Callable[[], Any] | None = None) -> threading.Thread:
-    """Import ``names`` in a thread, started and returned (the run imports them again
-    where it uses them: a module that fails to import here fails there, with the error
-    the user sees), then call ``then()`` there if every import went well. Not a daemon:
-    one frozen by the interpreter's exit in the middle of an import would hold that
-    module's lock."""
-    import importlib
-
-    def load() -> None:
-        for name in names:
-            try:
-                importlib.import_module(name)
-            except Exception:  # reported where the run imports it
-                return
-        if then is not None:
-            then()
-
-    thread = threading.Thread(target=load, name="dfit-imports")
-    thread.start()
-    return thread
 
 
 def _profiled_run(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], driver: str, function: str,

@@ -718,11 +718,23 @@ def test_windows_joined_while_the_tool_runs_are_the_bundle_joined_after(compiled
 
     walked_to: list[int] = []
 
-    def tool(vmfb: Path, tool_inputs: Any, path: Path, **_: Any) -> tuple[str, str]:
-        _written_as_a_tool_writes(data, path, walked_to)
-        return "iree-run-module", ""
+    class Tool:
+        """The tool's stand-in: writes the profile in a thread, from when it is started."""
 
-    monkeypatch.setattr(hal_profile, "record_profile", tool)
+        def __init__(self, path: Path):
+            import threading
+
+            self.writing = threading.Thread(target=_written_as_a_tool_writes, args=(data, path, walked_to))
+            self.writing.start()
+
+        def wait(self) -> tuple[str, str]:
+            self.writing.join()
+            return "iree-run-module", ""
+
+        def stop(self) -> None:
+            self.writing.join()
+
+    monkeypatch.setattr(hal_profile, "start_profiling", lambda vmfb, tool_inputs, path, **_: Tool(path))
     (tmp_path / "run").mkdir()
     (tmp_path / "paged").mkdir()
     paged = PagedArrays(tmp_path / "paged")
@@ -733,8 +745,9 @@ def test_windows_joined_while_the_tool_runs_are_the_bundle_joined_after(compiled
             early(walk, finished)
             walked_to.append(walk.offset)
 
-        return run._record_run(compiled[source].vmfb, inputs, driver, function, repeat, warmup, families,
-                               tmp_path / "run", None, paged, walked)
+        started = run.StartedRun.start(compiled[source].vmfb, inputs, driver, function, repeat, warmup, families,
+                                       tmp_path / "run", paged)
+        return started.finish(None, walked)
 
     run._write_full_bundle(tmp_path / "early", manifest, Policy(), {"mode": "full"}, record, paged, function,
                            repeat, warmup, families, driver)

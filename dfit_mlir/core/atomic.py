@@ -208,16 +208,34 @@ LOST_SIGNAL_CHECK_SECONDS = 0.25
 
 def run_process(command: Sequence[str]) -> subprocess.CompletedProcess[str]:
     """``subprocess.run(command, capture_output=True, text=True)``, the child started with
-    the signals held (:func:`signals_held`). ``Popen`` returns once the child has called
-    ``exec``: a SIGINT/SIGTERM raised while it waits leaves a running child that nothing
-    holds to kill (an ``iree-benchmark-module`` outlived a SIGTERMed ``dfit run``). Held,
-    the signal is raised once the child is held, and the child is killed and reaped. A
-    SIGKILL no handler sees kills the child too (:func:`children.tied_to_dfit`)."""
+    the signals held (:func:`start_process`) and waited for (:func:`finish_process`)."""
+    return finish_process(start_process(command), command)
+
+
+def start_process(command: Sequence[str]) -> subprocess.Popen[str]:
+    """``command`` started, its output piped, with the signals held (:func:`signals_held`):
+    ``Popen`` returns once the child has called ``exec``, and a SIGINT/SIGTERM raised while
+    it waits would leave a running child that nothing holds to kill (an
+    ``iree-benchmark-module`` outlived a SIGTERMed ``dfit run``). Held, the signal is
+    raised once the child is held, and the child is killed and reaped. A SIGKILL no
+    handler sees kills the child too (:func:`children.tied_to_dfit`). The caller
+    :func:`finish_process`-es it, or :func:`kill_process`-es it where it cannot."""
     child: subprocess.Popen[str] | None = None
     try:
         with signals_held():
             child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      preexec_fn=children.tied_to_dfit())
+    except BaseException:
+        if child is not None:
+            kill_process(child)
+        raise
+    return child
+
+
+def finish_process(child: subprocess.Popen[str], command: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    """Wait for ``child`` (:func:`start_process`), its output read; interrupted, it is
+    killed and reaped."""
+    try:
         while True:
             try:
                 stdout, stderr = child.communicate(timeout=LOST_SIGNAL_CHECK_SECONDS)
@@ -225,12 +243,17 @@ def run_process(command: Sequence[str]) -> subprocess.CompletedProcess[str]:
             except subprocess.TimeoutExpired:  # retried without losing output (subprocess's contract)
                 check_not_interrupted()
     except BaseException:
-        if child is not None:
-            child.kill()
-            with child:  # closes its pipes and reaps it
-                pass
+        kill_process(child)
         raise
     return subprocess.CompletedProcess(list(command), child.returncode, stdout, stderr)
+
+
+def kill_process(child: subprocess.Popen[str]) -> None:
+    """Kill ``child`` and reap it, its pipes closed (nothing if it was reaped already)."""
+    if child.returncode is None:
+        child.kill()
+    with child:  # closes its pipes and reaps it
+        pass
 
 
 def on_signal(signum: int, frame: object) -> None:
