@@ -230,10 +230,10 @@ def test_a_profile_event_ending_before_it_begins_writes_no_bundle(convnet, tmp_p
     from dfit_mlir.runtime_hooks import profile_stream, run
     from dfit_mlir.runtime_hooks.profile_stream import WindowedRouteUnavailable
 
-    record = run._record_run
+    finish = run.StartedRun.finish
 
-    def damaged(*args, **kwargs):
-        recorded = record(*args, **kwargs)
+    def damaged(started, *args, **kwargs):
+        recorded = finish(started, *args, **kwargs)
         index = profile_stream.index_profile(recorded.path)
         queue = np.flatnonzero(index.chunk_family == profile_stream.QUEUE)[-1]
         dtype = pf.FAMILY_DTYPES["queue-events"]
@@ -246,7 +246,7 @@ def test_a_profile_event_ending_before_it_begins_writes_no_bundle(convnet, tmp_p
             handle.write(event.tobytes())
         return recorded
 
-    monkeypatch.setattr(run, "_record_run", damaged)
+    monkeypatch.setattr(run.StartedRun, "finish", damaged)
     if route == "whole run":
         def unavailable(*args, **kwargs):
             raise WindowedRouteUnavailable("the test takes the whole-run route")
