@@ -655,6 +655,7 @@ class EarlyJoin:
         self.owned = np.zeros(1, np.int64)
         self.known: dict[int, int] = {}
         self.numbered: bool | None = None
+        self.family = ""  # the family the dispatch records were read from
         self.starts = np.zeros(0, np.int64)
         #: Why it stopped joining (``None``: it goes on), and what made it unusable.
         self.stopped: str | None = None
@@ -689,9 +690,9 @@ class EarlyJoin:
         ready = index.windows - 2  # the windows before it have their next window whole
         if ready <= self.windows:
             return None
-        if self.numbered is not None and index.numbered != self.numbered:
-            return self._stop("the command numbering changed", unusable=True)
-        self.numbered = index.numbered
+        if self.numbered is not None and (index.numbered, index.dispatch_family) != (self.numbered, self.family):
+            return self._stop("the command numbering or the dispatch records' family changed", unusable=True)
+        self.numbered, self.family = index.numbered, index.dispatch_family
         for window, records in profile_stream.dispatch_windows(index, range(self.windows, ready)):
             if finished.is_set():
                 return None
@@ -724,7 +725,7 @@ class EarlyJoin:
         index = run.index
         same = (np.array_equal(index.window_chunks[:self.windows + 1], self.cuts[:self.windows + 1])
                 and np.array_equal(index.window_submissions[:self.windows + 1], self.owned[:self.windows + 1])
-                and index.numbered == self.numbered
+                and (index.numbered, index.dispatch_family) == (self.numbered, self.family)
                 and all(run.recording_of_buffer.get(buffer) == recording for buffer, recording in self.known.items())
                 and np.array_equal(run.starts[:len(self.starts)], self.starts))
         if not same:

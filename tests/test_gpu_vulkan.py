@@ -481,3 +481,28 @@ def test_windowed_route_places_device_ticks_as_the_whole_run(programs: dict[str,
     assert summary.pop("profile_read")["route"] == "windowed"
     assert summary == whole.summary()
     assert summary["clocks"]["fits"] and summary["clocks"]["fits"][0]["samples"] >= 2
+
+
+def test_a_vulkan_run_is_not_joined_while_the_tool_runs(programs: dict[str, CompileResult], tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU driver's dispatch records are timed in device ticks, placed with the whole
+    profile's clock fit, which only the finished profile gives: the early join
+    (``run.EarlyJoin``) stops at its first step, joining nothing, however much of the
+    profile it is shown (here all of it, walked)."""
+    import threading
+
+    from dfit_mlir.core.event_pipeline import MemorySink, Policy
+    from dfit_mlir.core.paged import PagedArrays
+    from dfit_mlir.exporters.trace_plan import TraceLimit
+    from dfit_mlir.runtime_hooks import profile_stream, run
+
+    monkeypatch.setattr(run, "WINDOW_RECORDS", 8)
+    compiled, families = programs["mlp"], tuple(drivers.CAPABILITIES["vulkan"].full)
+    profile = run._record_run(compiled.vmfb, MLP_INPUTS, "vulkan", "main", 6, 1, families, tmp_path)
+    walk = profile_stream._Walk(profile.path)
+    walk.run()
+    assert walk.device_ticks and profile_stream.index_so_far(walk, 8) is None
+    early = run.EarlyJoin(compiled.manifest, "main", 6, 1, TraceLimit(None), PagedArrays(None))
+    early.pipeline = run.new_pipeline(compiled.manifest, Policy(), MemorySink())
+    early(walk, threading.Event())
+    assert early.windows == 0 and early.unusable is None and "needs whole" in (early.stopped or "")
