@@ -110,6 +110,8 @@ def test_a_killed_run_leaves_no_child_and_the_next_run_removes_its_folder(vmfb: 
         _wait_for(lambda: any(scratch.glob(f"dfit-run-{dfit.pid}-*")), 60, "the run's scratch folder")
         folder = next(scratch.glob(f"dfit-run-{dfit.pid}-*"))
         _wait_for(lambda: _RUNNING[mode](dfit.pid, folder) or dfit.poll() is not None, 60, "the module to run")
+        if mode == "full":  # its bundle is being written as the tool runs: beside the output
+            _wait_for(lambda: any(work.glob(f".bundle.{dfit.pid}-*.tmp")), 60, "the bundle's folder")
         assert dfit.poll() is None, "dfit ended before it could be killed"
         running = [pid for pid in _children(dfit.pid) if _running(pid)]
         assert running, "dfit has no child running the module"
@@ -123,6 +125,8 @@ def test_a_killed_run_leaves_no_child_and_the_next_run_removes_its_folder(vmfb: 
             if _running(pid):
                 os.kill(pid, signal.SIGKILL)
     assert folder.is_dir()  # what SIGKILL leaves: no finally ran
+    writing = list(work.glob(f".bundle.{dfit.pid}-*.tmp"))
+    assert len(writing) == (mode == "full")
 
     live = scratch / f"dfit-run-{os.getpid()}-alive"  # a run still going (this process)
     other = scratch / f"not-dfit-{dfit.pid}-mine"  # the user's, with a dead PID in its name
@@ -132,8 +136,47 @@ def test_a_killed_run_leaves_no_child_and_the_next_run_removes_its_folder(vmfb: 
                                "-o", str(work / "next")], cwd=work, env={**os.environ, "TMPDIR": str(scratch)},
                               capture_output=True, text=True, timeout=240)
     assert next_run.returncode == 0, next_run.stderr
-    assert not folder.exists()
+    assert not folder.exists() and not any(path.exists() for path in writing)  # (another output written)
+    assert not list(scratch.glob(f"{atomic.OUTPUT_NOTE_PREFIX}*"))
     assert live.is_dir() and other.is_dir()
+
+
+def test_the_output_folders_of_dead_processes_are_removed_as_their_notes_say(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """An output folder being written (``.<name>.<pid>-….tmp`` beside its target) is noted
+    in ``$TMPDIR`` (``dfit-writing-<pid>-…``) while it is written; the next ``dfit run``
+    removes a dead process's and its note. A live process's note, a note naming a folder
+    of another PID or of another form, a symlink, or a file: the folder stays."""
+    scratch, outputs = tmp_path / "tmp", tmp_path / "out"
+    scratch.mkdir()
+    outputs.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    with atomic.atomic_directory(outputs / "b", "bundle") as writing:
+        notes = list(scratch.glob(f"{atomic.OUTPUT_NOTE_PREFIX}{os.getpid()}-*"))
+        assert len(notes) == 1 and notes[0].read_text() == str(writing.resolve())
+        assert atomic.remove_stale_scratch() == [] and writing.is_dir()  # this process's: alive
+    assert not notes[0].exists()
+    dead, other_dead = _dead_pid(), _dead_pid()
+
+    def noted(pid: int, folder: Path, name: str) -> Path:
+        (scratch / f"{atomic.OUTPUT_NOTE_PREFIX}{pid}-{name}").write_text(str(folder))
+        return folder
+
+    stale = noted(dead, outputs / f".b.{dead}-abc.tmp", "1")
+    stale.mkdir()
+    (stale / "events.parquet").write_bytes(b"\0" * 64)
+    kept = [noted(os.getppid(), outputs / f".b.{os.getppid()}-abc.tmp", "2"),
+            noted(dead, outputs / f".b.{other_dead}-abc.tmp", "3"),
+            noted(dead, outputs / "not-a-temporary", "4")]
+    for folder in kept:
+        folder.mkdir()
+    link = noted(dead, outputs / f".l.{dead}-abc.tmp", "5")
+    link.symlink_to(outputs / "not-a-temporary")
+    file = noted(dead, outputs / f".f.{dead}-abc.tmp", "6")
+    file.write_bytes(b"")
+    assert atomic.remove_stale_scratch() == [stale]
+    assert not stale.exists() and all(folder.is_dir() for folder in kept) and link.is_symlink() and file.is_file()
+    assert [note.name for note in scratch.iterdir()] == [f"{atomic.OUTPUT_NOTE_PREFIX}{os.getppid()}-2"]
 
 
 def test_stale_scratch_of_dead_processes_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -88,6 +88,11 @@ def atomic_directory(target: str | os.PathLike[str], kind: str = "output") -> It
     with signals_held():
         tmp = Path(tempfile.mkdtemp(prefix=paths.private_prefix(prefix), suffix=".tmp", dir=target.parent))
         LIVE_TEMPORARIES.add(tmp)
+        # And a note of it in $TMPDIR, so that the next dfit, whatever it writes, removes it
+        # if a SIGKILL leaves it (remove_stale_scratch): a full run's bundle is written
+        # while its tool runs, for minutes.
+        note = _note_of(tmp)
+        LIVE_TEMPORARIES.add(note)
     old: Path | None = None
     try:
         yield tmp
@@ -102,6 +107,21 @@ def atomic_directory(target: str | os.PathLike[str], kind: str = "output") -> It
             if leftover is not None:
                 shutil.rmtree(leftover, ignore_errors=True)
                 LIVE_TEMPORARIES.discard(leftover)
+        note.unlink(missing_ok=True)
+        LIVE_TEMPORARIES.discard(note)
+
+
+#: The notes of the output folders being written (:func:`atomic_directory`), in ``$TMPDIR``.
+OUTPUT_NOTE_PREFIX = "dfit-writing-"
+
+
+def _note_of(folder: Path) -> Path:
+    """A note in ``$TMPDIR`` (``dfit-writing-<pid>-…``) naming ``folder``, a temporary
+    folder of this process's beside an output (:func:`paths.remove_stale_notes`)."""
+    fd, name = tempfile.mkstemp(prefix=paths.private_prefix(OUTPUT_NOTE_PREFIX))
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(str(folder.resolve()))
+    return Path(name)
 
 
 #: The kinds of scratch folder dfit makes in ``$TMPDIR`` (:func:`scratch_directory`): a
@@ -169,8 +189,11 @@ def _temp_dir_problem(value: str) -> str | None:
 def remove_stale_scratch() -> list[Path]:
     """Remove the scratch folders (:func:`scratch_directory`) that dfit processes killed
     before this one left in ``$TMPDIR`` (a SIGKILL, a crash: no ``finally`` ran), those
-    of this user whose process is gone (:func:`paths.remove_stale_folders`)."""
-    return paths.remove_stale_folders(Path(tempfile.gettempdir()), SCRATCH_PREFIXES)
+    of this user whose process is gone (:func:`paths.remove_stale_folders`), and the
+    output folders they were writing (:func:`atomic_directory`'s, beside their targets,
+    named in notes in ``$TMPDIR``: :func:`paths.remove_stale_notes`)."""
+    place = Path(tempfile.gettempdir())
+    return [*paths.remove_stale_folders(place, SCRATCH_PREFIXES), *paths.remove_stale_notes(place, OUTPUT_NOTE_PREFIX)]
 
 
 #: Depth of the sections that must not be interrupted half-way, and a signal that

@@ -9,6 +9,7 @@ It imports nothing of dfit's, so the file-writing layers (``atomic``, ``outputs`
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 from pathlib import Path
@@ -96,6 +97,39 @@ def remove_stale_folders(place: Path, prefixes: Sequence[str], suffix: str = "",
         else:
             shutil.rmtree(entry.path, ignore_errors=True)
         removed.append(Path(entry.path))
+    return removed
+
+
+def remove_stale_notes(place: Path, prefix: str) -> list[Path]:
+    """Remove what gone dfit processes were writing elsewhere, as their notes in ``place``
+    say: a note is a file ``<prefix><pid>-…`` (:func:`private_prefix`) holding the path of
+    a temporary folder its process made beside an output, ``.<name>.<pid>-….tmp``, which
+    :func:`remove_stale_folders` of ``place`` cannot see. A note of a dead process owned
+    by this user is removed, and the folder it names with it if that folder is named so
+    for the same PID, is a folder (not a symlink) and is this user's. What was removed
+    (the folders)."""
+    try:
+        entries = list(os.scandir(place))
+    except OSError:
+        return []
+    removed = []
+    for entry in entries:
+        pid = _maker_pid(entry.name, (prefix,))
+        if pid is None or pid == os.getpid() or process_alive(pid):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+            if info.st_uid != os.getuid() or not stat.S_ISREG(info.st_mode):
+                continue
+            folder = Path(Path(entry.path).read_text(encoding="utf-8"))
+            os.unlink(entry.path)
+            found = folder.lstat()
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        if re.fullmatch(rf"\..+\.{pid}-[^/]*\.tmp", folder.name) and stat.S_ISDIR(found.st_mode) \
+                and found.st_uid == os.getuid():
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
     return removed
 
 
