@@ -13,7 +13,7 @@ import re
 import shutil
 import stat
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 #: Overrides where dfit caches calibrations, its ledger of outputs and tracebacks.
 CACHE_DIR_ENV = "DFIT_CACHE_DIR"
@@ -73,21 +73,9 @@ def remove_stale_folders(place: Path, prefixes: Sequence[str], suffix: str = "",
     by this user, whose process no longer exists (``files``: regular files so named, in
     place of folders). One of a live process, of another user, a symlink, or one named
     without a PID (dfit before this rule) is left alone. What was removed."""
-    try:
-        entries = list(os.scandir(place))
-    except OSError:
-        return []
     removed = []
-    for entry in entries:
-        pid = _maker_pid(entry.name, prefixes) if entry.name.endswith(suffix) else None
-        if pid is None or pid == os.getpid() or process_alive(pid):
-            continue
-        try:
-            info = entry.stat(follow_symlinks=False)
-        except OSError:
-            continue
-        kind_wanted = entry.is_file(follow_symlinks=False) if files else entry.is_dir(follow_symlinks=False)
-        if info.st_uid != os.getuid() or not kind_wanted:
+    for entry, _, info in _stale_entries(place, prefixes, suffix):
+        if not (stat.S_ISREG(info.st_mode) if files else stat.S_ISDIR(info.st_mode)):
             continue
         if files:
             try:
@@ -108,18 +96,10 @@ def remove_stale_notes(place: Path, prefix: str) -> list[Path]:
     by this user is removed, and the folder it names with it if that folder is named so
     for the same PID, is a folder (not a symlink) and is this user's. What was removed
     (the folders)."""
-    try:
-        entries = list(os.scandir(place))
-    except OSError:
-        return []
     removed = []
-    for entry in entries:
-        pid = _maker_pid(entry.name, (prefix,))
-        if pid is None or pid == os.getpid() or process_alive(pid):
-            continue
+    for entry, pid, info in _stale_entries(place, (prefix,)):
         try:
-            info = entry.stat(follow_symlinks=False)
-            if info.st_uid != os.getuid() or not stat.S_ISREG(info.st_mode):
+            if not stat.S_ISREG(info.st_mode):
                 continue
             folder = Path(Path(entry.path).read_text(encoding="utf-8"))
             os.unlink(entry.path)
@@ -131,6 +111,27 @@ def remove_stale_notes(place: Path, prefix: str) -> list[Path]:
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
     return removed
+
+
+def _stale_entries(place: Path, prefixes: Sequence[str],
+                   suffix: str = "") -> Iterator[tuple[os.DirEntry[str], int, os.stat_result]]:
+    """(entry, its maker's PID, its ``lstat``) of each entry of ``place`` named
+    ``<prefix><pid>-…<suffix>`` for one of ``prefixes``, owned by this user, whose process
+    is gone."""
+    try:
+        entries = list(os.scandir(place))
+    except OSError:
+        return
+    for entry in entries:
+        pid = _maker_pid(entry.name, prefixes) if entry.name.endswith(suffix) else None
+        if pid is None or pid == os.getpid() or process_alive(pid):
+            continue
+        try:
+            info = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        if info.st_uid == os.getuid():
+            yield entry, pid, info
 
 
 def _maker_pid(name: str, prefixes: Sequence[str]) -> int | None:
