@@ -273,6 +273,27 @@ def test_paged_arrays_keep_their_values_and_hand_their_pages_back(tmp_path: Path
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("in_files", [False, True], ids=["in memory", "in files"])
+def test_a_column_read_while_it_grows_holds_every_row_so_far(tmp_path: Path, in_files: bool) -> None:
+    """``Appended.so_far`` (what the early join reads of the index walk's columns while the
+    walk goes on): every row added so far, rows of two values too; the column goes on
+    taking pieces, and read whole at the end (``array``) holds every row, in order."""
+    from dfit_mlir.core.paged import PagedArrays
+
+    paged = PagedArrays(tmp_path if in_files else None)
+    column, pairs = paged.appended("column", np.int64), paged.appended("pairs", np.int32, width=2)
+    assert column.so_far().shape == (0,) and pairs.so_far().shape == (0, 2)
+    added: list[int] = []
+    for piece in ([3, 1], [4], [], [1, 5, 9, 2]):
+        column.add(np.array(piece))
+        pairs.add(np.array([[value, -value] for value in piece], np.int32).reshape(-1, 2))
+        added += piece
+        assert column.so_far().tolist() == added
+        assert pairs.so_far().tolist() == [[value, -value] for value in added]
+    column.add(np.array([6]))
+    assert column.array().tolist() == [*added, 6] and pairs.array().shape == (len(added), 2)
+
+
 @pytest.mark.parametrize("index", [[], [0], [4, 4, 4], [9, 2, 7, 2, 9, 9], list(range(50, 0, -3))],
                          ids=["none", "first", "repeated", "unordered", "many"])
 def test_add_counts_counts_as_add_at(index: list[int]) -> None:

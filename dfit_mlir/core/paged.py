@@ -144,7 +144,11 @@ def _reserve(path: Path, fd: int, size: int) -> None:
 def append_values(path: Path, values: np.ndarray) -> None:
     """Append ``values``' raw bytes to the file ``path``. A full disk is ``OSError``
     naming the file and saying so (numpy's ``tofile`` says "N requested and M written",
-    with neither an errno nor a file name, which the CLI could only pin on its input)."""
+    with neither an errno nor a file name, which the CLI could only pin on its input).
+    No values append nothing (an empty array of several columns has no bytes to view:
+    a walked block without execute records would add one to the index's executions)."""
+    if not values.size:
+        return
     try:
         with path.open("ab") as file:
             file.write(np.ascontiguousarray(values).data.cast("B"))
