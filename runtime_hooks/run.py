@@ -613,34 +613,110 @@ def _add_joined(pipeline: EventPipeline, records: Any, manifest: dict[str, Any],
     return True
 
 
+def _add_window(pipeline: EventPipeline, records: Any, rows: WindowRows, manifest: dict[str, Any], function: str,
+                known: dict[int, int], numbered: bool, invocations: int, starts: np.ndarray, warmup: int,
+                totals: RunTotals, labels: dict[str, tuple[str, ...]]) -> bool:
+    """One window's events added to ``pipeline``: its dispatch ``records`` joined
+    (:func:`_add_joined`), then its other records (``rows``), each family in file order;
+    ``False`` where the dispatches cannot be joined as the run's others were (nothing added)."""
+    if len(records) and not _add_joined(pipeline, records, manifest, function, known, numbered, invocations, starts,
+                                        warmup, totals):
+        return False
+    rows.add_to(pipeline, labels, starts, warmup, totals)
+    return True
+
+
+@dataclass(frozen=True)
+class WindowRows:
+    """One window's queue, host-operation, device and memory records, read in file order
+    and not yet placed: (family, row kind, event kind, records) for each family that
+    has some, and how many records were read (a host-execution family's dispatch
+    records among them, passed over: they are joined)."""
+
+    parts: tuple[tuple[str, str, str, hal_profile.Records], ...]
+    read: int
+
+    @classmethod
+    def of(cls, index: Any, window: int) -> WindowRows:
+        from dfit_mlir.runtime_hooks import profile_file as pf
+        from dfit_mlir.runtime_hooks import profile_stream
+
+        builders = {"submit": pf.queue_records, "memory": pf.memory_records,
+                    "host": lambda tables, only: pf.host_execution_records(tables, only=only),
+                    # Device ticks placed with the whole profile's clock fit (the index's).
+                    "device": lambda tables, only: hal_profile._place_device_columns(pf.queue_device_records(tables),
+                                                                                     index.clocks)}
+        parts, read = [], 0
+        for family, kind, category in _WINDOW_ROWS:
+            if not index.counts.get(family):
+                continue
+            found = index.family_window(family, window)
+            read += len(found)
+            # Only the fields a run writes are converted (_ROW_FIELDS).
+            records = builders[kind](profile_stream.tables_of(index, family, found), _ROW_FIELDS[kind])
+            if records:
+                parts.append((family, kind, category, records))
+        return cls(tuple(parts), read)
+
+    def last_submission(self) -> int:
+        """The last submission the records were made in (their invocations' starts must
+        be known up to it to place them)."""
+        return max((int(records.column("submission_id").max()) for _, _, _, records in self.parts), default=0)
+
+    def add_to(self, pipeline: EventPipeline, labels: dict[str, tuple[str, ...]], starts: np.ndarray, warmup: int,
+               totals: RunTotals) -> None:
+        """Each family's records as rows, placed in their invocations (``starts``) past the
+        warmup, coded into the run's ``labels`` (family -> event names) and added."""
+        for family, kind, category, records in self.parts:
+            part = _placed_rows(kind, records, starts, warmup, totals, labels[family])
+            part.add_to(pipeline, category)
+            if category == "queue":
+                totals.queue += len(part)
+            else:
+                totals.memory += len(part)
+
+
+def row_labels(index: Any) -> dict[str, tuple[str, ...]]:
+    """family -> the event names its rows get over the run (so far, for an index so far):
+    every window's rows are coded into one table."""
+    from dfit_mlir.runtime_hooks import profile_file as pf
+    from dfit_mlir.runtime_hooks import profile_stream
+
+    return {family: profile_stream.row_labels(index, family, _ROW_KINDS[kind][0],
+                                              exclude=(pf.DISPATCH_TYPE,) if kind == "host" else ())
+            for family, kind, _ in _WINDOW_ROWS if index.counts.get(family)}
+
+
 class EarlyJoinUnusable(Exception):
     """What an :class:`EarlyJoin` joined is not what the finished profile's route joins:
     the bundle is written again without it."""
 
 
 class EarlyJoin:
-    """A ``full`` run's dispatch records joined window by window while its tool still
-    writes the profile (issue 29): on the core the tool leaves idle, in the thread that
-    follows the profile (``profile_stream.follow_profile``'s ``walked``), the join, its
-    events and the traces drawn from them get under way before the tool ends instead of
-    after it (at 660k events, 27 % of the events and about half the work after the tool:
-    a replay of the saved profile without the dispatches took 0.65–0.74 s less, without
-    the rows 0.66–0.94 s less, of 1.67–1.84 s).
+    """A ``full`` run's events written window by window while its tool still writes
+    the profile (issue 29): on the core the tool leaves idle, in the thread that follows
+    the profile (``profile_stream.follow_profile``'s ``walked``), each window's dispatch
+    records joined and its queue, host-operation and memory records placed
+    (:func:`_add_window`, :class:`WindowedRun`'s order), so that the join, the events
+    and the traces drawn from them get under way before the tool ends instead of after
+    it. At 660k events the time from the tool's end to dfit's went from 1.74–1.93 s
+    (everything after the tool) to 1.07–1.25 s with the dispatches alone joined early,
+    and to about 0.7 s with every family's events written early.
 
     Each step takes the index of what the walk has read so far
     (``profile_stream.index_so_far``: the windows before its last are the finished
-    file's) and joins the windows whose next window is whole (a window's records are
-    taken from its neighbours too), each with the command buffers matched so far and the
-    invocation starts found so far (``join_records.invocation_starts_so_far``), up to
-    the last start seen. It stops at anything out of the ordinary — a profile the
-    windowed route would refuse, a block it cannot match, a run whose events would pass
-    the traces' limit (whose traces are planned over the whole run, not drawn as the
-    events are exported) — and the finished profile's route goes on from the first
-    window it did not join, once :meth:`check` has found what it joined to be what that
-    route joins: the same window cuts, buffers, numbering and starts. Else
-    :class:`EarlyJoinUnusable`, and the bundle is written again without it. Only the
-    CPU drivers' records: a GPU driver's device ticks are placed with the whole
-    profile's clock fit."""
+    file's) and adds the windows whose next window is whole (a window's dispatch records
+    are taken from its neighbours too), each with the command buffers matched so far,
+    the invocation starts found so far (``join_records.invocation_starts_so_far``) and
+    the rows' event names so far (:func:`row_labels`), up to the last start seen. It
+    stops at anything out of the ordinary — a profile the windowed route would refuse, a
+    block it cannot match, a run whose events would pass the traces' limit (whose traces
+    are planned over the whole run, not drawn as the events are exported) — and the
+    finished profile's route goes on from the first window it did not add, once
+    :meth:`check` has found what it added to be what that route adds: the same window
+    cuts, buffers, numbering, starts and event names. Else :class:`EarlyJoinUnusable`,
+    and the bundle is written again without it. Only the CPU drivers' records: a GPU
+    driver's device ticks are placed with the whole profile's clock fit."""
 
     def __init__(self, manifest: dict[str, Any], function: str, repeat: int, warmup: int, trace_limit: TraceLimit,
                  paged: PagedArrays):
@@ -650,11 +726,14 @@ class EarlyJoin:
         self.invocations, self.warmup, self.trace_limit = warmup + repeat, warmup, trace_limit
         self.paged = paged
         self.totals = RunTotals(repeat, paged)
-        #: Windows joined (the first ones), their dispatch records, and the window cuts
-        #: and first owned submissions of the index (so far) the last was joined by: up
-        #: to them, what :meth:`check` holds the finished profile's to.
-        self.windows = self.records = 0
+        #: Windows added (the first ones), the records read for them (the progress
+        #: bar's), their dispatch records, and the window cuts and first owned
+        #: submissions of the index (so far) the last was added by: up to them, what
+        #: :meth:`check` holds the finished profile's to.
+        self.windows = self.records = self.dispatches = 0
         self.cuts = self.owned = np.zeros(0, np.int64)
+        #: The event names the rows were coded into (:func:`row_labels`), once a window is added.
+        self.labels: dict[str, tuple[str, ...]] | None = None
         self.known: dict[int, int] = {}
         self.numbered: bool | None = None
         self.family = ""  # the family the dispatch records were read from
@@ -689,6 +768,11 @@ class EarlyJoin:
         events = sum(index.counts.get(family, 0) for family, _, _ in _WINDOW_ROWS)  # WindowedRun.events_at_most's
         if not self.trace_limit.keeps_all(events * self.invocations // max(1, len(index.flush_starts))):
             return self._stop("the run's events would pass the traces' limit")
+        if index.counts.get("queue-device-events"):  # device ticks: placed with the whole profile's clock fit
+            return self._stop("the profile has device-tick queue records")
+        labels = row_labels(index)
+        if self.labels is not None and labels != self.labels:
+            return self._stop("an event name the rows added so far were not coded with", unusable=True)
         ready = index.windows - 2  # the windows before it have their next window whole
         if ready <= self.windows:
             return None
@@ -707,14 +791,18 @@ class EarlyJoin:
                                                              index.executions, index.flush_starts), known
             if starts is None or not len(starts) or index.owned(window)[1] > int(starts[-1]):
                 return None  # the invocations this window reaches are not all started yet
+            rows = WindowRows.of(index, window)
+            if rows.last_submission() > int(starts[-1]):
+                return None  # nor those its other records were made in
             if not np.array_equal(starts[:len(self.starts)], self.starts):
                 return self._stop("the invocation starts changed", unusable=True)
-            if len(records) and not _add_joined(self.pipeline, records, self.manifest, self.function, known,
-                                                index.numbered, self.invocations, starts, self.warmup, self.totals):
+            if not _add_window(self.pipeline, records, rows, self.manifest, self.function, known, index.numbered,
+                               self.invocations, starts, self.warmup, self.totals, labels):
                 return self._stop("a window's records are not what the run's were", unusable=True)
-            self.known, self.starts = known, starts
+            self.known, self.starts, self.labels = known, starts, labels
             self.cuts, self.owned = index.window_chunks, index.window_submissions
-            self.windows, self.records = window + 1, self.records + len(records)
+            self.windows, self.dispatches = window + 1, self.dispatches + len(records)
+            self.records += len(records) + rows.read
             self.paged.release()
         return None
 
@@ -730,17 +818,21 @@ class EarlyJoin:
                 and np.array_equal(index.window_submissions[cut], self.owned[cut])
                 and (index.numbered, index.dispatch_family) == (self.numbered, self.family)
                 and all(run.recording_of_buffer.get(buffer) == recording for buffer, recording in self.known.items())
-                and np.array_equal(run.starts[:len(self.starts)], self.starts))
+                and np.array_equal(run.starts[:len(self.starts)], self.starts)
+                and run.labels == self.labels)
         if not same:
             raise EarlyJoinUnusable("the windows joined while the tool ran are not the finished profile's")
 
 
 @dataclass(frozen=True)
 class WindowedRun:
-    """A ``full`` run's records read a window at a time (:mod:`profile_stream`): the
-    dispatches joined window by window, then the queue, host-operation and memory
-    records, each family in file order — the order, batches and values the whole-run
-    route (:class:`ProfiledRun`) writes. :meth:`summary` is complete once
+    """A ``full`` run's records read a window at a time (:mod:`profile_stream`), and its
+    events written window by window: the window's dispatch records joined, then its
+    queue, host-operation, device and memory records, each family in file order. The
+    events and values of the whole-run route (:class:`ProfiledRun`), each family's in
+    the same order; only how the families interleave differs (that route writes each
+    family whole, one after the other), so that a window's events can be written as
+    soon as its records are (:class:`EarlyJoin`). :meth:`summary` is complete once
     :meth:`pipeline` has run."""
 
     index: Any  # profile_stream.ProfileIndex
@@ -753,6 +845,8 @@ class WindowedRun:
     wall_ns_per_invocation: float | None
     recording_of_buffer: dict[int, int]
     starts: np.ndarray
+    #: family -> the event names its rows are coded into (:func:`row_labels`).
+    labels: dict[str, tuple[str, ...]]
     #: Added up by :meth:`pipeline` (which runs once), read by :meth:`summary`.
     totals: RunTotals
     #: Where the per-invocation and per-chunk arrays above are kept, handed back window by window.
@@ -802,7 +896,8 @@ class WindowedRun:
         # dropped, not before: freed after, they stayed resident in glibc's heap.
         release_freed_memory(now=True)
         return cls(index, manifest, function, repeat, warmup, tuple(families), drivers.capabilities(driver),
-                   recorded.wall_ns_per_invocation, known, starts, totals or RunTotals(repeat, paged), paged)
+                   recorded.wall_ns_per_invocation, known, starts, row_labels(index), totals or RunTotals(repeat, paged),
+                   paged)
 
     @property
     def records(self) -> int:
@@ -831,62 +926,28 @@ class WindowedRun:
         with Progress("dfit: writing events", self.records, threshold=WINDOW_RECORDS) as progress:
             if early is not None:
                 progress.update(early.records)
-            self._write_dispatches(pipeline, progress, early)
-            self._write_rows(pipeline, progress)
+            self._write_windows(pipeline, progress, early)
         if progress.shown:  # the traces, CSVs and summary that follow take seconds of a long run too
             announce("dfit: finishing the traces, CSVs and summary")
 
-    def _write_dispatches(self, pipeline: EventPipeline, progress: Any, early: EarlyJoin | None = None) -> None:
-        """The dispatch records joined window by window, in runtime order, from the
-        first window ``early`` did not join."""
+    def _write_windows(self, pipeline: EventPipeline, progress: Any, early: EarlyJoin | None = None) -> None:
+        """Window by window, in runtime order, from the first window ``early`` did not
+        add: its dispatch records joined, then its other records (:func:`_add_window`)."""
         from dfit_mlir.runtime_hooks import profile_stream
 
         index, invocations = self.index, self.warmup + self.repeat
-        first, taken = (0, 0) if early is None else (early.windows, early.records)
-        for _, records in profile_stream.dispatch_windows(index, range(first, index.windows)):
-            if not len(records):
-                continue
-            taken += len(records)
-            if not _add_joined(pipeline, records, self.manifest, self.function, self.recording_of_buffer,
-                               index.numbered, invocations, self.starts, self.warmup, self.totals):
+        first, taken = (0, 0) if early is None else (early.windows, early.dispatches)
+        for window, records in profile_stream.dispatch_windows(index, range(first, index.windows)):
+            rows = WindowRows.of(index, window)
+            if not _add_window(pipeline, records, rows, self.manifest, self.function, self.recording_of_buffer,
+                               index.numbered, invocations, self.starts, self.warmup, self.totals, self.labels):
                 raise profile_stream.WindowedRouteUnavailable("a window's records are not what the run's were")
+            taken += len(records)
             self.paged.release()
-            progress.update(len(records))
+            progress.update(len(records) + rows.read)
         if taken != index.dispatch_records:  # each record in exactly one window: checked, not assumed
             raise profile_stream.WindowedRouteUnavailable(
                 f"the windows took {taken} of the profile's {index.dispatch_records} dispatch records")
-
-    def _write_rows(self, pipeline: EventPipeline, progress: Any) -> None:
-        """The queue, host-operation and memory records, family by family, window by
-        window (file order, as the whole-run route writes them)."""
-        from dfit_mlir.runtime_hooks import profile_file as pf
-        from dfit_mlir.runtime_hooks import profile_stream
-
-        index, totals = self.index, self.totals
-        builders = {"submit": pf.queue_records, "memory": pf.memory_records,
-                    "host": lambda tables, only: pf.host_execution_records(tables, only=only),
-                    # Device ticks placed with the whole profile's clock fit (the index's).
-                    "device": lambda tables, only: hal_profile._place_device_columns(pf.queue_device_records(tables),
-                                                                                     index.clocks)}
-        for family, kind, category in _WINDOW_ROWS:
-            if not index.counts.get(family):
-                continue
-            labels = profile_stream.row_labels(index, family, _ROW_KINDS[kind][0],
-                                               exclude=(pf.DISPATCH_TYPE,) if kind == "host" else ())
-            for window in range(index.windows):
-                found = index.family_window(family, window)
-                # Only the fields a run writes are converted (_ROW_FIELDS).
-                records = builders[kind](profile_stream.tables_of(index, family, found), _ROW_FIELDS[kind])
-                progress.update(len(found))
-                if not records:
-                    continue
-                part = _placed_rows(kind, records, self.starts, self.warmup, totals, labels)
-                self.paged.release()
-                part.add_to(pipeline, category)
-                if category == "queue":
-                    totals.queue += len(part)
-                else:
-                    totals.memory += len(part)
 
     def summary(self, early: EarlyJoin | None = None) -> dict[str, Any]:
         """The run's figures (after :meth:`pipeline`) and how the profile was read
@@ -1068,7 +1129,8 @@ def _profiled_run(vmfb: Path, manifest: dict[str, Any], inputs: Sequence[str], d
 def _whole_run(recorded: RecordedProfile, manifest: dict[str, Any], function: str, repeat: int, warmup: int,
                families: Sequence[str], driver: str) -> ProfiledRun:
     """The whole-run route: every record decoded at once (:func:`hal_profile.decode_profile`)
-    and joined at once; what the windowed route (:class:`WindowedRun`) must equal."""
+    and joined at once, each family's events written whole, one family after the other;
+    what the windowed route (:class:`WindowedRun`) must equal, family by family."""
     invocations = warmup + repeat
     profile = hal_profile.decode_profile(recorded.path, families, invocations, recorded.wall_ns_per_invocation)
     # Command-buffer executions from the host-execution records (CPU drivers) or the
@@ -1122,7 +1184,7 @@ def _write_full_bundle(bundle: Path, manifest: dict[str, Any], policy: Policy, s
     """The bundle of a ``full`` run, ``record(walked)`` running it (``paged``: where the
     arrays that grow with it are kept): by the windowed route where it takes the profile
     on (:mod:`profile_stream`: memory bounded by a window, whatever the run's length),
-    its dispatches joined while the tool runs where they can be (:class:`EarlyJoin`),
+    its windows written while the tool runs where they can be (:class:`EarlyJoin`),
     else by the whole-run route; the summary says which, and why not."""
     from dfit_mlir.runtime_hooks.profile_stream import WindowedRouteUnavailable
 

@@ -165,3 +165,51 @@ def write_calibration(path: Path, peak_macs_per_s: float, bandwidth_bytes_per_s:
         "cache_roofs": [], "last_level_cache_bytes": None, "compute_method": method, "bandwidth_method": method,
         "cache_method": method, "measured_at": "2026-01-01T00:00:00+00:00"}))
     return path
+
+
+def by_family(table: Any) -> dict[str, Any]:
+    """A full run's events (an Arrow table) split by family, each family's events in
+    the order written: ``dispatch``, ``memory``, and the queue events by their names'
+    prefix (``submit``, ``host``, ``device``). The routes that read a profile write each
+    family's events in the same order, interleaved differently (``run.WindowedRun``
+    writes them window by window, the whole-run route family by family)."""
+    import numpy as np
+    import pyarrow as pa
+
+    kinds = table.column("kind").cast(pa.string()).to_pylist()
+    partitions = table.column("partition").cast(pa.string()).to_pylist()
+    families = np.array([kind if kind != "queue" else (partition or "").split(" ")[0]
+                         for kind, partition in zip(kinds, partitions, strict=True)])
+    # Dictionary columns as their values: a family's rows taken from batches of their own
+    # keep each batch's dictionary, which two routes cut differently.
+    plain = pa.table({name: column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
+                      for name, column in zip(table.column_names, table.columns, strict=True)})
+    return {str(family): plain.take(pa.array(np.flatnonzero(families == family)))
+            for family in sorted(set(families))}
+
+
+def same_by_family(table: Any, other: Any) -> bool:
+    """Whether two runs' events are the same, family by family (:func:`by_family`)."""
+    mine, theirs = by_family(table), by_family(other)
+    return mine.keys() == theirs.keys() and all(mine[family].equals(theirs[family]) for family in mine)
+
+
+def chrome_trace_slices(path: Path) -> list[str]:
+    """The slices of a Chrome trace JSON, each with its process and thread named (not
+    numbered: the numbers follow the order the tracks were first used), sorted: what a
+    trace shows, whatever order its events were written in."""
+    import json
+
+    events = json.loads(path.read_text())["traceEvents"]
+    processes = {e["pid"]: e["args"]["name"] for e in events if e.get("ph") == "M" and e["name"] == "process_name"}
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+               if e.get("ph") == "M" and e["name"] == "thread_name"}
+    named = []
+    for event in events:
+        if event.get("ph") == "M":
+            continue
+        event = dict(event)
+        pid, tid = event.pop("pid", None), event.pop("tid", None)
+        named.append(json.dumps({**event, "process": processes.get(pid), "thread": threads.get((pid, tid))},
+                                sort_keys=True))
+    return sorted(named)

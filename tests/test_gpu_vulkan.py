@@ -32,6 +32,7 @@ from dfit_mlir.passes.instrumented_compile import CompileResult, compile_instrum
 from dfit_mlir.runtime_hooks import drivers, hal_profile
 from dfit_mlir.runtime_hooks.run import run_bundle
 from tests import test_view
+from tests.conftest import same_by_family
 from tests.test_view import no_console_errors, open_view
 
 DFIT = [sys.executable, "-m", "dfit_mlir"]
@@ -455,9 +456,9 @@ def test_windowed_route_places_device_ticks_as_the_whole_run(programs: dict[str,
                                                               function: str, inputs: list[str]) -> None:
     """A long Vulkan run is read window by window (memory bounded by a window): its
     device-tick records (dispatch-events, queue-device-events) are placed with the whole
-    profile's clock fit, kept by the index as it walks, and the events, their batches
-    and the summary (the fit included) are the whole-run route's, with a window of
-    about one flush so that the look-ahead crosses windows."""
+    profile's clock fit, kept by the index as it walks, and the events and the summary
+    (the fit included) are the whole-run route's, with a window of about one flush so
+    that the look-ahead crosses windows."""
     from dfit_mlir.core.event_pipeline import MemorySink, Policy
     from dfit_mlir.runtime_hooks import run
 
@@ -472,8 +473,8 @@ def test_windowed_route_places_device_ticks_as_the_whole_run(programs: dict[str,
     assert whole.pipeline(compiled.manifest, Policy(batch_size=7), sinks[1]).close() == counts
     assert windowed.index.windows >= 4 and windowed.index.dispatch_family == "dispatch-events"
     tables = [sink.table().drop(["session"]) for sink in sinks]
-    assert tables[0].num_rows == tables[1].num_rows > 0 and tables[0].equals(tables[1])
-    assert [b.num_rows for b in sinks[0].batches] == [b.num_rows for b in sinks[1].batches]
+    # Each family's events in the same order (the windowed route writes them window by window).
+    assert tables[0].num_rows == tables[1].num_rows > 0 and same_by_family(tables[0], tables[1])
     kinds = set(tables[0].column("kind").to_pylist())
     assert {"dispatch", "queue", "memory"} <= kinds
     assert "device execute" in set(tables[0].column("partition").to_pylist())  # queue-device-events, placed

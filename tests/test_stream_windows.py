@@ -1,8 +1,10 @@
 """The windowed route of a ``full`` run (issue 29: ``runtime_hooks/profile_stream.py``,
 ``run.WindowedRun``) against the whole-run route on real profiles: with windows forced
 down to a few dozen records, so that every profile is read in many windows and the
-look-ahead is exercised, the events written (values, order and batches), the summary's
-figures and the bundle's CSVs are the whole-run route's — on loops, a data-dependent
+look-ahead is exercised, the events written (each family's values and order: the
+windowed route writes them window by window, the whole-run route family by family; each
+batch one family's), the summary's figures and the bundle's CSVs are the whole-run
+route's — on loops, a data-dependent
 ``scf.while``, an ``scf.if``, several entry points, an initializer (load time), a warmup,
 both CPU drivers — and with host-execution chunks rewritten a flush after their
 submissions' (the records of work a call did not wait for), which the look-ahead joins.
@@ -34,7 +36,7 @@ from dfit_mlir.passes.instrumented_compile import CompileResult, compile_instrum
 from dfit_mlir.runtime_hooks import hal_profile, profile_stream, run
 from dfit_mlir.runtime_hooks import profile_file as pf
 from dfit_mlir.runtime_hooks.progress import Progress, announce
-from tests.conftest import CONVNET, REPO
+from tests.conftest import CONVNET, REPO, by_family, chrome_trace_slices, same_by_family
 
 pytestmark = pytest.mark.slow
 SHAPES = REPO / "tests" / "inputs" / "shapes"
@@ -95,6 +97,17 @@ def both_routes(profile: run.RecordedProfile, manifest: dict[str, Any], case: st
             windowed.index.windows)
 
 
+def assert_one_family_a_batch(table: Any, batches: list[int], batch_size: int) -> None:
+    """Each of the pipeline's ``batches`` (row counts, in order) holds one family's
+    events (:func:`by_family`), at most ``batch_size`` of them (the windowed route's
+    batches are cut where a window's family ends, as well as at the batch size)."""
+    assert sum(batches) == table.num_rows and max(batches) <= batch_size
+    first = 0
+    for rows in batches:
+        assert len(by_family(table.slice(first, rows))) == 1
+        first += rows
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_windowed_route_writes_what_the_whole_run_writes(compiled: dict[Path, CompileResult], case: str,
                                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -105,8 +118,10 @@ def test_windowed_route_writes_what_the_whole_run_writes(compiled: dict[Path, Co
         profile, manifest, case, Policy(batch_size=7))
     assert windows >= 4, f"{case}: {windows} windows"  # the look-ahead crosses windows
     assert windowed.num_rows == whole.num_rows > 0
-    assert windowed.equals(whole), case
-    assert batches == whole_batches
+    assert same_by_family(windowed, whole), case
+    assert not windowed.equals(whole)  # (window by window: the families interleave)
+    assert_one_family_a_batch(windowed, batches, 7)
+    assert sum(whole_batches) == sum(batches)
     assert summary == reference
     kinds = set(whole.column("kind").to_pylist())
     assert {"dispatch", "queue", "memory"} <= kinds
@@ -148,10 +163,11 @@ def test_arrays_kept_in_files_write_what_arrays_in_memory_write(compiled: dict[P
 
 def test_bundle_files_are_the_whole_runs(compiled: dict[Path, CompileResult], tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Through ``write_bundle``: events.parquet, the CSVs, both traces and summary.json
-    (less the session, the toolchain's clock and the route) are the whole-run route's.
-    The windowed route draws its traces as the events are exported (StreamedTraces),
-    the whole-run route from events.parquet read back: the same bytes."""
+    """Through ``write_bundle``: events.parquet (each family's events in the same order),
+    the CSVs, the traces' slices and summary.json (less the session, the toolchain's
+    clock and the route) are the whole-run route's. The windowed route draws its traces
+    as the events are exported (StreamedTraces): the bytes drawn from its
+    events.parquet read back."""
     from dfit_mlir.exporters import bundle, traces
 
     case = "convnet_warmup_task"
@@ -173,9 +189,17 @@ def test_bundle_files_are_the_whole_runs(compiled: dict[Path, CompileResult], tm
     write_bundle(tmp_path / "whole", manifest, lambda sink: whole.pipeline(manifest, Policy(), sink),
                  {"mode": "full", **whole.summary()})
     tables = [pq.read_table(tmp_path / name / "events.parquet").drop(["session"]) for name in ("windowed", "whole")]
-    assert tables[0].equals(tables[1])
-    for name in ("dispatches.csv", "events.csv", "trace.json", "trace.pftrace"):
+    assert same_by_family(tables[0], tables[1])
+    for name in ("dispatches.csv", "events.csv"):
         assert (tmp_path / "windowed" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+    assert chrome_trace_slices(tmp_path / "windowed" / "trace.json") == chrome_trace_slices(
+        tmp_path / "whole" / "trace.json")
+    # The traces drawn as the events were exported are those drawn from events.parquet.
+    (tmp_path / "redrawn").mkdir()
+    (tmp_path / "redrawn" / "events.parquet").write_bytes((tmp_path / "windowed" / "events.parquet").read_bytes())
+    bundle.write_files(tmp_path / "redrawn", manifest, {})
+    for name in bundle.TRACE_FILES:
+        assert (tmp_path / "windowed" / name).read_bytes() == (tmp_path / "redrawn" / name).read_bytes(), name
     summaries = [json.loads((tmp_path / name / "summary.json").read_text()) for name in ("windowed", "whole")]
     assert summaries[0].pop("profile_read")["windows"] >= 4
     for summary in summaries:
@@ -542,7 +566,8 @@ def test_records_a_flush_late_are_joined_by_the_look_ahead(compiled: dict[Path, 
     assert late >= 3 * 6, late
     windowed, whole, summary, reference, batches, whole_batches, windows = both_routes(
         profile, manifest, case, Policy(batch_size=7))
-    assert windows >= 9 and windowed.equals(whole) and batches == whole_batches and summary == reference
+    assert windows >= 9 and same_by_family(windowed, whole) and summary == reference
+    assert_one_family_a_batch(windowed, batches, 7)
 
 
 @pytest.mark.parametrize("look_ahead_rows", [profile_stream.LOOK_AHEAD_ROWS, 1, 3])
@@ -765,9 +790,9 @@ def test_windows_joined_while_the_tool_runs_are_the_bundle_joined_after(compiled
     assert read[1]["joined_while_profiling"] == 0 and read[0]["route"] == "windowed" and read[0]["windows"] >= 4
     if variant == "starts wrong":
         assert read[0]["joined_while_profiling"] == 0, read[0]
-        assert read[0]["joined_while_profiling_discarded"] in (
-            "the windows joined while the tool ran are not the finished profile's",
-            "a window's records are not what the run's were"), read[0]
+        # Found by the check after the tool, by the join of a window, or by the sink's check
+        # of an event placed before the first invocation: each discards what was joined.
+        assert read[0]["joined_while_profiling_discarded"], read[0]
         return
     assert "joined_while_profiling_discarded" not in read[0]
     assert read[0]["joined_while_profiling"] >= read[0]["windows"] // 2, read[0]
