@@ -705,6 +705,7 @@ def _written_as_a_tool_writes(data: bytes, path: Path, walked_to: list[int], pie
 @pytest.mark.parametrize("case,variant", [*((case, "as written") for case in sorted(CASES)),
                                           ("convnet_warmup_task", "starts wrong"),
                                           ("loop_first_task", "starts wrong"),
+                                          ("convnet_warmup_task", "names wrong"),
                                           ("convnet_warmup_task", "traces withdrawn")])
 def test_windows_joined_while_the_tool_runs_are_the_bundle_joined_after(compiled: dict[Path, CompileResult],
                                                                         case: str, variant: str, tmp_path: Path,
@@ -714,11 +715,13 @@ def test_windows_joined_while_the_tool_runs_are_the_bundle_joined_after(compiled
     the tool writes it (a piece at a time, the length filled in at the end), the bundle —
     events.parquet, the CSVs, both traces, the summary but for how the profile was read
     — is the one written from the finished file, and most windows were joined early.
-    Where the starts it placed invocations by are not the finished profile's (made
-    wrong here), what it joined is discarded and the bundle written again, the summary
-    saying why; where the run turns out to pass the traces' limit after its traces were
+    Where the starts it placed invocations by, or the event names it coded the rows
+    into (an operation first seen after it stopped), are not the finished profile's
+    (made wrong here), what it joined is discarded and the bundle written again, the
+    summary saying why; where the run turns out to pass the traces' limit after its traces were
     drawn as the events were exported, they are drawn again from events.parquet."""
     import dataclasses
+    import threading
 
     from dfit_mlir.core.paged import PagedArrays
     from dfit_mlir.runtime_hooks import join_records
@@ -727,6 +730,11 @@ def test_windows_joined_while_the_tool_runs_are_the_bundle_joined_after(compiled
         so_far = join_records.invocation_starts_so_far
         monkeypatch.setattr(join_records, "invocation_starts_so_far",
                             lambda *args: None if (found := so_far(*args)) is None else found + 1)
+    if variant == "names wrong":  # as if a name turned up in a window not yet walked
+        labels_of = run.row_labels
+        monkeypatch.setattr(run, "row_labels", lambda index: {
+            family: (*names, "zz later") if threading.current_thread().name == "dfit-follow" else names
+            for family, names in labels_of(index).items()})
     if variant == "traces withdrawn":
         withdrawn = []
         monkeypatch.setattr(run.WindowedRun, "events_at_most", property(lambda self: 10**9))
@@ -747,8 +755,6 @@ def test_windows_joined_while_the_tool_runs_are_the_bundle_joined_after(compiled
         """The tool's stand-in: writes the profile in a thread, from when it is started."""
 
         def __init__(self, path: Path):
-            import threading
-
             self.writing = threading.Thread(target=_written_as_a_tool_writes, args=(data, path, walked_to))
             self.writing.start()
 
@@ -788,7 +794,7 @@ def test_windows_joined_while_the_tool_runs_are_the_bundle_joined_after(compiled
         summary.pop("toolchain")
     assert summaries[0] == summaries[1]
     assert read[1]["joined_while_profiling"] == 0 and read[0]["route"] == "windowed" and read[0]["windows"] >= 4
-    if variant == "starts wrong":
+    if variant in ("starts wrong", "names wrong"):
         assert read[0]["joined_while_profiling"] == 0, read[0]
         # Found by the check after the tool, by the join of a window, or by the sink's check
         # of an event placed before the first invocation: each discards what was joined.
