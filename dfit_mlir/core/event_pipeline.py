@@ -223,18 +223,20 @@ class EventPipeline:
         self._pending_rows = 0
         #: Dispatch attribute texts (JSON) -> code, in first-use order.
         self._text_codes: dict[str, int] = {}
-        #: The column stream being written (:meth:`add_columns`): its key, rows not yet written.
-        self._stream: tuple[Any, ...] | None = None
-        self._stream_parts: list[dict[str, np.ndarray]] = []
+        #: The column streams being written (:meth:`add_columns`): key -> rows not yet
+        #: written, in the order the streams were opened; and how many rows they hold.
+        self._streams: dict[tuple[Any, ...], list[dict[str, np.ndarray]]] = {}
         self._stream_rows = 0
+        #: Null columns of a whole batch, by type (:meth:`_null_column`).
+        self._nulls: dict[Any, Any] = {}
 
     def add_dispatches(self, site: np.ndarray, start_ns: np.ndarray, duration_ns: np.ndarray,
                        workgroups: np.ndarray, tiles: np.ndarray, invocation: np.ndarray, *,
                        attributes: tuple[np.ndarray, Sequence[str]] | None = None) -> None:
         """A block of dispatch records (equal-length arrays, events in runtime order).
         ``attributes``: (code of each row, JSON texts; ``""`` or a code ``< 0``: none),
-        the few distinct texts interned across blocks (a dispatch's workgroup shape)."""
-        self._flush_stream()  # rows keep the order they were added in
+        the few distinct texts interned across blocks (a dispatch's workgroup shape).
+        Written in whole batches, beside the column streams (:meth:`add_columns`)."""
         count = len(site)
         first = self.counts.seen
         self.counts.seen += count
@@ -296,7 +298,7 @@ class EventPipeline:
 
         if kind not in es.EVENT_KINDS:
             raise ValueError(f"unknown event kind {kind!r}")
-        self._flush_stream()  # rows keep the order they were added in
+        self._flush_streams()  # rows keep the order they were added in
         self.counts.seen += len(rows)
         kept = [row for row in rows if row.root_id is None or self.policy.selects((row.root_id,), self._names)]
         self.counts.filtered += len(rows) - len(kept)
@@ -337,13 +339,14 @@ class EventPipeline:
         ``attributes``: name -> values, written as :meth:`add_rows` writes them (sorted
         keys, ``json.dumps``' separators).
 
-        Consecutive calls with the same kind, names and attribute fields are one stream,
-        written in whole batches (:attr:`Policy.batch_size`), what is left of it when
-        another stream starts: a family fed a window at a time is written as the same
-        batches as the family fed at once; a long run's families fed in turn, window by
-        window (``run.WindowedRun``), are a batch per window and family. (Kept apart until
-        each fills instead, a 660k-event run's peak passed 300 MiB: the whole batches of
-        four families in the writers at once.)"""
+        Calls with the same kind, names and attribute fields are one stream, written in
+        whole batches (:attr:`Policy.batch_size`) as it fills, whatever is added between
+        its calls: several families fed a window at a time each (a long run's, window by
+        window, ``run.WindowedRun``) are written in batches as large as each family fed
+        at once, in the order they fill (cut at every change of family, a 5M-event
+        bundle's readers took a quarter longer: 252 row groups instead of 77). What is
+        left of each stream is written at :meth:`close` (or before :meth:`add_rows`), in
+        the order the streams were opened."""
         if kind not in es.EVENT_KINDS:
             raise ValueError(f"unknown event kind {kind!r}")
         count = len(start_ns)
@@ -353,36 +356,38 @@ class EventPipeline:
             self.counts.dropped += max(0, count - room)
             count = min(count, room)
         stream = (kind, tuple(partition[1]), tuple(sorted(attributes or {})), bytes_ is None)
-        if stream != self._stream:
-            self._flush_stream()
-            self._stream = stream
         if not count:
             return
         rows = slice(0, count)
-        self._stream_parts.append({
+        parts = self._streams.setdefault(stream, [])
+        parts.append({
             "partition": partition[0][rows], "start_ns": start_ns[rows], "duration_ns": duration_ns[rows],
             "invocation": invocation[rows], **({} if bytes_ is None else {"bytes": bytes_[rows]}),
             **{f"attribute:{name}": values[rows] for name, values in (attributes or {}).items()}})
         self._stream_rows += count
-        while self._stream_rows >= self.policy.batch_size:
-            self._write_stream(self.policy.batch_size)
+        while sum(len(part["start_ns"]) for part in self._streams[stream]) >= self.policy.batch_size:
+            self._write_stream(stream, self.policy.batch_size)
 
-    def _flush_stream(self) -> None:
-        while self._stream_rows:
-            self._write_stream(min(self._stream_rows, self.policy.batch_size))
+    def _flush_streams(self) -> None:
+        for stream in list(self._streams):
+            while self._streams.get(stream):
+                self._write_stream(stream, self.policy.batch_size)
+        self._streams.clear()
 
-    def _write_stream(self, rows: int) -> None:
-        """Write the first ``rows`` rows of the current column stream as one batch."""
+    def _write_stream(self, stream: tuple[Any, ...], rows: int) -> None:
+        """Write the first ``rows`` rows of column stream ``stream`` (at most: all it
+        holds) as one batch."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        merged = {name: np.concatenate([part[name] for part in self._stream_parts]) for name in self._stream_parts[0]}
+        parts = self._streams[stream]
+        merged = {name: np.concatenate([part[name] for part in parts]) for name in parts[0]}
+        rows = min(rows, len(merged["start_ns"]))
         rest = {name: values[rows:] for name, values in merged.items()}
-        self._stream_parts = [rest] if len(rest["start_ns"]) else []
+        self._streams[stream] = [rest] if len(rest["start_ns"]) else []
         self._stream_rows -= rows
         now = {name: values[:rows] for name, values in merged.items()}
-        assert self._stream is not None
-        kind, labels, attribute_names, no_bytes = self._stream
+        kind, labels, attribute_names, no_bytes = stream
         k = now["invocation"]
         size = None if no_bytes else now["bytes"]
         attributes = {name: now[f"attribute:{name}"] for name in attribute_names}
@@ -399,7 +404,7 @@ class EventPipeline:
         }))
 
     def close(self) -> Counts:
-        self._flush_stream()
+        self._flush_streams()
         while self._pending_rows:
             self._flush(self._pending_rows)
         self.sink.shutdown()
@@ -447,6 +452,19 @@ class EventPipeline:
         texts = pa.array(list(self._text_codes), pa.string())
         return texts.take(pa.array(codes, pa.int32(), mask=codes < 0))
 
+    def _null_column(self, count: int, arrow_type: Any) -> Any:
+        """``count`` nulls of ``arrow_type``: for a whole batch, one column per type shared
+        by every batch (immutable; each would otherwise hold a buffer of zeros, 0.5 MiB of
+        a 65,536-row batch for each of a dozen null columns, several batches at once in
+        the writers)."""
+        import pyarrow as pa
+
+        if count != self.policy.batch_size:
+            return pa.nulls(count, arrow_type)
+        if arrow_type not in self._nulls:
+            self._nulls[arrow_type] = pa.nulls(count, arrow_type)
+        return self._nulls[arrow_type]
+
     def _record_batch(self, count: int, columns: dict[str, Any]) -> Any:
         """A batch of the event schema: ``columns`` plus this session's constants; strings
         become one-value dictionary columns, fields not given are null."""
@@ -458,7 +476,7 @@ class EventPipeline:
         for column in schema:
             value = given.get(column.name)
             if value is None:
-                arrays.append(pa.nulls(count, column.type))
+                arrays.append(self._null_column(count, column.type))
             elif isinstance(value, str):
                 indices = pa.array(np.zeros(count, dtype=np.int32), pa.int32())
                 arrays.append(pa.DictionaryArray.from_arrays(indices, pa.array([value])))

@@ -59,7 +59,7 @@ def release_freed_memory(*, now: bool = False) -> None:
 #: glibc's ``M_MMAP_THRESHOLD`` (``mallopt``'s parameter number) and the value dfit sets:
 #: blocks of this size or more are mapped on their own and unmapped when freed.
 M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD_BYTES = 16 << 20
+MMAP_THRESHOLD_BYTES = 1 << 20
 
 
 def fix_mmap_threshold() -> bool:
@@ -68,10 +68,15 @@ def fix_mmap_threshold() -> bool:
     mapped block freed so far (up to 32 MiB), so once a batch's multi-MiB buffers are
     freed, the next ones come from the heap, which fragments and keeps them: a 5M-event
     ``dfit run`` peaked at 292-324 MiB over runs of the same profile, 255-260 MiB with
-    the threshold fixed; a 660k-event one 266-277 and 244-250 MiB, its post-run work
-    0.1-0.2 s (5-10 %) slower (benchmarks/RESULTS.md, "Long runs", sixth step). Set by
-    ``mallopt``, not the environment, so that the IREE tools dfit runs keep their own
-    allocator settings."""
+    the threshold fixed at 16 MiB; a 660k-event one 266-277 and 244-250 MiB, its post-run
+    work 0.1-0.2 s (5-10 %) slower (benchmarks/RESULTS.md, "Long runs", sixth step). At
+    1 MiB since each event family is written in whole batches (thirteenth step): the
+    batches' column buffers (0.5-9 MiB each, from several threads' heaps at once) are
+    then mapped and unmapped on their own instead of raising each heap's high-water
+    mark — a 990k-event run 301-303 MiB at 16 MiB, 282-288 at 1 MiB, in about the same
+    time; a 5M-event one 274 and 262 MiB; ``dfit analyze`` and ``dfit view`` of a
+    5M-event bundle the same time and memory. Set by ``mallopt``, not the environment,
+    so that the IREE tools dfit runs keep their own allocator settings."""
     import ctypes
 
     try:
