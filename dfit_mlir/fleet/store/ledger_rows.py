@@ -50,11 +50,25 @@ def _column(values: Any, kind: Any, rows: int) -> Any:
     return values.cast(kind)
 
 
+def with_run_instances(table: Any, run_instances: int | None) -> Any:
+    """``table`` (:func:`ledger_table`'s) with the bundle's ``run_instances`` (known once
+    its ``op_totals`` rollup is)."""
+    import pyarrow as pa
+
+    column = table.schema.get_field_index("run_instances")
+    return table.set_column(column, table.schema.field(column),
+                            pa.array([run_instances] * table.num_rows, pa.int64()))
+
+
 def write(source: Path, target: Path, run_instances: int | None) -> int:
     """Write ``source``'s ``op_ledger`` table to ``target``; returns its rows."""
+    return write_table(ledger_table(source, run_instances), target)
+
+
+def write_table(table: Any, target: Path) -> int:
+    """Write an ``op_ledger`` table to ``target``; returns its rows."""
     import pyarrow.parquet as pq
 
-    table = ledger_table(source, run_instances)
     pq.write_table(table, target, compression="zstd")
     return table.num_rows
 
