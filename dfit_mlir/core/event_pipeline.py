@@ -224,9 +224,8 @@ class EventPipeline:
         #: Dispatch attribute texts (JSON) -> code, in first-use order.
         self._text_codes: dict[str, int] = {}
         #: The column streams being written (:meth:`add_columns`): key -> rows not yet
-        #: written, in the order the streams were opened; and how many rows they hold.
+        #: written (pieces of columns), in the order the streams were opened.
         self._streams: dict[tuple[Any, ...], list[dict[str, np.ndarray]]] = {}
-        self._stream_rows = 0
         #: Null columns of a whole batch, by type (:meth:`_null_column`).
         self._nulls: dict[Any, Any] = {}
 
@@ -352,7 +351,7 @@ class EventPipeline:
         count = len(start_ns)
         self.counts.seen += count
         if self.policy.max_events is not None:
-            room = max(0, self.policy.max_events - self.counts.kept - self._pending_rows - self._stream_rows)
+            room = max(0, self.policy.max_events - self.counts.kept - self._pending_rows - self._held())
             self.counts.dropped += max(0, count - room)
             count = min(count, room)
         stream = (kind, tuple(partition[1]), tuple(sorted(attributes or {})), bytes_ is None)
@@ -364,9 +363,14 @@ class EventPipeline:
             "partition": partition[0][rows], "start_ns": start_ns[rows], "duration_ns": duration_ns[rows],
             "invocation": invocation[rows], **({} if bytes_ is None else {"bytes": bytes_[rows]}),
             **{f"attribute:{name}": values[rows] for name, values in (attributes or {}).items()}})
-        self._stream_rows += count
-        while sum(len(part["start_ns"]) for part in self._streams[stream]) >= self.policy.batch_size:
+        while self._held(stream) >= self.policy.batch_size:
             self._write_stream(stream, self.policy.batch_size)
+
+    def _held(self, stream: tuple[Any, ...] | None = None) -> int:
+        """Rows not yet written of column stream ``stream`` (None: of every stream)."""
+        pieces = self._streams.get(stream, []) if stream is not None else [
+            part for parts in self._streams.values() for part in parts]
+        return sum(len(part["start_ns"]) for part in pieces)
 
     def _flush_streams(self) -> None:
         for stream in list(self._streams):
@@ -385,7 +389,6 @@ class EventPipeline:
         rows = min(rows, len(merged["start_ns"]))
         rest = {name: values[rows:] for name, values in merged.items()}
         self._streams[stream] = [rest] if len(rest["start_ns"]) else []
-        self._stream_rows -= rows
         now = {name: values[:rows] for name, values in merged.items()}
         kind, labels, attribute_names, no_bytes = stream
         k = now["invocation"]
