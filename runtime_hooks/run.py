@@ -637,7 +637,9 @@ class WindowRows:
     read: int
 
     @classmethod
-    def of(cls, index: Any, window: int) -> WindowRows:
+    def of(cls, index: Any, window: int, reads: Any = None) -> WindowRows:
+        """The rows of window ``window`` of ``index``, read from ``reads``
+        (``profile_stream.WindowReads``, of :func:`window_families`) where given."""
         from dfit_mlir.runtime_hooks import profile_file as pf
         from dfit_mlir.runtime_hooks import profile_stream
 
@@ -650,7 +652,7 @@ class WindowRows:
         for family, kind, category in _WINDOW_ROWS:
             if not index.counts.get(family):
                 continue
-            found = index.family_window(family, window)
+            found = index.family_window(family, window) if reads is None else reads(window, family)
             read += len(found)
             # Only the fields a run writes are converted (_ROW_FIELDS).
             records = builders[kind](profile_stream.tables_of(index, family, found), _ROW_FIELDS[kind])
@@ -674,6 +676,15 @@ class WindowRows:
                 totals.queue += len(part)
             else:
                 totals.memory += len(part)
+
+
+def window_families(index: Any) -> Any:
+    """What reads each window's records once for both the join and the rows
+    (``profile_stream.WindowReads`` of the dispatch family and every row family there is)."""
+    from dfit_mlir.runtime_hooks import profile_stream
+
+    return profile_stream.WindowReads(index, (index.dispatch_family, *(
+        family for family, _, _ in _WINDOW_ROWS if index.counts.get(family))))
 
 
 def row_labels(index: Any) -> dict[str, tuple[str, ...]]:
@@ -780,7 +791,8 @@ class EarlyJoin:
             return self._stop("the command numbering or the dispatch records' family changed", unusable=True)
         self.numbered, self.family = index.numbered, index.dispatch_family
         starts, starts_of = None, None  # the starts this index gives, and the buffers they were found with
-        for window, records in profile_stream.dispatch_windows(index, range(self.windows, ready)):
+        reads = window_families(index)
+        for window, records in profile_stream.dispatch_windows(index, range(self.windows, ready), reads):
             if finished.is_set():
                 return None
             known = _learned(records, self.manifest, self.function, self.known, index.numbered)
@@ -791,7 +803,7 @@ class EarlyJoin:
                                                              index.executions, index.flush_starts), known
             if starts is None or not len(starts) or index.owned(window)[1] > int(starts[-1]):
                 return None  # the invocations this window reaches are not all started yet
-            rows = WindowRows.of(index, window)
+            rows = WindowRows.of(index, window, reads)
             if rows.last_submission() > int(starts[-1]):
                 return None  # nor those its other records were made in
             if not np.array_equal(starts[:len(self.starts)], self.starts):
@@ -937,8 +949,9 @@ class WindowedRun:
 
         index, invocations = self.index, self.warmup + self.repeat
         first, taken = (0, 0) if early is None else (early.windows, early.dispatches)
-        for window, records in profile_stream.dispatch_windows(index, range(first, index.windows)):
-            rows = WindowRows.of(index, window)
+        reads = window_families(index)
+        for window, records in profile_stream.dispatch_windows(index, range(first, index.windows), reads):
+            rows = WindowRows.of(index, window, reads)
             if not _add_window(pipeline, records, rows, self.manifest, self.function, self.recording_of_buffer,
                                index.numbered, invocations, self.starts, self.warmup, self.totals, self.labels):
                 raise profile_stream.WindowedRouteUnavailable("a window's records are not what the run's were")
