@@ -13,6 +13,7 @@ import pytest
 
 from dfit_mlir.analysis import ledger
 from dfit_mlir.analysis.model import SemanticModel
+from dfit_mlir.core.errors import InvalidInputError
 from tests.conftest import bundle_path
 
 
@@ -26,15 +27,59 @@ def figures(timing: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("name", ["iree-full", "iree-lite", "cerebras", "sambanova"])
 @pytest.mark.parametrize(("bucket", "bins"), [(7, 1 << 16), (50, 16)])
+@pytest.mark.parametrize("routed", ["every bucket", "a few", "none"])
 def test_buckets_give_the_figures_of_one_pass(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch,
-                                             name: str, bucket: int, bins: int) -> None:
+                                             name: str, bucket: int, bins: int, routed: str) -> None:
+    """Whether the routed pass gives every bucket, stops part way (the rest read a pass
+    each) or stops at once, the figures are those of every event held at once."""
     model = SemanticModel.open(bundle_path(request, name))
     whole = figures(ledger._timing(model, list(model.event_batches(columns=list(ledger._TIMING_COLUMNS)))))
     monkeypatch.setattr(ledger, "BUCKET_EVENTS", bucket)
     monkeypatch.setattr(ledger, "START_BINS", bins)
+    monkeypatch.setattr(ledger, "ROUTED_EVENTS", {"every bucket": 1 << 30, "a few": 2 * bucket, "none": 0}[routed])
     bucketed = figures(ledger._timing(model, lambda: model.event_batches(columns=list(ledger._TIMING_COLUMNS))))
     assert bucketed == whole
     assert whole["totals"].measured_ns > 0
+
+
+def test_a_run_in_start_order_is_read_three_times_whatever_its_buckets(iree_bundles: dict[str, Path],
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sums, the count per bin, and one pass that hands every event to its bucket:
+    not a pass per bucket (a 5M-event run's bundle was read 21 times)."""
+    model = SemanticModel.open(iree_bundles["full"])
+    passes = 0
+
+    def batches() -> Any:
+        nonlocal passes
+        passes += 1
+        return model.event_batches(columns=list(ledger._TIMING_COLUMNS))
+
+    events = sum(batch.num_rows for batch in batches())
+    monkeypatch.setattr(ledger, "BUCKET_EVENTS", max(2, events // 20))
+    buckets = 0
+    cut = ledger._buckets
+
+    def counted(*args: Any) -> Any:
+        nonlocal buckets
+        for bucket in cut(*args):
+            buckets += 1
+            yield bucket
+
+    monkeypatch.setattr(ledger, "_buckets", counted)
+    passes = 0
+    ledger._timing(model, batches)
+    assert buckets >= 10 and passes == 3
+
+
+def test_events_that_change_between_two_reads_are_named(iree_bundles: dict[str, Path]) -> None:
+    """The routed pass finds fewer events than the count: a clear error, not wrong figures."""
+    model = SemanticModel.open(iree_bundles["full"])
+    every = list(model.event_batches(columns=list(ledger._TIMING_COLUMNS)))
+    reads = iter([every, every, every[:-1]])  # the sums, the count, then a read that lost its last batch
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ledger, "BUCKET_EVENTS", 3)
+        with pytest.raises(InvalidInputError, match="changed while they were read"):
+            ledger._timing(model, lambda: next(reads))
 
 
 def test_pair_sums_are_exact_past_float_precision() -> None:
