@@ -51,9 +51,12 @@ MATMUL_SIZE = 512
 #: Variables the common BLAS builds (OpenBLAS, MKL, BLIS, Accelerate, OpenMP) size their pools from.
 BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS",
                          "VECLIB_MAXIMUM_THREADS", "NUMEXPR_NUM_THREADS")
-#: The copied array is twice the last-level cache (source and destination together spill
-#: it four times over), within these bounds, so the copy measures memory, not cache, and
-#: a whole calibration stays under two seconds.
+#: The copy's source and destination together are twice the last-level cache, within
+#: these bounds, so the copy measures memory, not cache, and a whole calibration stays
+#: under two seconds. Together, not each: each twice the cache, a calibration (a child of
+#: the first ``dfit analyze`` on a host) peaked at 646 MiB on a host reporting a 480 MiB
+#: cache; they are copied before IREE's compiler is loaded for the int8 peak (245 MiB),
+#: and handed back before it.
 MIN_COPY_BYTES = 64 * 1024 * 1024
 MAX_COPY_BYTES = 256 * 1024 * 1024
 #: Each figure is the best of at least MIN_REPEATS runs spread over at least MIN_SECONDS.
@@ -212,15 +215,12 @@ def _print_measurement(threads: int) -> None:
 def _measure_here(threads: int) -> Calibration:
     import numpy as np
 
-    side = 128 * math.ceil(MATMUL_SIZE / 128 * threads ** (1 / 3) - 1e-9)  # 512 * N^(1/3), in steps of 128
-    rng = np.random.default_rng(0)
-    a = rng.standard_normal((side, side), dtype=np.float32)
-    b = rng.standard_normal((side, side), dtype=np.float32)
-    matmul_s, matmul_runs = _best_of(lambda: a @ b)
-    peak_i8, i8_method = _int8_matmul_rate(np, side, threads)
     levels, cache_method = _cache_levels()
     cache_bytes = max((size for _, size, _ in levels), default=None)
     where = f"{threads} thread(s), measured on {_host()}"
+    # Memory and caches first: their arrays are the biggest, let go before IREE's compiler is loaded.
+    copy_bytes = min(max(MIN_COPY_BYTES, 2 * (cache_bytes or 0)), MAX_COPY_BYTES)
+    memory_s, memory_copied, copy_runs, memory_array = _parallel_copy(np, copy_bytes // 2, threads)
     roofs = []
     for level, size, sharing in levels:
         # Source and destination of every thread together fill a quarter of the cache
@@ -231,19 +231,23 @@ def _measure_here(threads: int) -> Calibration:
                                bandwidth_bytes_per_s=2 * copied / seconds,
                                method=f"numpy copy of {array / 1024:.0f} KiB resident in L{level} (read + write "
                                       f"counted) split over {threads} thread(s), best of {runs}, {where}"))
-    copy_bytes = min(max(MIN_COPY_BYTES, 2 * (cache_bytes or 0)), MAX_COPY_BYTES)
-    memory_s, copied, copy_runs, array = _parallel_copy(np, copy_bytes, threads)
+    side = 128 * math.ceil(MATMUL_SIZE / 128 * threads ** (1 / 3) - 1e-9)  # 512 * N^(1/3), in steps of 128
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((side, side), dtype=np.float32)
+    b = rng.standard_normal((side, side), dtype=np.float32)
+    matmul_s, matmul_runs = _best_of(lambda: a @ b)
+    peak_i8, i8_method = _int8_matmul_rate(np, side, threads)
     return Calibration(
         host=_host(),
         threads=threads,
         peak_macs_per_s=side ** 3 / matmul_s,
         # A copy reads every byte once and writes it once.
-        memory_bandwidth_bytes_per_s=2 * copied / memory_s,
+        memory_bandwidth_bytes_per_s=2 * memory_copied / memory_s,
         cache_roofs=tuple(roofs),
         last_level_cache_bytes=cache_bytes,
         compute_method=f"numpy {np.__version__} float32 matmul {side}x{side}x{side}, BLAS threads set to "
                        f"{threads}, best of {matmul_runs}, {where}",
-        bandwidth_method=f"numpy copy of {array / (1 << 20):.0f} MiB (read + write counted) split over "
+        bandwidth_method=f"numpy copy of {memory_array / (1 << 20):.0f} MiB into as much (read + write counted) split over "
                          f"{threads} thread(s), best of {copy_runs}, {where}",
         cache_method=cache_method,
         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
