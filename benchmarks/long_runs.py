@@ -104,7 +104,7 @@ def windows():
     index = profile_stream.index_profile(profile)
     if not hasattr(profile_stream, "WindowReads"):  # (before it: each family of a window read on its own)
         return sum(len(index.family_window(family, w)) for family in index.counts for w in range(index.windows))
-    reads, read = profile_stream.WindowReads(index, tuple(index.counts)), 0
+    reads, read = profile_stream.WindowReads(index, [tuple(index.counts)]), 0
     for w in range(index.windows):
         read += sum(len(reads(w, family)) for family in index.counts)
         reads.forget_before(w + 1)

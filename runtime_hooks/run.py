@@ -680,11 +680,13 @@ class WindowRows:
 
 def window_families(index: Any) -> Any:
     """What reads each window's records once for both the join and the rows
-    (``profile_stream.WindowReads`` of the dispatch family and every row family there is)."""
+    (``profile_stream.WindowReads``): the dispatch family (a window ahead, for the
+    join's look-ahead), then every other family of the rows there is (when they are placed)."""
     from dfit_mlir.runtime_hooks import profile_stream
 
-    return profile_stream.WindowReads(index, (index.dispatch_family, *(
-        family for family, _, _ in _WINDOW_ROWS if index.counts.get(family))))
+    dispatches = index.dispatch_family
+    return profile_stream.WindowReads(index, [(dispatches,), [
+        family for family, _, _ in _WINDOW_ROWS if index.counts.get(family) and family != dispatches]])
 
 
 def row_labels(index: Any) -> dict[str, tuple[str, ...]]:
