@@ -96,3 +96,39 @@ def test_bucketed_ledger_of_a_long_synthetic_run_is_the_one_pass_ledger(tmp_path
     one_pass = ledger.Ledger(model).totals
     monkeypatch.setattr(ledger, "BUCKET_EVENTS", 5)
     assert ledger.Ledger(SemanticModel.open(iree_bundles["full"])).totals == one_pass
+
+
+@pytest.mark.parametrize("order", ["reversed", "shuffled"])
+def test_a_file_far_from_start_order_gives_the_figures_of_one_pass(tmp_path: Path, iree_bundles: dict[str, Path],
+                                                                    monkeypatch: pytest.MonkeyPatch,
+                                                                    order: str) -> None:
+    """A real run's events written back in another order (a bundle a tool rewrote): the
+    routed pass, holding too many waiting, stops and the buckets left are read a pass
+    each; the figures stay those of every event held at once."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(iree_bundles["full"], bundle)
+    events = pq.read_table(bundle / "events.parquet")
+    rows = np.arange(events.num_rows)[::-1] if order == "reversed" else np.random.default_rng(0).permutation(
+        events.num_rows)
+    pq.write_table(events.take(rows), bundle / "events.parquet", row_group_size=16)
+    model = SemanticModel.open(bundle)
+    columns = list(ledger._TIMING_COLUMNS)
+    whole = figures(ledger._timing(model, list(model.event_batches(columns=columns))))
+    monkeypatch.setattr(ledger, "BUCKET_EVENTS", 4)
+    monkeypatch.setattr(ledger, "ROUTED_EVENTS", 8)
+    given = []
+    routed = ledger._routed_buckets
+
+    def counted(*args: Any) -> Any:
+        for bucket, rows in routed(*args):
+            given.append(bucket)
+            yield bucket, rows
+
+    monkeypatch.setattr(ledger, "_routed_buckets", counted)
+    assert figures(ledger._timing(model, lambda: model.event_batches(columns=columns, batch_size=16))) == whole
+    assert whole["totals"].measured_ns > 0
+    assert len(given) < 3  # the routed pass stopped: the rest was read a pass per bucket

@@ -1064,7 +1064,6 @@ class _Rows:
               for r in parts), strict=True)))
 
 
-
 @dataclass(frozen=True)
 class _Parked:
     """Rows waiting in a time bucket not yet whole (:func:`_routed_buckets`), in about
@@ -1087,9 +1086,9 @@ class _Parked:
         if not parts:
             return _Rows.joined(np, [])
         position, start, kind, is_site, site, partition, root, duration, instance = (
-            np.concatenate(column).astype(kind_of, copy=False)
-            for column, kind_of in zip(zip(*(part.columns for part in parts), strict=True), parts[0].types,
-                                       strict=True))
+            np.concatenate(column).astype(dtype, copy=False)
+            for column, dtype in zip(zip(*(part.columns for part in parts), strict=True), parts[0].types,
+                                     strict=True))
         return _Rows(position, start, np.where(start >= 0, start + duration, -1), kind, is_site, site, partition,
                      root, duration, instance)
 
@@ -1100,6 +1099,7 @@ def _narrowed(np: Any, column: Any) -> Any:
         return column
     limits = np.iinfo(np.int32)
     return column.astype(np.int32) if limits.min <= int(column.min()) and int(column.max()) <= limits.max else column
+
 
 def _batch_rows(np: Any, pa: Any, pc: Any, batch: Any, sites: int, partitions: _StringCodes, roots: _StringCodes,
                 offset: int) -> _Rows | None:
@@ -1285,9 +1285,9 @@ def _buckets(np: Any, pa: Any, pc: Any, batches: Callable[[], Iterable[Any]], si
 
 
 #: Events the routed pass (:func:`_routed_buckets`) holds at most in buckets not yet
-#: whole: a bucket's worth beyond the one it gives. A long run's ``events.parquet`` is
-#: in start order but for its families' batches (each family's events written in whole
-#: batches as they fill, so a batch reaches a few windows back), far less than this.
+#: whole: two buckets' worth. A long run's ``events.parquet`` is in start order but for
+#: its families' batches (each family's events written in whole batches as they fill,
+#: so a batch reaches a few windows back): 394k events at most for a 5M-event run.
 ROUTED_EVENTS = 2 * BUCKET_EVENTS
 
 
