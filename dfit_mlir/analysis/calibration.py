@@ -54,8 +54,8 @@ BLAS_THREAD_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THR
 #: The copy's source and destination together are twice the last-level cache, within
 #: these bounds, so the copy measures memory, not cache, and a whole calibration stays
 #: under two seconds. Together, not each: each twice the cache, a calibration (a child of
-#: the first ``dfit analyze`` on a host) peaked at 646 MiB on a host reporting a 480 MiB
-#: cache; they are copied before IREE's compiler is loaded for the int8 peak (245 MiB),
+#: the first ``dfit analyze`` on a host) peaked at 631 MiB on a host reporting a 480 MiB
+#: cache; they are copied before IREE's compiler is loaded for the int8 peak (240 MiB),
 #: and handed back before it.
 MIN_COPY_BYTES = 64 * 1024 * 1024
 MAX_COPY_BYTES = 256 * 1024 * 1024

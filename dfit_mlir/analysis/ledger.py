@@ -1070,7 +1070,8 @@ class _Parked:
     half the memory: without their ends (the start plus the duration, as
     :func:`_batch_rows` makes them) and each integer column in 32 bits where its values
     fit; given back as the :class:`_Rows` they were, column types and all. (A 5M-event
-    run's routed pass held up to 394k events waiting: 29 MiB as rows.)"""
+    run's routed pass held up to 394k events waiting: its ledger peaked at 246 MiB with
+    them as rows, 228-230 parked.)"""
 
     columns: tuple[Any, ...]  # position, start, kind, is_site, site, partition, root, duration, instance
     types: tuple[Any, ...]
@@ -1207,8 +1208,8 @@ class _SiteSums:
 
     def folded(self, np: Any) -> tuple[Any, Any] | None:
         """(instances in ascending order, their summed ns), or None for a site never run;
-        the parts are let go (each site's sums held twice at the end, folded and not:
-        a 1M-invocation run's six sites 96 MiB more)."""
+        the parts are let go (each site's sums were held twice at the end, folded and
+        not: the ledger of a 22M-event bundle peaked 64 MiB higher)."""
         if not self.parts:
             return None
         found, self.parts = self._fold(np), []
