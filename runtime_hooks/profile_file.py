@@ -217,11 +217,50 @@ _CONTENT_CODES = {(CONTENT_PREFIX + family).encode(): code for family, code in F
 _CONTENT_CODES[(CONTENT_PREFIX + "executable-functions").encode()] = FUNCTIONS_CODE
 _CONTENT_CODES.update({(CONTENT_PREFIX + kind).encode(): METADATA_CODE for kind in KNOWN_CHUNK_TYPES
                        if (CONTENT_PREFIX + kind).encode() not in _CONTENT_CODES})
-#: Content type length -> (the type as one raw value, its code): compared as whole values.
-_CONTENT_BY_LENGTH: dict[int, list[tuple[np.void, int]]] = {}
-for _content, _code in _CONTENT_CODES.items():
-    _CONTENT_BY_LENGTH.setdefault(len(_content), []).append(
-        (np.frombuffer(_content, np.dtype((np.void, len(_content))))[0], _code))
+
+
+@dataclass(frozen=True)
+class _ContentTypes:
+    """The content types of one length, compared as little-endian 8-byte words at byte
+    offsets that cover the type (the last overlapping the one before: every type is
+    longer than :data:`CONTENT_PREFIX`'s 33 bytes): the words all of them share once, then
+    each type's own. Whole raw values compared byte by byte took 16 ms of the 0.1 s read
+    of a 1M-record profile (136k chunks); the words, 7."""
+
+    shared: tuple[tuple[int, np.uint64], ...]  # (offset, word) the types of this length all have
+    own: tuple[tuple[tuple[tuple[int, np.uint64], ...], int], ...]  # each type's other words, and its code
+
+    @classmethod
+    def of(cls, contents: dict[bytes, int]) -> _ContentTypes:
+        length = len(next(iter(contents)))
+        offsets = sorted({min(at, length - 8) for at in range(0, length, 8)})
+        words = {content: [(at, np.uint64(int.from_bytes(content[at:at + 8], "little"))) for at in offsets]
+                 for content in contents}
+        shared = set.intersection(*(set(found) for found in words.values()))
+        own = tuple((tuple(word for word in words[content] if word not in shared), code)
+                    for content, code in contents.items())
+        return cls(tuple(sorted(shared)), own)
+
+    def codes(self, text: np.ndarray, rows: np.ndarray, codes: np.ndarray) -> None:
+        """Into ``codes[rows]``: the code of each of ``text`` (a row of bytes a content
+        type of this length) that is one of these types."""
+        def word(at: int) -> np.ndarray:
+            return text[:, at:at + 8].view("<u8")[:, 0]  # unaligned: numpy reads them as such
+
+        shared = np.ones(len(rows), bool)
+        for at, value in self.shared:
+            shared &= word(at) == value
+        for own, code in self.own:
+            same = shared.copy()
+            for at, value in own:
+                same &= word(at) == value
+            codes[rows[same]] = code
+
+
+#: Content type length -> its types (:class:`_ContentTypes`).
+_CONTENT_BY_LENGTH = {length: _ContentTypes.of({content: code for content, code in _CONTENT_CODES.items()
+                                                if len(content) == length})
+                      for length in sorted({len(content) for content in _CONTENT_CODES})}
 _RECORD_TYPE_VALUES = np.array(sorted(RECORD_TYPES))
 #: Each content code's record size (1 for the metadata codes: not records of a size).
 ITEM_SIZES = np.array([FAMILY_SIZES[family] for family in FAMILIES] + [1, 1], np.int64)
@@ -505,14 +544,13 @@ def _checked_headers(path: Path, block: bytes | np.ndarray | mmap.mmap, base: in
     chunk = heads["record_type"] == RECORD_TYPE_CHUNK
     type_at = walked + header_length
     type_length = np.where(chunk, heads["type_length"], 0)
-    for length_value in np.unique(type_length).tolist():  # the few lengths present, each type compared whole
-        patterns = _CONTENT_BY_LENGTH.get(length_value)
-        if patterns is None:
+    for length_value in np.unique(type_length).tolist():  # the few lengths present
+        types = _CONTENT_BY_LENGTH.get(length_value)
+        if types is None:
             continue
         mine = np.flatnonzero(type_length == length_value)
-        text = items_at(raw, type_at[mine], length_value)
-        for pattern, code in patterns:
-            codes[mine[text == pattern]] = code
+        text = items_at(raw, type_at[mine], length_value).view(np.uint8).reshape(len(mine), length_value)
+        types.codes(text, mine, codes)
     strange = np.flatnonzero(~np.isin(heads["record_type"], _RECORD_TYPE_VALUES) | (chunk & (codes < 0)))
     if len(strange):  # raises: a record type or chunk content type the format does not define
         row = int(strange[0])

@@ -13,6 +13,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from dfit_mlir.core.errors import EXIT_INVALID_INPUT
@@ -238,6 +239,20 @@ def test_damaged_profile_is_exit_2_with_the_offset(programs: dict[str, CompileRe
         assert f"the file has {size}: a damaged header" in str(error.value)
         with pytest.raises(profile_file.ProfileFormatError, match=f"the file has {size}: a damaged header"):
             profile_stream.index_profile(profile)
+
+
+def test_a_content_type_is_known_byte_for_byte() -> None:
+    """Each chunk content type the format defines gets its code, and the same type with any
+    one byte changed gets none (the words compared cover every byte: the last overlaps the
+    one before)."""
+    for content in profile_file._CONTENT_CODES:
+        variants = [content, *(content[:at] + bytes([content[at] ^ 0x20]) + content[at + 1:]
+                               for at in range(len(content)))]
+        text = np.frombuffer(b"".join(variants), np.uint8).reshape(len(variants), len(content))
+        codes = np.full(len(variants), -1, np.int64)
+        profile_file._CONTENT_BY_LENGTH[len(content)].codes(text, np.arange(len(variants)), codes)
+        assert codes.tolist() == [profile_file._CONTENT_CODES.get(variant, -1) for variant in variants]
+        assert codes[0] >= 0 and (codes[1:] < 0).all()
 
 
 def _first_chunk_of(data: bytearray, suffix: bytes) -> int:
