@@ -22,7 +22,7 @@ from typing import Callable
 
 import pytest
 
-from dfit_mlir.core import atomic, children
+from dfit_mlir.core import atomic, children, paths
 from tests.conftest import CONVNET
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG and /proc are Linux's")
@@ -36,6 +36,11 @@ def _dead_pid() -> int:
     child = subprocess.Popen([sys.executable, "-c", "pass"])
     child.wait()
     return child.pid
+
+
+def _made(pid: int) -> str:
+    """How dfit names its temporaries' maker ``pid`` on this machine (:func:`paths.private_prefix`)."""
+    return f"{pid}@{paths.host_token()}"
 
 
 def _parent_and_state(pid: int) -> tuple[int, str] | None:
@@ -107,11 +112,11 @@ def test_a_killed_run_leaves_no_child_and_the_next_run_removes_its_folder(vmfb: 
     work.mkdir()
     dfit = _started_run(vmfb, mode, scratch, work)
     try:
-        _wait_for(lambda: any(scratch.glob(f"dfit-run-{dfit.pid}-*")), 60, "the run's scratch folder")
-        folder = next(scratch.glob(f"dfit-run-{dfit.pid}-*"))
+        _wait_for(lambda: any(scratch.glob(f"dfit-run-{_made(dfit.pid)}-*")), 60, "the run's scratch folder")
+        folder = next(scratch.glob(f"dfit-run-{_made(dfit.pid)}-*"))
         _wait_for(lambda: _RUNNING[mode](dfit.pid, folder) or dfit.poll() is not None, 60, "the module to run")
         if mode == "full":  # its bundle is being written as the tool runs: beside the output
-            _wait_for(lambda: any(work.glob(f".bundle.{dfit.pid}-*.tmp")), 60, "the bundle's folder")
+            _wait_for(lambda: any(work.glob(f".bundle.{_made(dfit.pid)}-*.tmp")), 60, "the bundle's folder")
         assert dfit.poll() is None, "dfit ended before it could be killed"
         running = [pid for pid in _children(dfit.pid) if _running(pid)]
         assert running, "dfit has no child running the module"
@@ -125,10 +130,10 @@ def test_a_killed_run_leaves_no_child_and_the_next_run_removes_its_folder(vmfb: 
             if _running(pid):
                 os.kill(pid, signal.SIGKILL)
     assert folder.is_dir()  # what SIGKILL leaves: no finally ran
-    writing = list(work.glob(f".bundle.{dfit.pid}-*.tmp"))
+    writing = list(work.glob(f".bundle.{_made(dfit.pid)}-*.tmp"))
     assert len(writing) == (mode == "full")
 
-    live = scratch / f"dfit-run-{os.getpid()}-alive"  # a run still going (this process)
+    live = scratch / f"dfit-run-{_made(os.getpid())}-alive"  # a run still going (this process)
     other = scratch / f"not-dfit-{dfit.pid}-mine"  # the user's, with a dead PID in its name
     for kept in (live, other):
         kept.mkdir()
@@ -152,39 +157,51 @@ def test_the_output_folders_of_dead_processes_are_removed_as_their_notes_say(tmp
     outputs.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     with atomic.atomic_directory(outputs / "b", "bundle") as writing:
-        notes = list(scratch.glob(f"{atomic.OUTPUT_NOTE_PREFIX}{os.getpid()}-*"))
+        notes = list(scratch.glob(f"{atomic.OUTPUT_NOTE_PREFIX}{_made(os.getpid())}-*"))
         assert len(notes) == 1 and notes[0].read_text() == str(writing.resolve())
         assert atomic.remove_stale_scratch() == [] and writing.is_dir()  # this process's: alive
     assert not notes[0].exists()
     dead, other_dead = _dead_pid(), _dead_pid()
 
-    def noted(pid: int, folder: Path, name: str) -> Path:
-        (scratch / f"{atomic.OUTPUT_NOTE_PREFIX}{pid}-{name}").write_text(str(folder))
+    def noted(maker: str, folder: Path, name: str) -> Path:
+        (scratch / f"{atomic.OUTPUT_NOTE_PREFIX}{maker}-{name}").write_text(str(folder))
         return folder
 
-    stale = noted(dead, outputs / f".b.{dead}-abc.tmp", "1")
-    stale.mkdir()
-    (stale / "events.parquet").write_bytes(b"\0" * 64)
-    kept = [noted(os.getppid(), outputs / f".b.{os.getppid()}-abc.tmp", "2"),
-            noted(dead, outputs / f".b.{other_dead}-abc.tmp", "3"),
-            noted(dead, outputs / "not-a-temporary", "4")]
+    stale = [noted(_made(dead), outputs / f".b.{_made(dead)}-abc.tmp", "1"),
+             noted(str(other_dead), outputs / f".b.{other_dead}-abc.tmp", "7")]  # named by a dfit before the host
+    for folder in stale:
+        folder.mkdir()
+        (folder / "events.parquet").write_bytes(b"\0" * 64)
+    other_host = "0" * 8 if paths.host_token() != "0" * 8 else "1" * 8
+    kept = [noted(_made(os.getppid()), outputs / f".b.{_made(os.getppid())}-abc.tmp", "2"),
+            noted(_made(dead), outputs / f".b.{_made(other_dead)}-abc.tmp", "3"),
+            noted(_made(dead), outputs / f".b.{dead}-abc.tmp", "8"),
+            noted(_made(dead), outputs / "not-a-temporary", "4")]
     for folder in kept:
         folder.mkdir()
-    link = noted(dead, outputs / f".l.{dead}-abc.tmp", "5")
+    elsewhere = noted(f"{dead}@{other_host}", outputs / f".b.{dead}@{other_host}-abc.tmp", "9")
+    elsewhere.mkdir()  # another container's or machine's: its PID is not one to look up here
+    link = noted(_made(dead), outputs / f".l.{_made(dead)}-abc.tmp", "5")
     link.symlink_to(outputs / "not-a-temporary")
-    file = noted(dead, outputs / f".f.{dead}-abc.tmp", "6")
+    file = noted(_made(dead), outputs / f".f.{_made(dead)}-abc.tmp", "6")
     file.write_bytes(b"")
-    assert atomic.remove_stale_scratch() == [stale]
-    assert not stale.exists() and all(folder.is_dir() for folder in kept) and link.is_symlink() and file.is_file()
-    assert [note.name for note in scratch.iterdir()] == [f"{atomic.OUTPUT_NOTE_PREFIX}{os.getppid()}-2"]
+    assert sorted(atomic.remove_stale_scratch()) == sorted(stale)
+    assert not any(folder.exists() for folder in stale)
+    assert all(folder.is_dir() for folder in kept) and elsewhere.is_dir() and link.is_symlink() and file.is_file()
+    assert sorted(note.name for note in scratch.iterdir()) == [
+        f"{atomic.OUTPUT_NOTE_PREFIX}{_made(os.getppid())}-2", f"{atomic.OUTPUT_NOTE_PREFIX}{dead}@{other_host}-9"]
 
 
 def test_stale_scratch_of_dead_processes_is_removed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every scratch prefix; a live PID, another name, no PID, a symlink: left."""
+    """Every scratch prefix, named as dfit names them now and as it did before the host
+    was in the name; a live PID, another machine's or PID namespace's, another name, no
+    PID, a symlink: left."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     dead = _dead_pid()
-    stale = [tmp_path / f"{prefix}{dead}-abc123" for prefix in atomic.SCRATCH_PREFIXES]
-    kept = [tmp_path / f"dfit-run-{os.getpid()}-abc123", tmp_path / f"dfit-run-{os.getppid()}-abc123",
+    stale = [tmp_path / f"{prefix}{maker}-abc123" for prefix in atomic.SCRATCH_PREFIXES for maker in (_made(dead), dead)]
+    other_host = "0" * 8 if paths.host_token() != "0" * 8 else "1" * 8
+    kept = [tmp_path / f"dfit-run-{_made(os.getpid())}-abc123", tmp_path / f"dfit-run-{_made(os.getppid())}-abc123",
+            tmp_path / f"dfit-run-{dead}@{other_host}-abc123", tmp_path / f"dfit-run-{dead}@{other_host[:4]}-abc123",
             tmp_path / "dfit-run-abc123", tmp_path / f"dfit-other-{dead}-abc123", tmp_path / "elsewhere"]
     for folder in stale + kept:
         (folder / "paged").mkdir(parents=True)
@@ -200,7 +217,7 @@ def test_stale_scratch_of_dead_processes_is_removed(tmp_path: Path, monkeypatch:
 def test_scratch_folders_carry_their_makers_pid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     with atomic.scratch_directory("dfit-run-") as folder:
-        assert folder.parent == tmp_path and folder.name.startswith(f"dfit-run-{os.getpid()}-")
+        assert folder.parent == tmp_path and folder.name.startswith(f"dfit-run-{_made(os.getpid())}-")
         assert atomic.remove_stale_scratch() == []  # this process's own: alive
     assert not folder.exists()
     with pytest.raises(ValueError, match="SCRATCH_PREFIXES"), atomic.scratch_directory("dfit-unlisted-"):
@@ -216,11 +233,11 @@ def test_a_spark_session_removes_the_scratch_a_killed_dfit_left(tmp_path: Path,
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(engines, "_SPARK_SCRATCH", None)
-    stale, live = tmp_path / f"dfit-spark-{_dead_pid()}-abc", tmp_path / f"dfit-spark-{os.getppid()}-abc"
+    stale, live = tmp_path / f"dfit-spark-{_made(_dead_pid())}-abc", tmp_path / f"dfit-spark-{_made(os.getppid())}-abc"
     for folder in (stale, live):
         (folder / "local").mkdir(parents=True)
     scratch = engines._spark_scratch()
-    assert scratch.parent == tmp_path and scratch.name.startswith(f"dfit-spark-{os.getpid()}-")
+    assert scratch.parent == tmp_path and scratch.name.startswith(f"dfit-spark-{_made(os.getpid())}-")
     assert not stale.exists() and live.is_dir()
 
 
@@ -229,14 +246,14 @@ def test_a_bundle_half_written_by_a_killed_dfit_is_removed_by_the_next_write(tmp
     being written, MBs) that a SIGKILL left is removed when the output is next written;
     a live process's, another name's (``.bundle.notes``, a ``.tmp`` without a PID) stay."""
     target = tmp_path / "bundle"
-    stale = tmp_path / f".bundle.{_dead_pid()}-abc.tmp"
-    kept = [tmp_path / f".bundle.{os.getppid()}-abc.tmp", tmp_path / ".bundle.notes", tmp_path / ".bundle.abc.tmp",
+    stale = tmp_path / f".bundle.{_made(_dead_pid())}-abc.tmp"
+    kept = [tmp_path / f".bundle.{_made(os.getppid())}-abc.tmp", tmp_path / ".bundle.notes", tmp_path / ".bundle.abc.tmp",
             tmp_path / f".other.{_dead_pid()}-abc.tmp"]
     for folder in (stale, *kept):
         (folder / "events.parquet").parent.mkdir(parents=True)
         (folder / "events.parquet").write_bytes(b"\0" * 64)
     with atomic.atomic_directory(target, "bundle") as writing:
-        assert writing.name.startswith(f".bundle.{os.getpid()}-") and writing.name.endswith(".tmp")
+        assert writing.name.startswith(f".bundle.{_made(os.getpid())}-") and writing.name.endswith(".tmp")
         (writing / "summary.json").write_text("{}")
     assert (target / "summary.json").is_file() and not stale.exists()
     assert all(folder.is_dir() for folder in kept)
@@ -246,16 +263,16 @@ def test_a_file_half_written_by_a_killed_dfit_is_removed_by_the_next_write(tmp_p
     """The same for a file output (``.m.vmfb.<pid>-<random>.tmp``: a vmfb half-written):
     a dead process's removed, a live one's, a folder so named and other names kept."""
     target = tmp_path / "m.vmfb"
-    stale = tmp_path / f".m.vmfb.{_dead_pid()}-abc.tmp"
-    kept = [tmp_path / f".m.vmfb.{os.getppid()}-abc.tmp", tmp_path / ".m.vmfb.abc.tmp", tmp_path / "m.vmfb.notes"]
+    stale = tmp_path / f".m.vmfb.{_made(_dead_pid())}-abc.tmp"
+    kept = [tmp_path / f".m.vmfb.{_made(os.getppid())}-abc.tmp", tmp_path / ".m.vmfb.abc.tmp", tmp_path / "m.vmfb.notes"]
     for path in (stale, *kept):
         path.write_bytes(b"\0" * 64)
-    folder = tmp_path / f".m.vmfb.{_dead_pid()}-dir.tmp"
+    folder = tmp_path / f".m.vmfb.{_made(_dead_pid())}-dir.tmp"
     folder.mkdir()
     atomic.write_bytes(target, b"vmfb")
     assert target.read_bytes() == b"vmfb" and not stale.exists()
     assert all(path.is_file() for path in kept) and folder.is_dir()
-    assert not [path for path in tmp_path.iterdir() if path.name.startswith(f".m.vmfb.{os.getpid()}-")]
+    assert not [path for path in tmp_path.iterdir() if path.name.startswith(f".m.vmfb.{_made(os.getpid())}-")]
 
 
 _PDEATHSIG = ("import ctypes; libc = ctypes.CDLL(None); found = ctypes.c_int(-1); "

@@ -108,7 +108,7 @@ def test_the_next_compile_removes_what_a_killed_one_left(tmp_path: Path, monkeyp
             (folder / "passes-hal").mkdir(parents=True)
         driver = phases.SubprocessDriver(list(phases.DEFAULT_TARGET_FLAGS))
         try:
-            assert driver.workdir.name.startswith(f"{phases.WORKDIR_PREFIX}{os.getpid()}-")
+            assert driver.workdir.name.startswith(paths.private_prefix(phases.WORKDIR_PREFIX))
             assert driver.workdir.parent == tmp_path
         finally:
             driver.close()

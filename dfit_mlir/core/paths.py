@@ -8,6 +8,8 @@ It imports nothing of dfit's, so the file-writing layers (``atomic``, ``outputs`
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import re
 import shutil
@@ -60,19 +62,37 @@ def write_private(folder: Path, name: str, text: str) -> Path:
 
 
 def private_prefix(prefix: str) -> str:
-    """``mkdtemp``'s prefix for one of this process's temporary folders: ``prefix<pid>-``
-    (the PID tells a later dfit whether the folder's maker is gone:
-    :func:`remove_stale_folders`)."""
-    return f"{prefix}{os.getpid()}-"
+    """``mkdtemp``'s prefix for one of this process's temporary folders:
+    ``prefix<pid>@<host>-`` (the PID tells a later dfit whether the folder's maker is gone,
+    :func:`remove_stale_folders`, where :func:`host_token` says the PID is one it can see;
+    ``prefix<pid>-`` without a ``/proc``)."""
+    token = host_token()
+    return f"{prefix}{os.getpid()}@{token}-" if token else f"{prefix}{os.getpid()}-"
+
+
+@functools.cache
+def host_token() -> str:
+    """Eight hex digits naming this machine's boot and this process's PID namespace
+    (``""`` without a ``/proc``): a PID in a folder's name is one this process can look up
+    only where the token is its own. A container sharing ``/tmp`` with others, or machines
+    sharing a network folder, see other processes (or none) under the same numbers, and
+    would take a live folder for a dead one's."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text(encoding="ascii").strip()
+        namespace = os.readlink("/proc/self/ns/pid")
+    except (OSError, UnicodeDecodeError):
+        return ""
+    return hashlib.sha256(f"{boot} {namespace}".encode()).hexdigest()[:8]
 
 
 def remove_stale_folders(place: Path, prefixes: Sequence[str], suffix: str = "", *, files: bool = False) -> list[Path]:
     """Remove the temporary folders in ``place`` of dfit processes that are gone (SIGKILL,
     a crash, the out-of-memory killer: no ``finally`` ran): a folder named
-    ``<prefix><pid>-…<suffix>`` for one of ``prefixes`` (:func:`private_prefix`), owned
-    by this user, whose process no longer exists (``files``: regular files so named, in
-    place of folders). One of a live process, of another user, a symlink, or one named
-    without a PID (dfit before this rule) is left alone. What was removed."""
+    ``<prefix><pid>[@<host>]-…<suffix>`` for one of ``prefixes`` (:func:`private_prefix`),
+    owned by this user, whose process no longer exists (``files``: regular files so named,
+    in place of folders). One of a live process, of another user, of another machine or
+    PID namespace (:func:`host_token`), a symlink, or one named without a PID (dfit before
+    this rule) is left alone. What was removed."""
     removed = []
     for entry, _, info in _stale_entries(place, prefixes, suffix):
         if not (stat.S_ISREG(info.st_mode) if files else stat.S_ISDIR(info.st_mode)):
@@ -90,14 +110,14 @@ def remove_stale_folders(place: Path, prefixes: Sequence[str], suffix: str = "",
 
 def remove_stale_notes(place: Path, prefix: str) -> list[Path]:
     """Remove what gone dfit processes were writing elsewhere, as their notes in ``place``
-    say: a note is a file ``<prefix><pid>-…`` (:func:`private_prefix`) holding the path of
-    a temporary folder its process made beside an output, ``.<name>.<pid>-….tmp``, which
+    say: a note is a file ``<prefix><pid>[@<host>]-…`` (:func:`private_prefix`) holding the
+    path of a temporary folder its process made beside an output, ``.<name>.<pid>[@<host>]-….tmp``, which
     :func:`remove_stale_folders` of ``place`` cannot see. A note of a dead process owned
     by this user is removed, and the folder it names with it if that folder is named so
-    for the same PID, is a folder (not a symlink) and is this user's. What was removed
-    (the folders)."""
+    for the same PID (and host), is a folder (not a symlink) and is this user's. What was
+    removed (the folders)."""
     removed = []
-    for entry, pid, info in _stale_entries(place, (prefix,)):
+    for entry, maker, info in _stale_entries(place, (prefix,)):
         try:
             if not stat.S_ISREG(info.st_mode):
                 continue
@@ -106,7 +126,7 @@ def remove_stale_notes(place: Path, prefix: str) -> list[Path]:
             found = folder.lstat()
         except (OSError, UnicodeDecodeError, ValueError):
             continue
-        if re.fullmatch(rf"\..+\.{pid}-[^/]*\.tmp", folder.name) and stat.S_ISDIR(found.st_mode) \
+        if re.fullmatch(rf"\..+\.{re.escape(maker)}-[^/]*\.tmp", folder.name) and stat.S_ISDIR(found.st_mode) \
                 and found.st_uid == os.getuid():
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(folder)
@@ -114,33 +134,38 @@ def remove_stale_notes(place: Path, prefix: str) -> list[Path]:
 
 
 def _stale_entries(place: Path, prefixes: Sequence[str],
-                   suffix: str = "") -> Iterator[tuple[os.DirEntry[str], int, os.stat_result]]:
-    """(entry, its maker's PID, its ``lstat``) of each entry of ``place`` named
-    ``<prefix><pid>-…<suffix>`` for one of ``prefixes``, owned by this user, whose process
-    is gone."""
+                   suffix: str = "") -> Iterator[tuple[os.DirEntry[str], str, os.stat_result]]:
+    """(entry, its maker as named: ``<pid>[@<host>]``, its ``lstat``) of each entry of
+    ``place`` named ``<prefix><pid>[@<host>]-…<suffix>`` for one of ``prefixes``, made on
+    this machine in this PID namespace (or named before the host was), owned by this user,
+    whose process is gone."""
     try:
         entries = list(os.scandir(place))
     except OSError:
         return
     for entry in entries:
-        pid = _maker_pid(entry.name, prefixes) if entry.name.endswith(suffix) else None
-        if pid is None or pid == os.getpid() or process_alive(pid):
+        maker = _maker(entry.name, prefixes) if entry.name.endswith(suffix) else None
+        if maker is None:
+            continue
+        pid_text, _, host = maker.partition("@")
+        pid = int(pid_text)
+        if (host and host != host_token()) or pid == os.getpid() or process_alive(pid):
             continue
         try:
             info = entry.stat(follow_symlinks=False)
         except OSError:
             continue
         if info.st_uid == os.getuid():
-            yield entry, pid, info
+            yield entry, maker, info
 
 
-def _maker_pid(name: str, prefixes: Sequence[str]) -> int | None:
-    """The PID in ``<prefix><pid>-…``, or None for a name of another form."""
+def _maker(name: str, prefixes: Sequence[str]) -> str | None:
+    """``<pid>[@<host>]`` of ``<prefix><pid>[@<host>]-…``, or None for a name of another form."""
     for prefix in prefixes:
         if name.startswith(prefix):
-            pid_text, dash, _ = name[len(prefix):].partition("-")
-            if dash and pid_text.isdigit():
-                return int(pid_text)
+            found = re.match(r"([0-9]+(?:@[0-9a-f]{8})?)-", name[len(prefix):])
+            if found:
+                return found.group(1)
     return None
 
 
