@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -212,6 +214,34 @@ def test_stale_scratch_of_dead_processes_is_removed(tmp_path: Path, monkeypatch:
     assert not any(folder.exists() for folder in stale)
     assert all(folder.is_dir() for folder in kept)
     assert link.is_symlink() and (link / "profile.ireeprof").exists()
+
+
+_IN_ANOTHER_PID_NAMESPACE = ("import json, sys; from dfit_mlir.core import atomic, paths; "
+                             "print(json.dumps([paths.process_alive(int(sys.argv[1])), "
+                             "[str(path) for path in atomic.remove_stale_scratch()]]))")
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="no unshare(1) here")
+def test_a_dfit_in_another_pid_namespace_leaves_a_live_folder_alone(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dfit in a container of its own sharing ``$TMPDIR`` (a real PID namespace:
+    ``unshare --pid``) cannot see this process, and leaves its scratch folder and the note
+    of its output being written alone."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with atomic.scratch_directory("dfit-run-") as live, atomic.atomic_directory(tmp_path / "b", "bundle") as writing:
+        found = None
+        for isolate in (["--pid"], ["--user", "--map-root-user", "--pid"]):  # as root, or as a user where allowed
+            child = subprocess.run(["unshare", *isolate, "--fork", "--mount-proc", sys.executable, "-c",
+                                    _IN_ANOTHER_PID_NAMESPACE, str(os.getpid())],
+                                   env={**os.environ, "TMPDIR": str(tmp_path)}, capture_output=True, text=True,
+                                   timeout=120)
+            if child.returncode == 0:
+                found = json.loads(child.stdout)
+                break
+        if found is None:
+            pytest.skip(f"no PID namespace can be made here: {child.stderr.strip()[-200:]}")
+        assert found == [False, []]  # this process is not one it can see, and it removed nothing
+        assert live.is_dir() and writing.is_dir() and list(tmp_path.glob(f"{atomic.OUTPUT_NOTE_PREFIX}*"))
 
 
 def test_scratch_folders_carry_their_makers_pid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
