@@ -1074,17 +1074,24 @@ class StartedRun:
         def flushed(count: int) -> None:
             bar.update(min(count, invocations) - bar.done)
 
+        # A daemon: should anything leave it waiting for ``finished``, an interrupted dfit
+        # still exits (the interpreter joins its other threads at exit, for ever).
         follower = threading.Thread(target=_follow, args=(self.path, finished, followed, self.paged, flushed, walked),
-                                    name="dfit-follow") if self.follow else None
+                                    name="dfit-follow", daemon=True) if self.follow else None
         try:
-            if follower is not None:
-                follower.start()
             try:
+                # Started with the signals held: a SIGINT/SIGTERM raised inside ``start``
+                # (it waits for the thread to run, which a loaded machine can take a while
+                # to do) left the thread started and ``finished`` never set, and the
+                # interrupted dfit hung at exit (1 of 40 SIGTERMs on two busy cores).
+                with atomic.signals_held():
+                    if follower is not None:
+                        follower.start()
                 tool, stdout = self.running.wait()
             finally:
                 finished.set()
-                if follower is not None:  # the walk's last count is in before the bar is finished
-                    follower.join()
+                if follower is not None and follower.ident is not None:  # (started): its last count
+                    follower.join()  # is in before the bar is finished
             bar.update(invocations - bar.done)  # the tool ran them all
         except hal_profile.ToolFault as error:
             signal_number = fault_signal(error.returncode)

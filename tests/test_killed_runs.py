@@ -148,6 +148,37 @@ def test_a_killed_run_leaves_no_child_and_the_next_run_removes_its_folder(vmfb: 
     assert live.is_dir() and other.is_dir()
 
 
+#: ``dfit run`` with SIGTERM sent to it inside ``Thread.start`` of the thread that follows
+#: the profile (after the thread runs, before ``start`` returns): where a loaded machine's
+#: signal can land.
+_TERM_INSIDE_THE_FOLLOWERS_START = """
+import os, signal, sys, threading, time
+start = threading.Thread.start
+def started(thread):
+    start(thread)
+    if thread.name == "dfit-follow":
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.2)  # the handler runs here, inside start
+threading.Thread.start = started
+from dfit_mlir.__main__ import main
+sys.argv = ["dfit", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_sigterm_while_the_follower_starts_is_exit_130_not_a_hang(vmfb: Path, tmp_path: Path) -> None:
+    """An interrupt inside the follower's ``start`` left it waiting for ever for the end of
+    a run it would never be told of, and the interpreter waited for it at exit: ``dfit run``
+    said "interrupted" and hung (1 of 40 SIGTERMs on two busy cores)."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    child = subprocess.run([sys.executable, "-c", _TERM_INSIDE_THE_FOLLOWERS_START, "run", str(vmfb), "--mode",
+                            "full", "--repeat", "20000", "-o", str(tmp_path / "bundle")],
+                           env={**os.environ, "TMPDIR": str(scratch)}, capture_output=True, text=True, timeout=120)
+    assert (child.returncode, child.stderr.strip()) == (130, "dfit run: interrupted")
+    assert not (tmp_path / "bundle").exists() and not list(scratch.iterdir())
+
+
 def test_the_output_folders_of_dead_processes_are_removed_as_their_notes_say(tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """An output folder being written (``.<name>.<pid>-….tmp`` beside its target) is noted
