@@ -140,7 +140,12 @@ def _interrupt(argv: list[str], work: Path, scratch: Path, signum: int, ready: A
         time.sleep(0.001)
     assert child.poll() is None, f"dfit ended before the signal could be sent: {child.communicate()}"
     child.send_signal(signum)
-    stdout, stderr = child.communicate(timeout=120)
+    try:
+        stdout, stderr = child.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # killed here, not left running into the next tests
+        child.kill()
+        stdout, stderr = child.communicate()
+        pytest.fail(f"dfit {argv[0]} did not exit in 120 s after signal {signum}: {stderr.strip()[-300:]}")
     return child.returncode, stdout, stderr
 
 
